@@ -1,0 +1,46 @@
+# Vigil: `make demo` runs it, `make test` tests it. Both set themselves up on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install demo test test-deps lint format bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(PY) manage.py demo
+
+# Chromium for the browser tests comes from Debian (never `playwright install`: it downloads).
+test-deps: install
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (apt)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "chromium could not be installed: browser tests will be skipped"; \
+	  else echo "chromium not found and not root: browser tests will be skipped"; fi; \
+	fi
+
+test: test-deps
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) -m pytest
+
+lint:
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format:
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+clean:
+	-$(PY) -c "from webapp import embedded; embedded.stop_all()" 2>/dev/null
+	rm -rf .vigil

@@ -1,0 +1,230 @@
+"""Wire schema v1: what a collector sends and what the ingest worker accepts.
+
+This module is the one definition of the format; the workers import it from here.
+
+A batch is one node's samples for one or more intervals. Each GPU sample is one wide row per
+GPU per timestamp, sent positionally (a JSON array in the order of `GPU_FIELDS`) because
+that is 4-5x cheaper to parse and validate than one object per sample, and ingest rate is
+bounded by exactly that. Values a GPU does not support are `null`, never a sentinel number.
+
+    {"v": 1, "batch_id": "…uuid…", "cluster": "seren", "node": "gpu-a-001",
+     "token": "…per-node secret…", "sent_at": 1700000000.5,
+     "gpus": [{"index": 0, "uuid": "GPU-…", "name": "NVIDIA H100 80GB HBM3",
+               "memory_total_bytes": 85520809984}],
+     "samples": [[0, 1700000000.0, 97.0, 41.0, 0.82, …], …],
+     "node_samples": [[1700000000.0, 35.2, 41.0, …], …]}
+
+Validation uses pydantic (not hand-written checks). `parse_batch` adds the checks that need
+the clock (timestamps far in the future) and the cross-field ones (sample refers to a GPU
+the batch does not list).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+
+SCHEMA_VERSION = 1
+INGEST_TASK = "vigil.telemetry.ingest_batch"
+INGEST_QUEUE = "ingest"
+
+# Largest int64 DCGM uses for "blank" (telemetry.md section 4); anything at or above it is a
+# sentinel and must be sent as null.
+DCGM_INT64_BLANK = 0x7FFFFFFFFFFFFFF0
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Percent = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
+Ratio = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0, lt=DCGM_INT64_BLANK)]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One column of the wide GPU or node sample."""
+
+    name: str
+    kind: Literal["float", "int"]
+    unit: str
+    description: str
+    pytype: Any
+
+
+# Order is the wire order of v1. Appending is a compatible change; anything else is v2.
+GPU_FIELDS: tuple[Metric, ...] = (
+    Metric("gpu_util", "float", "%", "any kernel running (NVML utilization.gpu)", Percent),
+    Metric("mem_copy_util", "float", "%", "memory controller busy (utilization.memory)", Percent),
+    Metric("sm_active", "float", "ratio", "SM activity (GPM / DCGM 1002)", Ratio),
+    Metric("sm_occupancy", "float", "ratio", "SM occupancy (GPM / DCGM 1003)", Ratio),
+    Metric("tensor_active", "float", "ratio", "tensor pipe activity (GPM / DCGM 1004)", Ratio),
+    Metric("dram_active", "float", "ratio", "DRAM activity (GPM / DCGM 1005)", Ratio),
+    Metric("fb_used_bytes", "int", "B", "framebuffer used", Count),
+    Metric("fb_total_bytes", "int", "B", "framebuffer total", Count),
+    Metric("power_w", "float", "W", "board power draw", NonNeg),
+    Metric("power_limit_w", "float", "W", "enforced power limit", NonNeg),
+    Metric("energy_mj", "int", "mJ", "cumulative energy counter since driver load", Count),
+    Metric("gpu_temp_c", "float", "°C", "GPU core temperature", Finite),
+    Metric("mem_temp_c", "float", "°C", "HBM temperature", Finite),
+    Metric("sm_clock_mhz", "float", "MHz", "SM clock", NonNeg),
+    Metric("mem_clock_mhz", "float", "MHz", "memory clock", NonNeg),
+    Metric("clocks_event_reasons", "int", "bitmask", "clock throttle reasons", Count),
+    Metric("ecc_sbe_vol", "int", "count", "single-bit ECC errors, volatile", Count),
+    Metric("ecc_dbe_vol", "int", "count", "double-bit ECC errors, volatile", Count),
+    Metric("ecc_sbe_agg", "int", "count", "single-bit ECC errors, aggregate", Count),
+    Metric("ecc_dbe_agg", "int", "count", "double-bit ECC errors, aggregate", Count),
+    Metric("remap_corr", "int", "rows", "rows remapped for correctable errors", Count),
+    Metric("remap_unc", "int", "rows", "rows remapped for uncorrectable errors", Count),
+    Metric("remap_pending", "int", "flag", "a remap waits for a GPU reset (0/1)", Count),
+    Metric("remap_failure", "int", "flag", "a remap failed: RMA candidate (0/1)", Count),
+    Metric("nvlink_crc_flit", "int", "count", "NVLink CRC flit errors, all links", Count),
+    Metric("nvlink_crc_data", "int", "count", "NVLink CRC data errors, all links", Count),
+    Metric("nvlink_replay", "int", "count", "NVLink replay errors, all links", Count),
+    Metric("nvlink_recovery", "int", "count", "NVLink recovery errors, all links", Count),
+    Metric("pcie_tx_bytes_s", "float", "B/s", "PCIe transmit throughput", NonNeg),
+    Metric("pcie_rx_bytes_s", "float", "B/s", "PCIe receive throughput", NonNeg),
+    Metric("pcie_replay", "int", "count", "PCIe replay counter", Count),
+    Metric("pcie_gen", "int", "gen", "current PCIe link generation", Count),
+    Metric("pcie_width", "int", "lanes", "current PCIe link width", Count),
+    Metric("pstate", "int", "P", "performance state (0 fastest)", Count),
+)
+
+NODE_FIELDS: tuple[Metric, ...] = (
+    Metric("cpu_util", "float", "%", "CPU busy, all cores", NonNeg),
+    Metric("mem_util", "float", "%", "host memory used", Percent),
+    Metric("net_rx_bytes_s", "float", "B/s", "Ethernet receive", NonNeg),
+    Metric("net_tx_bytes_s", "float", "B/s", "Ethernet transmit", NonNeg),
+    Metric("ib_rx_bytes_s", "float", "B/s", "InfiniBand receive", NonNeg),
+    Metric("ib_tx_bytes_s", "float", "B/s", "InfiniBand transmit", NonNeg),
+    Metric("server_power_w", "float", "W", "whole-server power (IPMI)", NonNeg),
+    Metric("gpu_count", "int", "GPUs", "GPUs NVML reports now", Count),
+)
+
+GPU_FIELD_NAMES: tuple[str, ...] = tuple(m.name for m in GPU_FIELDS)
+NODE_FIELD_NAMES: tuple[str, ...] = tuple(m.name for m in NODE_FIELDS)
+
+Timestamp = Annotated[float, Field(gt=1_000_000_000, allow_inf_nan=False)]  # epoch s, UTC
+GpuIndex = Annotated[int, Field(ge=0, lt=1024)]
+
+# tuple[GpuIndex, Timestamp, <one optional value per GPU_FIELDS entry>]
+GpuRow = tuple[(GpuIndex, Timestamp, *(m.pytype | None for m in GPU_FIELDS))]
+NodeRow = tuple[(Timestamp, *(m.pytype | None for m in NODE_FIELDS))]
+
+NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"  # cluster and node names
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+
+
+class GpuInfo(BaseModel):
+    """A GPU as the node sees it; the server registers it on first contact (keyed by UUID)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: GpuIndex
+    uuid: Annotated[str, StringConstraints(min_length=4, max_length=96)]
+    name: Annotated[str, StringConstraints(max_length=96)] = ""
+    memory_total_bytes: Count | None = None
+    pci_bus_id: Annotated[str, StringConstraints(max_length=32)] | None = None
+    serial: Annotated[str, StringConstraints(max_length=64)] | None = None
+
+
+class Batch(BaseModel):
+    """One node's samples for one or more intervals."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    v: Literal[1] = SCHEMA_VERSION
+    batch_id: uuid.UUID
+    cluster: Name
+    node: Name
+    token: Annotated[str, StringConstraints(min_length=16, max_length=256)]
+    sent_at: Timestamp
+    source: Literal["nvml", "dcgm", "simulated", "replay"] = "nvml"
+    gpus: list[GpuInfo] = Field(default_factory=list, max_length=1024)
+    samples: list[GpuRow] = Field(default_factory=list)  # type: ignore[valid-type]
+    node_samples: list[NodeRow] = Field(default_factory=list)  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Batch:
+        indices = [g.index for g in self.gpus]
+        if len(set(indices)) != len(indices):
+            raise ValueError("gpus: the same index is listed twice")
+        uuids = [g.uuid for g in self.gpus]
+        if len(set(uuids)) != len(uuids):
+            raise ValueError("gpus: the same uuid is listed twice")
+        known = set(indices)
+        for i, row in enumerate(self.samples):
+            if row[0] not in known:
+                raise ValueError(f"samples[{i}]: GPU index {row[0]} is not listed in gpus")
+        return self
+
+
+_batch_adapter = TypeAdapter(Batch)
+
+
+class BatchError(ValueError):
+    """A batch that must be refused whole. `reason` is a short stable code for counting."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def parse_batch(raw: str | bytes, *, now: float | None = None, max_future_s: float = 300) -> Batch:
+    """Validate a wire batch (JSON text); raise BatchError naming the first problem."""
+    try:
+        batch = Batch.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "batch"
+        reason = "malformed"
+        if (
+            first["type"] in ("finite_number", "float_parsing")
+            and "nan" in str(first.get("input", "")).lower()
+        ):
+            reason = "not_a_number"
+        elif "version" in where or where == "v":
+            reason = "unsupported_version"
+        raise BatchError(reason, f"{where}: {first['msg']}") from None
+    now = time.time() if now is None else now
+    limit = now + max_future_s
+    for i, row in enumerate(batch.samples):
+        if row[1] > limit:
+            raise BatchError(
+                "future_timestamp",
+                f"samples[{i}]: timestamp {row[1]:.0f} is {row[1] - now:.0f} s in the future",
+            )
+    for i, row in enumerate(batch.node_samples):
+        if row[0] > limit:
+            raise BatchError(
+                "future_timestamp",
+                f"node_samples[{i}]: timestamp {row[0]:.0f} is {row[0] - now:.0f} s in the future",
+            )
+    return batch
+
+
+def clean_value(value: float | int | None) -> float | int | None:
+    """Map the sentinels sources use for "no value" (NaN, DCGM blanks) to None."""
+    if value is None:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, int) and value >= DCGM_INT64_BLANK:
+        return None
+    return value
+
+
+def new_batch_id() -> str:
+    return str(uuid.uuid4())

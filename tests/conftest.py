@@ -1,0 +1,92 @@
+"""Shared fixtures: personas, a registered node with its token, clean state between tests.
+
+Everything is real: the embedded PostgreSQL and Redis started by webapp/embedded.py (or the
+servers DATABASE_URL / CELERY_BROKER_URL name), real Celery workers as subprocesses.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from tests.helpers import WorkerProcess, database_url
+from webapp.fleet import services as fleet_services
+from webapp.telemetry import partitions
+
+SAMPLE_TABLES = ("telemetry_gpusample", "telemetry_nodesample", "telemetry_gpurollup1m")
+
+
+@pytest.fixture(autouse=True)
+def _forget_process_caches():
+    """Caches of partitions, tokens and GPU ids must not outlive a rolled-back test."""
+    yield
+    partitions.known_forget()
+    fleet_services.caches_clear()
+
+
+@pytest.fixture
+def transactional_db(transactional_db):
+    """Committed data, visible to worker subprocesses; sample tables emptied afterwards.
+
+    pytest-django's flush only knows managed tables, so the partitioned ones are truncated here.
+    """
+    yield transactional_db
+    with connection.cursor() as cur:
+        cur.execute(f"TRUNCATE {', '.join(SAMPLE_TABLES)}")
+
+
+@pytest.fixture
+def node_token(db) -> tuple[str, str, str]:
+    """(cluster, hostname, token) of a node that may send batches."""
+    token = fleet_services.node_token_issue("testcluster", "gpu-node-01")
+    return "testcluster", "gpu-node-01", token
+
+
+@pytest.fixture
+def committed_node_token(transactional_db) -> tuple[str, str, str]:
+    token = fleet_services.node_token_issue("testcluster", "gpu-node-01")
+    return "testcluster", "gpu-node-01", token
+
+
+# Personas (STYLE.md): an operator who may see everything, and an anonymous visitor.
+@pytest.fixture
+def operator(django_user_model):
+    return django_user_model.objects.create_user("operator", password="correct-horse-battery")
+
+
+@pytest.fixture
+def operator_client(client, operator):
+    client.force_login(operator)
+    return client
+
+
+@pytest.fixture
+def broker():
+    """The real Redis broker, emptied before the test."""
+    import redis
+    from django.conf import settings
+
+    url = settings.CELERY_BROKER_URL
+    if url.startswith("redis+socket://"):
+        r = redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
+    else:
+        r = redis.Redis.from_url(url)
+    r.flushdb()
+    yield r
+    r.flushdb()
+
+
+@pytest.fixture
+def worker_factory(transactional_db, broker, tmp_path):
+    """Start real `celery worker` subprocesses against the test database; stop them after."""
+    started: list[WorkerProcess] = []
+
+    def start(**kwargs) -> WorkerProcess:
+        w = WorkerProcess(database_url(), tmp_path / f"worker{len(started)}.log", **kwargs)
+        w.start()
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.stop()

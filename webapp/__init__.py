@@ -1,0 +1,5 @@
+"""The Vigil Django project."""
+
+from webapp.celery import app as celery_app
+
+__all__ = ["celery_app"]

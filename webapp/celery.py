@@ -1,0 +1,24 @@
+"""The Celery app and the one beat schedule."""
+
+import os
+
+from celery import Celery
+from celery.schedules import crontab
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+
+app = Celery("vigil")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+app.conf.beat_schedule = {
+    # Partitions for the next days exist before samples arrive; old ones are dropped whole.
+    "telemetry-partitions": {
+        "task": "vigil.telemetry.maintain_partitions",
+        "schedule": crontab(minute=7),
+    },
+    "fleet-node-states": {
+        "task": "vigil.fleet.mark_stale_nodes",
+        "schedule": 30.0,
+    },
+}

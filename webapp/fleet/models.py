@@ -1,0 +1,60 @@
+"""Inventory: clusters, nodes and their GPUs."""
+
+from django.db import models
+
+from webapp.fleet.choices import NodeState
+
+
+class Cluster(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    # Grid zone for carbon intensity (an Electricity Maps / WattTime style zone name).
+    grid_zone = models.CharField(max_length=64, blank=True, default="")
+    # PUE default: Uptime Institute Global Data Center Survey 2023, 1.58 (energy-carbon.md).
+    pue = models.FloatField(default=1.58)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="nodes")
+    hostname = models.CharField(max_length=128)
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.REGISTERED)
+    last_seen = models.DateTimeField(null=True, blank=True)
+    # sha256 of the node's token; the token itself is shown once, when issued.
+    token_hash = models.CharField(max_length=64)
+    token_issued_at = models.DateTimeField(null=True, blank=True)
+    source = models.CharField(max_length=16, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster__name", "hostname"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "hostname"], name="node_unique_hostname")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.hostname}"
+
+
+class Gpu(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=96, unique=True)
+    model = models.CharField(max_length=96, blank=True, default="")
+    memory_total_bytes = models.BigIntegerField(null=True, blank=True)
+    pci_bus_id = models.CharField(max_length=32, blank=True, default="")
+    serial = models.CharField(max_length=64, blank=True, default="")
+    first_seen = models.DateTimeField(auto_now_add=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node_id", "index"]
+        indexes = [models.Index(fields=["node", "index"], name="gpu_node_index")]
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname}:{self.index}"

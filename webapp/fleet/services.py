@@ -1,0 +1,136 @@
+"""Writes to the inventory: node tokens, self-registration of nodes and GPUs, liveness."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from collectors.schema import GpuInfo
+from webapp.fleet.choices import NodeState
+from webapp.fleet.models import Cluster, Gpu, Node
+
+
+class AuthError(Exception):
+    """A batch or request that names an unknown node or carries the wrong token."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def token_hash(token: str) -> str:
+    # Tokens are 256-bit random strings, so a plain SHA-256 is enough (no password stretching).
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def node_token_issue(cluster_name: str, hostname: str) -> str:
+    """Create the node if needed and give it a new token (the old one stops working)."""
+    token = secrets.token_urlsafe(32)
+    with transaction.atomic():
+        cluster, _ = Cluster.objects.get_or_create(name=cluster_name)
+        node, created = Node.objects.get_or_create(
+            cluster=cluster, hostname=hostname, defaults={"token_hash": token_hash(token)}
+        )
+        if not created:
+            node.token_hash = token_hash(token)
+        node.token_issued_at = timezone.now()
+        node.save(update_fields=["token_hash", "token_issued_at"])
+    _auth_cache.pop((cluster_name, hostname), None)
+    return token
+
+
+@dataclass(frozen=True)
+class AuthenticatedNode:
+    id: int
+    cluster_id: int
+    hostname: str
+    token_hash: str
+
+
+# (cluster, hostname) -> node; re-read whenever a token does not match, so rotation works.
+_auth_cache: dict[tuple[str, str], AuthenticatedNode] = {}
+
+
+def node_authenticate(cluster_name: str, hostname: str, token: str) -> AuthenticatedNode:
+    """Return the node if the token is right; raise AuthError otherwise."""
+    presented = token_hash(token)
+    key = (cluster_name, hostname)
+    cached = _auth_cache.get(key)
+    if cached is not None and hmac.compare_digest(cached.token_hash, presented):
+        return cached
+    row = (
+        Node.objects.filter(cluster__name=cluster_name, hostname=hostname)
+        .values_list("id", "cluster_id", "token_hash")
+        .first()
+    )
+    if row is None:
+        raise AuthError("unknown_node", f"no node {hostname!r} in cluster {cluster_name!r}")
+    node = AuthenticatedNode(row[0], row[1], hostname, row[2])
+    if not hmac.compare_digest(node.token_hash, presented):
+        raise AuthError("bad_token", f"wrong token for node {cluster_name}/{hostname}")
+    if len(_auth_cache) > 100_000:
+        _auth_cache.clear()
+    _auth_cache[key] = node
+    return node
+
+
+# node id -> (tuple of (index, uuid)) -> {index: gpu id}
+_gpu_cache: dict[int, tuple[tuple[tuple[int, str], ...], dict[int, int]]] = {}
+
+
+def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
+    """Make sure every listed GPU exists under this node; return {index: gpu id}.
+
+    A GPU is keyed by UUID: one that moved to another node or slot is updated, not duplicated.
+    """
+    signature = tuple(sorted((g.index, g.uuid) for g in gpus))
+    cached = _gpu_cache.get(node_id)
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    mapping: dict[int, int] = {}
+    with transaction.atomic():
+        for info in gpus:
+            gpu, _ = Gpu.objects.update_or_create(
+                uuid=info.uuid,
+                defaults={
+                    "node_id": node_id,
+                    "index": info.index,
+                    "model": info.name,
+                    "memory_total_bytes": info.memory_total_bytes,
+                    "pci_bus_id": info.pci_bus_id or "",
+                    "serial": info.serial or "",
+                },
+            )
+            mapping[info.index] = gpu.id
+    _gpu_cache[node_id] = (signature, mapping)
+    return mapping
+
+
+def node_seen(node_id: int, at: datetime, source: str) -> None:
+    """Record that the node reported; a registered or stale node becomes up."""
+    Node.objects.filter(id=node_id).exclude(state__in=[NodeState.DRAINING, NodeState.DOWN]).update(
+        state=NodeState.UP, last_seen=at, source=source
+    )
+    Node.objects.filter(id=node_id, state__in=[NodeState.DRAINING, NodeState.DOWN]).update(
+        last_seen=at, source=source
+    )
+
+
+def nodes_mark_stale(older_than: datetime) -> int:
+    """Mark up nodes not heard from since `older_than` as stale; return how many."""
+    return Node.objects.filter(state=NodeState.UP, last_seen__lt=older_than).update(
+        state=NodeState.STALE
+    )
+
+
+def caches_clear() -> None:
+    """Forget cached tokens and GPU maps (tests, token rotation from another process)."""
+    _auth_cache.clear()
+    _gpu_cache.clear()

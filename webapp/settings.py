@@ -1,0 +1,210 @@
+"""Vigil settings: one file, driven by the environment, whose defaults run locally with no setup.
+
+Every variable is listed in `.env.example`. Malformed values are refused at start-up with a
+message naming the variable, instead of being guessed at.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+import dj_email_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def envbool(name: str, default: str = "False") -> bool:
+    value = os.environ.get(name, default).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true or false)")
+
+
+def envint(name: str, default: str, minimum: int | None = None) -> int:
+    value = os.environ.get(name, default).strip()
+    try:
+        number = int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name}={number} is below its minimum {minimum}")
+    return number
+
+
+def envfloat(name: str, default: str, minimum: float | None = None) -> float:
+    value = os.environ.get(name, default).strip()
+    try:
+        number = float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a number") from None
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name}={number} is below its minimum {minimum}")
+    return number
+
+
+DEV_SECRET_KEY = "vigil-dev-secret-key-not-for-production"  # noqa: S105 (refused in production)
+
+DEBUG = envbool("VIGIL_DEBUG", "True")
+SECRET_KEY = os.environ.get("SECRET_KEY", DEV_SECRET_KEY)
+if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
+    raise ImproperlyConfigured(
+        "SECRET_KEY is the development default; set SECRET_KEY to a long random value "
+        "before running with VIGIL_DEBUG=false"
+    )
+if not DEBUG and len(SECRET_KEY) < 32:
+    raise ImproperlyConfigured("SECRET_KEY is shorter than 32 characters")
+
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "webapp.fleet",
+    "webapp.telemetry",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+WSGI_APPLICATION = "webapp.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+# --- Database and broker -------------------------------------------------------------------
+# With no URL configured, webapp/embedded.py starts a private PostgreSQL and Redis under
+# VIGIL_DATA_DIR, so `make demo` and `make test` need nothing installed.
+if not os.environ.get("DATABASE_URL"):
+    from webapp import embedded
+
+    os.environ["DATABASE_URL"] = embedded.postgres_url()
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ["DATABASE_URL"], conn_max_age=60, conn_health_checks=True
+    )
+}
+
+if not os.environ.get("CELERY_BROKER_URL"):
+    from webapp import embedded
+
+    os.environ["CELERY_BROKER_URL"] = embedded.broker_url()
+CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = envint("VIGIL_WORKER_PREFETCH", "4", minimum=1)
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {"vigil.telemetry.ingest_batch": {"queue": "ingest"}}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A task whose worker died is redelivered after this many seconds (Redis has no per-consumer
+# acknowledgements; kombu restores unacknowledged messages after the visibility timeout).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": envint("VIGIL_BROKER_VISIBILITY_TIMEOUT", "600", minimum=1)
+}
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# --- Email ---------------------------------------------------------------------------------
+_email = dj_email_url.parse(os.environ.get("EMAIL_URL", "console://"))
+EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+EMAIL_HOST = _email["EMAIL_HOST"]
+EMAIL_PORT = _email["EMAIL_PORT"]
+EMAIL_HOST_USER = _email["EMAIL_HOST_USER"]
+EMAIL_HOST_PASSWORD = _email["EMAIL_HOST_PASSWORD"]
+EMAIL_USE_TLS = _email["EMAIL_USE_TLS"]
+EMAIL_USE_SSL = _email["EMAIL_USE_SSL"]
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "vigil@localhost")
+
+# --- Auth, i18n, static --------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "telemetry:overview"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if not DEBUG:
+    SESSION_COOKIE_SECURE = envbool("VIGIL_SECURE_COOKIES", "True")
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "vigil": {"handlers": ["console"], "level": os.environ.get("VIGIL_LOG_LEVEL", "INFO")}
+    },
+}
+
+# --- Vigil ---------------------------------------------------------------------------------
+# Raw GPU samples are kept this many days (telemetry.md section 9: raw 7-14 days), 1-minute
+# rollups for VIGIL_ROLLUP_RETENTION_DAYS.
+VIGIL_RETENTION_DAYS = envint("VIGIL_RETENTION_DAYS", "14", minimum=1)
+VIGIL_ROLLUP_RETENTION_DAYS = envint("VIGIL_ROLLUP_RETENTION_DAYS", "400", minimum=1)
+VIGIL_PARTITIONS_AHEAD_DAYS = envint("VIGIL_PARTITIONS_AHEAD_DAYS", "3", minimum=1)
+# A sample stamped further in the future than this is refused (clock skew on a node).
+VIGIL_MAX_FUTURE_SKEW_S = envfloat("VIGIL_MAX_FUTURE_SKEW_S", "300", minimum=0)
+# Keys for the unauthenticated-by-login endpoints. Empty means: open in debug, closed otherwise.
+VIGIL_METRICS_KEY = os.environ.get("VIGIL_METRICS_KEY", "")
+VIGIL_HEALTH_KEY = os.environ.get("VIGIL_HEALTH_KEY", "")
+# A GPU counts as busy at or above this utilization (%), as in the paper's Figure 6 reading.
+VIGIL_BUSY_UTIL_PCT = envfloat("VIGIL_BUSY_UTIL_PCT", "10", minimum=0)
+# A node not heard from for this long is shown as stale.
+VIGIL_STALE_AFTER_S = envint("VIGIL_STALE_AFTER_S", "120", minimum=1)

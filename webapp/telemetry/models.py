@@ -1,0 +1,105 @@
+"""GPU and node samples, their 1-minute rollup, and the log of refused batches.
+
+The sample tables are partitioned by day in PostgreSQL (see the 0001 migration), which Django
+cannot create, so their models are unmanaged: Django reads them, `services.py` writes them
+with binary COPY. Columns are the metrics of `collectors.schema` in wire order; samples carry
+no job id (allocations are joined at query time, DESIGN.md).
+"""
+
+from django.db import models
+
+from collectors.schema import GPU_FIELDS, NODE_FIELDS
+from webapp.fleet.models import Gpu, Node
+
+# Metrics kept as min / mean / max per GPU and minute, so views of a day or more never scan
+# raw samples. Energy keeps the counter's lowest and highest reading in the minute (it is a
+# counter: deltas, not means).
+ROLLUP_METRICS: tuple[str, ...] = (
+    "gpu_util",
+    "mem_copy_util",
+    "sm_active",
+    "tensor_active",
+    "fb_used_bytes",
+    "power_w",
+    "gpu_temp_c",
+    "sm_clock_mhz",
+)
+
+
+def _metric_field(kind: str) -> models.Field:
+    return models.FloatField(null=True) if kind == "float" else models.BigIntegerField(null=True)
+
+
+class GpuSample(models.Model):
+    pk = models.CompositePrimaryKey("gpu_id", "ts")
+    gpu = models.ForeignKey(Gpu, on_delete=models.DO_NOTHING, db_constraint=False)
+    ts = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = "telemetry_gpusample"
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} @ {self.ts}"
+
+
+for _m in GPU_FIELDS:
+    GpuSample.add_to_class(_m.name, _metric_field(_m.kind))
+
+
+class NodeSample(models.Model):
+    pk = models.CompositePrimaryKey("node_id", "ts")
+    node = models.ForeignKey(Node, on_delete=models.DO_NOTHING, db_constraint=False)
+    ts = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = "telemetry_nodesample"
+
+    def __str__(self) -> str:
+        return f"node {self.node_id} @ {self.ts}"
+
+
+for _m in NODE_FIELDS:
+    NodeSample.add_to_class(_m.name, _metric_field(_m.kind))
+
+
+class GpuRollup1m(models.Model):
+    pk = models.CompositePrimaryKey("gpu_id", "minute")
+    gpu = models.ForeignKey(Gpu, on_delete=models.DO_NOTHING, db_constraint=False)
+    minute = models.DateTimeField()
+    n = models.IntegerField()
+    energy_mj_min = models.BigIntegerField(null=True)
+    energy_mj_max = models.BigIntegerField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = "telemetry_gpurollup1m"
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} minute {self.minute}"
+
+
+for _name in ROLLUP_METRICS:
+    GpuRollup1m.add_to_class(f"{_name}_min", models.FloatField(null=True))
+    GpuRollup1m.add_to_class(f"{_name}_max", models.FloatField(null=True))
+    GpuRollup1m.add_to_class(f"{_name}_sum", models.FloatField(null=True))
+    GpuRollup1m.add_to_class(f"{_name}_cnt", models.IntegerField(default=0))
+
+
+class RejectedBatch(models.Model):
+    """A batch refused whole, with the reason; the count per reason is the rejection counter."""
+
+    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    reason = models.CharField(max_length=32, db_index=True)
+    detail = models.TextField()
+    cluster = models.CharField(max_length=128, blank=True, default="")
+    node = models.CharField(max_length=128, blank=True, default="")
+    batch_id = models.CharField(max_length=64, blank=True, default="")
+    size_bytes = models.IntegerField(default=0)
+
+    class Meta:
+        ordering = ["-received_at"]
+
+    def __str__(self) -> str:
+        return f"{self.reason} {self.cluster}/{self.node}"

@@ -1,0 +1,109 @@
+"""Daily partitions of the sample tables: made ahead of time, dropped whole after retention."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+
+
+@dataclass(frozen=True)
+class PartitionedTable:
+    name: str
+    retention_setting: str
+
+    def retention_days(self) -> int:
+        return int(getattr(settings, self.retention_setting))
+
+
+TABLES: tuple[PartitionedTable, ...] = (
+    PartitionedTable("telemetry_gpusample", "VIGIL_RETENTION_DAYS"),
+    PartitionedTable("telemetry_nodesample", "VIGIL_RETENTION_DAYS"),
+    PartitionedTable("telemetry_gpurollup1m", "VIGIL_ROLLUP_RETENTION_DAYS"),
+)
+
+# Days whose partitions this process knows exist, so ingest asks the catalogue once per day.
+_known: set[tuple[str, date]] = set()
+
+
+def partition_name(table: str, day: date) -> str:
+    return f"{table}_p{day:%Y%m%d}"
+
+
+def _existing(table: str) -> dict[str, date]:
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT c.relname FROM pg_inherits i
+            JOIN pg_class c ON c.oid = i.inhrelid
+            JOIN pg_class p ON p.oid = i.inhparent
+            WHERE p.relname = %s
+            """,
+            [table],
+        )
+        names = [r[0] for r in cur.fetchall()]
+    out = {}
+    for name in names:
+        suffix = name.rsplit("_p", 1)[-1]
+        try:
+            out[name] = datetime.strptime(suffix, "%Y%m%d").date()
+        except ValueError:
+            continue
+    return out
+
+
+def partition_ensure(table: str, day: date) -> bool:
+    """Create the partition of `table` for `day` if missing; True if it was created."""
+    if (table, day) in _known:
+        return False
+    name = partition_name(table, day)
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    end = start + timedelta(days=1)
+    with transaction.atomic(), connection.cursor() as cur:
+        # Two workers may meet a new day at once; the lock makes the check-and-create atomic.
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [name])
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL", [name])
+        exists = cur.fetchone()[0]
+        if not exists:
+            cur.execute(
+                f'CREATE TABLE "{name}" PARTITION OF "{table}" FOR VALUES FROM (%s) TO (%s)',
+                [start, end],
+            )
+    _known.add((table, day))
+    return not exists
+
+
+def partitions_maintain(today: date | None = None) -> dict[str, dict[str, list[str]]]:
+    """Create partitions for the retention window and the days ahead; drop older ones."""
+    today = today or datetime.now(UTC).date()
+    ahead = settings.VIGIL_PARTITIONS_AHEAD_DAYS
+    report: dict[str, dict[str, list[str]]] = {}
+    for table in TABLES:
+        created, dropped = [], []
+        oldest = today - timedelta(days=table.retention_days())
+        for offset in range(-1, ahead + 1):
+            day = today + timedelta(days=offset)
+            if partition_ensure(table.name, day):
+                created.append(partition_name(table.name, day))
+        for name, day in sorted(_existing(table.name).items()):
+            if day < oldest:
+                with transaction.atomic(), connection.cursor() as cur:
+                    cur.execute(f'DROP TABLE IF EXISTS "{name}"')
+                _known.discard((table.name, day))
+                dropped.append(name)
+        report[table.name] = {"created": created, "dropped": dropped}
+    return report
+
+
+def oldest_kept(table: str = "telemetry_gpusample", today: date | None = None) -> date:
+    """First day whose samples are still kept for `table`."""
+    today = today or datetime.now(UTC).date()
+    spec = next(t for t in TABLES if t.name == table)
+    return today - timedelta(days=spec.retention_days())
+
+
+def known_forget() -> None:
+    """Forget the cached partition list (after tables were dropped behind this process)."""
+    _known.clear()

@@ -1,0 +1,217 @@
+"""Ingest: validate a wire batch, write it with binary COPY, keep the 1-minute rollup current.
+
+The path per batch, in one transaction:
+  1. binary COPY of the GPU rows into a session temp table (psycopg 3 `cursor.copy`);
+  2. one statement moves them into the day-partitioned `telemetry_gpusample` with
+     ON CONFLICT DO NOTHING (natural key gpu + ts: a redelivered batch adds nothing) and folds
+     exactly the rows it inserted into `telemetry_gpurollup1m` (count, min, max, sum per metric);
+  3. the same for node samples; the node is marked seen.
+A batch that fails validation or authentication is refused whole and logged in RejectedBatch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+import psycopg
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+
+from collectors.schema import (
+    GPU_FIELD_NAMES,
+    GPU_FIELDS,
+    NODE_FIELD_NAMES,
+    NODE_FIELDS,
+    Batch,
+    BatchError,
+    parse_batch,
+)
+from webapp.fleet.services import AuthError, gpus_register, node_authenticate, node_seen
+from webapp.telemetry.models import ROLLUP_METRICS, RejectedBatch
+from webapp.telemetry.partitions import oldest_kept, partition_ensure
+
+log = logging.getLogger("vigil.ingest")
+
+_PG_TYPE = {"float": "real", "int": "bigint"}
+_GPU_COLS = ", ".join(GPU_FIELD_NAMES)
+_NODE_COLS = ", ".join(NODE_FIELD_NAMES)
+_GPU_COPY_TYPES = ["int8", "float8", *(_PG_TYPE[m.kind] for m in GPU_FIELDS)]
+_NODE_COPY_TYPES = ["int8", "float8", *(_PG_TYPE[m.kind] for m in NODE_FIELDS)]
+
+# Temp tables take the epoch seconds as sent; to_timestamp() runs in the INSERT, so Python
+# never builds a datetime per row.
+_TEMP_TABLES = f"""
+CREATE TEMP TABLE IF NOT EXISTS vigil_ingest_gpu (
+    gpu_id bigint, ts double precision,
+    {", ".join(f"{m.name} {_PG_TYPE[m.kind]}" for m in GPU_FIELDS)}
+) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS vigil_ingest_node (
+    node_id bigint, ts double precision,
+    {", ".join(f"{m.name} {_PG_TYPE[m.kind]}" for m in NODE_FIELDS)}
+) ON COMMIT DELETE ROWS;
+"""
+
+_ROLLUP_COLS = ", ".join(f"{m}_min, {m}_max, {m}_sum, {m}_cnt" for m in ROLLUP_METRICS)
+_ROLLUP_AGGS = ", ".join(f"min({m}), max({m}), sum({m}), count({m})" for m in ROLLUP_METRICS)
+_ROLLUP_SET = ", ".join(
+    f"{col} = excluded.{col}"
+    for col in ["n", "energy_mj_min", "energy_mj_max", *_ROLLUP_COLS.split(", ")]
+)
+
+# Duplicates (a redelivered batch) take this path: ON CONFLICT DO NOTHING from a temp table.
+_MOVE_GPU_ROWS = f"""
+INSERT INTO telemetry_gpusample (gpu_id, ts, {_GPU_COLS})
+SELECT gpu_id, to_timestamp(ts), {_GPU_COLS} FROM vigil_ingest_gpu
+ON CONFLICT DO NOTHING
+"""
+
+# The rollup rows of every minute the batch touched are recomputed from the raw rows of
+# those minutes: always exact, whatever was redelivered. Batches of one node are serialized
+# by an advisory lock, so two workers cannot each miss the other's rows of a shared minute.
+_ROLLUP_RECOMPUTE = f"""
+INSERT INTO telemetry_gpurollup1m AS r
+    (gpu_id, minute, n, energy_mj_min, energy_mj_max, {_ROLLUP_COLS})
+SELECT gpu_id, date_trunc('minute', ts), count(*), min(energy_mj), max(energy_mj),
+    {_ROLLUP_AGGS}
+FROM telemetry_gpusample
+WHERE gpu_id = ANY(%s) AND ts >= %s AND ts < %s
+GROUP BY 1, 2 ORDER BY 1, 2
+ON CONFLICT (gpu_id, minute) DO UPDATE SET {_ROLLUP_SET}
+"""
+
+_MOVE_NODE_ROWS = f"""
+INSERT INTO telemetry_nodesample (node_id, ts, {_NODE_COLS})
+SELECT node_id, to_timestamp(ts), {_NODE_COLS} FROM vigil_ingest_node
+ON CONFLICT DO NOTHING
+"""
+
+# Two-key advisory lock space 1 = "ingest of node <id>".
+_LOCK_NODE = "SELECT pg_advisory_xact_lock(1, %s)"
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    batch_id: str
+    node: str
+    samples: int
+    samples_stored: int
+    node_samples_stored: int
+
+    @property
+    def duplicates(self) -> int:
+        return self.samples - self.samples_stored
+
+
+_EPOCH = date(1970, 1, 1)
+
+
+def _days(batch: Batch) -> set[date]:
+    """The UTC days the batch's samples fall on (each needs its partition)."""
+    day_numbers = {int(row[1] // 86400) for row in batch.samples}
+    day_numbers |= {int(row[0] // 86400) for row in batch.node_samples}
+    return {_EPOCH + timedelta(days=n) for n in day_numbers}
+
+
+def samples_ingest(raw: str | bytes) -> IngestResult:
+    """Validate and store one wire batch. Raises BatchError or AuthError to refuse it whole."""
+    batch = parse_batch(raw, max_future_s=settings.VIGIL_MAX_FUTURE_SKEW_S)
+    node = node_authenticate(batch.cluster, batch.node, batch.token)
+    days = _days(batch)
+    if days and min(days) < oldest_kept():
+        raise BatchError(
+            "expired",
+            f"samples from {min(days)} are older than the {settings.VIGIL_RETENTION_DAYS}-day "
+            "retention",
+        )
+    gpu_ids = gpus_register(node.id, batch.gpus)
+    for day in days:
+        partition_ensure("telemetry_gpusample", day)
+        partition_ensure("telemetry_nodesample", day)
+        partition_ensure("telemetry_gpurollup1m", day)
+
+    gpu_rows = [
+        (gpu_ids[row[0]], datetime.fromtimestamp(row[1], UTC), *row[2:]) for row in batch.samples
+    ]
+    node_rows = [
+        (node.id, datetime.fromtimestamp(row[0], UTC), *row[1:]) for row in batch.node_samples
+    ]
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(_LOCK_NODE, [node.id])
+        stored = _store(cur, "telemetry_gpusample", "gpu_id", GPU_FIELD_NAMES, gpu_rows)
+        node_stored = _store(cur, "telemetry_nodesample", "node_id", NODE_FIELD_NAMES, node_rows)
+        if stored:
+            minutes = [row[1].replace(second=0, microsecond=0) for row in gpu_rows]
+            cur.execute(
+                _ROLLUP_RECOMPUTE,
+                [sorted(set(gpu_ids.values())), min(minutes), max(minutes) + timedelta(minutes=1)],
+            )
+        last = max([row[1] for row in gpu_rows] + [row[1] for row in node_rows], default=None)
+        node_seen(node.id, last or datetime.fromtimestamp(batch.sent_at, UTC), batch.source)
+    return IngestResult(str(batch.batch_id), batch.node, len(batch.samples), stored, node_stored)
+
+
+def _store(cur, table: str, key: str, names: tuple[str, ...], rows: list[tuple]) -> int:
+    """COPY rows into `table`; return how many were new.
+
+    The common case (no row stored before) is one binary COPY straight into the partitioned
+    table. If any row is already there (a redelivered batch), the COPY fails on the primary
+    key, its savepoint is rolled back, and the rows go through a temp table with
+    ON CONFLICT DO NOTHING instead.
+    """
+    if not rows:
+        return 0
+    cols = ", ".join(names)
+    types = _GPU_COPY_TYPES if key == "gpu_id" else _NODE_COPY_TYPES
+    try:
+        direct = f"COPY {table} ({key}, ts, {cols}) FROM STDIN (FORMAT BINARY)"
+        with transaction.atomic(), cur.copy(direct) as copy:
+            copy.set_types(["int8", "timestamptz", *types[2:]])
+            for row in rows:
+                copy.write_row(row)
+        return len(rows)
+    except (IntegrityError, psycopg.errors.UniqueViolation):
+        pass
+    temp = "vigil_ingest_gpu" if key == "gpu_id" else "vigil_ingest_node"
+    cur.execute(_TEMP_TABLES)
+    with cur.copy(f"COPY {temp} ({key}, ts, {cols}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(types)
+        for row in rows:
+            copy.write_row((row[0], row[1].timestamp(), *row[2:]))
+    cur.execute(_MOVE_GPU_ROWS if key == "gpu_id" else _MOVE_NODE_ROWS)
+    return cur.rowcount
+
+
+def batch_reject(raw: str | bytes, error: BatchError | AuthError) -> RejectedBatch:
+    """Record a refused batch (reason, detail, who claimed to send it) and log it."""
+    claimed: dict = {}
+    try:
+        parsed = json.loads(raw)
+        if isinstance(parsed, dict):
+            claimed = parsed
+    except (ValueError, TypeError, UnicodeDecodeError):
+        pass
+
+    def text(key: str) -> str:
+        value = claimed.get(key)
+        return str(value)[:128] if isinstance(value, str | int) else ""
+
+    rejected = RejectedBatch.objects.create(
+        reason=error.reason,
+        detail=error.detail[:2000],
+        cluster=text("cluster"),
+        node=text("node"),
+        batch_id=text("batch_id")[:64],
+        size_bytes=len(raw),
+    )
+    log.warning(
+        "rejected batch %s from %s/%s: %s: %s",
+        rejected.batch_id or "?",
+        rejected.cluster or "?",
+        rejected.node or "?",
+        error.reason,
+        error.detail,
+    )
+    return rejected
