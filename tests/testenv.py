@@ -9,5 +9,4 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("VIGIL_DATA_DIR", str(ROOT / ".vigil" / "test"))
-os.environ.setdefault("XDG_RUNTIME_DIR", os.environ["VIGIL_DATA_DIR"])
 Path(os.environ["VIGIL_DATA_DIR"]).mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,10 @@ def data_dir() -> Path:
     path = Path(os.environ.get("VIGIL_DATA_DIR") or BASE_DIR / ".vigil").resolve()
     path.mkdir(parents=True, exist_ok=True)
     # pgserver asks platformdirs for a runtime folder; give it ours instead of a warning.
-    os.environ.setdefault("XDG_RUNTIME_DIR", str(path))
+    if "XDG_RUNTIME_DIR" not in os.environ:
+        run = path / "run"
+        run.mkdir(mode=0o700, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = str(run)
     return path
 
 

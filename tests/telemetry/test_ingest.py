@@ -1,0 +1,191 @@
+"""Ingest in-process: what is stored, what is refused (whole, with a reason), and the rollup."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+from django.db import connection
+
+from collectors.schema import GPU_FIELD_NAMES, BatchError
+from tests.helpers import make_batch
+from webapp.fleet.models import Gpu, Node
+from webapp.fleet.services import AuthError
+from webapp.telemetry.models import GpuRollup1m, GpuSample, NodeSample, RejectedBatch
+from webapp.telemetry.services import batch_reject, samples_ingest
+
+
+def _count(table: str) -> int:
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM {table}")
+        return cur.fetchone()[0]
+
+
+def _stored_nothing() -> bool:
+    return (
+        _count("telemetry_gpusample") == 0
+        and _count("telemetry_nodesample") == 0
+        and _count("telemetry_gpurollup1m") == 0
+    )
+
+
+def test_batch_is_stored_with_values_nulls_and_inventory(node_token):
+    cluster, node, token = node_token
+    batch = make_batch(cluster, node, token, intervals=3)
+    result = samples_ingest(json.dumps(batch))
+
+    assert result.samples == result.samples_stored == 24
+    assert result.node_samples_stored == 3
+    assert Gpu.objects.filter(node__hostname=node).count() == 8
+    sample = GpuSample.objects.filter(gpu__index=3).order_by("ts").first()
+    assert sample.gpu_util == 50.0
+    assert sample.power_w == 300.0
+    assert sample.fb_used_bytes == 40 * 2**30
+    # Unsupported metrics arrive as null and stay null, never 0.
+    assert sample.tensor_active is None
+    assert sample.nvlink_replay is None
+    assert abs(sample.ts.timestamp() - batch["samples"][3][1]) < 1e-3
+    assert NodeSample.objects.count() == 3
+    node_row = Node.objects.get(hostname=node)
+    assert node_row.state == "up"
+    assert abs(node_row.last_seen.timestamp() - batch["samples"][-1][1]) < 1e-3
+
+
+def test_same_batch_twice_is_stored_once(node_token):
+    cluster, node, token = node_token
+    raw = json.dumps(make_batch(cluster, node, token, intervals=5))
+    first = samples_ingest(raw)
+    second = samples_ingest(raw)
+
+    assert first.samples_stored == 40
+    assert second.samples_stored == 0 and second.duplicates == 40
+    assert GpuSample.objects.count() == 40
+    assert NodeSample.objects.count() == 5
+    assert sum(GpuRollup1m.objects.values_list("n", flat=True)) == 40
+
+
+def test_overlapping_batch_stores_only_new_samples(node_token):
+    cluster, node, token = node_token
+    t0 = time.time() - 600
+    samples_ingest(json.dumps(make_batch(cluster, node, token, t0=t0, intervals=4)))
+    overlap = samples_ingest(json.dumps(make_batch(cluster, node, token, t0=t0 + 20, intervals=4)))
+
+    assert overlap.samples_stored == 16  # intervals 2 and 3 were stored already
+    assert GpuSample.objects.count() == 48
+
+
+def test_rollup_holds_min_mean_max_per_gpu_and_minute(node_token):
+    cluster, node, token = node_token
+    minute = (int(time.time()) // 60 - 5) * 60
+    batch = make_batch(cluster, node, token, t0=minute, intervals=6, step_s=10, gpus=1)
+    for k, row in enumerate(batch["samples"]):
+        row[2 + GPU_FIELD_NAMES.index("gpu_util")] = [0, 100, 40, 60, None, 20][k]
+        row[2 + GPU_FIELD_NAMES.index("power_w")] = 100.0 + k
+    # The same minute arrives in two batches; the rollup must still cover all six samples.
+    first = dict(batch, samples=batch["samples"][:3])
+    second = dict(batch, samples=batch["samples"][3:], batch_id="0" * 8 + batch["batch_id"][8:])
+    samples_ingest(json.dumps(first))
+    samples_ingest(json.dumps(second))
+    samples_ingest(json.dumps(second))  # redelivery changes nothing
+
+    roll = GpuRollup1m.objects.get()
+    assert roll.minute.timestamp() == minute
+    assert roll.n == 6
+    assert roll.gpu_util_cnt == 5
+    assert (roll.gpu_util_min, roll.gpu_util_max) == (0, 100)
+    assert math.isclose(roll.gpu_util_sum / roll.gpu_util_cnt, 44.0)
+    assert (roll.power_w_min, roll.power_w_max) == (100.0, 105.0)
+
+
+def _bad(batch: dict, **changes) -> str:
+    batch = dict(batch)
+    batch.update(changes)
+    return json.dumps(batch)
+
+
+def _with_value(batch: dict, field: str, value) -> dict:
+    samples = [list(r) for r in batch["samples"]]
+    samples[-1][2 + GPU_FIELD_NAMES.index(field)] = value
+    return dict(batch, samples=samples)
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("unknown_node", "unknown_node"),
+        ("wrong_token", "bad_token"),
+        ("malformed_field", "malformed"),
+        ("out_of_range", "malformed"),
+        ("future_timestamp", "future_timestamp"),
+        ("nan", "not_a_number"),
+        ("not_json", "malformed"),
+        ("unknown_gpu_index", "malformed"),
+        ("expired", "expired"),
+    ],
+)
+def test_bad_batch_is_refused_whole_and_nothing_written(node_token, case, reason):
+    cluster, node, token = node_token
+    good = make_batch(cluster, node, token, intervals=2)
+    raw = {
+        "unknown_node": _bad(good, node="no-such-node"),
+        "wrong_token": _bad(good, token="x" * 43),
+        "malformed_field": json.dumps(_with_value(good, "power_w", "lots")),
+        "out_of_range": json.dumps(_with_value(good, "gpu_util", 250.0)),
+        "future_timestamp": _bad(
+            good, samples=[*good["samples"][:-1], [0, time.time() + 3600, *good["samples"][0][2:]]]
+        ),
+        # Python's json writes NaN as a bare token, as a careless collector would.
+        "nan": json.dumps(_with_value(good, "gpu_temp_c", float("nan"))),
+        "not_json": '{"v": 1, "samples": [[0, 1',
+        "unknown_gpu_index": _bad(good, samples=[[9, *good["samples"][0][1:]]]),
+        "expired": json.dumps(make_batch(cluster, node, token, t0=time.time() - 40 * 86400)),
+    }[case]
+
+    with pytest.raises((BatchError, AuthError)) as excinfo:
+        samples_ingest(raw)
+    assert excinfo.value.reason == reason
+    batch_reject(raw, excinfo.value)
+
+    assert _stored_nothing()
+    rejected = RejectedBatch.objects.get()
+    assert rejected.reason == reason
+    assert rejected.detail  # names the problem for the log
+    if case not in ("not_json", "unknown_node"):
+        assert rejected.node == node
+    # The valid batch still goes through afterwards: a bad batch breaks nothing.
+    assert samples_ingest(json.dumps(good)).samples_stored == 16
+
+
+def test_rejection_detail_names_the_field(node_token):
+    cluster, node, token = node_token
+    raw = json.dumps(_with_value(make_batch(cluster, node, token), "power_w", -5.0))
+    with pytest.raises(BatchError) as excinfo:
+        samples_ingest(raw)
+    assert "samples.7.10" in excinfo.value.detail  # row 7, column power_w
+    assert "greater than or equal to 0" in excinfo.value.detail
+
+
+def test_token_rotation_locks_out_the_old_token(node_token):
+    from webapp.fleet.services import node_token_issue
+
+    cluster, node, token = node_token
+    samples_ingest(json.dumps(make_batch(cluster, node, token)))
+    new_token = node_token_issue(cluster, node)
+    with pytest.raises(AuthError):
+        samples_ingest(json.dumps(make_batch(cluster, node, token)))
+    assert samples_ingest(json.dumps(make_batch(cluster, node, new_token))).samples_stored == 8
+
+
+def test_gpu_moved_to_another_node_keeps_its_identity(db):
+    from webapp.fleet.services import node_token_issue
+
+    ta = node_token_issue("c1", "node-a")
+    tb = node_token_issue("c1", "node-b")
+    samples_ingest(json.dumps(make_batch("c1", "node-a", ta, gpus=2, uuid_prefix="GPU-X")))
+    samples_ingest(json.dumps(make_batch("c1", "node-b", tb, gpus=1, uuid_prefix="GPU-X")))
+
+    gpu = Gpu.objects.get(uuid="GPU-X-00")
+    assert gpu.node.hostname == "node-b"
+    assert Gpu.objects.filter(uuid__startswith="GPU-X").count() == 2
