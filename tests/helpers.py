@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import urlsplit, urlunsplit
 
 from collectors.schema import GPU_FIELDS, NODE_FIELDS
 
@@ -93,15 +93,8 @@ def database_url() -> str:
     """URL of the database the tests use (pytest-django's test database), for subprocesses."""
     from django.db import connection
 
-    s = connection.settings_dict
-    user = quote(s.get("USER") or "")
-    password = quote(s.get("PASSWORD") or "")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    host = s.get("HOST") or ""
-    if host.startswith("/"):
-        return f"postgresql://{auth}/{s['NAME']}?host={quote(host)}"
-    port = f":{s['PORT']}" if s.get("PORT") else ""
-    return f"postgresql://{auth}{host}{port}/{s['NAME']}"
+    url = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(url._replace(path="/" + connection.settings_dict["NAME"]))
 
 
 def subprocess_env(db_url: str, **extra: str) -> dict[str, str]:

@@ -41,6 +41,10 @@ def postgres_url() -> str:
     import pgserver
 
     server = pgserver.get_server(_pg_dir(), cleanup_mode=None)
+    # get_server() returns a cached handle without checking the server; start it again if it
+    # was stopped behind the handle (a restart in tests, a crash).
+    with server._lock:
+        server.ensure_postgres_running()
     return server.get_uri()
 
 

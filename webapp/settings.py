@@ -111,7 +111,8 @@ TEMPLATES = [
 # --- Database and broker -------------------------------------------------------------------
 # With no URL configured, webapp/embedded.py starts a private PostgreSQL and Redis under
 # VIGIL_DATA_DIR, so `make demo` and `make test` need nothing installed.
-if not os.environ.get("DATABASE_URL"):
+VIGIL_EMBEDDED_POSTGRES = not os.environ.get("DATABASE_URL")
+if VIGIL_EMBEDDED_POSTGRES:
     from webapp import embedded
 
     os.environ["DATABASE_URL"] = embedded.postgres_url()
@@ -121,7 +122,8 @@ DATABASES = {
     )
 }
 
-if not os.environ.get("CELERY_BROKER_URL"):
+VIGIL_EMBEDDED_REDIS = not os.environ.get("CELERY_BROKER_URL")
+if VIGIL_EMBEDDED_REDIS:
     from webapp import embedded
 
     os.environ["CELERY_BROKER_URL"] = embedded.broker_url()

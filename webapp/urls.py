@@ -1,6 +1,14 @@
 from django.contrib import admin
-from django.urls import path
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from webapp import health
 
 urlpatterns = [
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("healthz", health.healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    path("", include("webapp.fleet.urls")),
+    path("", include("webapp.telemetry.urls")),
 ]

@@ -1,0 +1,1 @@
+"""Test doubles for the one part that cannot be real where tests run: the GPU."""

@@ -1,0 +1,36 @@
+from django.contrib import admin
+
+from webapp.fleet.models import Cluster, Gpu, Node
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = ("name", "grid_zone", "pue", "created_at")
+    search_fields = ("name",)
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    extra = 0
+    fields = ("index", "uuid", "model", "pci_bus_id", "serial", "last_seen")
+    readonly_fields = ("uuid", "last_seen")
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ("hostname", "cluster", "state", "last_seen", "source")
+    list_filter = ("cluster", "state", "source")
+    search_fields = ("hostname",)
+    list_select_related = ("cluster",)
+    # The token is issued by `manage.py issue_node_token`; only its hash is stored.
+    readonly_fields = ("token_hash", "token_issued_at", "last_seen", "created_at")
+    inlines = [GpuInline]
+
+
+@admin.register(Gpu)
+class GpuAdmin(admin.ModelAdmin):
+    list_display = ("uuid", "node", "index", "model", "first_seen", "last_seen")
+    list_filter = ("model", "node__cluster")
+    search_fields = ("uuid", "serial", "node__hostname")
+    list_select_related = ("node__cluster",)
+    readonly_fields = ("first_seen",)

@@ -1,0 +1,242 @@
+"""Plotly figures of the live pages, built server-side and drawn by plotly.js in the browser.
+
+Every function returns a plain dict (`fig.to_json()` decoded), ready for `json_script` or a
+JSON response, that the page passes to `Plotly.newPlot` / `Plotly.react` unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from webapp.telemetry.selectors import ERRORING, STALE, LatestGpu, Series
+
+TEMPLATE = "plotly_white"
+# Cells with no utilization to show (stale, or a GPU that does not report it).
+NO_DATA_COLOUR = "#b9bec7"
+ERROR_COLOUR = "#d62728"
+UTIL_COLOURSCALE = "Viridis"
+
+GIB = 2**30
+
+# Metric name -> (axis title with unit, conversion from the stored unit).
+SERIES_AXES: dict[str, tuple[str, Callable[[float], float]]] = {
+    "gpu_util": ("GPU util (%)", lambda v: v),
+    "sm_active": ("SM active (%)", lambda v: v * 100.0),
+    "fb_used_bytes": ("memory used (GiB)", lambda v: v / GIB),
+    "power_w": ("power (W)", lambda v: v),
+    "gpu_temp_c": ("temperature (°C)", lambda v: v),
+}
+
+
+def _fmt(value: float | int | None, unit: str, digits: int = 0) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.{digits}f} {unit}".rstrip()
+
+
+def gpu_hover_values(gpu: LatestGpu) -> dict[str, str]:
+    """The latest values of a GPU as display strings with units ("n/a" when missing)."""
+    sm = gpu.value("sm_active")
+    mem = gpu.value("fb_used_bytes")
+    return {
+        "gpu_util": _fmt(gpu.value("gpu_util"), "%"),
+        "sm_active": _fmt(sm * 100 if sm is not None else None, "%"),
+        "power_w": _fmt(gpu.value("power_w"), "W"),
+        "gpu_temp_c": _fmt(gpu.value("gpu_temp_c"), "°C"),
+        "fb_used": _fmt(mem / GIB if mem is not None else None, "GiB", 1),
+    }
+
+
+_HEATMAP_HOVER = (
+    "<b>%{customdata[0]}</b> · GPU %{customdata[1]}<br>"
+    "%{customdata[2]}<br>%{customdata[3]}<br>"
+    "status: %{customdata[9]}<br>"
+    "util: %{customdata[4]} · SM active: %{customdata[5]}<br>"
+    "power: %{customdata[6]} · temp: %{customdata[7]}<br>"
+    "memory used: %{customdata[8]}"
+    "<extra></extra>"
+)
+
+
+def overview_heatmap(
+    gpus: list[LatestGpu],
+    node_url: Callable[[int], str],
+    *,
+    busy_util_pct: float,
+    stale_after_s: int,
+) -> dict:
+    """Node x GPU-index heatmap of utilization for one cluster: one cell per GPU.
+
+    Three traces: utilization (colour scale), GPUs with no utilization to show (grey; stale or
+    not reported), and a red cross over erroring GPUs. Each cell's customdata carries the
+    hover text and the node page URL (index 10) that a click opens.
+    """
+    hostnames = list(dict.fromkeys(g.hostname for g in gpus))
+    row_of = {h: i for i, h in enumerate(hostnames)}
+    width = max((g.index for g in gpus), default=-1) + 1
+    util = [[None] * width for _ in hostnames]
+    no_data = [[None] * width for _ in hostnames]
+    custom = [[None] * width for _ in hostnames]
+    err_x, err_y = [], []
+    for g in gpus:
+        r, c = row_of[g.hostname], g.index
+        hover = gpu_hover_values(g)
+        status = g.status
+        shown = g.value("gpu_util")
+        if status == STALE or shown is None:
+            no_data[r][c] = 1
+        else:
+            util[r][c] = shown
+        if status == ERRORING:
+            err_x.append(c)
+            err_y.append(g.hostname)
+        custom[r][c] = [
+            g.hostname,
+            g.index,
+            g.uuid,
+            g.model or "unknown model",
+            hover["gpu_util"],
+            hover["sm_active"],
+            hover["power_w"],
+            hover["gpu_temp_c"],
+            hover["fb_used"],
+            status if status != STALE else f"stale (no sample in {stale_after_s} s)",
+            node_url(g.node_id),
+        ]
+    x = list(range(width))
+    fig = go.Figure()
+    fig.add_trace(
+        go.Heatmap(
+            name="GPU util (%)",
+            z=util,
+            x=x,
+            y=hostnames,
+            customdata=custom,
+            zmin=0,
+            zmax=100,
+            colorscale=UTIL_COLOURSCALE,
+            colorbar={"title": {"text": "GPU util (%)"}, "thickness": 14, "len": 1.0},
+            hoverongaps=False,
+            hovertemplate=_HEATMAP_HOVER,
+            xgap=2,
+            ygap=2,
+            showlegend=False,
+        )
+    )
+    fig.add_trace(
+        go.Heatmap(
+            name=f"no data (stale > {stale_after_s} s)",
+            z=no_data,
+            x=x,
+            y=hostnames,
+            customdata=custom,
+            zmin=0,
+            zmax=1,
+            colorscale=[[0, NO_DATA_COLOUR], [1, NO_DATA_COLOUR]],
+            showscale=False,
+            hoverongaps=False,
+            hovertemplate=_HEATMAP_HOVER,
+            xgap=2,
+            ygap=2,
+            showlegend=True,
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            name="erroring (ECC DBE / row remap)",
+            x=err_x,
+            y=err_y,
+            mode="markers",
+            marker={"symbol": "x-thin", "size": 14, "line": {"width": 3, "color": ERROR_COLOUR}},
+            hoverinfo="skip",
+            showlegend=True,
+        )
+    )
+    fig.update_layout(
+        template=TEMPLATE,
+        height=110 + 28 * max(len(hostnames), 3),
+        margin={"l": 10, "r": 10, "t": 10, "b": 40},
+        xaxis={
+            "title": {"text": "GPU index"},
+            "tickmode": "linear",
+            "dtick": 1,
+            "range": [-0.5, max(width, 1) - 0.5],
+            "showgrid": False,
+            "zeroline": False,
+        },
+        yaxis={
+            "title": {"text": "node"},
+            "type": "category",
+            "autorange": "reversed",
+            "automargin": True,
+            "showgrid": False,
+        },
+        legend={"orientation": "h", "x": 0, "y": -0.02, "yanchor": "top", "yref": "container"},
+        meta={"busy_util_pct": busy_util_pct},
+    )
+    return json.loads(fig.to_json())
+
+
+# Colours per GPU index on the series figures, so GPU 3 has one colour on every panel.
+GPU_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+
+
+def series_figure(series: dict[str, Series], *, title: str | None = None) -> dict:
+    """One panel per metric (shared time axis), one line per GPU; keys of `series` are labels."""
+    names = list(SERIES_AXES)
+    fig = make_subplots(
+        rows=len(names),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.035,
+        subplot_titles=[SERIES_AXES[n][0] for n in names],
+    )
+    for i, (label, s) in enumerate(series.items()):
+        colour = GPU_COLOURS[i % len(GPU_COLOURS)]
+        for row, name in enumerate(names, start=1):
+            axis_title, convert = SERIES_AXES[name]
+            y = [convert(v) if v is not None else None for v in s.values[name]]
+            fig.add_trace(
+                go.Scatter(
+                    x=s.ts,
+                    y=y,
+                    name=label,
+                    legendgroup=label,
+                    showlegend=row == 1,
+                    mode="lines",
+                    line={"color": colour, "width": 1.5},
+                    connectgaps=False,
+                    hovertemplate=f"{label}: %{{y:,.1f}}<extra>{axis_title}</extra>",
+                ),
+                row=row,
+                col=1,
+            )
+    for row, name in enumerate(names, start=1):
+        fig.update_yaxes(title_text=SERIES_AXES[name][0], rangemode="tozero", row=row, col=1)
+    fig.update_yaxes(range=[0, 100], row=1, col=1)
+    fig.update_yaxes(range=[0, 100], row=2, col=1)
+    fig.update_xaxes(title_text="time (UTC)", row=len(names), col=1)
+    fig.update_layout(
+        template=TEMPLATE,
+        height=170 * len(names) + 90,
+        margin={"l": 10, "r": 10, "t": 40 if title else 30, "b": 40},
+        hovermode="x unified",
+        legend={"title": {"text": "GPU"}, "orientation": "h", "y": 1.0, "yanchor": "bottom"},
+        title={"text": title} if title else None,
+    )
+    return json.loads(fig.to_json())

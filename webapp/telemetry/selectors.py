@@ -1,0 +1,265 @@
+"""Reads of telemetry: the latest sample of every GPU, fleet summaries, and time series.
+
+Latest values come from one `DISTINCT ON (gpu_id)` query over the raw samples of the last
+`VIGIL_STALE_AFTER_S` seconds (the primary key (gpu_id, ts) serves it, and the time bound
+prunes every partition but today's). Series of a day or more read only the 1-minute rollup
+(`telemetry_gpurollup1m`), never raw samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from collectors.schema import GPU_FIELD_NAMES
+from webapp.fleet.models import Cluster
+
+# Status of a GPU on the overview. Exactly one applies, checked in this order.
+STALE = "stale"  # no sample within VIGIL_STALE_AFTER_S
+ERRORING = "erroring"  # latest sample shows an uncorrectable memory error (see gpu_status)
+BUSY = "busy"  # latest gpu_util >= VIGIL_BUSY_UTIL_PCT
+IDLE = "idle"  # everything else, including a GPU that reports no utilization at all
+STATUSES: tuple[str, ...] = (BUSY, IDLE, ERRORING, STALE)
+
+# Metrics the live pages show, with the unit the figures use.
+SERIES_METRICS: tuple[str, ...] = (
+    "gpu_util",
+    "sm_active",
+    "fb_used_bytes",
+    "power_w",
+    "gpu_temp_c",
+)
+
+
+@dataclass(frozen=True)
+class LatestGpu:
+    """A GPU of the inventory with its latest sample (all metrics None when stale)."""
+
+    gpu_id: int
+    index: int
+    uuid: str
+    model: str
+    node_id: int
+    hostname: str
+    cluster_id: int
+    cluster: str
+    ts: datetime | None
+    values: dict[str, float | int | None] = field(default_factory=dict)
+
+    def value(self, name: str) -> float | int | None:
+        return self.values.get(name)
+
+    @property
+    def status(self) -> str:
+        return gpu_status(self.ts, self.values, settings.VIGIL_BUSY_UTIL_PCT)
+
+
+def gpu_status(ts: datetime | None, values: dict, busy_util_pct: float) -> str:
+    """Classify a GPU from its latest sample (None when there is none in the stale window).
+
+    Erroring means the latest sample shows an uncorrectable memory error the GPU has not
+    recovered from: volatile double-bit ECC errors since the last reset (`ecc_dbe_vol > 0`),
+    a row remap waiting for a reset (`remap_pending = 1`, Xid 63) or a failed remap
+    (`remap_failure = 1`, Xid 64: RMA candidate). It wins over busy and idle, because a busy
+    GPU with a bad row still needs attention. Aggregate and single-bit counters do not count:
+    they never reset or are corrected, so they would keep a healthy GPU red forever.
+    """
+    if ts is None:
+        return STALE
+    if (
+        (values.get("ecc_dbe_vol") or 0) > 0
+        or values.get("remap_pending") == 1
+        or values.get("remap_failure") == 1
+    ):
+        return ERRORING
+    util = values.get("gpu_util")
+    if util is not None and util >= busy_util_pct:
+        return BUSY
+    return IDLE
+
+
+_LATEST_SQL = f"""
+SELECT g.id, g.index, g.uuid, g.model, n.id, n.hostname, c.id, c.name, s.ts,
+    {", ".join("s." + name for name in GPU_FIELD_NAMES)}
+FROM fleet_gpu g
+JOIN fleet_node n ON n.id = g.node_id
+JOIN fleet_cluster c ON c.id = n.cluster_id
+LEFT JOIN (
+    SELECT DISTINCT ON (gpu_id) *
+    FROM telemetry_gpusample
+    WHERE ts > now() - %s * interval '1 second'
+    ORDER BY gpu_id, ts DESC
+) s ON s.gpu_id = g.id
+{{where}}
+ORDER BY c.name, n.hostname, g.index
+"""
+
+
+def gpus_latest(
+    cluster: Cluster | None = None, *, node_id: int | None = None, within_s: int | None = None
+) -> list[LatestGpu]:
+    """Every GPU (of one cluster or node, or of the fleet) with its latest sample, in one query.
+
+    GPUs without a sample in the last `within_s` seconds (default VIGIL_STALE_AFTER_S) are
+    listed with ts None and no values: they are stale.
+    """
+    within_s = settings.VIGIL_STALE_AFTER_S if within_s is None else within_s
+    params: list = [within_s]
+    where = ""
+    if cluster is not None:
+        where, params = "WHERE c.id = %s", [*params, cluster.id]
+    elif node_id is not None:
+        where, params = "WHERE n.id = %s", [*params, node_id]
+    with connection.cursor() as cur:
+        cur.execute(_LATEST_SQL.format(where=where), params)
+        rows = cur.fetchall()
+    out = []
+    for row in rows:
+        ts = row[8]
+        values = dict(zip(GPU_FIELD_NAMES, row[9:], strict=True)) if ts is not None else {}
+        out.append(LatestGpu(*row[:8], ts=ts, values=values))
+    return out
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    id: int
+    name: str
+    gpus: int
+    busy: int
+    idle: int
+    erroring: int
+    stale: int
+    power_kw: float
+    nodes: int
+
+    @property
+    def busy_pct(self) -> float | None:
+        return 100.0 * self.busy / self.gpus if self.gpus else None
+
+
+def clusters_summarize(clusters: list[Cluster], gpus: list[LatestGpu]) -> list[ClusterSummary]:
+    """Busy / idle / erroring / stale counts and power now (kW) per cluster (plain arithmetic)."""
+    out = []
+    for cluster in clusters:
+        mine = [g for g in gpus if g.cluster_id == cluster.id]
+        counts = {status: 0 for status in STATUSES}
+        for gpu in mine:
+            counts[gpu.status] += 1
+        power_w = sum(g.value("power_w") or 0.0 for g in mine)
+        out.append(
+            ClusterSummary(
+                id=cluster.id,
+                name=cluster.name,
+                gpus=len(mine),
+                power_kw=power_w / 1000.0,
+                nodes=len({g.node_id for g in mine}),
+                **counts,
+            )
+        )
+    return out
+
+
+def clusters_overview() -> tuple[list[ClusterSummary], list[LatestGpu]]:
+    """Summaries of every cluster and the latest sample of every GPU (two queries)."""
+    clusters = list(Cluster.objects.order_by("name"))
+    gpus = gpus_latest()
+    return clusters_summarize(clusters, gpus), gpus
+
+
+# --- Time series ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    key: str
+    label: str
+    seconds: int
+    # None: raw samples. Otherwise rollup minutes averaged into buckets of this many seconds.
+    bucket_s: int | None
+
+    @property
+    def source(self) -> str:
+        return "raw samples" if self.bucket_s is None else "1-minute rollup"
+
+
+# Ranges of a day or more read the rollup only (DESIGN.md: raw samples are for short ranges).
+RANGES: dict[str, TimeRange] = {
+    r.key: r
+    for r in (
+        TimeRange("1h", "last hour", 3600, None),
+        TimeRange("1d", "last day", 86400, 60),
+        TimeRange("7d", "last 7 days", 7 * 86400, 600),
+    )
+}
+DEFAULT_RANGE = "1h"
+
+
+@dataclass
+class Series:
+    """One GPU's series: timestamps and one list of values per metric (None = no value)."""
+
+    ts: list[datetime] = field(default_factory=list)
+    values: dict[str, list[float | None]] = field(
+        default_factory=lambda: {m: [] for m in SERIES_METRICS}
+    )
+
+
+_RAW_SERIES_SQL = f"""
+SELECT gpu_id, ts, {", ".join(SERIES_METRICS)}
+FROM telemetry_gpusample
+WHERE gpu_id = ANY(%s) AND ts > %s AND ts <= %s
+ORDER BY gpu_id, ts
+"""
+
+# Means per bucket from the rollup's sums and counts (a mean of means would weight minutes
+# with fewer samples too much).
+_ROLLUP_SERIES_SQL = f"""
+SELECT gpu_id, date_bin(%s * interval '1 second', minute, timestamptz '2000-01-01') AS bucket,
+    {", ".join(f"sum({m}_sum) / nullif(sum({m}_cnt), 0)" for m in SERIES_METRICS)}
+FROM telemetry_gpurollup1m
+WHERE gpu_id = ANY(%s) AND minute > %s AND minute <= %s
+GROUP BY 1, 2
+ORDER BY 1, 2
+"""
+
+
+def gpus_series(
+    gpu_ids: list[int], time_range: TimeRange, *, until: datetime | None = None
+) -> dict[int, Series]:
+    """Series of SERIES_METRICS for each GPU over `time_range` ending at `until` (default now)."""
+    until = until or timezone.now()
+    since = until - timedelta(seconds=time_range.seconds)
+    out: dict[int, Series] = {gpu_id: Series() for gpu_id in gpu_ids}
+    if not gpu_ids:
+        return out
+    with connection.cursor() as cur:
+        if time_range.bucket_s is None:
+            cur.execute(_RAW_SERIES_SQL, [list(gpu_ids), since, until])
+        else:
+            cur.execute(_ROLLUP_SERIES_SQL, [time_range.bucket_s, list(gpu_ids), since, until])
+        rows = cur.fetchall()
+    for gpu_id, ts, *values in rows:
+        series = out[gpu_id]
+        series.ts.append(ts)
+        for name, value in zip(SERIES_METRICS, values, strict=True):
+            series.values[name].append(value)
+    return out
+
+
+def gpu_sample_latest(gpu_id: int) -> tuple[datetime | None, dict[str, float | int | None]]:
+    """The newest sample of one GPU however old (within retention), as (ts, values)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT ts, {', '.join(GPU_FIELD_NAMES)} FROM telemetry_gpusample "
+            "WHERE gpu_id = %s ORDER BY ts DESC LIMIT 1",
+            [gpu_id],
+        )
+        row = cur.fetchone()
+    if row is None:
+        return None, {}
+    return row[0], dict(zip(GPU_FIELD_NAMES, row[1:], strict=True))

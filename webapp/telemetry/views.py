@@ -1,0 +1,267 @@
+"""Live pages: fleet overview (heatmap refreshed from JSON), node and GPU pages, CSV exports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from functools import wraps
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_not_required, login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils import timezone
+
+from collectors.schema import GPU_FIELDS, Metric
+from webapp.exports import csv_response
+from webapp.fleet.models import Gpu, Node
+from webapp.telemetry import figures
+from webapp.telemetry.selectors import (
+    DEFAULT_RANGE,
+    RANGES,
+    SERIES_METRICS,
+    ClusterSummary,
+    LatestGpu,
+    TimeRange,
+    clusters_overview,
+    gpu_sample_latest,
+    gpus_latest,
+    gpus_series,
+)
+
+
+def api_login_required(view: Callable) -> Callable:
+    """Like login_required, but an anonymous caller gets 401 JSON instead of a login page."""
+
+    @login_not_required
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return JsonResponse(
+                {"error": "login required", "login_url": reverse("login")}, status=401
+            )
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _node_url_factory() -> Callable[[int], str]:
+    prefix = reverse("telemetry:node", args=[0]).removesuffix("0/")
+    return lambda node_id: f"{prefix}{node_id}/"
+
+
+def _overview_payload(summaries: list[ClusterSummary], gpus: list[LatestGpu]) -> dict:
+    node_url = _node_url_factory()
+    clusters = []
+    for summary in summaries:
+        mine = [g for g in gpus if g.cluster_id == summary.id]
+        clusters.append(
+            {
+                "name": summary.name,
+                "gpus": summary.gpus,
+                "busy": summary.busy,
+                "idle": summary.idle,
+                "erroring": summary.erroring,
+                "stale": summary.stale,
+                "power_kw": round(summary.power_kw, 3),
+                "figure": figures.overview_heatmap(
+                    mine,
+                    node_url,
+                    busy_util_pct=settings.VIGIL_BUSY_UTIL_PCT,
+                    stale_after_s=settings.VIGIL_STALE_AFTER_S,
+                ),
+            }
+        )
+    return {
+        "generated_at": timezone.now().isoformat(),
+        "busy_util_pct": settings.VIGIL_BUSY_UTIL_PCT,
+        "stale_after_s": settings.VIGIL_STALE_AFTER_S,
+        "clusters": clusters,
+        "gpus": [
+            {
+                "cluster": g.cluster,
+                "node": g.hostname,
+                "node_url": node_url(g.node_id),
+                "index": g.index,
+                "uuid": g.uuid,
+                "model": g.model,
+                "status": g.status,
+                "ts": g.ts.isoformat() if g.ts else None,
+                **{name: g.value(name) for name in SERIES_METRICS},
+            }
+            for g in gpus
+        ],
+    }
+
+
+@login_required
+def overview(request: HttpRequest) -> HttpResponse:
+    summaries, gpus = clusters_overview()
+    return render(
+        request,
+        "telemetry/overview.html",
+        {
+            "summaries": summaries,
+            "payload": _overview_payload(summaries, gpus),
+            "busy_util_pct": settings.VIGIL_BUSY_UTIL_PCT,
+            "stale_after_s": settings.VIGIL_STALE_AFTER_S,
+        },
+    )
+
+
+@api_login_required
+def overview_json(request: HttpRequest) -> JsonResponse:
+    summaries, gpus = clusters_overview()
+    return JsonResponse(_overview_payload(summaries, gpus))
+
+
+@login_required
+def overview_csv(request: HttpRequest) -> HttpResponse:
+    summaries, _ = clusters_overview()
+    return csv_response(
+        "vigil-clusters.csv",
+        ["cluster", "nodes", "gpus", "busy", "idle", "erroring", "stale", "power_kw"],
+        (
+            [s.name, s.nodes, s.gpus, s.busy, s.idle, s.erroring, s.stale, round(s.power_kw, 3)]
+            for s in summaries
+        ),
+    )
+
+
+def _time_range(request: HttpRequest) -> TimeRange:
+    return RANGES.get(request.GET.get("range", DEFAULT_RANGE), RANGES[DEFAULT_RANGE])
+
+
+_GPU_TABLE_HEADER = [
+    "index",
+    "uuid",
+    "model",
+    "status",
+    "last_sample_utc",
+    "gpu_util_pct",
+    "sm_active_pct",
+    "mem_used_gib",
+    "power_w",
+    "gpu_temp_c",
+]
+
+
+def _gpu_table_row(g: LatestGpu) -> list:
+    sm = g.value("sm_active")
+    mem = g.value("fb_used_bytes")
+    return [
+        g.index,
+        g.uuid,
+        g.model,
+        g.status,
+        g.ts.isoformat() if g.ts else None,
+        g.value("gpu_util"),
+        round(sm * 100, 1) if sm is not None else None,
+        round(mem / figures.GIB, 2) if mem is not None else None,
+        g.value("power_w"),
+        g.value("gpu_temp_c"),
+    ]
+
+
+@login_required
+def node(request: HttpRequest, node_id: int) -> HttpResponse:
+    node = get_object_or_404(Node.objects.select_related("cluster"), id=node_id)
+    time_range = _time_range(request)
+    gpus = gpus_latest(node_id=node.id)
+    series = gpus_series([g.gpu_id for g in gpus], time_range)
+    figure = figures.series_figure({f"GPU {g.index}": series[g.gpu_id] for g in gpus})
+    return render(
+        request,
+        "telemetry/node.html",
+        {
+            "node": node,
+            "gpus": [(g, figures.gpu_hover_values(g)) for g in gpus],
+            "figure": figure,
+            "time_range": time_range,
+            "ranges": RANGES.values(),
+            "has_data": any(s.ts for s in series.values()),
+            "now": timezone.now(),
+            "stale_after_s": settings.VIGIL_STALE_AFTER_S,
+        },
+    )
+
+
+@login_required
+def node_csv(request: HttpRequest, node_id: int) -> HttpResponse:
+    node = get_object_or_404(Node, id=node_id)
+    gpus = gpus_latest(node_id=node.id)
+    return csv_response(
+        f"vigil-{node.hostname}-gpus.csv",
+        _GPU_TABLE_HEADER,
+        (_gpu_table_row(g) for g in gpus),
+    )
+
+
+def _format_metric(metric: Metric, value: float | int | None, model: str) -> str:
+    """A latest value for people: units, grouping; NULL means the GPU does not support it."""
+    if value is None:
+        return f"n/a (not supported on {model or 'this model'})"
+    unit = metric.unit
+    if unit == "ratio":
+        return f"{value * 100:.1f} %"
+    if unit == "B":
+        return f"{value / figures.GIB:,.1f} GiB"
+    if unit == "B/s":
+        return f"{value / 1e6:,.1f} MB/s"
+    if unit == "mJ":
+        return f"{value / 3.6e9:,.3f} kWh"  # 1 kWh = 3.6e9 mJ
+    if unit == "bitmask":
+        return f"0x{int(value):x}"
+    if unit == "flag":
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.1f} {unit}"
+    return f"{value:,} {unit}"
+
+
+@login_required
+def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
+    gpu = get_object_or_404(Gpu.objects.select_related("node__cluster"), id=gpu_id)
+    time_range = _time_range(request)
+    ts, values = gpu_sample_latest(gpu.id)
+    series = gpus_series([gpu.id], time_range)[gpu.id]
+    latest = [
+        (m, _format_metric(m, values.get(m.name), gpu.model) if ts else "no sample")
+        for m in GPU_FIELDS
+    ]
+    age_s = (timezone.now() - ts).total_seconds() if ts else None
+    return render(
+        request,
+        "telemetry/gpu.html",
+        {
+            "gpu": gpu,
+            "node": gpu.node,
+            "latest": latest,
+            "latest_ts": ts,
+            "stale": age_s is None or age_s > settings.VIGIL_STALE_AFTER_S,
+            "figure": figures.series_figure({f"GPU {gpu.index}": series}),
+            "has_data": bool(series.ts),
+            "time_range": time_range,
+            "ranges": RANGES.values(),
+            "now": timezone.now(),
+            "stale_after_s": settings.VIGIL_STALE_AFTER_S,
+        },
+    )
+
+
+def _iso(ts: datetime) -> str:
+    return ts.isoformat()
+
+
+@login_required
+def gpu_csv(request: HttpRequest, gpu_id: int) -> HttpResponse:
+    gpu = get_object_or_404(Gpu.objects.select_related("node"), id=gpu_id)
+    time_range = _time_range(request)
+    series = gpus_series([gpu.id], time_range)[gpu.id]
+    columns = [series.values[m] for m in SERIES_METRICS]
+    return csv_response(
+        f"vigil-{gpu.node.hostname}-gpu{gpu.index}-{time_range.key}.csv",
+        ["ts_utc", *SERIES_METRICS],
+        ([_iso(ts), *row] for ts, *row in zip(series.ts, *columns, strict=True)),
+    )
