@@ -68,9 +68,7 @@ def make_batch(
             {"index": i, "uuid": f"{prefix}-{i:02d}", "name": "NVIDIA H100 80GB HBM3"}
             for i in range(gpus)
         ],
-        "samples": [
-            gpu_row(i, t0 + k * step_s) for k in range(intervals) for i in range(gpus)
-        ],
+        "samples": [gpu_row(i, t0 + k * step_s) for k in range(intervals) for i in range(gpus)],
         "node_samples": [node_row(t0 + k * step_s) for k in range(intervals)],
     }
     batch.update(overrides)

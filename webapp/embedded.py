@@ -38,9 +38,10 @@ def _pg_dir() -> Path:
 
 def postgres_url() -> str:
     """Start the embedded PostgreSQL if it is not running and return its URL (unix socket)."""
+    pgdata = _pg_dir()  # sets XDG_RUNTIME_DIR, which pgserver reads at import
     import pgserver
 
-    server = pgserver.get_server(_pg_dir(), cleanup_mode=None)
+    server = pgserver.get_server(pgdata, cleanup_mode=None)
     # get_server() returns a cached handle without checking the server; start it again if it
     # was stopped behind the handle (a restart in tests, a crash).
     with server._lock:

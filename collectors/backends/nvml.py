@@ -16,6 +16,7 @@ node's answers into a fixture that `collectors.testing.fake_nvml` replays.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -259,10 +260,8 @@ class _Gpm:
 
     def free(self) -> None:
         for sample in (self.prev, self.cur):
-            try:
+            with contextlib.suppress(N.NVMLError):
                 N.nvmlGpmSampleFree(sample)
-            except N.NVMLError:
-                pass
 
 
 class _Gpu:

@@ -1,0 +1,226 @@
+"""Live pages as a logged-in operator and as an anonymous visitor: overview, JSON, node, GPU."""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+
+import pytest
+from django.db import connection
+from django.urls import reverse
+
+from tests.telemetry.conftest import MODEL, seed_node, seed_small_fleet
+
+
+def _csv(response) -> list[dict[str, str]]:
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    assert "attachment" in response["Content-Disposition"]
+    return list(csv.DictReader(io.StringIO(response.content.decode())))
+
+
+def _urls(fleet) -> list[str]:
+    gpu = fleet.gpu(fleet.a01, 0)
+    return [
+        reverse("telemetry:overview"),
+        reverse("telemetry:overview_csv"),
+        reverse("telemetry:node", args=[fleet.a01.id]),
+        reverse("telemetry:node_csv", args=[fleet.a01.id]),
+        reverse("telemetry:gpu", args=[gpu.id]),
+        reverse("telemetry:gpu_csv", args=[gpu.id]),
+        reverse("fleet:nodes", args=["alpha"]),
+        reverse("fleet:nodes_csv", args=["alpha"]),
+    ]
+
+
+def test_anonymous_visitor_is_sent_to_login_from_every_page(client, small_fleet):
+    for url in _urls(small_fleet):
+        response = client.get(url)
+        assert response.status_code == 302, url
+        assert response["Location"].startswith(reverse("login") + "?next="), url
+
+
+def test_anonymous_json_gets_401_not_a_login_page(client, small_fleet):
+    response = client.get(reverse("telemetry:overview_json"))
+    assert response.status_code == 401
+    assert response.json()["login_url"] == reverse("login")
+
+
+def test_login_form_leads_to_the_overview(client, operator):
+    page = client.get(reverse("login"))
+    assert page.status_code == 200 and b'name="password"' in page.content
+    response = client.post(
+        reverse("login"), {"username": "operator", "password": "correct-horse-battery"}
+    )
+    assert response.status_code == 302 and response["Location"] == reverse("telemetry:overview")
+    assert client.get(reverse("telemetry:overview")).status_code == 200
+
+
+def test_wrong_password_is_refused(client, operator):
+    response = client.post(reverse("login"), {"username": "operator", "password": "nope"})
+    assert response.status_code == 200
+    assert b"didn&#x27;t match" in response.content
+    assert client.get(reverse("telemetry:overview")).status_code == 302
+
+
+def test_overview_counts_busy_idle_erroring_stale_and_power(operator_client, small_fleet):
+    response = operator_client.get(reverse("telemetry:overview"))
+    assert response.status_code == 200
+    by_name = {s.name: s for s in response.context["summaries"]}
+    alpha, beta = by_name["alpha"], by_name["beta"]
+    assert (alpha.gpus, alpha.busy, alpha.idle, alpha.erroring, alpha.stale) == (16, 4, 2, 2, 8)
+    assert (beta.gpus, beta.busy, beta.idle, beta.erroring, beta.stale) == (4, 4, 0, 0, 0)
+    # Power now: newest samples of fresh GPUs only (the stale node contributes nothing).
+    assert alpha.power_kw == pytest.approx(3.72)
+    assert beta.power_kw == pytest.approx(2.8)
+    html = response.content.decode()
+    assert "Fleet overview" in html
+    assert "vendor/plotly-4.1.1.min.js" in html and "cdn" not in html.lower()
+    assert reverse("telemetry:overview_csv") in html
+    assert 'id="overview-data"' in html  # first draw needs no extra request
+
+
+def test_overview_json_has_one_cell_per_gpu_with_the_latest_values(operator_client, small_fleet):
+    data = operator_client.get(reverse("telemetry:overview_json")).json()
+
+    assert len(data["gpus"]) == 20
+    assert len({g["uuid"] for g in data["gpus"]}) == 20
+    cell = next(g for g in data["gpus"] if g["node"] == "gpu-a-01" and g["index"] == 0)
+    assert cell["gpu_util"] == 95.0 and cell["power_w"] == 650.0  # newest, not the older 1 %
+    assert cell["status"] == "busy" and cell["model"] == MODEL
+    assert cell["node_url"] == reverse("telemetry:node", args=[small_fleet.a01.id])
+    statuses = {(g["node"], g["index"]): g["status"] for g in data["gpus"]}
+    assert statuses[("gpu-a-01", 2)] == statuses[("gpu-a-01", 3)] == "erroring"
+    assert statuses[("gpu-a-01", 5)] == "idle"
+    assert all(statuses[("gpu-a-02", i)] == "stale" for i in range(8))
+
+    alpha = next(c for c in data["clusters"] if c["name"] == "alpha")
+    util, no_data, errors = alpha["figure"]["data"]
+    assert util["type"] == no_data["type"] == "heatmap"
+    assert util["y"] == ["gpu-a-01", "gpu-a-02"] and util["x"] == list(range(8))
+    shown = sum(v is not None for row in util["z"] for v in row)
+    grey = sum(v is not None for row in no_data["z"] for v in row)
+    assert shown + grey == alpha["gpus"] == 16 and grey == 8
+    assert util["z"][0][0] == 95.0
+    assert sorted(errors["x"]) == [2, 3]
+    assert util["customdata"][0][0][2] == "GPU-alpha-gpu-a-01-00"  # UUID in the hover
+
+
+def test_overview_query_count_does_not_grow_with_the_fleet(
+    operator_client, small_fleet, django_assert_max_num_queries
+):
+    for n in range(3, 8):
+        seed_node("beta", f"gpu-b-0{n}", utils=[40] * 8)
+    # session, user, clusters, latest samples of every GPU (one DISTINCT ON query).
+    with django_assert_max_num_queries(4):
+        assert operator_client.get(reverse("telemetry:overview")).status_code == 200
+    with django_assert_max_num_queries(4):
+        assert operator_client.get(reverse("telemetry:overview_json")).status_code == 200
+
+
+def test_overview_csv_has_one_row_per_cluster(operator_client, small_fleet):
+    rows = _csv(operator_client.get(reverse("telemetry:overview_csv")))
+    assert [r["cluster"] for r in rows] == ["alpha", "beta"]
+    assert rows[0] == {
+        "cluster": "alpha",
+        "nodes": "2",
+        "gpus": "16",
+        "busy": "4",
+        "idle": "2",
+        "erroring": "2",
+        "stale": "8",
+        "power_kw": "3.72",
+    }
+
+
+def test_empty_fleet_overview_explains_what_to_do(operator_client, db):
+    response = operator_client.get(reverse("telemetry:overview"))
+    assert response.status_code == 200
+    assert b"No clusters yet" in response.content
+    assert operator_client.get(reverse("telemetry:overview_json")).json()["gpus"] == []
+
+
+def _traces_with_points(figure: dict) -> list[dict]:
+    return [t for t in figure["data"] if any(v is not None for v in t.get("y", []))]
+
+
+def test_node_page_shows_each_gpu_and_its_last_hour(operator_client, small_fleet):
+    response = operator_client.get(reverse("telemetry:node", args=[small_fleet.a01.id]))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Node gpu-a-01" in html and "GPU-alpha-gpu-a-01-07" in html
+    assert response.context["time_range"].key == "1h"
+    figure = response.context["figure"]
+    # 5 metrics x 8 GPUs, every one with the 3 raw samples of the batch.
+    assert len(figure["data"]) == 40
+    assert len(_traces_with_points(figure)) == 40
+    assert all(len(t["x"]) == 3 for t in figure["data"])
+    assert {t["name"] for t in figure["data"]} == {f"GPU {i}" for i in range(8)}
+
+
+def test_node_page_day_range_reads_only_the_rollup(operator_client, db):
+    # Three hours ago: outside the last hour, inside the last day.
+    node = seed_node("alpha", "gpu-a-09", utils=[70] * 2, t0=time.time() - 3 * 3600, intervals=6)
+    url = reverse("telemetry:node", args=[node.id])
+
+    hour = operator_client.get(url).context["figure"]
+    assert _traces_with_points(hour) == []
+    # Without raw samples the day view still draws: it reads telemetry_gpurollup1m only.
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM telemetry_gpusample")
+    response = operator_client.get(url + "?range=1d")
+    assert response.context["time_range"].key == "1d"
+    assert b"1-minute rollup" in response.content
+    day = response.context["figure"]
+    util = [t for t in day["data"] if t["yaxis"] == "y"]
+    assert len(util) == 2 and all(t["y"] for t in util)
+    # 6 samples of 10 s land in one or two minutes; the rollup mean is (5 x 1 + 70) / 6.
+    assert sum(len(t["y"]) for t in util) <= 4
+
+
+def test_node_csv_lists_the_gpus_with_latest_values(operator_client, small_fleet):
+    rows = _csv(operator_client.get(reverse("telemetry:node_csv", args=[small_fleet.a01.id])))
+    assert [int(r["index"]) for r in rows] == list(range(8))
+    assert rows[0]["gpu_util_pct"] == "95.0" and rows[0]["power_w"] == "650.0"
+    assert rows[2]["status"] == "erroring"
+    assert rows[0]["mem_used_gib"] == "40.0"
+
+
+def test_unknown_node_and_gpu_are_404(operator_client, db):
+    assert operator_client.get(reverse("telemetry:node", args=[999999])).status_code == 404
+    assert operator_client.get(reverse("telemetry:gpu", args=[999999])).status_code == 404
+
+
+def test_gpu_page_shows_identity_latest_values_and_unsupported_metrics(
+    operator_client, small_fleet
+):
+    gpu = small_fleet.gpu(small_fleet.a01, 2)
+    response = operator_client.get(reverse("telemetry:gpu", args=[gpu.id]))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert gpu.uuid in html and MODEL in html
+    latest = {m.name: text for m, text in response.context["latest"]}
+    assert latest["gpu_util"] == "85.0 %"
+    assert latest["power_w"] == "630.0 W"
+    assert latest["fb_used_bytes"] == "40.0 GiB"
+    assert latest["ecc_dbe_vol"] == "1 count"
+    # NULL means the GPU does not support it: never shown as 0.
+    assert latest["tensor_active"] == f"n/a (not supported on {MODEL})"
+    assert latest["nvlink_replay"] == f"n/a (not supported on {MODEL})"
+    assert len(_traces_with_points(response.context["figure"])) == 5
+
+
+def test_gpu_csv_exports_the_series_of_the_range(operator_client, small_fleet):
+    gpu = small_fleet.gpu(small_fleet.a01, 0)
+    rows = _csv(operator_client.get(reverse("telemetry:gpu_csv", args=[gpu.id]) + "?range=1h"))
+    assert len(rows) == 3
+    assert list(rows[0]) == [
+        "ts_utc",
+        "gpu_util",
+        "sm_active",
+        "fb_used_bytes",
+        "power_w",
+        "gpu_temp_c",
+    ]
+    assert [r["gpu_util"] for r in rows] == ["1.0", "1.0", "95.0"]
