@@ -132,7 +132,9 @@ class WorkerProcess:
 
     def start(self, timeout: float = 60) -> None:
         env = subprocess_env(
-            self.db_url, VIGIL_BROKER_VISIBILITY_TIMEOUT=str(self.visibility_timeout_s)
+            self.db_url,
+            VIGIL_BROKER_VISIBILITY_TIMEOUT=str(self.visibility_timeout_s),
+            VIGIL_BROKER_RESTORE_INTERVAL_S="1",
         )
         self._log = open(self.logfile, "ab")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(

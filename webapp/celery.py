@@ -17,6 +17,11 @@ app.conf.beat_schedule = {
         "task": "vigil.telemetry.maintain_partitions",
         "schedule": crontab(minute=7),
     },
+    # Fold newly stored samples into the 1-minute rollup (only the minutes that changed).
+    "telemetry-rollups": {
+        "task": "vigil.telemetry.refresh_rollups",
+        "schedule": 15.0,
+    },
     "fleet-node-states": {
         "task": "vigil.fleet.mark_stale_nodes",
         "schedule": 30.0,

@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",
     "webapp.fleet",
     "webapp.telemetry",
 ]
@@ -86,6 +87,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Every page needs a login unless its view is marked @login_not_required (health, metrics).
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -138,8 +141,12 @@ CELERY_TASK_ROUTES = {"vigil.telemetry.ingest_batch": {"queue": "ingest"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A task whose worker died is redelivered after this many seconds (Redis has no per-consumer
 # acknowledgements; kombu restores unacknowledged messages after the visibility timeout).
+# Workers look for such messages every VIGIL_BROKER_RESTORE_INTERVAL_S seconds (kombu's
+# default sweep is 10 s x a throttle of 10, so a lost task could wait 100 s more).
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": envint("VIGIL_BROKER_VISIBILITY_TIMEOUT", "600", minimum=1)
+    "visibility_timeout": envint("VIGIL_BROKER_VISIBILITY_TIMEOUT", "600", minimum=1),
+    "unacked_restore_interval": envint("VIGIL_BROKER_RESTORE_INTERVAL_S", "30", minimum=1),
+    "unacked_restore_throttle": 1,
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
@@ -170,7 +177,9 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# collectstatic's target, for production (whitenoise serves it); in debug, files are served
+# from STATICFILES_DIRS and no STATIC_ROOT is needed.
+STATIC_ROOT = None if DEBUG else BASE_DIR / "staticfiles"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

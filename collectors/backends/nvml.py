@@ -64,9 +64,9 @@ class Call:
     store: Callable[[list[Any], Any], None]  # writes that value into a wire row
 
 
-def _put(field: str, scale: float | None = None, cast: type = float) -> Callable[..., None]:
+def _put(field: str, divisor: int | None = None, cast: type = float) -> Callable[..., None]:
     pos = GPU_POS[field]
-    if scale is None:
+    if divisor is None:
 
         def store(row: list[Any], value: Any) -> None:
             row[pos] = cast(value)
@@ -74,7 +74,7 @@ def _put(field: str, scale: float | None = None, cast: type = float) -> Callable
     else:
 
         def store(row: list[Any], value: Any) -> None:
-            row[pos] = value * scale
+            row[pos] = value / divisor
 
     return store
 
@@ -124,7 +124,7 @@ def _ecc(error_type: int, counter: int, field: str) -> Call:
     )
 
 
-MILLI = 1e-3  # NVML reports power and limits in mW (NVML API reference, nvmlDeviceGetPowerUsage)
+MILLI = 1000  # NVML reports power and limits in mW (NVML API reference, nvmlDeviceGetPowerUsage)
 
 CALLS: tuple[Call, ...] = (
     Call("nvmlDeviceGetUtilizationRates", _read_util, _store_util),
@@ -310,14 +310,12 @@ class NvmlBackend:
                 self._gpus.append(gpu)
         self._node_sampler = node_sampler or NodeSampler()
         log.info(
-            "NVML %s: %d of %d GPUs usable (%s)",
+            "NVML %s: %d of %d GPUs usable (%s), GPM on %d",
             self.driver_version,
             len(self._gpus),
             count,
-            ", ".join(
-                f"{g.info.name} {len(g.calls)} calls, gpm={'yes' if g.gpm else 'no'}"
-                for g in self._gpus
-            ),
+            ", ".join(sorted({g.info.name for g in self._gpus})),
+            sum(1 for g in self._gpus if g.gpm is not None),
         )
 
     # --- start: identify and probe ---------------------------------------------------------

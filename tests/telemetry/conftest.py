@@ -12,6 +12,7 @@ from collectors.schema import GPU_FIELD_NAMES
 from tests.helpers import make_batch
 from webapp.fleet import services as fleet_services
 from webapp.fleet.models import Gpu, Node
+from webapp.telemetry import services as telemetry_services
 from webapp.telemetry.services import samples_ingest
 
 MODEL = "NVIDIA H100 80GB HBM3"
@@ -60,7 +61,19 @@ def seed_node(
             row[_col("gpu_util")] = 1.0
             row[_col("power_w")] = 100.0
     samples_ingest(json.dumps(batch))
+    rollups_current()
     return Node.objects.get(cluster__name=cluster, hostname=hostname)
+
+
+def rollups_current() -> None:
+    """Bring the 1-minute rollup up to date, as the periodic refresh does in production.
+
+    Ingest folds samples into the rollup in its own transaction today; where the rollup is
+    refreshed by a separate service (`rollups_refresh`), call it, so day-range views see data.
+    """
+    refresh = getattr(telemetry_services, "rollups_refresh", None)
+    if refresh is not None:
+        refresh()
 
 
 @dataclass

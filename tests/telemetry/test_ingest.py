@@ -14,7 +14,7 @@ from tests.helpers import make_batch
 from webapp.fleet.models import Gpu, Node
 from webapp.fleet.services import AuthError
 from webapp.telemetry.models import GpuRollup1m, GpuSample, NodeSample, RejectedBatch
-from webapp.telemetry.services import batch_reject, samples_ingest
+from webapp.telemetry.services import batch_reject, rollups_refresh, samples_ingest
 
 
 def _count(table: str) -> int:
@@ -63,6 +63,7 @@ def test_same_batch_twice_is_stored_once(node_token):
     assert second.samples_stored == 0 and second.duplicates == 40
     assert GpuSample.objects.count() == 40
     assert NodeSample.objects.count() == 5
+    rollups_refresh()
     assert sum(GpuRollup1m.objects.values_list("n", flat=True)) == 40
 
 
@@ -83,12 +84,15 @@ def test_rollup_holds_min_mean_max_per_gpu_and_minute(node_token):
     for k, row in enumerate(batch["samples"]):
         row[2 + GPU_FIELD_NAMES.index("gpu_util")] = [0, 100, 40, 60, None, 20][k]
         row[2 + GPU_FIELD_NAMES.index("power_w")] = 100.0 + k
-    # The same minute arrives in two batches; the rollup must still cover all six samples.
+    # The same minute arrives in two batches, the second after the minute was rolled up once;
+    # the rollup must still cover all six samples.
     first = dict(batch, samples=batch["samples"][:3])
     second = dict(batch, samples=batch["samples"][3:], batch_id="0" * 8 + batch["batch_id"][8:])
     samples_ingest(json.dumps(first))
+    assert rollups_refresh() == (1, 1)
     samples_ingest(json.dumps(second))
     samples_ingest(json.dumps(second))  # redelivery changes nothing
+    rollups_refresh()
 
     roll = GpuRollup1m.objects.get()
     assert roll.minute.timestamp() == minute

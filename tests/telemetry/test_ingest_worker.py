@@ -18,6 +18,7 @@ from collectors.schema import INGEST_QUEUE, INGEST_TASK
 from tests.helpers import make_batch, wait_for
 from webapp import embedded
 from webapp.celery import app
+from webapp.telemetry.services import rollups_refresh
 
 pytestmark = pytest.mark.integration
 
@@ -39,6 +40,7 @@ def distinct_samples() -> int:
 
 
 def rollup_total() -> int:
+    rollups_refresh()
     with connection.cursor() as cur:
         cur.execute("SELECT coalesce(sum(n), 0) FROM telemetry_gpurollup1m")
         return cur.fetchone()[0]

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-from tests.telemetry.conftest import MODEL, seed_node, seed_small_fleet
+from tests.telemetry.conftest import MODEL, seed_node
 
 
 def _csv(response) -> list[dict[str, str]]:
@@ -60,7 +60,7 @@ def test_login_form_leads_to_the_overview(client, operator):
 def test_wrong_password_is_refused(client, operator):
     response = client.post(reverse("login"), {"username": "operator", "password": "nope"})
     assert response.status_code == 200
-    assert b"didn&#x27;t match" in response.content
+    assert b"didn't match" in response.content
     assert client.get(reverse("telemetry:overview")).status_code == 302
 
 
@@ -200,6 +200,8 @@ def test_gpu_page_shows_identity_latest_values_and_unsupported_metrics(
     assert response.status_code == 200
     html = response.content.decode()
     assert gpu.uuid in html and MODEL in html
+    assert response.context["status"] == "erroring"
+    assert "1 double-bit ECC error since the last reset" in html
     latest = {m.name: text for m, text in response.context["latest"]}
     assert latest["gpu_util"] == "85.0 %"
     assert latest["power_w"] == "630.0 W"
@@ -209,6 +211,14 @@ def test_gpu_page_shows_identity_latest_values_and_unsupported_metrics(
     assert latest["tensor_active"] == f"n/a (not supported on {MODEL})"
     assert latest["nvlink_replay"] == f"n/a (not supported on {MODEL})"
     assert len(_traces_with_points(response.context["figure"])) == 5
+
+
+def test_stale_gpu_page_says_so_and_shows_the_last_values(operator_client, small_fleet):
+    gpu = small_fleet.gpu(small_fleet.a02, 0)
+    response = operator_client.get(reverse("telemetry:gpu", args=[gpu.id]))
+    assert response.context["status"] == "stale"
+    assert b"No sample from this GPU in the last 120 seconds" in response.content
+    assert dict((m.name, t) for m, t in response.context["latest"])["gpu_util"] == "50.0 %"
 
 
 def test_gpu_csv_exports_the_series_of_the_range(operator_client, small_fleet):

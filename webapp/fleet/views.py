@@ -24,6 +24,7 @@ def nodes(request: HttpRequest, cluster: str) -> HttpResponse:
             "nodes": cluster_nodes(cluster_obj),
             "now": timezone.now(),
             "busy_util_pct": settings.VIGIL_BUSY_UTIL_PCT,
+            "stale_after_s": settings.VIGIL_STALE_AFTER_S,
         },
     )
 

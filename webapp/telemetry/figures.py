@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -158,8 +159,9 @@ def overview_heatmap(
     )
     fig.update_layout(
         template=TEMPLATE,
-        height=110 + 28 * max(len(hostnames), 3),
-        margin={"l": 10, "r": 10, "t": 10, "b": 40},
+        # Rows of 34 px, at least 100 px of plot so the colour bar stays readable.
+        height=95 + max(34 * len(hostnames), 100),
+        margin={"l": 10, "r": 10, "t": 30, "b": 45},
         xaxis={
             "title": {"text": "GPU index"},
             "tickmode": "linear",
@@ -175,7 +177,7 @@ def overview_heatmap(
             "automargin": True,
             "showgrid": False,
         },
-        legend={"orientation": "h", "x": 0, "y": -0.02, "yanchor": "top", "yref": "container"},
+        legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "xanchor": "left"},
         meta={"busy_util_pct": busy_util_pct},
     )
     return json.loads(fig.to_json())
@@ -196,15 +198,20 @@ GPU_COLOURS = (
 )
 
 
-def series_figure(series: dict[str, Series], *, title: str | None = None) -> dict:
-    """One panel per metric (shared time axis), one line per GPU; keys of `series` are labels."""
+def series_figure(
+    series: dict[str, Series], *, x_range: tuple[datetime, datetime] | None = None
+) -> dict:
+    """One panel per metric (shared time axis), one line per GPU; keys of `series` are labels.
+
+    `x_range` pins the time axis to the range asked for, so a GPU that reported for only a
+    minute of the last hour shows as a short line at the right end, not as a full-width one.
+    """
     names = list(SERIES_AXES)
     fig = make_subplots(
         rows=len(names),
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=0.035,
-        subplot_titles=[SERIES_AXES[n][0] for n in names],
+        vertical_spacing=0.03,
     )
     for i, (label, s) in enumerate(series.items()):
         colour = GPU_COLOURS[i % len(GPU_COLOURS)]
@@ -218,7 +225,9 @@ def series_figure(series: dict[str, Series], *, title: str | None = None) -> dic
                     name=label,
                     legendgroup=label,
                     showlegend=row == 1,
-                    mode="lines",
+                    # Markers too when points are few: a single point has no line to draw.
+                    mode="lines" if len(s.ts) > 60 else "lines+markers",
+                    marker={"size": 4},
                     line={"color": colour, "width": 1.5},
                     connectgaps=False,
                     hovertemplate=f"{label}: %{{y:,.1f}}<extra>{axis_title}</extra>",
@@ -231,12 +240,20 @@ def series_figure(series: dict[str, Series], *, title: str | None = None) -> dic
     fig.update_yaxes(range=[0, 100], row=1, col=1)
     fig.update_yaxes(range=[0, 100], row=2, col=1)
     fig.update_xaxes(title_text="time (UTC)", row=len(names), col=1)
+    if x_range is not None:
+        fig.update_xaxes(range=list(x_range))
     fig.update_layout(
         template=TEMPLATE,
         height=170 * len(names) + 90,
-        margin={"l": 10, "r": 10, "t": 40 if title else 30, "b": 40},
+        margin={"l": 10, "r": 10, "t": 30, "b": 40},
         hovermode="x unified",
-        legend={"title": {"text": "GPU"}, "orientation": "h", "y": 1.0, "yanchor": "bottom"},
-        title={"text": title} if title else None,
+        legend={
+            "title": {"text": "GPU"},
+            "orientation": "h",
+            "x": 0,
+            "y": 1.0,
+            "yanchor": "bottom",
+            "xanchor": "left",
+        },
     )
     return json.loads(fig.to_json())

@@ -6,6 +6,7 @@ with binary COPY. Columns are the metrics of `collectors.schema` in wire order; 
 no job id (allocations are joined at query time, DESIGN.md).
 """
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from collectors.schema import GPU_FIELDS, NODE_FIELDS
@@ -85,6 +86,22 @@ for _name in ROLLUP_METRICS:
     GpuRollup1m.add_to_class(f"{_name}_max", models.FloatField(null=True))
     GpuRollup1m.add_to_class(f"{_name}_sum", models.FloatField(null=True))
     GpuRollup1m.add_to_class(f"{_name}_cnt", models.IntegerField(default=0))
+
+
+class RollupDirty(models.Model):
+    """GPUs and minutes that got new raw samples and wait for their rollup rows.
+
+    Written in the ingest transaction (so it is visible exactly when the samples are) and
+    consumed by `rollups_refresh`, which recomputes just those cells.
+    """
+
+    gpu_ids = ArrayField(models.BigIntegerField())
+    lo = models.DateTimeField()  # first minute touched
+    hi = models.DateTimeField()  # end of the last minute touched (exclusive)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{len(self.gpu_ids)} GPUs {self.lo:%H:%M}-{self.hi:%H:%M}"
 
 
 class RejectedBatch(models.Model):

@@ -70,16 +70,27 @@ def gpu_status(ts: datetime | None, values: dict, busy_util_pct: float) -> str:
     """
     if ts is None:
         return STALE
-    if (
-        (values.get("ecc_dbe_vol") or 0) > 0
-        or values.get("remap_pending") == 1
-        or values.get("remap_failure") == 1
-    ):
+    if gpu_problems(values):
         return ERRORING
     util = values.get("gpu_util")
     if util is not None and util >= busy_util_pct:
         return BUSY
     return IDLE
+
+
+def gpu_problems(values: dict) -> list[str]:
+    """Why a sample makes its GPU erroring, in words (empty: it does not)."""
+    problems = []
+    dbe = values.get("ecc_dbe_vol") or 0
+    if dbe > 0:
+        problems.append(
+            f"{dbe:,} double-bit ECC error{'s' if dbe != 1 else ''} since the last reset"
+        )
+    if values.get("remap_pending") == 1:
+        problems.append("a row remap is pending: reset the GPU to activate it")
+    if values.get("remap_failure") == 1:
+        problems.append("a row remap failed: RMA candidate")
+    return problems
 
 
 _LATEST_SQL = f"""

@@ -1,11 +1,14 @@
 """Ingest: validate a wire batch, write it with binary COPY, keep the 1-minute rollup current.
 
 The path per batch, in one transaction:
-  1. binary COPY of the GPU rows into a session temp table (psycopg 3 `cursor.copy`);
-  2. one statement moves them into the day-partitioned `telemetry_gpusample` with
-     ON CONFLICT DO NOTHING (natural key gpu + ts: a redelivered batch adds nothing) and folds
-     exactly the rows it inserted into `telemetry_gpurollup1m` (count, min, max, sum per metric);
-  3. the same for node samples; the node is marked seen.
+  1. binary COPY of the GPU rows straight into the day-partitioned `telemetry_gpusample`
+     (psycopg 3 `cursor.copy`). If any row is already stored (a redelivered batch; the natural
+     key is gpu + ts), the COPY's savepoint is rolled back and the rows go through a temp table
+     with ON CONFLICT DO NOTHING, so a redelivery adds nothing;
+  2. the same for node samples;
+  3. one `RollupDirty` row names the GPUs and minutes that changed; the node is marked seen.
+`rollups_refresh` (a beat task, every 15 s) then recomputes exactly those rollup cells in
+bulk, which costs far less than folding every batch into the rollup on the hot path.
 A batch that fails validation or authentication is refused whole and logged in RejectedBatch.
 """
 
@@ -30,7 +33,7 @@ from collectors.schema import (
     parse_batch,
 )
 from webapp.fleet.services import AuthError, gpus_register, node_authenticate, node_seen
-from webapp.telemetry.models import ROLLUP_METRICS, RejectedBatch
+from webapp.telemetry.models import ROLLUP_METRICS, RejectedBatch, RollupDirty
 from webapp.telemetry.partitions import oldest_kept, partition_ensure
 
 log = logging.getLogger("vigil.ingest")
@@ -68,28 +71,43 @@ SELECT gpu_id, to_timestamp(ts), {_GPU_COLS} FROM vigil_ingest_gpu
 ON CONFLICT DO NOTHING
 """
 
-# The rollup rows of every minute the batch touched are recomputed from the raw rows of
-# those minutes: always exact, whatever was redelivered. Batches of one node are serialized
-# by an advisory lock, so two workers cannot each miss the other's rows of a shared minute.
-_ROLLUP_RECOMPUTE = f"""
-INSERT INTO telemetry_gpurollup1m AS r
-    (gpu_id, minute, n, energy_mj_min, energy_mj_max, {_ROLLUP_COLS})
-SELECT gpu_id, date_trunc('minute', ts), count(*), min(energy_mj), max(energy_mj),
-    {_ROLLUP_AGGS}
-FROM telemetry_gpusample
-WHERE gpu_id = ANY(%s) AND ts >= %s AND ts < %s
-GROUP BY 1, 2 ORDER BY 1, 2
-ON CONFLICT (gpu_id, minute) DO UPDATE SET {_ROLLUP_SET}
+# Recompute the rollup cells (gpu, minute) named by claimed RollupDirty rows from the raw
+# rows of those minutes: exact whatever was redelivered, and cheap because only changed
+# minutes are read. Claim and recompute share one snapshot, and runs are serialized by an
+# advisory lock, so a batch committed later is simply picked up by the next run.
+_ROLLUP_REFRESH = f"""
+WITH claimed AS (
+    DELETE FROM telemetry_rollupdirty
+    WHERE id IN (SELECT id FROM telemetry_rollupdirty ORDER BY id LIMIT %s)
+    RETURNING gpu_ids, lo, hi
+), cells AS (
+    SELECT DISTINCT g AS gpu_id, m AS minute
+    FROM claimed,
+        unnest(gpu_ids) AS g,
+        generate_series(lo, hi - interval '1 minute', interval '1 minute') AS m
+), upserted AS (
+    INSERT INTO telemetry_gpurollup1m AS r
+        (gpu_id, minute, n, energy_mj_min, energy_mj_max, {_ROLLUP_COLS})
+    SELECT s.gpu_id, c.minute, count(*), min(energy_mj), max(energy_mj), {_ROLLUP_AGGS}
+    FROM cells c
+    JOIN telemetry_gpusample s
+        ON s.gpu_id = c.gpu_id AND s.ts >= c.minute AND s.ts < c.minute + interval '1 minute'
+    GROUP BY 1, 2 ORDER BY 1, 2
+    ON CONFLICT (gpu_id, minute) DO UPDATE SET {_ROLLUP_SET}
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM upserted)
 """
+
+# Two-key advisory lock space 2 = "rollup refresh" (one run at a time).
+_LOCK_ROLLUP = "SELECT pg_try_advisory_xact_lock(2, 0)"
+ROLLUP_CLAIM_LIMIT = 2000  # dirty rows (batches) per statement, to bound one transaction
 
 _MOVE_NODE_ROWS = f"""
 INSERT INTO telemetry_nodesample (node_id, ts, {_NODE_COLS})
 SELECT node_id, to_timestamp(ts), {_NODE_COLS} FROM vigil_ingest_node
 ON CONFLICT DO NOTHING
 """
-
-# Two-key advisory lock space 1 = "ingest of node <id>".
-_LOCK_NODE = "SELECT pg_advisory_xact_lock(1, %s)"
 
 
 @dataclass(frozen=True)
@@ -139,14 +157,15 @@ def samples_ingest(raw: str | bytes) -> IngestResult:
         (node.id, datetime.fromtimestamp(row[0], UTC), *row[1:]) for row in batch.node_samples
     ]
     with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(_LOCK_NODE, [node.id])
         stored = _store(cur, "telemetry_gpusample", "gpu_id", GPU_FIELD_NAMES, gpu_rows)
         node_stored = _store(cur, "telemetry_nodesample", "node_id", NODE_FIELD_NAMES, node_rows)
         if stored:
-            minutes = [row[1].replace(second=0, microsecond=0) for row in gpu_rows]
-            cur.execute(
-                _ROLLUP_RECOMPUTE,
-                [sorted(set(gpu_ids.values())), min(minutes), max(minutes) + timedelta(minutes=1)],
+            first = min(row[1] for row in gpu_rows).replace(second=0, microsecond=0)
+            last = max(row[1] for row in gpu_rows).replace(second=0, microsecond=0)
+            RollupDirty.objects.create(
+                gpu_ids=sorted({row[0] for row in gpu_rows}),
+                lo=first,
+                hi=last + timedelta(minutes=1),
             )
         last = max([row[1] for row in gpu_rows] + [row[1] for row in node_rows], default=None)
         node_seen(node.id, last or datetime.fromtimestamp(batch.sent_at, UTC), batch.source)
@@ -182,6 +201,27 @@ def _store(cur, table: str, key: str, names: tuple[str, ...], rows: list[tuple])
             copy.write_row((row[0], row[1].timestamp(), *row[2:]))
     cur.execute(_MOVE_GPU_ROWS if key == "gpu_id" else _MOVE_NODE_ROWS)
     return cur.rowcount
+
+
+def rollups_refresh(max_rounds: int = 50) -> tuple[int, int]:
+    """Fold newly stored samples into the 1-minute rollup; return (batches, cells) done.
+
+    Returns (0, 0) at once if another refresh holds the lock: it will see our rows too, or
+    the next run will.
+    """
+    batches = cells = 0
+    for _ in range(max_rounds):
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(_LOCK_ROLLUP)
+            if not cur.fetchone()[0]:
+                break
+            cur.execute(_ROLLUP_REFRESH, [ROLLUP_CLAIM_LIMIT])
+            claimed, upserted = cur.fetchone()
+        batches += claimed
+        cells += upserted
+        if claimed < ROLLUP_CLAIM_LIMIT:
+            break
+    return batches, cells
 
 
 def batch_reject(raw: str | bytes, error: BatchError | AuthError) -> RejectedBatch:

@@ -11,7 +11,7 @@ from django.db import InterfaceError, OperationalError, connection
 from collectors.schema import INGEST_TASK, BatchError
 from webapp.fleet.services import AuthError
 from webapp.telemetry.partitions import known_forget, partitions_maintain
-from webapp.telemetry.services import batch_reject, samples_ingest
+from webapp.telemetry.services import batch_reject, rollups_refresh, samples_ingest
 
 log = logging.getLogger("vigil.ingest")
 
@@ -53,3 +53,9 @@ def ingest_batch(self, raw: str) -> dict:
 @shared_task(name="vigil.telemetry.maintain_partitions", ignore_result=True)
 def maintain_partitions() -> dict:
     return partitions_maintain()
+
+
+@shared_task(name="vigil.telemetry.refresh_rollups", ignore_result=True)
+def refresh_rollups() -> dict:
+    batches, cells = rollups_refresh()
+    return {"batches": batches, "cells": cells}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import wraps
 
 from django.conf import settings
@@ -15,7 +15,9 @@ from django.utils import timezone
 
 from collectors.schema import GPU_FIELDS, Metric
 from webapp.exports import csv_response
+from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Gpu, Node
+from webapp.fleet.selectors import node_state_now
 from webapp.telemetry import figures
 from webapp.telemetry.selectors import (
     DEFAULT_RANGE,
@@ -25,7 +27,9 @@ from webapp.telemetry.selectors import (
     LatestGpu,
     TimeRange,
     clusters_overview,
+    gpu_problems,
     gpu_sample_latest,
+    gpu_status,
     gpus_latest,
     gpus_series,
 )
@@ -169,13 +173,18 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
     node = get_object_or_404(Node.objects.select_related("cluster"), id=node_id)
     time_range = _time_range(request)
     gpus = gpus_latest(node_id=node.id)
-    series = gpus_series([g.gpu_id for g in gpus], time_range)
-    figure = figures.series_figure({f"GPU {g.index}": series[g.gpu_id] for g in gpus})
+    until = timezone.now()
+    series = gpus_series([g.gpu_id for g in gpus], time_range, until=until)
+    figure = figures.series_figure(
+        {f"GPU {g.index}": series[g.gpu_id] for g in gpus},
+        x_range=(until - timedelta(seconds=time_range.seconds), until),
+    )
     return render(
         request,
         "telemetry/node.html",
         {
             "node": node,
+            "node_state": NodeState(node_state_now(node.state, node.last_seen, timezone.now())),
             "gpus": [(g, figures.gpu_hover_values(g)) for g in gpus],
             "figure": figure,
             "time_range": time_range,
@@ -225,12 +234,14 @@ def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
     gpu = get_object_or_404(Gpu.objects.select_related("node__cluster"), id=gpu_id)
     time_range = _time_range(request)
     ts, values = gpu_sample_latest(gpu.id)
-    series = gpus_series([gpu.id], time_range)[gpu.id]
+    until = timezone.now()
+    series = gpus_series([gpu.id], time_range, until=until)[gpu.id]
     latest = [
         (m, _format_metric(m, values.get(m.name), gpu.model) if ts else "no sample")
         for m in GPU_FIELDS
     ]
     age_s = (timezone.now() - ts).total_seconds() if ts else None
+    stale = age_s is None or age_s > settings.VIGIL_STALE_AFTER_S
     return render(
         request,
         "telemetry/gpu.html",
@@ -239,8 +250,13 @@ def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
             "node": gpu.node,
             "latest": latest,
             "latest_ts": ts,
-            "stale": age_s is None or age_s > settings.VIGIL_STALE_AFTER_S,
-            "figure": figures.series_figure({f"GPU {gpu.index}": series}),
+            "stale": stale,
+            "status": gpu_status(None if stale else ts, values, settings.VIGIL_BUSY_UTIL_PCT),
+            "problems": gpu_problems(values) if not stale else [],
+            "figure": figures.series_figure(
+                {f"GPU {gpu.index}": series},
+                x_range=(until - timedelta(seconds=time_range.seconds), until),
+            ),
             "has_data": bool(series.ts),
             "time_range": time_range,
             "ranges": RANGES.values(),

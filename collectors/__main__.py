@@ -1,0 +1,268 @@
+"""vigil-collector: the node agent.
+
+    vigil-collector --source nvml --cluster seren --token-file /etc/vigil/tokens.json
+    vigil-collector --source dcgm --cluster kalos --dcgm-url http://localhost:9400/metrics
+    vigil-collector --source simulated --token-file tokens.json --count 360 --interval 10
+    vigil-collector --source nvml --fixture h100-sxm5-80gb --stdout --count 3 --interval 1
+
+Exit status: 0 done, 2 bad flags or configuration, 3 collector disabled (no NVIDIA driver).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from collectors.schema import NAME_PATTERN
+
+log = logging.getLogger("vigil.collector")
+
+EXIT_USAGE = 2
+EXIT_DISABLED = 3  # systemd: RestartPreventExitStatus=3 stops restart loops on driverless hosts
+MIN_TOKEN_LEN = 16  # collectors/schema.py Batch.token
+# --stdout needs some token to build a valid batch; the server refuses this one.
+STDOUT_TOKEN = "not-set-stdout-only"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, no usage dump: what is wrong and with which flag.
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _default_spool_dir() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(state) / "vigil-collector" / "spool"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="vigil-collector",
+        description="Vigil node agent: samples GPUs and sends one batch per node per interval.",
+    )
+    p.add_argument("--source", choices=("nvml", "dcgm", "simulated"), default="nvml")
+    p.add_argument("--cluster", default=os.environ.get("VIGIL_CLUSTER"), help="cluster name")
+    p.add_argument(
+        "--node", default=socket.gethostname().split(".")[0], help="node name (short hostname)"
+    )
+    p.add_argument("--token", help="node token (else $VIGIL_NODE_TOKEN or --token-file)")
+    p.add_argument("--token-file", type=Path, help='JSON {"hostname": "token", ...}')
+    p.add_argument("--broker", default=os.environ.get("CELERY_BROKER_URL"), help="broker URL")
+    p.add_argument("--interval", type=_positive_float, default=10.0, help="seconds per round")
+    p.add_argument("--intervals-per-batch", type=_positive_int, default=1)
+    p.add_argument("--count", type=_positive_int, help="stop after N rounds")
+    p.add_argument("--stdout", action="store_true", help="print batches as JSON lines")
+    p.add_argument("--spool-dir", type=Path, default=_default_spool_dir())
+    p.add_argument("--dcgm-url", default=None, help="dcgm-exporter /metrics URL")
+    p.add_argument("--fixture", help="fake-NVML fixture (YAML path or name) instead of a GPU")
+    p.add_argument("--clusters", default="seren,kalos", help="simulated: cluster names")
+    p.add_argument("--nodes-per-cluster", type=_positive_int, default=16)
+    p.add_argument("--gpus-per-node", type=_positive_int, default=8)
+    p.add_argument("--seed", type=int, default=None, help="simulated: random seed")
+    p.add_argument("--log-level", default=os.environ.get("VIGIL_LOG_LEVEL", "INFO"))
+    return p
+
+
+def _load_token_file(parser: argparse.ArgumentParser, path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        parser.error(f"--token-file {path}: {exc.strerror or exc}")
+    except json.JSONDecodeError as exc:
+        parser.error(f"--token-file {path}: not JSON ({exc.msg}, line {exc.lineno})")
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        parser.error(f'--token-file {path}: expected {{"hostname": "token", ...}}')
+    return data
+
+
+def _token_lookup(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, nodes: list[tuple[str, str]]
+) -> Callable[[str, str], str]:
+    single = args.token or os.environ.get("VIGIL_NODE_TOKEN")
+    table = _load_token_file(parser, args.token_file) if args.token_file else {}
+    tokens: dict[tuple[str, str], str] = {}
+    for cluster, node in nodes:
+        token = table.get(f"{cluster}/{node}") or table.get(node) or single
+        if token is None:
+            if not args.stdout:
+                where = f"--token-file {args.token_file}" if args.token_file else "no token given"
+                parser.error(
+                    f"no token for node {node}: {where} (use --token, VIGIL_NODE_TOKEN or --token-file)"
+                )
+            token = STDOUT_TOKEN
+        elif len(token) < MIN_TOKEN_LEN:
+            parser.error(f"token for node {node} is shorter than {MIN_TOKEN_LEN} characters")
+        tokens[(cluster, node)] = token
+    return lambda cluster, node: tokens[(cluster, node)]
+
+
+def yaml_error() -> type[Exception]:
+    import yaml
+
+    return yaml.YAMLError
+
+
+def _check_name(parser: argparse.ArgumentParser, flag: str, value: str) -> None:
+    if not re.match(NAME_PATTERN, value):
+        parser.error(f"{flag} {value!r}: use 1-128 letters, digits, '.', '_' or '-'")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper() if isinstance(args.log_level, str) else "INFO",
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+    if args.fixture and args.source != "nvml":
+        parser.error("--fixture only applies to --source nvml")
+    if args.dcgm_url and args.source != "dcgm":
+        parser.error("--dcgm-url only applies to --source dcgm")
+    if not args.stdout and not args.broker:
+        parser.error("no broker: pass --broker URL or set CELERY_BROKER_URL (or use --stdout)")
+    backfill = args.source == "simulated" and args.count is not None
+
+    # Every configuration error is reported before any backend starts.
+    if args.source == "simulated":
+        from collectors.backends.simulated import node_name
+
+        clusters = tuple(c.strip() for c in args.clusters.split(",") if c.strip())
+        if not clusters:
+            parser.error("--clusters: give at least one cluster name")
+        for c in clusters:
+            _check_name(parser, "--clusters", c)
+        nodes = [
+            (c, node_name(c, n)) for c in clusters for n in range(1, args.nodes_per_cluster + 1)
+        ]
+    else:
+        if not args.cluster:
+            parser.error(f"--source {args.source} needs --cluster (or VIGIL_CLUSTER)")
+        _check_name(parser, "--cluster", args.cluster)
+        _check_name(parser, "--node", args.node)
+        nodes = [(args.cluster, args.node)]
+    tokens = _token_lookup(parser, args, nodes)
+
+    on_round: Callable[[], None] | None = None
+    fake: Any = None
+    if args.source == "simulated":
+        from collectors.backends.simulated import SimulatedBackend
+
+        backend: Any = SimulatedBackend(
+            clusters, args.nodes_per_cluster, args.gpus_per_node, seed=args.seed
+        )
+    elif args.source == "dcgm":
+        from collectors.backends.dcgm import DEFAULT_URL, DcgmBackend
+
+        backend = DcgmBackend(args.cluster, args.node, args.dcgm_url or DEFAULT_URL)
+    else:
+        from collectors.backends.base import BackendError
+        from collectors.backends.nvml import NvmlBackend
+
+        if args.fixture:
+            from collectors.testing.fake_nvml import FakeNvml
+
+            try:
+                fake = FakeNvml(args.fixture).install()
+            except (OSError, ValueError, yaml_error()) as exc:
+                parser.error(f"--fixture {args.fixture}: {exc}")
+            on_round = fake.advance
+        try:
+            backend = NvmlBackend(args.cluster, args.node)
+        except BackendError as exc:
+            if fake is not None:
+                fake.uninstall()
+            print(f"vigil-collector: {exc}", file=sys.stderr)
+            return EXIT_DISABLED
+
+    transport: Any = None
+    if args.stdout:
+
+        def sink(batch_id: str, text: str) -> None:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+
+    else:
+        from collectors.transport import Transport
+
+        try:
+            transport = Transport(args.broker, args.spool_dir)
+        except OSError as exc:
+            parser.error(f"--spool-dir {args.spool_dir}: {exc.strerror or exc}")
+
+        def sink(batch_id: str, text: str) -> None:
+            transport.send(text, batch_id)
+
+    from collectors.agent import Agent
+
+    agent = Agent(
+        backend,
+        tokens,
+        sink,
+        interval_s=args.interval,
+        intervals_per_batch=args.intervals_per_batch,
+        on_round=on_round,
+    )
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.stop())
+    log.info(
+        "collecting from %s: %d node(s), every %g s, %d round(s) per batch, to %s",
+        args.source,
+        len(nodes),
+        args.interval,
+        args.intervals_per_batch,
+        "stdout" if args.stdout else args.broker,
+    )
+    try:
+        agent.run(args.count, backfill=backfill)
+    except BrokenPipeError:
+        # `vigil-collector --stdout | head` closed the pipe: a normal way to stop. Point stdout
+        # at /dev/null so the interpreter's final flush does not raise again (Python docs,
+        # "Note on SIGPIPE").
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    finally:
+        backend.close()
+        if transport is not None:
+            transport.close()
+            if len(transport.spool):
+                log.warning("%d batches stay spooled in %s", len(transport.spool), args.spool_dir)
+        if fake is not None:
+            fake.uninstall()
+    log.info("stopped after %d rounds, %d batches", agent.rounds, agent.batches)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

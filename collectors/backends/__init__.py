@@ -1,0 +1,1 @@
+"""Telemetry sources of the node agent: nvml, dcgm, simulated (see base.Backend)."""

@@ -1,0 +1,266 @@
+"""Simulated source: many virtual A100 nodes in one process, shaped like Acme's clusters.
+
+Used for demos and load tests when there is no GPU. Distributions come from AcmeTrace
+(collectors/data/acme_calibration.json, made by `python -m collectors.calibrate`): Acme's GPUs
+sit near 0% or near 100% utilization, and about a third of them idle near 60 W.
+
+How values move (a Gaussian copula, so every marginal matches the calibration exactly while
+GPUs keep a state over time):
+- each node has a slow latent z_node (think "the job on this node"), each GPU a faster one;
+  both are AR(1) processes with stationary N(0, 1), so the mix z = sqrt(a) z_node +
+  sqrt(1-a) z_gpu is N(0, 1) at every instant and a busy GPU stays busy for minutes;
+- each metric is its calibrated quantile function at Phi(z) (plus a little noise for power and
+  temperatures), so a GPU at the top of the latent is at 100% util, high power, warm, and its
+  seven neighbours mostly are too;
+- the energy counter integrates power x dt, like NVML's.
+Acme used A100-SXM4-80GB boards (Hu et al., NSDI '24, section 2), hence the fixed attributes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import uuid
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from collectors.backends.base import GPU_POS, NODE_POS, NodeReading, Source
+from collectors.schema import GPU_FIELD_NAMES, NODE_FIELD_NAMES, GpuInfo
+
+DEFAULT_CLUSTERS = ("seren", "kalos")
+DEFAULT_NODES_PER_CLUSTER = 16
+DEFAULT_GPUS_PER_NODE = 8
+
+# NVIDIA A100 SXM4 80GB datasheet: 400 W TDP, 1410 MHz boost clock, HBM2e at 1593 MHz, PCIe
+# Gen4 x16; NVML reports 81920 MiB of framebuffer. 210 MHz is the idle SM clock NVML shows.
+GPU_NAME = "NVIDIA A100-SXM4-80GB"
+FB_TOTAL_BYTES = 81920 * 2**20
+FB_SCALE_BYTES = 80 * 2**30  # AcmeTrace's memory metric is FB_USED / 80 GiB
+POWER_LIMIT_W = 400.0
+SM_CLOCK_BUSY_MHZ = 1410.0
+SM_CLOCK_IDLE_MHZ = 210.0
+MEM_CLOCK_MHZ = 1593.0
+PCIE_GEN, PCIE_WIDTH = 4, 16
+PCIE_PEAK_BYTES_S = 25e9  # ~Gen4 x16 usable bandwidth per direction
+
+# Persistence of the latents (seconds). Acme's GPU time is dominated by long pretraining jobs
+# (median job 2 min, but most GPU-hours in jobs of hours), so node state changes slowly.
+NODE_TAU_S = 1800.0
+GPU_TAU_S = 300.0
+JITTER_TAU_S = 30.0
+NODE_SHARE = 0.8  # a: how much of a GPU's latent is its node's (8 GPUs usually run one job)
+POWER_LATENT_CORR = 0.95
+
+SIM_NAMESPACE = uuid.UUID("7a1d9e52-3c4b-4f0e-9a8d-5b6c7d8e9f01")
+IDLE_REASON, POWER_CAP_REASON = 0x1, 0x4  # clocks_event_reasons bits (telemetry.md section 2)
+CALIBRATION_FILE = "acme_calibration.json"
+
+
+def load_calibration() -> dict[str, Any]:
+    text = resources.files("collectors").joinpath("data", CALIBRATION_FILE).read_text("utf-8")
+    return json.loads(text)
+
+
+class Quantiles:
+    """Inverse CDF on a uniform percentile grid (the calibration's 0, 0.5, ..., 100)."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = values
+        self.last = len(values) - 1
+
+    def __call__(self, u: float) -> float:
+        x = min(max(u, 0.0), 1.0) * self.last
+        i = int(x)
+        if i >= self.last:
+            return self.values[-1]
+        lo = self.values[i]
+        return lo + (self.values[i + 1] - lo) * (x - i)
+
+
+def _phi(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
+class _Ar1:
+    """z' = phi z + sqrt(1 - phi^2) e: stationary N(0, 1) whatever the step length."""
+
+    __slots__ = ("z", "tau")
+
+    def __init__(self, rng: random.Random, tau: float) -> None:
+        self.z = rng.gauss(0.0, 1.0)
+        self.tau = tau
+
+    def step(self, rng: random.Random, dt: float) -> float:
+        phi = math.exp(-dt / self.tau)
+        self.z = phi * self.z + math.sqrt(1.0 - phi * phi) * rng.gauss(0.0, 1.0)
+        return self.z
+
+
+@dataclass
+class _SimGpu:
+    info: GpuInfo
+    own: _Ar1
+    jitter: _Ar1
+    energy_mj: float
+    ecc_sbe_agg: int
+
+
+@dataclass
+class _SimNode:
+    cluster: str
+    node: str
+    q: dict[str, Quantiles]
+    latent: _Ar1
+    mem_latent: _Ar1
+    gpus: list[_SimGpu]
+    infos: list[GpuInfo]
+
+
+def node_name(cluster: str, number: int) -> str:
+    return f"{cluster}-node-{number:03d}"
+
+
+class SimulatedBackend:
+    """`clusters` x `nodes_per_cluster` nodes x `gpus_per_node` GPUs, all in this process."""
+
+    source: Source = "simulated"
+
+    def __init__(
+        self,
+        clusters: tuple[str, ...] | list[str] = DEFAULT_CLUSTERS,
+        nodes_per_cluster: int = DEFAULT_NODES_PER_CLUSTER,
+        gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+        *,
+        seed: int | None = None,
+        calibration: dict[str, Any] | None = None,
+    ) -> None:
+        calib = calibration or load_calibration()
+        self._rng = random.Random(seed)
+        rng = self._rng
+        self._last_ts: float | None = None
+        self.nodes: list[_SimNode] = []
+        for cluster in clusters:
+            # Clusters other than Acme's two borrow Seren's shape (the larger, public one).
+            table = calib["clusters"].get(cluster.lower(), calib["clusters"]["seren"])
+            q = {key: Quantiles(values) for key, values in table.items()}
+            for n in range(1, nodes_per_cluster + 1):
+                name = node_name(cluster, n)
+                gpus = []
+                for i in range(gpus_per_node):
+                    gid = uuid.uuid5(SIM_NAMESPACE, f"{cluster}/{name}/{i}")
+                    info = GpuInfo(
+                        index=i,
+                        uuid=f"GPU-{gid}",
+                        name=GPU_NAME,
+                        memory_total_bytes=FB_TOTAL_BYTES,
+                        pci_bus_id=f"00000000:{0x07 + 0x10 * i:02X}:00.0",
+                        serial=f"1{gid.int % 10**12:012d}",
+                    )
+                    gpus.append(
+                        _SimGpu(
+                            info=info,
+                            own=_Ar1(rng, GPU_TAU_S),
+                            jitter=_Ar1(rng, JITTER_TAU_S),
+                            # Counter since driver load: up to ~30 days at ~200 W average.
+                            energy_mj=rng.uniform(0, 30 * 86400 * 200 * 1000),
+                            ecc_sbe_agg=rng.choice((0, 0, 0, 0, 2, 16)),
+                        )
+                    )
+                self.nodes.append(
+                    _SimNode(
+                        cluster=cluster,
+                        node=name,
+                        q=q,
+                        latent=_Ar1(rng, NODE_TAU_S),
+                        mem_latent=_Ar1(rng, NODE_TAU_S),
+                        gpus=gpus,
+                        infos=[g.info for g in gpus],
+                    )
+                )
+
+    @property
+    def node_ids(self) -> list[tuple[str, str]]:
+        return [(n.cluster, n.node) for n in self.nodes]
+
+    def read(self, ts: float) -> list[NodeReading]:
+        dt = 0.0 if self._last_ts is None else max(ts - self._last_ts, 0.0)
+        self._last_ts = ts
+        return [self._read_node(node, ts, dt) for node in self.nodes]
+
+    def _read_node(self, node: _SimNode, ts: float, dt: float) -> NodeReading:
+        rng = self._rng
+        q = node.q
+        zn = node.latent.step(rng, dt) if dt else node.latent.z
+        a = math.sqrt(NODE_SHARE)
+        b = math.sqrt(1.0 - NODE_SHARE)
+        c = math.sqrt(1.0 - POWER_LATENT_CORR**2)
+        rows = []
+        for gpu in node.gpus:
+            zg = gpu.own.step(rng, dt) if dt else gpu.own.z
+            zj = gpu.jitter.step(rng, dt) if dt else gpu.jitter.z
+            z = a * zn + b * zg
+            u = _phi(z)
+            up = _phi(POWER_LATENT_CORR * z + c * zj)
+            util = round(q["gpu_util"](u))
+            power = q["gpu_power_w"](up) * (1.0 + rng.gauss(0.0, 0.01))
+            power = round(max(power, 1.0), 3)  # mW resolution, as NVML reports
+            gpu.energy_mj += power * dt * 1000.0
+            sm = q["sm_active_pct"](u) / 100.0
+            tensor = q["tensor_active_pct"](u) / 100.0
+            row = [gpu.info.index, ts, *([None] * len(GPU_FIELD_NAMES))]
+            row[GPU_POS["gpu_util"]] = float(util)
+            row[GPU_POS["mem_copy_util"]] = float(round(util * (0.3 + 0.2 * _phi(zj))))
+            row[GPU_POS["sm_active"]] = round(sm, 4)
+            # No Acme data for occupancy or DRAM activity: plausible fractions of SM activity
+            # for transformer training (occupancy ~ half of active SMs, DRAM busier than tensor
+            # cores on memory-bound steps).
+            row[GPU_POS["sm_occupancy"]] = round(sm * 0.5, 4)
+            row[GPU_POS["tensor_active"]] = round(tensor, 4)
+            row[GPU_POS["dram_active"]] = round(min(1.0, sm * 0.6), 4)
+            fb_used = int(q["fb_used_pct_of_80gib"](u) / 100.0 * FB_SCALE_BYTES)
+            row[GPU_POS["fb_used_bytes"]] = min(fb_used, FB_TOTAL_BYTES)
+            row[GPU_POS["fb_total_bytes"]] = FB_TOTAL_BYTES
+            row[GPU_POS["power_w"]] = power
+            row[GPU_POS["power_limit_w"]] = POWER_LIMIT_W
+            row[GPU_POS["energy_mj"]] = int(gpu.energy_mj)
+            row[GPU_POS["gpu_temp_c"]] = round(q["gpu_temp_c"](up) + rng.gauss(0.0, 0.3), 1)
+            row[GPU_POS["mem_temp_c"]] = round(q["mem_temp_c"](up) + rng.gauss(0.0, 0.3), 1)
+            row[GPU_POS["sm_clock_mhz"]] = SM_CLOCK_BUSY_MHZ if util > 0 else SM_CLOCK_IDLE_MHZ
+            row[GPU_POS["mem_clock_mhz"]] = MEM_CLOCK_MHZ
+            reasons = IDLE_REASON if util == 0 else 0
+            if power >= 0.97 * POWER_LIMIT_W:
+                reasons |= POWER_CAP_REASON
+            row[GPU_POS["clocks_event_reasons"]] = reasons
+            for name in ("ecc_sbe_vol", "ecc_dbe_vol", "ecc_dbe_agg"):
+                row[GPU_POS[name]] = 0
+            row[GPU_POS["ecc_sbe_agg"]] = gpu.ecc_sbe_agg
+            for name in ("remap_corr", "remap_unc", "remap_pending", "remap_failure"):
+                row[GPU_POS[name]] = 0
+            for name in ("nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery"):
+                row[GPU_POS[name]] = 0
+            row[GPU_POS["pcie_tx_bytes_s"]] = round(PCIE_PEAK_BYTES_S * 0.02 * sm * _phi(zj), 1)
+            row[GPU_POS["pcie_rx_bytes_s"]] = round(PCIE_PEAK_BYTES_S * 0.03 * sm * _phi(zj), 1)
+            row[GPU_POS["pcie_replay"]] = 0
+            row[GPU_POS["pcie_gen"]] = PCIE_GEN
+            row[GPU_POS["pcie_width"]] = PCIE_WIDTH
+            row[GPU_POS["pstate"]] = 0
+            rows.append(row)
+        un = _phi(zn)
+        um = _phi(node.mem_latent.step(rng, dt) if dt else node.mem_latent.z)
+        node_row: list[Any] = [ts, *([None] * len(NODE_FIELD_NAMES))]
+        node_row[NODE_POS["cpu_util"]] = round(min(100.0, q["node_cpu_util"](un)), 2)
+        node_row[NODE_POS["mem_util"]] = round(min(100.0, q["node_mem_util"](um)), 2)
+        # Ethernet carries data loading and checkpoint traffic; a small multiple of CPU use.
+        node_row[NODE_POS["net_rx_bytes_s"]] = round(un * 2e8 * (0.5 + rng.random()), 1)
+        node_row[NODE_POS["net_tx_bytes_s"]] = round(un * 5e7 * (0.5 + rng.random()), 1)
+        # AcmeTrace's IB unit is unstated; read as MB/s its maximum is HDR 200 Gb/s line rate.
+        node_row[NODE_POS["ib_rx_bytes_s"]] = round(q["ib_receive_mb_s"](un) * 1e6, 1)
+        node_row[NODE_POS["ib_tx_bytes_s"]] = round(q["ib_send_mb_s"](un) * 1e6, 1)
+        node_row[NODE_POS["server_power_w"]] = round(q["server_power_w"](un), 1)
+        node_row[NODE_POS["gpu_count"]] = len(rows)
+        return NodeReading(node.cluster, node.node, node.infos, rows, node_row)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,172 @@
+"""Getting batches to the broker: a Celery producer without Django, and a disk spool.
+
+One Celery task per node per batch (`INGEST_TASK`, one positional argument: the batch as JSON
+text), published by name so the agent needs none of the server's code. Publishing never
+blocks on long retries: when the broker does not answer at once the batch goes to the spool,
+one fsynced file per batch, and is replayed oldest first, before any newer batch, as soon as
+the broker answers again. A spool file is deleted only after its publish succeeded, so a
+crash in between sends a batch twice at worst; the server's natural key (gpu, ts) makes that
+a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+from kombu.exceptions import KombuError, OperationalError
+
+from collectors.schema import INGEST_QUEUE, INGEST_TASK
+
+log = logging.getLogger("vigil.collector.transport")
+
+# Seconds to wait for the broker before spooling. Long enough for a busy Redis, short enough
+# that a 10 s sampling interval keeps its rhythm while the broker is down.
+CONNECT_TIMEOUT_S = 2.0
+SPOOL_SUFFIX = ".json"
+
+
+class Spool:
+    """A directory of pending batches; file names sort in the order batches were made."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._last = max((self._seq(p) for p in self.files()), default=0)
+
+    @staticmethod
+    def _seq(path: Path) -> int:
+        try:
+            return int(path.name.split("-", 1)[0])
+        except ValueError:
+            return 0
+
+    def files(self) -> list[Path]:
+        """Pending batches, oldest first (temporary files of an interrupted write excluded)."""
+        return sorted(p for p in self.dir.iterdir() if p.name.endswith(SPOOL_SUFFIX))
+
+    def __len__(self) -> int:
+        return len(self.files())
+
+    def put(self, batch_json: str, batch_id: str = "batch") -> Path:
+        """Write one batch durably: temp file, fsync, rename, fsync the directory."""
+        # Nanosecond clock, forced to increase: order survives clock steps backwards.
+        self._last = max(self._last + 1, time.time_ns())
+        name = f"{self._last:020d}-{batch_id}{SPOOL_SUFFIX}"
+        tmp = self.dir / f".{name}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(batch_json)
+            fh.flush()
+            os.fsync(fh.fileno())
+        final = self.dir / name
+        os.replace(tmp, final)
+        dir_fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return final
+
+
+def make_celery(broker_url: str) -> Celery:
+    """A Celery app that can only publish: no Django, no result backend, no retries."""
+    app = Celery("vigil-collector", broker=broker_url, set_as_current=False)
+    app.conf.update(
+        broker_connection_timeout=CONNECT_TIMEOUT_S,
+        broker_connection_retry=False,
+        broker_connection_max_retries=0,
+        task_publish_retry=False,
+        task_ignore_result=True,
+        result_backend=None,
+        broker_transport_options={
+            "socket_connect_timeout": CONNECT_TIMEOUT_S,
+            "socket_timeout": CONNECT_TIMEOUT_S,
+            "max_retries": 0,
+        },
+    )
+    return app
+
+
+class Transport:
+    """Publish batches, spooling them while the broker is unreachable."""
+
+    def __init__(self, broker_url: str, spool_dir: Path) -> None:
+        self.broker_url = broker_url
+        self.app = make_celery(broker_url)
+        self.spool = Spool(spool_dir)
+        self.sent = 0
+        self.spooled = 0
+        self._down = False
+        self._producer: Any = None
+        pending = len(self.spool)
+        if pending:
+            log.info("%d spooled batches in %s will be sent first", pending, self.spool.dir)
+
+    def _publish(self, batch_json: str) -> bool:
+        try:
+            if self._producer is None:
+                # Our own connection instead of Celery's pool: after a failure the pool keeps
+                # the dead connection (and force_close_all() closes the pool for good).
+                # The URL is passed here, not only to Celery(): Celery's conf prefers the
+                # CELERY_BROKER_URL environment variable over the `broker` argument.
+                conn = self.app.connection_for_write(url=self.broker_url)
+                self._producer = self.app.amqp.Producer(conn)
+            self.app.send_task(
+                INGEST_TASK,
+                args=[batch_json],
+                queue=INGEST_QUEUE,
+                producer=self._producer,
+                retry=False,
+                ignore_result=True,
+            )
+        except (OperationalError, KombuError, OSError, ConnectionError) as exc:
+            if not self._down:
+                log.warning("broker unreachable (%s); spooling to %s", exc, self.spool.dir)
+            self._down = True
+            self._drop_connection()
+            return False
+        if self._down:
+            log.warning("broker answers again")
+            self._down = False
+        self.sent += 1
+        return True
+
+    def _drop_connection(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.connection.release()
+            except Exception as exc:  # noqa: BLE001 (best effort: the next publish redials)
+                log.debug("closing broker connection: %s", exc)
+
+    def flush(self) -> int:
+        """Send spooled batches oldest first; stop at the first failure. Returns how many left."""
+        files = self.spool.files()
+        for path in files:
+            try:
+                text = path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                continue
+            if not self._publish(text):
+                return len(self.spool)
+            path.unlink()
+        return 0
+
+    def send(self, batch_json: str, batch_id: str = "batch") -> bool:
+        """Publish now (True) or keep it in the spool for later (False); never raises."""
+        if self.spool.files() and self.flush():
+            self.spool.put(batch_json, batch_id)
+            self.spooled += 1
+            return False
+        if self._publish(batch_json):
+            return True
+        self.spool.put(batch_json, batch_id)
+        self.spooled += 1
+        return False
+
+    def close(self) -> None:
+        self._drop_connection()

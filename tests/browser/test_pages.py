@@ -1,0 +1,169 @@
+"""The live pages in a real Chromium: login, the overview heatmap and its refresh, node and GPU."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.helpers import make_batch
+from webapp.fleet import services as fleet_services
+from webapp.telemetry.services import samples_ingest
+
+pytestmark = pytest.mark.browser
+
+# Per heatmap: GPUs with a cell (utilization or grey "no data"), errored GPUs marked, and
+# whether plotly.js drew the heatmap image.
+_HEATMAP_STATE = """
+() => Array.from(document.querySelectorAll('.heatmap')).map(gd => {
+  const cells = (t) => (t.z || []).flat().filter(v => v !== null).length;
+  const heatmaps = (gd.data || []).filter(t => t.type === 'heatmap');
+  return {
+    cluster: gd.dataset.cluster,
+    cells: heatmaps.reduce((n, t) => n + cells(t), 0),
+    utilCells: heatmaps.length ? cells(heatmaps[0]) : 0,
+    errored: (gd.data || []).filter(t => t.type === 'scatter').reduce((n, t) => n + t.x.length, 0),
+    drawn: gd.querySelectorAll('g.hm image').length,
+    z: heatmaps.length ? heatmaps[0].z : null,
+  };
+})
+"""
+
+
+def _heatmaps(page) -> dict[str, dict]:
+    return {h["cluster"]: h for h in page.evaluate(_HEATMAP_STATE)}
+
+
+def test_anonymous_visitor_is_redirected_to_login(page, live_server, screenshot_dir, page_log):
+    page.goto(f"{live_server.url}/")
+    assert re.search(r"/login/\?next=/$", page.url)
+    assert page.locator("h1").inner_text() == "Log in to Vigil"
+    assert page.locator("input[name=password]").is_visible()
+    page.screenshot(path=screenshot_dir / "login.png")
+    assert page_log.errors == []
+
+
+def test_login_then_overview_heatmap_has_one_cell_per_gpu(
+    page, live_server, live_fleet, operator_login, screenshot_dir, page_log
+):
+    operator_login("/")
+    assert page.url == f"{live_server.url}/"
+    assert page.locator("h1").inner_text() == "Fleet overview"
+    page.wait_for_function(
+        "document.querySelectorAll('.heatmap g.hm image').length >= 2", timeout=15_000
+    )
+
+    maps = _heatmaps(page)
+    assert set(maps) == {"alpha", "beta"}
+    assert maps["alpha"]["cells"] == 16 and maps["alpha"]["utilCells"] == 8
+    assert maps["alpha"]["errored"] == 2
+    assert maps["beta"]["cells"] == 4 and maps["beta"]["utilCells"] == 4
+    assert all(m["drawn"] >= 1 for m in maps.values())
+    # Counts table, colour legend, last-updated indicator.
+    row = page.locator("#cluster-table tr[data-cluster=alpha]")
+    assert row.locator("[data-field=busy]").inner_text() == "4"
+    assert row.locator("[data-field=stale]").inner_text() == "8"
+    assert row.locator("[data-field=power_kw]").inner_text() == "3.7"
+    assert page.locator("#heatmap-0 .legend").text_content().count("erroring") == 1
+    assert "GPU util (%)" in page.locator("#heatmap-0 .colorbar").text_content()
+    assert page.locator("#last-updated").inner_text().startswith("updated ")
+    page.screenshot(path=screenshot_dir / "overview.png", full_page=True)
+
+    assert page_log.errors == []
+    assert page_log.foreign_requests == []  # nothing from a CDN
+
+
+def test_overview_refreshes_without_reload(page, live_server, live_fleet, operator_login):
+    operator_login("/")
+    page.wait_for_function("document.querySelectorAll('.heatmap g.hm image').length >= 2")
+    page.evaluate("window.__notReloaded = true")
+
+    # beta's node reports again: all four GPUs now idle at 3 %.
+    token = fleet_services.node_token_issue("beta", "gpu-b-01")
+    batch = make_batch("beta", "gpu-b-01", token, gpus=4, uuid_prefix="GPU-beta-gpu-b-01")
+    for row in batch["samples"]:
+        row[2] = 3.0  # gpu_util
+    samples_ingest(json.dumps(batch))
+
+    page.wait_for_function(
+        """() => {
+          const gd = document.querySelector('.heatmap[data-cluster=beta]');
+          return gd.data[0].z[0].every(v => v === 3);
+        }""",
+        timeout=15_000,
+    )
+    assert page.evaluate("window.__notReloaded") is True
+    row = page.locator("#cluster-table tr[data-cluster=beta]")
+    assert row.locator("[data-field=busy]").inner_text() == "0"
+    assert row.locator("[data-field=idle]").inner_text() == "4"
+
+
+def test_clicking_a_cell_opens_its_node(page, live_server, live_fleet, operator_login):
+    operator_login("/")
+    page.wait_for_function("document.querySelectorAll('.heatmap g.hm image').length >= 2")
+    # Centre of alpha's cell (node gpu-a-01, GPU 0), in page coordinates.
+    x, y = page.evaluate(
+        """() => {
+          const gd = document.querySelector('.heatmap[data-cluster=alpha]');
+          const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+          const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
+          return [box.left + xa.l2p(0), box.top + ya.l2p(ya.d2l('gpu-a-01'))];
+        }"""
+    )
+    page.mouse.move(x, y)
+    page.wait_for_selector(".hoverlayer .hovertext")
+    hover = page.locator("#heatmap-0 .hoverlayer").text_content()
+    assert "gpu-a-01" in hover and "GPU-alpha-gpu-a-01-00" in hover and "95 %" in hover
+    page.mouse.click(x, y)
+    page.wait_for_url(f"**/nodes/{live_fleet.a01.id}/")
+    assert page.locator("h1").inner_text().startswith("Node gpu-a-01")
+
+
+def _figure_state(page) -> dict:
+    return page.evaluate(
+        """() => {
+          const gd = document.getElementById('series-figure');
+          const lines = Array.from(gd.querySelectorAll('g.scatterlayer path.js-line'))
+            .filter(p => (p.getAttribute('d') || '').length > 10);
+          return {traces: gd.data.length, lines: lines.length,
+                  points: gd.querySelectorAll('g.scatterlayer g.points path.point').length,
+                  panels: gd.querySelectorAll('g.cartesianlayer > g.subplot').length};
+        }"""
+    )
+
+
+def test_node_and_gpu_pages_draw_their_figures(
+    page, live_server, live_fleet, operator_login, screenshot_dir, page_log
+):
+    operator_login(f"/nodes/{live_fleet.a01.id}/")
+    page.wait_for_selector("#series-figure .main-svg")
+    state = _figure_state(page)
+    assert (state["traces"], state["lines"], state["panels"]) == (40, 40, 5)
+    assert state["points"] == 40 * 3
+    assert page.locator("#gpu-table tbody tr").count() == 8
+    page.screenshot(path=screenshot_dir / "node.png", full_page=True)
+
+    page.click("#gpu-table tbody tr:nth-child(3) td a")  # GPU 2: erroring
+    page.wait_for_selector("#series-figure .main-svg")
+    assert page.locator("h1").inner_text() == "gpu-a-01 · GPU 2 erroring"
+    assert "double-bit ECC" in page.locator(".problems").inner_text()
+    state = _figure_state(page)
+    assert (state["traces"], state["lines"], state["panels"]) == (5, 5, 5)
+    latest = page.locator("#latest").inner_text()
+    assert "n/a (not supported on NVIDIA H100 80GB HBM3)" in latest
+    assert "85.0 %" in latest
+    page.screenshot(path=screenshot_dir / "gpu.png", full_page=True)
+
+    page.click("nav.ranges a:has-text('last day')")
+    page.wait_for_selector("#series-figure .main-svg")
+    assert "1-minute rollup" in page.locator(".source").inner_text()
+    state = _figure_state(page)
+    assert state["traces"] == 5 and state["points"] >= 5  # one or two rollup minutes
+
+    page.goto(f"{live_server.url}/clusters/alpha/nodes/")
+    assert page.locator("#node-table tbody tr").count() == 2
+    page.screenshot(path=screenshot_dir / "nodes.png", full_page=True)
+
+    assert page_log.errors == []
+    assert page_log.foreign_requests == []

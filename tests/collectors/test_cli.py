@@ -1,0 +1,134 @@
+"""`python -m collectors` as an operator runs it: flags, exit codes, output, real delivery."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from collectors.schema import parse_batch
+from tests.helpers import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "a-node-token-of-enough-length"
+
+
+def collector(*args: str, env: dict | None = None, timeout: float = 60):
+    full_env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL",)}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "collectors", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--interval", "0"], "--interval: '0' must be a positive number"),
+        (["--source", "gpu"], "argument --source: invalid choice"),
+        (["--stdout", "--count", "x"], "--count: 'x' is not an integer"),
+        (["--stdout"], "--source nvml needs --cluster"),
+        (["--broker", "redis://x", "--cluster", "c", "--token", "short"], "shorter than 16"),
+        (["--cluster", "c", "--token", TOKEN], "no broker"),
+        (["--source", "dcgm", "--fixture", "a100-sxm4-80gb", "--stdout"], "--fixture only"),
+        (["--stdout", "--cluster", "bad name!"], "--cluster 'bad name!'"),
+        (["--source", "simulated", "--broker", "redis://x", "--token-file", "/nope.json"], "nope"),
+    ],
+)
+def test_bad_flags_give_one_clear_line_and_exit_2(args, says):
+    result = collector(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert says in lines[0]
+
+
+def test_missing_node_in_token_file_is_named(tmp_path):
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"seren-node-001": TOKEN}))
+    result = collector(
+        "--source", "simulated", "--clusters", "seren", "--nodes-per-cluster", "2",
+        "--token-file", str(tokens), "--broker", "redis+socket:///nowhere",
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "no token for node seren-node-002" in result.stderr
+
+
+@pytest.mark.skipif(
+    __import__("ctypes.util").util.find_library("nvidia-ml") is not None,
+    reason="this host has an NVIDIA driver",
+)
+def test_no_driver_means_collector_disabled_without_traceback():
+    result = collector("--cluster", "seren", "--stdout", "--count", "1")
+    assert result.returncode == 3
+    assert result.stderr.strip() == (
+        "vigil-collector: collector disabled: no NVIDIA driver (libnvidia-ml.so.1 not found)"
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_stdout_prints_one_valid_batch_per_round_from_a_fixture():
+    result = collector(
+        "--source", "nvml", "--fixture", "a100-sxm4-80gb", "--cluster", "seren",
+        "--node", "gpu-node-01", "--token", TOKEN, "--stdout", "--count", "4",
+        "--interval", "0.05",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    batches = [parse_batch(line) for line in result.stdout.splitlines()]
+    assert len(batches) == 4
+    assert [len(b.samples) for b in batches] == [8, 8, 8, 7]  # GPU 7 lost at step 3
+    assert batches[0].node == "gpu-node-01" and batches[0].token == TOKEN
+    assert "GPU 7" in result.stderr and "lost" in result.stderr
+
+
+def test_simulated_count_mode_backfills_in_the_past_and_groups_rounds(tmp_path):
+    tokens = tmp_path / "tokens.json"
+    names = [f"{c}-node-{n:03d}" for c in ("seren", "kalos") for n in (1, 2)]
+    tokens.write_text(json.dumps({name: f"token-{name}-0123456789" for name in names}))
+    before = time.time()
+    result = collector(
+        "--source", "simulated", "--nodes-per-cluster", "2", "--gpus-per-node", "4",
+        "--token-file", str(tokens), "--stdout", "--count", "30", "--interval", "10",
+        "--intervals-per-batch", "6",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    batches = [parse_batch(line) for line in result.stdout.splitlines()]
+    assert len(batches) == 4 * 5  # 4 nodes x 30 rounds / 6 per batch
+    assert {b.token for b in batches} == {f"token-{n}-0123456789" for n in names}
+    stamps = sorted(row[0] for b in batches for row in b.node_samples)
+    assert stamps[-1] < time.time()  # all in the past: the server refuses the future
+    assert stamps[0] == pytest.approx(before - 300, abs=5)
+    assert all(len(b.samples) == 6 * 4 for b in batches)
+
+
+@pytest.mark.integration
+def test_agent_batches_reach_postgres_through_a_real_worker(committed_node_token, worker_factory):
+    cluster, node, token = committed_node_token
+    worker_factory()
+    result = collector(
+        "--source", "nvml", "--fixture", "h100-sxm5-80gb", "--cluster", cluster,
+        "--node", node, "--token", token, "--count", "3", "--interval", "0.2",
+        "--broker", settings.CELERY_BROKER_URL, "--spool-dir", str(ROOT / ".vigil" / "unused"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+    def stored() -> tuple[int, int]:
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM telemetry_gpusample")
+            gpu_rows = cur.fetchone()[0]
+            cur.execute("SELECT count(*) FROM telemetry_nodesample")
+            return gpu_rows, cur.fetchone()[0]
+
+    assert wait_for(lambda: stored() == (24, 3) and stored(), timeout=60) == (24, 3)

@@ -1,0 +1,90 @@
+"""Transport: batches reach a real Redis as Celery tasks, or wait on disk, in order."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from collectors.schema import INGEST_QUEUE, INGEST_TASK
+from collectors.transport import Spool, Transport
+
+
+def queued(server) -> list[tuple[str, list]]:
+    """(task name, args) of the messages waiting in the ingest queue, oldest first."""
+    # kombu's Redis transport LPUSHes and workers BRPOP: the oldest message is last.
+    raw = server.client().lrange(INGEST_QUEUE, 0, -1)
+    out = []
+    for item in reversed(raw):
+        message = json.loads(item)
+        args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
+        out.append((message["headers"]["task"], args))
+    return out
+
+
+def batch(n: int) -> str:
+    return json.dumps({"n": n})
+
+
+def test_batches_become_one_ingest_task_each_with_the_json_text_as_only_argument(
+    private_redis, tmp_path
+):
+    private_redis.start()
+    transport = Transport(private_redis.url, tmp_path / "spool")
+    assert transport.send(batch(1), "b1") is True
+    assert transport.send(batch(2), "b2") is True
+    transport.close()
+    assert queued(private_redis) == [(INGEST_TASK, [batch(1)]), (INGEST_TASK, [batch(2)])]
+    assert list((tmp_path / "spool").iterdir()) == []
+
+
+def test_broker_down_spools_then_replays_oldest_first_before_new_batches(private_redis, tmp_path):
+    spool_dir = tmp_path / "spool"
+    transport = Transport(private_redis.url, spool_dir)  # nothing listens on the socket yet
+    for n in range(3):
+        assert transport.send(batch(n), f"b{n}") is False
+    files = sorted(spool_dir.iterdir())
+    assert [f.read_text() for f in files] == [batch(0), batch(1), batch(2)]
+
+    private_redis.start()
+    assert transport.send(batch(3), "b3") is True
+    transport.close()
+    assert [args[0] for _task, args in queued(private_redis)] == [batch(n) for n in range(4)]
+    assert list(spool_dir.iterdir()) == []
+
+
+def test_broker_dying_mid_run_loses_nothing_and_keeps_order(private_redis, tmp_path):
+    private_redis.start()
+    transport = Transport(private_redis.url, tmp_path / "spool")
+    assert transport.send(batch(0), "b0")
+    private_redis.stop()
+    assert transport.send(batch(1), "b1") is False
+    assert transport.send(batch(2), "b2") is False
+    private_redis.start()  # append-only file: batch 0 is still queued
+    assert transport.send(batch(3), "b3")
+    transport.close()
+    assert [args[0] for _task, args in queued(private_redis)] == [batch(n) for n in range(4)]
+
+
+def test_a_restarted_agent_sends_what_an_earlier_run_spooled(private_redis, tmp_path):
+    spool_dir = tmp_path / "spool"
+    first = Transport(private_redis.url, spool_dir)
+    first.send(batch(0), "b0")
+    first.send(batch(1), "b1")
+    first.close()
+    (spool_dir / ".00000000000000000001-half-written.json.tmp").write_text("{")  # a crash
+
+    private_redis.start()
+    second = Transport(private_redis.url, spool_dir)
+    assert second.flush() == 0
+    second.send(batch(2), "b2")
+    second.close()
+    assert [args[0] for _task, args in queued(private_redis)] == [batch(0), batch(1), batch(2)]
+
+
+def test_spool_names_keep_order_even_within_one_clock_tick(tmp_path):
+    spool = Spool(tmp_path)
+    paths = [spool.put(batch(n), f"b{n}") for n in range(50)]
+    assert spool.files() == paths
+    # A new Spool on the same folder continues after the newest file.
+    later = Spool(tmp_path).put(batch(99), "b99")
+    assert Spool(tmp_path).files()[-1] == later
