@@ -4,9 +4,11 @@
 
 Starts its own embedded PostgreSQL and Redis in a temporary folder, migrates, registers
 nodes, then:
-  1. e2e: the collector's simulated source builds batches (8 GPUs x --intervals timestamps per
-     node) and publishes them by task name to Redis; real Celery worker processes validate
-     and store them (COPY + rollup); the clock stops when the last row is committed.
+  1. e2e: the collector's simulated source and agent build batches (8 GPUs x --intervals
+     timestamps per node; built before the clock starts, bench/collector.py measures that
+     part) and the collector's transport publishes them by task name to Redis; real Celery
+     worker processes validate and COPY them; the clock stops when the last row is
+     committed. The rollup refresh that follows is timed separately.
   2. baseline: the same number of rows, binary COPY straight into telemetry_gpusample, one
      commit per batch-sized chunk, from one connection.
 Last line: JSON with e2e_samples_per_s, raw_copy_rows_per_s, ratio.
@@ -30,8 +32,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--intervals", type=int, default=60, help="timestamps per batch")
-    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--nodes", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--pool", default="solo", choices=["solo", "prefork", "threads"])
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="vigil-bench-")
@@ -48,39 +51,50 @@ def main() -> None:
 
     from tests.helpers import WorkerProcess
     from webapp import embedded
-    from webapp.fleet.services import node_token_issue
 
     try:
         call_command("migrate", verbosity=0)
-        hostnames = [f"bench-node-{i:03d}" for i in range(args.nodes)]
-        tokens = {h: node_token_issue("bench", h) for h in hostnames}
-        batches = _build_batches(tokens, args.batches, args.intervals)
-        expected = sum(b[1] for b in batches)
+        _tokens, batches = _build_batches(args.nodes, args.batches, args.intervals)
+        expected = sum(n for _, n in batches)
         print(f"{len(batches)} batches, {expected} GPU samples", file=sys.stderr)
 
-        worker = WorkerProcess(
-            os.environ["DATABASE_URL"],
-            Path(tmp) / "worker.log",
-            pool="prefork",
-            concurrency=args.workers,
-            visibility_timeout_s=600,
-        )
-        worker.start()
-        from collectors.schema import INGEST_QUEUE, INGEST_TASK
-        from webapp.celery import app
+        # Separate solo-pool worker processes: no hand-off of each 100 KB batch from the
+        # prefork parent to a child over a pipe.
+        workers = [
+            WorkerProcess(
+                os.environ["DATABASE_URL"],
+                Path(tmp) / f"worker{i}.log",
+                pool=args.pool,
+                concurrency=1,
+                visibility_timeout_s=600,
+            )
+            for i in range(args.workers)
+        ]
+        for worker in workers:
+            worker.start()
+        from collectors.transport import Transport
 
+        transport = Transport(os.environ["CELERY_BROKER_URL"], Path(tmp) / "spool")
         t0 = time.perf_counter()
-        with app.producer_or_acquire() as producer:
-            for raw, _ in batches:
-                app.send_task(INGEST_TASK, args=[raw], queue=INGEST_QUEUE, producer=producer)
+        for raw, _ in batches:
+            if not transport.send(raw):
+                raise SystemExit("the broker refused a batch")
         published = time.perf_counter() - t0
+        transport.close()
         while _count(connection) < expected:
             time.sleep(0.05)
             if time.perf_counter() - t0 > 600:
-                raise SystemExit(f"timed out; worker log:\n{worker.log()[-3000:]}")
+                raise SystemExit(f"timed out; worker log:\n{workers[0].log()[-3000:]}")
         e2e_s = time.perf_counter() - t0
-        worker.stop()
+        for worker in workers:
+            worker.stop()
         stored = _count(connection)
+
+        from webapp.telemetry.services import rollups_refresh
+
+        r0 = time.perf_counter()
+        _batches_done, cells = rollups_refresh(max_rounds=10_000)
+        rollup_s = time.perf_counter() - r0
 
         raw_s = _raw_copy(connection, args.batches, args.intervals)
         result = {
@@ -90,8 +104,11 @@ def main() -> None:
             "samples": expected,
             "stored": stored,
             "batch_samples": 8 * args.intervals,
+            "rollup_samples_per_s": round(expected / rollup_s),
+            "rollup_cells": cells,
             "publish_per_s": round(len(batches) / published),
             "worker_processes": args.workers,
+            "pool": args.pool,
             "cpus": os.cpu_count(),
         }
         print(json.dumps(result))
@@ -99,20 +116,28 @@ def main() -> None:
         embedded.stop_all()
 
 
-def _build_batches(tokens: dict[str, str], count: int, intervals: int) -> list[tuple[str, int]]:
-    """Wire batches (JSON text, sample count), 8 GPUs x `intervals` timestamps each."""
-    from tests.helpers import make_batch
+def _build_batches(
+    nodes: int, count: int, intervals: int
+) -> tuple[dict[str, str], list[tuple[str, int]]]:
+    """Tokens for the simulated nodes, and `count` wire batches (JSON text, sample count)
+    exactly as the collector builds them: the simulated source in backfill mode, batched by
+    the agent, 8 GPUs x `intervals` timestamps per batch."""
+    from collectors.agent import Agent
+    from collectors.backends.simulated import SimulatedBackend
+    from webapp.fleet.services import node_token_issue
 
-    hosts = list(tokens)
-    rounds = -(-count // len(hosts))
-    start = time.time() - rounds * intervals * 10 - 120
-    out = []
-    for i in range(count):
-        host = hosts[i % len(hosts)]
-        t0 = start + (i // len(hosts)) * intervals * 10
-        batch = make_batch("bench", host, tokens[host], t0=t0, intervals=intervals)
-        out.append((json.dumps(batch), len(batch["samples"])))
-    return out
+    backend = SimulatedBackend(["bench"], nodes_per_cluster=nodes, gpus_per_node=8, seed=7)
+    tokens = {node: node_token_issue(cluster, node) for cluster, node in backend.node_ids}
+    out: list[tuple[str, int]] = []
+    agent = Agent(
+        backend,
+        lambda cluster, node: tokens[node],
+        lambda _id, text: out.append((text, len(json.loads(text)["samples"]))),
+        interval_s=10,
+        intervals_per_batch=intervals,
+    )
+    agent.run(count=-(-count // nodes) * intervals, backfill=True)
+    return tokens, out[:count]
 
 
 def _count(connection) -> int:
@@ -127,7 +152,7 @@ def _raw_copy(connection, count: int, intervals: int) -> float:
 
     from django.db import transaction
 
-    from collectors.schema import GPU_FIELDS, GPU_FIELD_NAMES
+    from collectors.schema import GPU_FIELD_NAMES, GPU_FIELDS
 
     types = ["int8", "timestamptz", *("real" if m.kind == "float" else "int8" for m in GPU_FIELDS)]
     values = [50.0 if m.kind == "float" else 1000 for m in GPU_FIELDS]
@@ -148,13 +173,16 @@ def _raw_copy(connection, count: int, intervals: int) -> float:
         partition_ensure("telemetry_gpusample", day)
     t0 = time.perf_counter()
     for rows in chunks:
-        with transaction.atomic(), connection.cursor() as cur:
-            with cur.copy(
+        with (
+            transaction.atomic(),
+            connection.cursor() as cur,
+            cur.copy(
                 f"COPY telemetry_gpusample (gpu_id, ts, {cols}) FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(types)
-                for row in rows:
-                    copy.write_row(row)
+            ) as copy,
+        ):
+            copy.set_types(types)
+            for row in rows:
+                copy.write_row(row)
     return time.perf_counter() - t0
 
 

@@ -8,7 +8,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from collectors.schema import GpuInfo
@@ -114,13 +114,22 @@ def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
 
 
 def node_seen(node_id: int, at: datetime, source: str) -> None:
-    """Record that the node reported; a registered or stale node becomes up."""
-    Node.objects.filter(id=node_id).exclude(state__in=[NodeState.DRAINING, NodeState.DOWN]).update(
-        state=NodeState.UP, last_seen=at, source=source
-    )
-    Node.objects.filter(id=node_id, state__in=[NodeState.DRAINING, NodeState.DOWN]).update(
-        last_seen=at, source=source
-    )
+    """Record that the node reported; a registered or stale node becomes up.
+
+    One statement per batch (it is on the ingest path). last_seen never moves backwards, so
+    replaying a spool of old batches does not make a live node look stale.
+    """
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE fleet_node SET
+                last_seen = greatest(last_seen, %s),
+                source = %s,
+                state = CASE WHEN state IN (%s, %s) THEN state ELSE %s END
+            WHERE id = %s
+            """,
+            [at, source, NodeState.DRAINING, NodeState.DOWN, NodeState.UP, node_id],
+        )
 
 
 def nodes_mark_stale(older_than: datetime) -> int:

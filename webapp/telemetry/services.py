@@ -33,7 +33,7 @@ from collectors.schema import (
     parse_batch,
 )
 from webapp.fleet.services import AuthError, gpus_register, node_authenticate, node_seen
-from webapp.telemetry.models import ROLLUP_METRICS, RejectedBatch, RollupDirty
+from webapp.telemetry.models import ROLLUP_METRICS, RejectedBatch
 from webapp.telemetry.partitions import oldest_kept, partition_ensure
 
 log = logging.getLogger("vigil.ingest")
@@ -156,51 +156,73 @@ def samples_ingest(raw: str | bytes) -> IngestResult:
     node_rows = [
         (node.id, datetime.fromtimestamp(row[0], UTC), *row[1:]) for row in batch.node_samples
     ]
-    with transaction.atomic(), connection.cursor() as cur:
-        stored = _store(cur, "telemetry_gpusample", "gpu_id", GPU_FIELD_NAMES, gpu_rows)
-        node_stored = _store(cur, "telemetry_nodesample", "node_id", NODE_FIELD_NAMES, node_rows)
-        if stored:
-            first = min(row[1] for row in gpu_rows).replace(second=0, microsecond=0)
-            last = max(row[1] for row in gpu_rows).replace(second=0, microsecond=0)
-            RollupDirty.objects.create(
-                gpu_ids=sorted({row[0] for row in gpu_rows}),
-                lo=first,
-                hi=last + timedelta(minutes=1),
-            )
-        last = max([row[1] for row in gpu_rows] + [row[1] for row in node_rows], default=None)
-        node_seen(node.id, last or datetime.fromtimestamp(batch.sent_at, UTC), batch.source)
+    last = max([row[1] for row in gpu_rows] + [row[1] for row in node_rows], default=None)
+    try:
+        # Common case, one transaction: COPY straight into the partitioned tables.
+        with transaction.atomic(), connection.cursor() as cur:
+            stored = _copy(cur, "telemetry_gpusample", "gpu_id", gpu_rows)
+            node_stored = _copy(cur, "telemetry_nodesample", "node_id", node_rows)
+            _rollup_mark(cur, gpu_rows)
+    except (IntegrityError, psycopg.errors.UniqueViolation):
+        # Some rows were stored before (a redelivered or overlapping batch): the first
+        # transaction rolled back whole; store only what is new.
+        with transaction.atomic(), connection.cursor() as cur:
+            stored = _copy_new(cur, "gpu_id", gpu_rows)
+            node_stored = _copy_new(cur, "node_id", node_rows)
+            if stored:
+                _rollup_mark(cur, gpu_rows)
+    node_seen(node.id, last or datetime.fromtimestamp(batch.sent_at, UTC), batch.source)
     return IngestResult(str(batch.batch_id), batch.node, len(batch.samples), stored, node_stored)
 
 
-def _store(cur, table: str, key: str, names: tuple[str, ...], rows: list[tuple]) -> int:
-    """COPY rows into `table`; return how many were new.
-
-    The common case (no row stored before) is one binary COPY straight into the partitioned
-    table. If any row is already there (a redelivered batch), the COPY fails on the primary
-    key, its savepoint is rolled back, and the rows go through a temp table with
-    ON CONFLICT DO NOTHING instead.
-    """
+def _copy(cur, table: str, key: str, rows: list[tuple]) -> int:
+    """Binary COPY of (id, ts, values...) rows into `table`; raises UniqueViolation on a
+    row that is already stored."""
     if not rows:
         return 0
-    cols = ", ".join(names)
+    names = GPU_FIELD_NAMES if key == "gpu_id" else NODE_FIELD_NAMES
     types = _GPU_COPY_TYPES if key == "gpu_id" else _NODE_COPY_TYPES
-    try:
-        direct = f"COPY {table} ({key}, ts, {cols}) FROM STDIN (FORMAT BINARY)"
-        with transaction.atomic(), cur.copy(direct) as copy:
-            copy.set_types(["int8", "timestamptz", *types[2:]])
-            for row in rows:
-                copy.write_row(row)
-        return len(rows)
-    except (IntegrityError, psycopg.errors.UniqueViolation):
-        pass
+    with cur.copy(
+        f"COPY {table} ({key}, ts, {', '.join(names)}) FROM STDIN (FORMAT BINARY)"
+    ) as copy:
+        copy.set_types(["int8", "timestamptz", *types[2:]])
+        for row in rows:
+            copy.write_row(row)
+    return len(rows)
+
+
+def _copy_new(cur, key: str, rows: list[tuple]) -> int:
+    """Store only the rows not stored yet (temp table, ON CONFLICT DO NOTHING); how many."""
+    if not rows:
+        return 0
+    names = GPU_FIELD_NAMES if key == "gpu_id" else NODE_FIELD_NAMES
+    types = _GPU_COPY_TYPES if key == "gpu_id" else _NODE_COPY_TYPES
     temp = "vigil_ingest_gpu" if key == "gpu_id" else "vigil_ingest_node"
     cur.execute(_TEMP_TABLES)
-    with cur.copy(f"COPY {temp} ({key}, ts, {cols}) FROM STDIN (FORMAT BINARY)") as copy:
+    with cur.copy(
+        f"COPY {temp} ({key}, ts, {', '.join(names)}) FROM STDIN (FORMAT BINARY)"
+    ) as copy:
         copy.set_types(types)
         for row in rows:
             copy.write_row((row[0], row[1].timestamp(), *row[2:]))
     cur.execute(_MOVE_GPU_ROWS if key == "gpu_id" else _MOVE_NODE_ROWS)
     return cur.rowcount
+
+
+def _rollup_mark(cur, gpu_rows: list[tuple]) -> None:
+    """Name the GPUs and minutes these rows touched, for the next rollup refresh."""
+    if not gpu_rows:
+        return
+    stamps = [row[1] for row in gpu_rows]
+    cur.execute(
+        "INSERT INTO telemetry_rollupdirty (gpu_ids, lo, hi, created_at) "
+        "VALUES (%s, %s, %s, now())",
+        [
+            sorted({row[0] for row in gpu_rows}),
+            min(stamps).replace(second=0, microsecond=0),
+            max(stamps).replace(second=0, microsecond=0) + timedelta(minutes=1),
+        ],
+    )
 
 
 def rollups_refresh(max_rounds: int = 50) -> tuple[int, int]:
