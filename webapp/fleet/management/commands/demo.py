@@ -1,0 +1,170 @@
+"""`make demo`: the whole system on one machine, with a simulated cluster feeding it.
+
+Starts (embedded PostgreSQL and Redis come from settings when no URL is configured), migrates,
+creates the demo login, issues node tokens, then runs the web server, a Celery worker, beat
+and the simulated collectors as child processes until Ctrl-C, which stops everything it
+started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from collectors.backends.simulated import DEFAULT_CLUSTERS, node_name
+from webapp import embedded
+from webapp.fleet.services import node_token_issue
+from webapp.telemetry.models import GpuSample
+from webapp.telemetry.partitions import partitions_maintain
+
+DEMO_USER = "demo"
+
+
+class Command(BaseCommand):
+    help = "Run Vigil with a simulated GPU cluster: web UI, worker, beat and collectors."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--clusters", default=",".join(DEFAULT_CLUSTERS))
+        parser.add_argument("--nodes-per-cluster", type=int, default=16)
+        parser.add_argument("--gpus-per-node", type=int, default=8)
+        parser.add_argument("--interval", type=float, default=5.0, help="seconds per sample")
+        parser.add_argument(
+            "--backfill-minutes",
+            type=int,
+            default=60,
+            help="history to simulate before going live, so the charts are not empty",
+        )
+
+    def handle(self, *args, **opts):
+        clusters = [c for c in opts["clusters"].split(",") if c]
+        if not clusters or opts["nodes_per_cluster"] < 1 or opts["gpus_per_node"] < 1:
+            raise CommandError("need at least one cluster, node and GPU")
+        with socket.socket() as probe:
+            if probe.connect_ex((opts["host"], opts["port"])) == 0:
+                raise CommandError(
+                    f"port {opts['port']} on {opts['host']} is in use (another demo?); "
+                    "stop it or pass --port"
+                )
+        root = Path(settings.BASE_DIR)
+        state = embedded.data_dir() / "demo"
+        state.mkdir(parents=True, exist_ok=True)
+
+        self.stdout.write("Preparing the database ...")
+        call_command("migrate", verbosity=0)
+        partitions_maintain()
+        password = self._demo_user()
+        tokens = {
+            node_name(c, n): node_token_issue(c, node_name(c, n))
+            for c in clusters
+            for n in range(1, opts["nodes_per_cluster"] + 1)
+        }
+        token_file = state / "tokens.json"
+        token_file.write_text(json.dumps(tokens))
+        token_file.chmod(0o600)
+
+        env = dict(os.environ)  # carries DATABASE_URL / CELERY_BROKER_URL set by settings
+        env["PYTHONUNBUFFERED"] = "1"
+        py = sys.executable
+        sim = [
+            "--source", "simulated", "--clusters", ",".join(clusters),
+            "--nodes-per-cluster", str(opts["nodes_per_cluster"]),
+            "--gpus-per-node", str(opts["gpus_per_node"]), "--token-file", str(token_file),
+            "--broker", settings.CELERY_BROKER_URL, "--spool-dir", str(state / "spool"),
+            "--seed", "1",
+        ]  # fmt: skip
+        # History only on a fresh database: a second run must not write a different past
+        # over the first run's samples.
+        backfill_rounds = int(opts["backfill_minutes"] * 60 / 30)
+        if backfill_rounds and GpuSample.objects.exists():
+            backfill_rounds = 0
+        commands = {
+            "worker": [py, "-m", "celery", "-A", "webapp", "worker", "-Q", "ingest,default",
+                       "-c", "2", "-l", "WARNING", "--without-gossip", "--without-mingle"],
+            "beat": [py, "-m", "celery", "-A", "webapp", "beat", "-l", "WARNING",
+                     "--schedule", str(state / "celerybeat-schedule")],
+            "web": [py, "manage.py", "runserver", "--noreload",
+                    f"{opts['host']}:{opts['port']}"],
+        }  # fmt: skip
+        procs: dict[str, subprocess.Popen] = {}
+        logs = state / "logs"
+        logs.mkdir(exist_ok=True)
+
+        def start(name: str, command: list[str]) -> None:
+            out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 (kept open for the child)
+            procs[name] = subprocess.Popen(
+                command, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+
+        try:
+            for name, command in commands.items():
+                start(name, command)
+            if backfill_rounds:
+                self.stdout.write(f"Simulating the last {opts['backfill_minutes']} minutes ...")
+                subprocess.run(
+                    [py, "-m", "collectors", *sim, "--interval", "30",
+                     "--intervals-per-batch", "20", "--count", str(backfill_rounds)],
+                    cwd=root, env=env, check=True,
+                )  # fmt: skip
+            start("collectors", [py, "-m", "collectors", *sim, "--interval", str(opts["interval"])])
+            gpus = len(clusters) * opts["nodes_per_cluster"] * opts["gpus_per_node"]
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"\nVigil is running: http://{opts['host']}:{opts['port']}/\n"
+                    f"  login: {DEMO_USER} / {password}\n"
+                    f"  simulated: {len(clusters)} clusters, {len(tokens)} nodes, {gpus} GPUs, "
+                    f"one sample every {opts['interval']:g} s\n"
+                    f"  logs: {logs}\n"
+                    "Press Ctrl-C to stop everything."
+                )
+            )
+            while True:
+                for name, proc in procs.items():
+                    if proc.poll() is not None:
+                        raise CommandError(
+                            f"{name} exited with code {proc.returncode}; see {logs / name}.log"
+                        )
+                time.sleep(1)
+        except KeyboardInterrupt:
+            self.stdout.write("\nStopping ...")
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in procs.values():
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            # Stop the embedded servers only if this run started them (another demo, or a
+            # developer's shell, may be using ones that were already running).
+            from django.db import connections
+
+            connections.close_all()
+            if "redis" in embedded.started_here:
+                embedded.redis_stop()
+            if "postgres" in embedded.started_here:
+                embedded.postgres_stop()
+            self.stdout.write("Stopped.")
+
+    def _demo_user(self) -> str:
+        password = os.environ.get("VIGIL_DEMO_PASSWORD") or secrets.token_urlsafe(9)
+        user, _ = get_user_model().objects.get_or_create(
+            username=DEMO_USER, defaults={"is_staff": True, "is_superuser": True}
+        )
+        user.set_password(password)
+        user.save()
+        return password
