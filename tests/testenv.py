@@ -10,3 +10,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("VIGIL_DATA_DIR", str(ROOT / ".vigil" / "test"))
 Path(os.environ["VIGIL_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
+
+
+def pytest_unconfigure(config) -> None:
+    """Stop the embedded servers this test run started (none if they were already up)."""
+    from webapp import embedded
+
+    if "redis" in embedded.started_here:
+        embedded.redis_stop()
+    if "postgres" in embedded.started_here:
+        from django.db import connections
+
+        connections.close_all()
+        embedded.postgres_stop()

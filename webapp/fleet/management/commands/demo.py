@@ -105,10 +105,23 @@ class Command(BaseCommand):
 
         def start(name: str, command: list[str]) -> None:
             out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 (kept open for the child)
+            # Own session: Ctrl-C reaches only this command, which then stops the children
+            # in order (collectors first, so the worker can drain what they sent).
             procs[name] = subprocess.Popen(
-                command, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT
+                command,
+                cwd=root,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt
+
+        # SIGTERM (a supervisor, `kill`) stops the demo as cleanly as Ctrl-C does.
+        signal.signal(signal.SIGTERM, interrupt)
+        signal.signal(signal.SIGINT, interrupt)
         try:
             for name, command in commands.items():
                 start(name, command)
@@ -141,7 +154,7 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("\nStopping ...")
         finally:
-            for proc in procs.values():
+            for proc in reversed(procs.values()):
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
             for proc in procs.values():
