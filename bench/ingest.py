@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -114,6 +115,7 @@ def main() -> None:
         print(json.dumps(result))
     finally:
         embedded.stop_all()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _build_batches(
