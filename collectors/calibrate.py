@@ -20,7 +20,14 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-DEFAULT_CSV = Path("/work/shared/acmetrace/derived/util_cdf_long.csv")
+# The shared folder beside the repository (see the README of ../shared/acmetrace).
+DEFAULT_CSV = (
+    Path(__file__).resolve().parent.parent.parent
+    / "shared"
+    / "acmetrace"
+    / "derived"
+    / "util_cdf_long.csv"
+)
 DEFAULT_OUT = Path(__file__).resolve().parent / "data" / "acme_calibration.json"
 
 # Quantiles every 0.5 percentile: Acme's GPU-util CDF has 30% and 50% steps at 0 and 100, and
