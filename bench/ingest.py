@@ -115,7 +115,8 @@ def main() -> None:
         print(json.dumps(result))
     finally:
         embedded.stop_all()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not os.environ.get("VIGIL_BENCH_KEEP"):
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _build_batches(

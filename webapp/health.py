@@ -1,13 +1,11 @@
 """`/healthz` for load balancers: is PostgreSQL answering, is the broker answering?
 
 Not behind the login (a load balancer has no session) but behind its own key,
-VIGIL_HEALTH_KEY, sent as `Authorization: Bearer <key>` or `?key=<key>`. With no key set the
-endpoint is open in debug and closed otherwise, so production never exposes it by accident.
+VIGIL_HEALTH_KEY (see webapp/keyauth.py).
 """
 
 from __future__ import annotations
 
-import hmac
 import time
 
 from django.conf import settings
@@ -18,15 +16,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 from kombu import Connection
 
+from webapp.keyauth import key_refusal
+
 # A load balancer probes every few seconds; a check slower than this counts as down.
 BROKER_TIMEOUT_S = 2.0
-
-
-def _presented_key(request: HttpRequest) -> str:
-    header = request.headers.get("Authorization", "")
-    if header.startswith("Bearer "):
-        return header.removeprefix("Bearer ").strip()
-    return request.GET.get("key", "")
 
 
 def _check_database() -> None:
@@ -55,13 +48,9 @@ def _run(check) -> dict:
 @never_cache
 @require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
-    key = settings.VIGIL_HEALTH_KEY
-    if not key and not settings.DEBUG:
-        return JsonResponse(
-            {"error": "VIGIL_HEALTH_KEY is not set; /healthz is closed outside debug"}, status=403
-        )
-    if key and not hmac.compare_digest(_presented_key(request).encode(), key.encode()):
-        return JsonResponse({"error": "missing or wrong health key"}, status=401)
+    refusal = key_refusal(request, settings.VIGIL_HEALTH_KEY, "VIGIL_HEALTH_KEY")
+    if refusal is not None:
+        return refusal
     checks = {"database": _run(_check_database), "broker": _run(_check_broker)}
     ok = all(c["ok"] for c in checks.values())
     return JsonResponse(
