@@ -150,13 +150,14 @@ def samples_ingest(raw: str | bytes) -> IngestResult:
         partition_ensure("telemetry_nodesample", day)
         partition_ensure("telemetry_gpurollup1m", day)
 
-    gpu_rows = [
-        (gpu_ids[row[0]], datetime.fromtimestamp(row[1], UTC), *row[2:]) for row in batch.samples
-    ]
-    node_rows = [
-        (node.id, datetime.fromtimestamp(row[0], UTC), *row[1:]) for row in batch.node_samples
-    ]
-    last = max([row[1] for row in gpu_rows] + [row[1] for row in node_rows], default=None)
+    # All GPUs of a node share each timestamp: build each datetime once, not once per GPU.
+    stamps = {
+        t: datetime.fromtimestamp(t, UTC)
+        for t in {row[1] for row in batch.samples} | {row[0] for row in batch.node_samples}
+    }
+    gpu_rows = [(gpu_ids[row[0]], stamps[row[1]], *row[2:]) for row in batch.samples]
+    node_rows = [(node.id, stamps[row[0]], *row[1:]) for row in batch.node_samples]
+    last = stamps[max(stamps)] if stamps else None
     try:
         # Common case, one transaction: COPY straight into the partitioned tables.
         with transaction.atomic(), connection.cursor() as cur:
@@ -213,7 +214,7 @@ def _rollup_mark(cur, gpu_rows: list[tuple]) -> None:
     """Name the GPUs and minutes these rows touched, for the next rollup refresh."""
     if not gpu_rows:
         return
-    stamps = [row[1] for row in gpu_rows]
+    stamps = {row[1] for row in gpu_rows}
     cur.execute(
         "INSERT INTO telemetry_rollupdirty (gpu_ids, lo, hi, created_at) "
         "VALUES (%s, %s, %s, now())",
