@@ -32,7 +32,6 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
-    TypeAdapter,
     ValidationError,
     model_validator,
 )
@@ -170,7 +169,101 @@ class Batch(BaseModel):
         return self
 
 
-_batch_adapter = TypeAdapter(Batch)
+# --- Job events (scheduler watchers: Slurm, Kubernetes, the HTTP endpoint) ---------------
+
+JOB_EVENTS_TASK = "vigil.jobs.ingest_events"
+
+JOB_TYPES = ("pretrain", "sft", "mllm", "eval", "debug", "other")
+# Final states as schedulers name them (AcmeTrace uses Slurm's names); TIMEOUT, NODE_FAIL and
+# OUT_OF_MEMORY count as failed in the characterization (AcmeTrace README).
+JOB_END_STATES = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+)
+
+
+class JobGpus(BaseModel):
+    """The GPUs a job holds on one node (indices as the node's NVML numbers them)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node: Name
+    gpu_indices: list[GpuIndex] = Field(default_factory=list, max_length=1024)
+
+
+class JobEventIn(BaseModel):
+    """One change of one job: submitted, started (with its GPUs), requeued, or ended."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    kind: Literal["submitted", "started", "requeued", "ended"]
+    ts: Timestamp
+    name: Annotated[str, StringConstraints(max_length=256)] = ""
+    user: Annotated[str, StringConstraints(max_length=128)] = ""
+    team: Annotated[str, StringConstraints(max_length=128)] = ""
+    partition: Annotated[str, StringConstraints(max_length=128)] = ""
+    qos: Annotated[str, StringConstraints(max_length=128)] = ""
+    comment: Annotated[str, StringConstraints(max_length=1024)] = ""
+    # An explicit type wins over the site's type rules (e.g. a Kubernetes label).
+    job_type: Literal[JOB_TYPES] | None = None  # type: ignore[valid-type]
+    submit_ts: Timestamp | None = None
+    start_ts: Timestamp | None = None
+    end_ts: Timestamp | None = None
+    state: Literal[JOB_END_STATES] | None = None  # type: ignore[valid-type]
+    exit_code: Annotated[int, Field(ge=-255, le=255)] | None = None
+    gpus_requested: Annotated[int, Field(ge=0, le=100_000)] | None = None
+    nodes_requested: Annotated[int, Field(ge=0, le=100_000)] | None = None
+    allocation: list[JobGpus] = Field(default_factory=list, max_length=100_000)
+    last_checkpoint_ts: Timestamp | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobEventIn:
+        submit, start, end = self.submit_ts, self.start_ts, self.end_ts
+        if start is not None and submit is not None and start < submit:
+            raise ValueError("start_ts is before submit_ts")
+        if end is not None and start is not None and end < start:
+            raise ValueError("end_ts is before start_ts (end before start)")
+        if self.kind == "ended" and self.state is None:
+            raise ValueError("an ended event needs its final state")
+        return self
+
+
+class JobEventBatch(BaseModel):
+    """Job events from one sender (a node's watcher or a scheduler integration)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    v: Literal[1] = SCHEMA_VERSION
+    batch_id: uuid.UUID
+    cluster: Name
+    node: Name  # the sending node (its token authenticates the batch)
+    token: Annotated[str, StringConstraints(min_length=16, max_length=256)]
+    sent_at: Timestamp
+    source: Literal["slurm", "kubernetes", "http", "simulated", "replay"] = "slurm"
+    events: list[JobEventIn] = Field(default_factory=list, max_length=100_000)
+
+
+def parse_job_events(
+    raw: str | bytes, *, now: float | None = None, max_future_s: float = 300
+) -> JobEventBatch:
+    """Validate a job-event batch (JSON text); raise BatchError naming the first problem."""
+    try:
+        batch = JobEventBatch.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "batch"
+        raise BatchError("malformed", f"{where}: {first['msg']}") from None
+    limit = (time.time() if now is None else now) + max_future_s
+    for i, event in enumerate(batch.events):
+        if event.ts > limit:
+            raise BatchError("future_timestamp", f"events[{i}]: ts is in the future")
+    return batch
 
 
 class BatchError(ValueError):

@@ -78,6 +78,7 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "webapp.fleet",
     "webapp.telemetry",
+    "webapp.jobs",
 ]
 
 MIDDLEWARE = [
@@ -137,7 +138,10 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = envint("VIGIL_WORKER_PREFETCH", "4", minimum=1)
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_ROUTES = {"vigil.telemetry.ingest_batch": {"queue": "ingest"}}
+CELERY_TASK_ROUTES = {
+    "vigil.telemetry.ingest_batch": {"queue": "ingest"},
+    "vigil.jobs.ingest_events": {"queue": "ingest"},
+}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A task whose worker died is redelivered after this many seconds (Redis has no per-consumer
 # acknowledgements; kombu restores unacknowledged messages after the visibility timeout).
