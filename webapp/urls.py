@@ -12,4 +12,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("webapp.fleet.urls")),
     path("", include("webapp.telemetry.urls")),
+    path("", include("webapp.jobs.urls")),
+    path("api/v1/", include("webapp.jobs.api_urls")),
 ]
