@@ -115,6 +115,12 @@ TEMPLATES = [
 # --- Database and broker -------------------------------------------------------------------
 # With no URL configured, webapp/embedded.py starts a private PostgreSQL and Redis under
 # VIGIL_DATA_DIR, so `make demo` and `make test` need nothing installed.
+# Offline commands (manage.py diagnose) need no database or broker: nothing is started and
+# any attempt to connect fails loudly instead of silently starting servers.
+VIGIL_OFFLINE = envbool("VIGIL_OFFLINE", "False")
+if VIGIL_OFFLINE:
+    os.environ.setdefault("DATABASE_URL", "postgresql://offline@offline.invalid:1/offline")
+    os.environ.setdefault("CELERY_BROKER_URL", "memory://")
 VIGIL_EMBEDDED_POSTGRES = not os.environ.get("DATABASE_URL")
 if VIGIL_EMBEDDED_POSTGRES:
     from webapp import embedded
