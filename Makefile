@@ -17,8 +17,16 @@ install: $(STAMP)
 demo: install
 	$(PY) manage.py demo
 
-# Chromium for the browser tests comes from Debian (never `playwright install`: it downloads).
+# Chromium for the browser tests and Slurm for the scheduler tests come from Debian (never
+# `playwright install`: it downloads). Without them those tests are skipped with the reason.
 test-deps: install
+	@if [ ! -x /usr/sbin/slurmctld ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing slurm-wlm (apt)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm >/dev/null) \
+	      || echo "slurm-wlm could not be installed: Slurm tests will be skipped"; \
+	  else echo "slurm-wlm not found and not root: Slurm tests will be skipped"; fi; \
+	fi
 	@if ! command -v chromium >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing chromium (apt)"; \

@@ -4,6 +4,12 @@
     vigil-collector --source dcgm --cluster kalos --dcgm-url http://localhost:9400/metrics
     vigil-collector --source simulated --token-file tokens.json --count 360 --interval 10
     vigil-collector --source nvml --fixture h100-sxm5-80gb --stdout --count 3 --interval 1
+    vigil-collector --source nvml --jobs slurm --cluster seren   # GPUs and the cluster's jobs
+    vigil-collector --source none --jobs slurm --cluster seren   # a controller without GPUs
+
+Job events: `--jobs slurm` polls squeue/scontrol and the jobcomp file on this host (run it on
+one host per cluster: it reports every job of the cluster); `--source simulated` also
+simulates the cluster's jobs unless `--jobs none`.
 
 Exit status: 0 done, 2 bad flags or configuration, 3 collector disabled (no NVIDIA driver).
 """
@@ -64,12 +70,47 @@ def _default_spool_dir() -> Path:
     return Path(state) / "vigil-collector" / "spool"
 
 
+def _default_state_dir() -> Path:
+    return _default_spool_dir().parent
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="vigil-collector",
-        description="Vigil node agent: samples GPUs and sends one batch per node per interval.",
+        description="Vigil node agent: samples GPUs and sends one batch per node per interval; "
+        "optionally watches the scheduler and sends job events.",
     )
-    p.add_argument("--source", choices=("nvml", "dcgm", "simulated"), default="nvml")
+    p.add_argument(
+        "--source",
+        choices=("nvml", "dcgm", "simulated", "none"),
+        default="nvml",
+        help="GPU telemetry source; 'none' for a host without GPUs that only watches jobs",
+    )
+    p.add_argument(
+        "--jobs",
+        choices=("none", "slurm", "simulated"),
+        default=None,
+        help="job events: 'slurm' polls squeue/scontrol/jobcomp here (one host per cluster); "
+        "'simulated' (the default with --source simulated) runs the simulator's job model",
+    )
+    p.add_argument(
+        "--jobs-interval",
+        type=_positive_float,
+        default=None,
+        help="seconds between Slurm polls (default: --interval)",
+    )
+    p.add_argument(
+        "--slurm-jobcomp",
+        type=Path,
+        default=None,
+        help="jobcomp/filetxt file (default: JobCompLoc from `scontrol show config`)",
+    )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=_default_state_dir(),
+        help="where the Slurm watcher remembers what it reported",
+    )
     p.add_argument("--cluster", default=os.environ.get("VIGIL_CLUSTER"), help="cluster name")
     p.add_argument(
         "--node", default=socket.gethostname().split(".")[0], help="node name (short hostname)"
@@ -153,6 +194,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--dcgm-url only applies to --source dcgm")
     if not args.stdout and not args.broker:
         parser.error("no broker: pass --broker URL or set CELERY_BROKER_URL (or use --stdout)")
+    if args.jobs is None:
+        args.jobs = "simulated" if args.source == "simulated" else "none"
+    if args.jobs == "simulated" and args.source != "simulated":
+        parser.error("--jobs simulated only applies to --source simulated")
+    if args.jobs == "slurm" and args.source == "simulated":
+        parser.error("--jobs slurm watches a real cluster: use it with --source nvml, dcgm or none")
+    if args.source == "none" and args.jobs == "none":
+        parser.error("--source none collects nothing without --jobs slurm")
+    if args.slurm_jobcomp and args.jobs != "slurm":
+        parser.error("--slurm-jobcomp only applies to --jobs slurm")
     backfill = args.source == "simulated" and args.count is not None
 
     # Every configuration error is reported before any backend starts.
@@ -177,12 +228,23 @@ def main(argv: list[str] | None = None) -> int:
 
     on_round: Callable[[], None] | None = None
     fake: Any = None
+    watchers: list[Any] = []
     if args.source == "simulated":
         from collectors.backends.simulated import SimulatedBackend
 
         backend: Any = SimulatedBackend(
-            clusters, args.nodes_per_cluster, args.gpus_per_node, seed=args.seed
+            clusters,
+            args.nodes_per_cluster,
+            args.gpus_per_node,
+            seed=args.seed,
+            jobs=args.jobs == "simulated",
         )
+        if backend.jobs is not None:
+            watchers.append(backend.jobs.watcher(tokens))
+    elif args.source == "none":
+        from collectors.backends.none import NoBackend
+
+        backend = NoBackend()
     elif args.source == "dcgm":
         from collectors.backends.dcgm import DEFAULT_URL, DcgmBackend
 
@@ -207,6 +269,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vigil-collector: {exc}", file=sys.stderr)
             return EXIT_DISABLED
 
+    if args.jobs == "slurm":
+        from collectors.watchers.slurm import SlurmWatcher
+
+        watchers.append(
+            SlurmWatcher(
+                args.cluster,
+                args.node,
+                tokens(args.cluster, args.node),
+                state_path=args.state_dir / f"slurm-{args.cluster}.json",
+                jobcomp_path=args.slurm_jobcomp,
+                interval_s=args.jobs_interval or args.interval,
+            )
+        )
+
     transport: Any = None
     if args.stdout:
 
@@ -214,7 +290,10 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
 
+        job_sink = sink
+
     else:
+        from collectors.schema import JOB_EVENTS_TASK
         from collectors.transport import Transport
 
         try:
@@ -225,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         def sink(batch_id: str, text: str) -> None:
             transport.send(text, batch_id)
 
+        def job_sink(batch_id: str, text: str) -> None:
+            transport.send(text, batch_id, task=JOB_EVENTS_TASK)
+
     from collectors.agent import Agent
 
     agent = Agent(
@@ -234,12 +316,15 @@ def main(argv: list[str] | None = None) -> int:
         interval_s=args.interval,
         intervals_per_batch=args.intervals_per_batch,
         on_round=on_round,
+        watchers=watchers,
+        job_sink=job_sink,
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())
     log.info(
-        "collecting from %s: %d node(s), every %g s, %d round(s) per batch, to %s",
+        "collecting from %s (jobs: %s): %d node(s), every %g s, %d round(s) per batch, to %s",
         args.source,
+        args.jobs,
         len(nodes),
         args.interval,
         args.intervals_per_batch,
@@ -260,7 +345,12 @@ def main(argv: list[str] | None = None) -> int:
                 log.warning("%d batches stay spooled in %s", len(transport.spool), args.spool_dir)
         if fake is not None:
             fake.uninstall()
-    log.info("stopped after %d rounds, %d batches", agent.rounds, agent.batches)
+    log.info(
+        "stopped after %d rounds, %d batches, %d job-event batches",
+        agent.rounds,
+        agent.batches,
+        agent.job_batches,
+    )
     return 0
 
 

@@ -4,6 +4,10 @@ One batch per node per `intervals_per_batch` rounds (one Celery task each on the
 loop keeps its rhythm on the wall clock; in "backfill" mode (the simulator with --count) it
 runs as fast as it can and stamps rounds in the past, ending one interval before now, because
 the server refuses timestamps more than 300 s in the future.
+
+Job watchers (collectors/watchers: Slurm, the simulator's job model) are polled once per round
+after the sampling, in the same thread, so the transport is never used from two threads; their
+JobEventBatch texts go to `job_sink`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 from collectors.backends.base import Backend, NodeReading
 from collectors.schema import SCHEMA_VERSION, GpuInfo, new_batch_id
+from collectors.watchers import JobWatcher
 
 log = logging.getLogger("vigil.collector")
 
@@ -81,8 +86,13 @@ class Agent:
         interval_s: float = 10.0,
         intervals_per_batch: int = 1,
         on_round: Callable[[], None] | None = None,
+        watchers: list[JobWatcher] | None = None,
+        job_sink: Sink | None = None,
     ) -> None:
         self.backend = backend
+        self.watchers = list(watchers or [])
+        self.job_sink = job_sink or sink
+        self.job_batches = 0
         self.tokens = tokens
         self.sink = sink
         self.interval_s = interval_s
@@ -142,6 +152,20 @@ class Agent:
         self.rounds += 1
         for reading in readings:
             self._add(reading)
+        for watcher in self.watchers:
+            self._poll(watcher, ts)
+
+    def _poll(self, watcher: JobWatcher, ts: float) -> None:
+        try:
+            batches = watcher.poll(ts)
+        except Exception as exc:  # noqa: BLE001 (a watcher's bug must not stop GPU sampling)
+            log.error("job watcher failed at %.0f: %s: %s", ts, type(exc).__name__, exc)
+            return
+        for batch_id, text in batches:
+            self.job_sink(batch_id, text)
+            self.job_batches += 1
+        # Only now is what the watcher reported safe (published or spooled): remember it.
+        watcher.commit()
 
     def _add(self, r: NodeReading) -> None:
         key = (r.cluster, r.node)
@@ -178,7 +202,13 @@ class Agent:
         self.batches += 1
 
     def flush(self) -> None:
-        """Send every partly filled batch (at the end of a run)."""
+        """Send every partly filled batch (at the end of a run), and watchers' last words."""
         for key, pending in list(self._pending.items()):
             if pending.rounds:
                 self._emit(key, pending)
+        for watcher in self.watchers:
+            finish = getattr(watcher, "finish", None)  # the simulator ends its jobs in flight
+            if finish is not None:
+                for batch_id, text in finish():
+                    self.job_sink(batch_id, text)
+                    self.job_batches += 1

@@ -1,10 +1,13 @@
 """Getting batches to the broker: a Celery producer without Django, and a disk spool.
 
 One Celery task per node per batch (`INGEST_TASK`, one positional argument: the batch as JSON
-text), published by name so the agent needs none of the server's code. Publishing never
+text; job-event batches go to `JOB_EVENTS_TASK` the same way), published by name so the agent
+needs none of the server's code. Publishing never
 blocks on long retries: when the broker does not answer at once the batch goes to the spool,
 one fsynced file per batch, and is replayed oldest first, before any newer batch, as soon as
-the broker answers again. A spool file is deleted only after its publish succeeded, so a
+the broker answers again. A spooled batch for another task than `INGEST_TASK` carries the
+task name in its file name (`<seq>-<batch id>~<task>.json`), so replay publishes it to the
+same task. A spool file is deleted only after its publish succeeded, so a
 crash in between sends a batch twice at worst; the server's natural key (gpu, ts) makes that
 a no-op.
 """
@@ -28,6 +31,7 @@ log = logging.getLogger("vigil.collector.transport")
 # that a 10 s sampling interval keeps its rhythm while the broker is down.
 CONNECT_TIMEOUT_S = 2.0
 SPOOL_SUFFIX = ".json"
+TASK_MARK = "~"  # separates batch id and task name in a spool file name
 
 
 class Spool:
@@ -52,11 +56,18 @@ class Spool:
     def __len__(self) -> int:
         return len(self.files())
 
-    def put(self, batch_json: str, batch_id: str = "batch") -> Path:
+    @staticmethod
+    def task_of(path: Path) -> str:
+        """The task a spooled batch is for (files written before tasks were named: ingest)."""
+        stem = path.name[: -len(SPOOL_SUFFIX)]
+        return stem.split(TASK_MARK, 1)[1] if TASK_MARK in stem else INGEST_TASK
+
+    def put(self, batch_json: str, batch_id: str = "batch", task: str = INGEST_TASK) -> Path:
         """Write one batch durably: temp file, fsync, rename, fsync the directory."""
         # Nanosecond clock, forced to increase: order survives clock steps backwards.
         self._last = max(self._last + 1, time.time_ns())
-        name = f"{self._last:020d}-{batch_id}{SPOOL_SUFFIX}"
+        mark = "" if task == INGEST_TASK else f"{TASK_MARK}{task}"
+        name = f"{self._last:020d}-{batch_id}{mark}{SPOOL_SUFFIX}"
         tmp = self.dir / f".{name}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(batch_json)
@@ -106,7 +117,7 @@ class Transport:
         if pending:
             log.info("%d spooled batches in %s will be sent first", pending, self.spool.dir)
 
-    def _publish(self, batch_json: str) -> bool:
+    def _publish(self, batch_json: str, task: str = INGEST_TASK) -> bool:
         try:
             if self._producer is None:
                 # Our own connection instead of Celery's pool: after a failure the pool keeps
@@ -116,7 +127,7 @@ class Transport:
                 conn = self.app.connection_for_write(url=self.broker_url)
                 self._producer = self.app.amqp.Producer(conn)
             self.app.send_task(
-                INGEST_TASK,
+                task,
                 args=[batch_json],
                 queue=INGEST_QUEUE,
                 producer=self._producer,
@@ -151,20 +162,23 @@ class Transport:
                 text = path.read_text(encoding="utf-8")
             except FileNotFoundError:
                 continue
-            if not self._publish(text):
+            if not self._publish(text, Spool.task_of(path)):
                 return len(self.spool)
             path.unlink()
         return 0
 
-    def send(self, batch_json: str, batch_id: str = "batch") -> bool:
-        """Publish now (True) or keep it in the spool for later (False); never raises."""
+    def send(self, batch_json: str, batch_id: str = "batch", task: str = INGEST_TASK) -> bool:
+        """Publish to `task` now (True) or keep it in the spool for later (False); never raises.
+
+        Every task goes to the `ingest` queue: telemetry and job events share its workers.
+        """
         if self.spool.files() and self.flush():
-            self.spool.put(batch_json, batch_id)
+            self.spool.put(batch_json, batch_id, task)
             self.spooled += 1
             return False
-        if self._publish(batch_json):
+        if self._publish(batch_json, task):
             return True
-        self.spool.put(batch_json, batch_id)
+        self.spool.put(batch_json, batch_id, task)
         self.spooled += 1
         return False
 

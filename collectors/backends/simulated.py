@@ -12,7 +12,12 @@ GPUs keep a state over time):
 - each metric is its calibrated quantile function at Phi(z) (plus a little noise for power and
   temperatures), so a GPU at the top of the latent is at 100% util, high power, warm, and its
   seven neighbours mostly are too;
-- the energy counter integrates power x dt, like NVML's.
+- the energy counter integrates power x dt, like NVML's;
+- with jobs on (the default), collectors/backends/simjobs.py decides which GPUs work: a GPU
+  nobody holds, or one its job leaves idle, draws from the idle part of the calibrated
+  distribution (below the idle share p), a working one from the busy part (above p); the
+  latents only move it within its part. The job model keeps about p of the GPUs idle, so the
+  marginals still match Acme's.
 Acme used A100-SXM4-80GB boards (Hu et al., NSDI '24, section 2), hence the fixed attributes.
 """
 
@@ -27,6 +32,7 @@ from importlib import resources
 from typing import Any
 
 from collectors.backends.base import GPU_POS, NODE_POS, NodeReading, Source
+from collectors.backends.simjobs import JobSimulator
 from collectors.schema import GPU_FIELD_NAMES, NODE_FIELD_NAMES, GpuInfo
 
 DEFAULT_CLUSTERS = ("seren", "kalos")
@@ -111,6 +117,8 @@ class _SimGpu:
 class _SimNode:
     cluster: str
     node: str
+    index: int  # position in its cluster (0-based)
+    idle_share: float  # calibrated share of samples at ~0% utilization
     q: dict[str, Quantiles]
     latent: _Ar1
     mem_latent: _Ar1
@@ -135,6 +143,7 @@ class SimulatedBackend:
         *,
         seed: int | None = None,
         calibration: dict[str, Any] | None = None,
+        jobs: bool = True,
     ) -> None:
         calib = calibration or load_calibration()
         self._rng = random.Random(seed)
@@ -145,6 +154,7 @@ class SimulatedBackend:
             # Clusters other than Acme's two borrow Seren's shape (the larger, public one).
             table = calib["clusters"].get(cluster.lower(), calib["clusters"]["seren"])
             q = {key: Quantiles(values) for key, values in table.items()}
+            shares = calib["shares"].get(cluster.lower(), calib["shares"]["seren"])
             for n in range(1, nodes_per_cluster + 1):
                 name = node_name(cluster, n)
                 gpus = []
@@ -172,6 +182,8 @@ class SimulatedBackend:
                     _SimNode(
                         cluster=cluster,
                         node=name,
+                        index=n - 1,
+                        idle_share=shares["gpu_util_le_1pct"],
                         q=q,
                         latent=_Ar1(rng, NODE_TAU_S),
                         mem_latent=_Ar1(rng, NODE_TAU_S),
@@ -180,6 +192,13 @@ class SimulatedBackend:
                     )
                 )
 
+        self.jobs: JobSimulator | None = None
+        if jobs:
+            layout: dict[str, list[str]] = {}
+            for node in self.nodes:
+                layout.setdefault(node.cluster, []).append(node.node)
+            self.jobs = JobSimulator(layout, gpus_per_node, seed=seed)
+
     @property
     def node_ids(self) -> list[tuple[str, str]]:
         return [(n.cluster, n.node) for n in self.nodes]
@@ -187,7 +206,16 @@ class SimulatedBackend:
     def read(self, ts: float) -> list[NodeReading]:
         dt = 0.0 if self._last_ts is None else max(ts - self._last_ts, 0.0)
         self._last_ts = ts
+        if self.jobs is not None:
+            self.jobs.advance(ts)
         return [self._read_node(node, ts, dt) for node in self.nodes]
+
+    def _state(self, u: float, node: _SimNode, busy: bool | None) -> float:
+        """Map u in (0, 1) into the idle part [0, p) or the busy part [p, 1) of the quantiles."""
+        if busy is None:
+            return u
+        p = node.idle_share
+        return p + (1.0 - p) * u if busy else p * u
 
     def _read_node(self, node: _SimNode, ts: float, dt: float) -> NodeReading:
         rng = self._rng
@@ -197,12 +225,14 @@ class SimulatedBackend:
         b = math.sqrt(1.0 - NODE_SHARE)
         c = math.sqrt(1.0 - POWER_LATENT_CORR**2)
         rows = []
-        for gpu in node.gpus:
+        jobs = self.jobs
+        for i, gpu in enumerate(node.gpus):
             zg = gpu.own.step(rng, dt) if dt else gpu.own.z
             zj = gpu.jitter.step(rng, dt) if dt else gpu.jitter.z
             z = a * zn + b * zg
-            u = _phi(z)
-            up = _phi(POWER_LATENT_CORR * z + c * zj)
+            busy = None if jobs is None else jobs.gpu_busy(node.cluster, node.index, i, ts)
+            u = self._state(_phi(z), node, busy)
+            up = self._state(_phi(POWER_LATENT_CORR * z + c * zj), node, busy)
             util = round(q["gpu_util"](u))
             power = q["gpu_power_w"](up) * (1.0 + rng.gauss(0.0, 0.01))
             power = round(max(power, 1.0), 3)  # mW resolution, as NVML reports
@@ -247,7 +277,8 @@ class SimulatedBackend:
             row[GPU_POS["pcie_width"]] = PCIE_WIDTH
             row[GPU_POS["pstate"]] = 0
             rows.append(row)
-        un = _phi(zn)
+        node_busy = None if jobs is None else jobs.node_busy(node.cluster, node.index, ts)
+        un = self._state(_phi(zn), node, node_busy)
         um = _phi(node.mem_latent.step(rng, dt) if dt else node.mem_latent.z)
         node_row: list[Any] = [ts, *([None] * len(NODE_FIELD_NAMES))]
         node_row[NODE_POS["cpu_util"]] = round(min(100.0, q["node_cpu_util"](un)), 2)

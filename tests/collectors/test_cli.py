@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from collectors.schema import parse_batch
+from collectors.schema import parse_batch, parse_job_events
 from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +45,9 @@ def collector(*args: str, env: dict | None = None, timeout: float = 60):
         (["--source", "dcgm", "--fixture", "a100-sxm4-80gb", "--stdout"], "--fixture only"),
         (["--stdout", "--cluster", "bad name!"], "--cluster 'bad name!'"),
         (["--source", "simulated", "--broker", "redis://x", "--token-file", "/nope.json"], "nope"),
+        (["--source", "none", "--stdout", "--cluster", "c"], "--source none collects nothing"),
+        (["--jobs", "simulated", "--stdout", "--cluster", "c"], "--jobs simulated only"),
+        (["--source", "simulated", "--jobs", "slurm", "--stdout"], "--jobs slurm watches"),
     ],
 )
 def test_bad_flags_give_one_clear_line_and_exit_2(args, says):
@@ -104,7 +107,11 @@ def test_simulated_count_mode_backfills_in_the_past_and_groups_rounds(tmp_path):
         "--intervals-per-batch", "6",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    batches = [parse_batch(line) for line in result.stdout.splitlines()]
+    lines = result.stdout.splitlines()
+    # Job-event batches share stdout with telemetry (the simulator runs jobs by default).
+    job_batches = [parse_job_events(line) for line in lines if '"events":' in line]
+    batches = [parse_batch(line) for line in lines if '"events":' not in line]
+    assert job_batches and {b.node for b in job_batches} <= {"seren-node-001", "kalos-node-001"}
     assert len(batches) == 4 * 5  # 4 nodes x 30 rounds / 6 per batch
     assert {b.token for b in batches} == {f"token-{n}-0123456789" for n in names}
     stamps = sorted(row[0] for b in batches for row in b.node_samples)

@@ -88,3 +88,18 @@ def test_spool_names_keep_order_even_within_one_clock_tick(tmp_path):
     # A new Spool on the same folder continues after the newest file.
     later = Spool(tmp_path).put(batch(99), "b99")
     assert Spool(tmp_path).files()[-1] == later
+
+
+def test_job_event_batches_go_to_their_own_task_also_after_a_spool_replay(private_redis, tmp_path):
+    from collectors.schema import JOB_EVENTS_TASK
+
+    spool_dir = tmp_path / "spool"
+    transport = Transport(private_redis.url, spool_dir)  # broker down: both are spooled
+    assert transport.send(batch(1), "b1") is False
+    assert transport.send(batch(2), "b2", task=JOB_EVENTS_TASK) is False
+    private_redis.start()
+    # A new transport (the agent restarted) replays them oldest first, each to its task.
+    transport = Transport(private_redis.url, spool_dir)
+    assert transport.flush() == 0
+    transport.close()
+    assert queued(private_redis) == [(INGEST_TASK, [batch(1)]), (JOB_EVENTS_TASK, [batch(2)])]

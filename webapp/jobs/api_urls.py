@@ -1,7 +1,11 @@
 """JSON API of the jobs app, mounted under /api/v1/."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from webapp.jobs import api
 
 app_name = "jobs_api"
 
-urlpatterns: list = []
+urlpatterns = [
+    path("job-events", api.job_events, name="job_events"),
+]

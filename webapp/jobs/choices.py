@@ -46,3 +46,17 @@ class JobSource(models.TextChoices):
     HTTP = "http", "HTTP API"
     SIMULATED = "simulated", "Simulated"
     ACMETRACE = "acmetrace", "AcmeTrace import"
+
+
+# Final states as schedulers (Slurm, and AcmeTrace after it) name them -> JobState.
+SCHEDULER_STATES: dict[str, str] = {
+    "PENDING": JobState.PENDING,
+    "RUNNING": JobState.RUNNING,
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED,
+    "CANCELLED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT,
+    "NODE_FAIL": JobState.NODE_FAIL,
+    "PREEMPTED": JobState.PREEMPTED,
+    "OUT_OF_MEMORY": JobState.OUT_OF_MEMORY,
+}

@@ -14,16 +14,28 @@ from webapp.jobs.choices import JobEventKind, JobSource, JobState, JobType
 
 
 class Job(models.Model):
-    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="jobs")
+    # No separate index on cluster: the unique (cluster, scheduler_id) and the indexes below
+    # all lead with it. No database-level FK either (like the telemetry samples): its per-row
+    # check was a fifth of the million-row trace import; PROTECT still refuses, in Django,
+    # to delete a cluster that has jobs.
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.PROTECT, related_name="jobs", db_index=False, db_constraint=False
+    )
     scheduler_id = models.CharField(max_length=128)
     name = models.CharField(max_length=256, blank=True, default="")
-    user = models.CharField(max_length=128, blank=True, default="", db_index=True)
+    user = models.CharField(max_length=128, blank=True, default="")
     team = models.CharField(max_length=128, blank=True, default="")
     partition = models.CharField(max_length=128, blank=True, default="")
     qos = models.CharField(max_length=128, blank=True, default="")
     comment = models.CharField(max_length=1024, blank=True, default="")
     job_type = models.CharField(max_length=16, choices=JobType.choices, default=JobType.OTHER)
+    # True when the scheduler named the type (an event's job_type, the trace's `type`): the
+    # site's type rules then leave it alone.
+    job_type_explicit = models.BooleanField(default=False)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    # Time of the event that set `state`. Events arrive out of order (a late watcher); an
+    # event older than this one no longer changes the state.
+    state_at = models.DateTimeField(null=True, blank=True)
     source = models.CharField(max_length=16, choices=JobSource.choices, default=JobSource.SLURM)
     submit_at = models.DateTimeField(null=True, blank=True)
     start_at = models.DateTimeField(null=True, blank=True)
@@ -58,6 +70,9 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["cluster", "submit_at"], name="job_cluster_submit"),
             models.Index(fields=["cluster", "state"], name="job_cluster_state"),
+            # A plain index (db_index=True would add a second, LIKE-pattern one that no query
+            # uses and that slows the trace import).
+            models.Index(fields=["user"], name="job_user"),
         ]
 
     def __str__(self) -> str:
@@ -132,3 +147,13 @@ class JobTypeRule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.order}: {self.field} ~ /{self.pattern}/ -> {self.job_type}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from webapp.jobs.typing_rules import pattern_compile
+
+        try:
+            pattern_compile(self.pattern)
+        except ValueError as exc:
+            raise ValidationError({"pattern": str(exc)}) from None

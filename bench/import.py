@@ -1,0 +1,150 @@
+"""AcmeTrace import rate against pandas.read_csv of the same file, in one run.
+
+    .venv/bin/python bench/import.py [--rows 1000000] [--flavour seren] [--batch-size 50000]
+
+Starts its own embedded PostgreSQL in a temporary folder, migrates, writes a trace with the
+AcmeTrace schema and the paper's workload mix (`webapp.jobs.acmetrace.synthesize`), then times:
+  1. `manage.py import_acmetrace` end to end (parse, validate, COPY, INSERT ... ON CONFLICT);
+  2. the same import again (every row already present: the idempotent path);
+  3. `pandas.read_csv` of the same file with the time columns parsed (the baseline: parsing
+     alone, nothing validated or stored);
+  4. the characterization summary over the imported jobs, if webapp.jobs.characterization
+     offers one.
+Last line: JSON with rows_per_s, pandas_rows_per_s, rows, seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--flavour", default="seren", choices=["seren", "kalos"])
+    parser.add_argument("--batch-size", type=int, default=50_000)
+    args = parser.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="vigil-bench-import-")
+    os.environ["VIGIL_DATA_DIR"] = tmp
+    for var in ("DATABASE_URL", "CELERY_BROKER_URL"):
+        os.environ.pop(var, None)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from webapp import embedded
+    from webapp.jobs.acmetrace import synthesize
+    from webapp.jobs.models import Job
+
+    try:
+        call_command("migrate", verbosity=0)
+        trace = Path(tmp) / f"trace_{args.flavour}.csv"
+        t0 = time.perf_counter()
+        synthesize(trace, args.rows, seed=1, cluster_flavour=args.flavour)
+        print(
+            f"synthesized {args.rows:,} rows ({trace.stat().st_size / 1e6:.0f} MB) in "
+            f"{time.perf_counter() - t0:.1f} s",
+            file=sys.stderr,
+        )
+
+        def run_import() -> tuple[float, str]:
+            out = io.StringIO()
+            start = time.perf_counter()
+            call_command(
+                "import_acmetrace",
+                "--cluster",
+                args.flavour,
+                str(trace),
+                "--batch-size",
+                str(args.batch_size),
+                stdout=out,
+                stderr=sys.stderr,
+            )
+            return time.perf_counter() - start, out.getvalue().strip().splitlines()[-1]
+
+        import_s, summary = run_import()
+        print(summary, file=sys.stderr)
+        stored = Job.objects.count()
+        again_s, summary_again = run_import()
+        print(summary_again, file=sys.stderr)
+        if Job.objects.count() != stored:
+            raise SystemExit("the second import changed the number of jobs")
+
+        pandas_s = _pandas(trace)
+        result = {
+            "rows_per_s": round(args.rows / import_s),
+            "pandas_rows_per_s": round(args.rows / pandas_s),
+            "ratio": round(pandas_s / import_s, 3),
+            "rows": args.rows,
+            "stored": stored,
+            "seconds": round(import_s, 2),
+            "pandas_seconds": round(pandas_s, 2),
+            "reimport_rows_per_s": round(args.rows / again_s),
+            "flavour": args.flavour,
+            "cpus": os.cpu_count(),
+        }
+        result.update(_characterization(args.flavour))
+        print(json.dumps(result))
+    finally:
+        embedded.stop_all()
+        if not os.environ.get("VIGIL_BENCH_KEEP"):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _pandas(trace: Path) -> float:
+    """Seconds for pandas.read_csv with the three time columns parsed to UTC (the same work
+    of reading the file and turning times into instants, with nothing validated or stored)."""
+    import pandas
+
+    start = time.perf_counter()
+    frame = pandas.read_csv(trace)
+    for column in ("submit_time", "start_time", "end_time"):
+        frame[column] = pandas.to_datetime(frame[column], utc=True, format="ISO8601")
+    seconds = time.perf_counter() - start
+    del frame
+    return seconds
+
+
+def _characterization(cluster: str) -> dict:
+    """Time the characterization summary over the imported jobs, where the read side offers
+    one (another part of the jobs app; skipped if absent or if it fails)."""
+    try:
+        from webapp.jobs import characterization
+    except ImportError:
+        return {}
+    for name in ("characterization_summary", "summary", "characterize"):
+        func = getattr(characterization, name, None)
+        if callable(func):
+            break
+    else:
+        return {}
+    from webapp.fleet.models import Cluster
+
+    start = time.perf_counter()
+    try:
+        try:
+            func(cluster=Cluster.objects.get(name=cluster))
+        except TypeError:
+            func(cluster)
+    except Exception as exc:  # another engineer's module: report, never fail the bench
+        return {"characterization_error": f"{name}: {exc}"[:200]}
+    return {"characterization_s": round(time.perf_counter() - start, 2)}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,488 @@
+"""Simulated jobs for the simulated fleet: Acme's workload mix, scaled to a small cluster.
+
+Numbers from reference/acme-workload.md (Hu et al., NSDI '24, and AcmeTrace), sections 2-4:
+evaluation jobs are most of the count and little of the GPU time, pretraining the opposite;
+about 40% of jobs fail (mostly at once: script errors), long pretraining runs end cancelled or
+failed far more often than completed; evaluation waits longest (low priority, submitted in
+batches), and spends about 30% of its time loading the model and 19% computing metrics with
+the GPU idle (section 6).
+
+How it is scaled to 16 nodes x 8 GPUs: Acme reserves quota for pretraining; here a fixed share
+of each cluster's nodes is a pretraining lane that always runs one pretraining job over all its
+nodes (a new run is submitted a few minutes after the last one ended, as a team restarts from
+its checkpoint). The other nodes take everything else, arriving as a Poisson stream whose rate
+is set so that the pool is offered `pool_load` of its GPUs. Sizes and durations per type are
+chosen so that each type's share of jobs and GPU time lands near Seren's (or Kalos's) figures.
+
+The model is event-driven and deterministic for a seed. It tells the telemetry simulator which
+GPUs are busy (`gpu_busy`): a free GPU idles, a held one works unless the job leaves it idle
+(evaluation loading and metric phases, debug sessions, jobs that asked for more GPUs than they
+use), which is how "wasted GPUs" show up. Job changes come out as JobEventIn objects, collected
+per cluster and sent as one JobEventBatch per cluster from the cluster's first node.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from collectors.schema import SCHEMA_VERSION, JobEventBatch, JobEventIn, JobGpus, new_batch_id
+
+
+@dataclass(frozen=True)
+class TypeModel:
+    """One job type: count share, GPUs (value, weight), lognormal duration, final states."""
+
+    name: str
+    sizes: tuple[tuple[int, float], ...]
+    median_s: float
+    sigma: float
+    completed: float  # shares by count of the final states (the rest is failed)
+    cancelled: float
+
+
+# Pool types (everything but pretraining). Sizes and durations: our fit so that per-type GPU
+# time lands near acme-workload.md section 2 on a 64-GPU pool; evaluation under 4 GPUs and
+# about 2-5 min (section 3: median job 2 min); failed+cancelled about 40-50% (section 4).
+POOL_TYPES = (
+    TypeModel("eval", ((1, 0.75), (2, 0.1), (4, 0.1), (8, 0.05)), 180.0, 1.4, 0.58, 0.05),
+    TypeModel("sft", ((1, 0.2), (2, 0.1), (4, 0.25), (8, 0.4), (16, 0.05)), 600.0, 1.4, 0.45, 0.1),
+    TypeModel("mllm", ((8, 0.6), (16, 0.4)), 1200.0, 1.3, 0.45, 0.1),
+    TypeModel("debug", ((1, 0.4), (2, 0.1), (4, 0.1), (8, 0.3), (16, 0.1)), 900.0, 1.3, 0.4, 0.2),
+    TypeModel("other", ((1, 0.5), (2, 0.1), (4, 0.1), (8, 0.3)), 600.0, 1.8, 0.5, 0.08),
+)
+# Pretraining runs: hours long; by GPU time Acme's are mostly cancelled (loss spikes, manual
+# restarts) or failed midway (infrastructure), rarely completed (section 4: Seren completed
+# 21% / cancelled 66% / failed 12% by GPU time).
+PRETRAIN = TypeModel("pretrain", (), 7200.0, 0.8, 0.15, 0.6)
+
+# Per cluster: pool count shares by type (section 2, pretraining left out: it has its lane),
+# the share of nodes reserved for pretraining and the load offered to the pool.
+CLUSTER_MIX = {
+    "seren": {
+        "mix": {"eval": 64.9, "sft": 14.9, "mllm": 2.9, "debug": 1.9, "other": 14.6},
+        "reserve": 0.5,
+        "pool_load": 0.55,
+    },
+    "kalos": {
+        "mix": {"eval": 92.8, "debug": 2.7, "other": 1.3},
+        "reserve": 0.625,
+        "pool_load": 0.35,
+    },
+}
+EVAL_BATCH = (4, 24)  # evaluation trials arrive together (one per dataset, section 9)
+EVAL_LOAD_SHARE, EVAL_METRIC_SHARE = 0.295, 0.19  # GPU idle while loading / scoring (section 6)
+DEBUG_IDLE_SHARE = 0.5  # debug sessions that hold GPUs without using them (our assumption)
+OVER_REQUEST_SHARE = 0.1  # jobs that use half the GPUs they hold (our assumption)
+PRETRAIN_LOAD_S = 300.0  # checkpoint load before the first step (25 Gb/s NIC, section 1)
+PRETRAIN_GAP_S = (60.0, 900.0)  # time to resubmit a pretraining run after the last one
+CHECKPOINT_EVERY_S = 1800.0  # 30-min checkpoint interval (section 10)
+# Simulated silently before the first sample so the fleet starts busy; the jobs in flight at
+# that moment are reported as submitted/started then, so a restarted simulator never reports
+# GPUs held twice over the same past.
+WARMUP_S = 12 * 3600.0
+USERS = {
+    "pretrain": ("alice", "bo"),
+    "eval": ("chen", "dana", "eli"),
+    "sft": ("farah", "gus"),
+    "mllm": ("hana",),
+    "debug": ("ivan", "chen", "farah"),
+    "other": ("jin", "kai"),
+}
+TEAMS = {"alice": "pretrain", "bo": "pretrain", "hana": "multimodal", "jin": "data", "kai": "data"}
+
+
+@dataclass
+class SimJob:
+    job_id: str
+    job_type: str
+    name: str
+    user: str
+    gpus: int
+    duration_s: float
+    state: str  # the final state it will reach
+    submit_ts: float
+    priority: int  # lower starts first
+    lane: bool = False
+    start_ts: float | None = None
+    end_ts: float | None = None
+    held: list[tuple[int, int]] = field(default_factory=list)  # (node index, gpu index)
+    idle_gpus: int = 0  # the last `idle_gpus` of `held` never work
+    idle_all: bool = False
+    alloc: list[JobGpus] = field(default_factory=list)
+
+    def busy(self, pos: int, ts: float) -> bool:
+        """Does the job's `pos`-th GPU work at `ts`?"""
+        if self.idle_all or pos >= len(self.held) - self.idle_gpus or self.start_ts is None:
+            return False
+        t = ts - self.start_ts
+        if self.job_type == "eval":
+            full = self.duration_s
+            return EVAL_LOAD_SHARE * full <= t < (1 - EVAL_METRIC_SHARE) * full
+        if self.job_type == "pretrain":
+            return t >= min(PRETRAIN_LOAD_S, 0.1 * self.duration_s)
+        return True
+
+
+def _lognormal(rng: random.Random, median: float, sigma: float) -> float:
+    return median * math.exp(sigma * rng.gauss(0.0, 1.0))
+
+
+def _weighted(rng: random.Random, pairs: tuple[tuple[int, float], ...]) -> int:
+    return rng.choices([v for v, _ in pairs], weights=[w for _, w in pairs])[0]
+
+
+class ClusterJobs:
+    """One cluster's jobs: a pretraining lane, a pool, a queue, and the events they make."""
+
+    def __init__(
+        self, cluster: str, nodes: list[str], gpus_per_node: int, rng: random.Random
+    ) -> None:
+        self.cluster = cluster
+        self.nodes = nodes
+        self.gpn = gpus_per_node
+        self.rng = rng
+        conf = CLUSTER_MIX.get(cluster.lower(), CLUSTER_MIX["seren"])
+        mix = conf["mix"]
+        self.types = [t for t in POOL_TYPES if t.name in mix]
+        # An evaluation arrival is a batch of trials: weigh arrivals so that jobs match the mix.
+        mean_batch = sum(EVAL_BATCH) / 2
+        self.weights = [mix[t.name] / (mean_batch if t.name == "eval" else 1) for t in self.types]
+        n_lane = int(len(nodes) * conf["reserve"]) if len(nodes) > 1 else 0
+        self.lane_nodes = list(range(n_lane))
+        self.pool_nodes = list(range(n_lane, len(nodes)))
+        self.free: list[set[int]] = [set(range(gpus_per_node)) for _ in nodes]
+        self.owner: dict[tuple[int, int], tuple[SimJob, int]] = {}
+        self.queue: list[SimJob] = []
+        self.events: list[JobEventIn] = []
+        self.heap: list[tuple[float, int, str, SimJob | None]] = []
+        self._seq = 0
+        self._next_id = 1000
+        pool_gpus = len(self.pool_nodes) * gpus_per_node
+        # Arrival rate so that the pool is offered `pool_load` of its GPU time (Monte Carlo
+        # estimate of the mean GPU-seconds per arrival, with a private generator).
+        est = random.Random(1)
+        mean = sum(self._gpu_seconds(self._draw(est, 0.0)) for _ in range(4000)) / 4000
+        self.rate = conf["pool_load"] * pool_gpus / mean if pool_gpus else 0.0
+        self.now: float | None = None
+        self.quiet = False
+
+    # Drawing jobs ------------------------------------------------------------------------
+
+    def _gpu_seconds(self, jobs: list[SimJob]) -> float:
+        return sum(j.gpus * j.duration_s for j in jobs)
+
+    def _new_id(self) -> str:
+        self._next_id += 1
+        return str(self._next_id)
+
+    def _final_state(self, rng: random.Random, t: TypeModel) -> str:
+        r = rng.random()
+        if r < t.completed:
+            return "COMPLETED"
+        return "CANCELLED" if r < t.completed + t.cancelled else "FAILED"
+
+    def _draw(self, rng: random.Random, ts: float) -> list[SimJob]:
+        """One arrival: a job, or a batch of evaluation trials."""
+        t = rng.choices(self.types, weights=self.weights)[0]
+        count = rng.randint(*EVAL_BATCH) if t.name == "eval" else 1
+        out = []
+        model = f"{rng.choice((7, 7, 20, 70))}b"
+        pool_gpus = max(len(self.pool_nodes) * self.gpn, 1)
+        for k in range(count):
+            gpus = min(_weighted(rng, t.sizes), pool_gpus)
+            if gpus > self.gpn:
+                gpus -= gpus % self.gpn
+            duration = _lognormal(rng, t.median_s, t.sigma)
+            state = self._final_state(rng, t)
+            if state == "FAILED":
+                # Script and framework errors strike within minutes (section 7).
+                duration *= rng.uniform(0.02, 0.4)
+            name = {
+                "eval": f"eval-{model}-{rng.choice(('humaneval', 'mmlu', 'gsm8k', 'ceval'))}",
+                "sft": f"sft-{model}-chat",
+                "mllm": f"mllm-{model}-vision",
+                "debug": "debug-interactive",
+                "other": rng.choice(("data-tokenize", "convert-ckpt", "bench-nccl")),
+            }[t.name]
+            user = rng.choice(USERS[t.name])
+            out.append(
+                SimJob(
+                    job_id="",
+                    job_type=t.name,
+                    name=name if t.name != "eval" else f"{name}-{k}",
+                    user=user,
+                    gpus=max(gpus, 1),
+                    duration_s=max(duration, 5.0),
+                    state=state,
+                    submit_ts=ts,
+                    priority=2 if t.name == "eval" else 1,
+                    idle_all=t.name == "debug" and rng.random() < DEBUG_IDLE_SHARE,
+                )
+            )
+            job = out[-1]
+            over = t.name in ("sft", "other", "mllm") and rng.random() < OVER_REQUEST_SHARE
+            if over and job.gpus > 1:
+                job.idle_gpus = job.gpus // 2
+        return out
+
+    def _draw_pretrain(self, ts: float) -> SimJob:
+        rng = self.rng
+        duration = _lognormal(rng, PRETRAIN.median_s, PRETRAIN.sigma)
+        state = self._final_state(rng, PRETRAIN)
+        if state == "FAILED":
+            duration *= rng.uniform(0.2, 1.0)  # infrastructure faults strike midway
+        size = len(self.lane_nodes) * self.gpn
+        return SimJob(
+            job_id="",
+            job_type="pretrain",
+            name=f"pretrain-{rng.choice(('7b', '20b', '123b'))}-internevo",
+            user=rng.choice(USERS["pretrain"]),
+            gpus=size,
+            duration_s=max(duration, 600.0),
+            state=state,
+            submit_ts=ts,
+            priority=0,
+            lane=True,
+        )
+
+    # Events ------------------------------------------------------------------------------
+
+    def _push(self, ts: float, kind: str, job: SimJob | None) -> None:
+        self._seq += 1
+        heapq.heappush(self.heap, (ts, self._seq, kind, job))
+
+    def _emit(self, job: SimJob, kind: str, ts: float, **extra: object) -> None:
+        if self.quiet:
+            return
+        self.events.append(
+            JobEventIn(
+                job_id=job.job_id,
+                kind=kind,  # type: ignore[arg-type]
+                ts=ts,
+                name=job.name,
+                user=job.user,
+                team=TEAMS.get(job.user, job.job_type),
+                partition="pretrain" if job.lane else "llm",
+                qos="low" if job.job_type == "eval" else "normal",
+                job_type=job.job_type,  # type: ignore[arg-type]
+                submit_ts=job.submit_ts,
+                gpus_requested=job.gpus,
+                nodes_requested=max(1, math.ceil(job.gpus / self.gpn)),
+                **extra,  # type: ignore[arg-type]
+            )
+        )
+
+    def _submit(self, job: SimJob, ts: float) -> None:
+        job.job_id = self._new_id()
+        job.submit_ts = ts
+        self.queue.append(job)
+        self._emit(job, "submitted", ts)
+
+    def start(self, t0: float) -> None:
+        """Begin at t0, after a silent warm-up; report the jobs in flight as of t0."""
+        begin = t0 - WARMUP_S
+        self.now = begin
+        # Job ids unique across runs of the simulator (a restart must not reuse them).
+        self._next_id = int(t0) * 1000
+        self.quiet = True
+        if self.lane_nodes:
+            self._submit(self._draw_pretrain(begin), begin)
+        if self.rate:
+            self._push(begin + self.rng.expovariate(self.rate), "arrive", None)
+        self._schedule(begin)
+        self.advance(t0)
+        self.quiet = False
+        running = {id(j): j for j, _pos in self.owner.values()}
+        for job in sorted(running.values(), key=lambda j: int(j.job_id)):
+            job.submit_ts = max(job.submit_ts, t0)
+            job.start_ts = max(job.start_ts or t0, t0)
+            self._emit(job, "submitted", job.submit_ts)
+            self._emit(job, "started", job.start_ts, start_ts=job.start_ts, allocation=job.alloc)
+        for job in self.queue:
+            job.submit_ts = max(job.submit_ts, t0)
+            self._emit(job, "submitted", job.submit_ts)
+
+    def finish(self, ts: float) -> None:
+        """The simulation stops at ts: every job in flight ends there, cancelled."""
+        running = {id(j): j for j, _pos in self.owner.values()}
+        for job in sorted(running.values(), key=lambda j: int(j.job_id)):
+            job.state = "CANCELLED"
+            self._end(job, max(ts, job.start_ts or ts), resubmit=False)
+        for job in self.queue:
+            self._emit(job, "ended", max(ts, job.submit_ts), state="CANCELLED", end_ts=ts)
+        self.queue = []
+        self.heap = []
+
+    def advance(self, ts: float) -> None:
+        if self.now is None:
+            self.start(ts)
+            return
+        while self.heap and self.heap[0][0] <= ts:
+            when, _, kind, job = heapq.heappop(self.heap)
+            if kind == "arrive":
+                for j in self._draw(self.rng, when):
+                    self._submit(j, when)
+                self._push(when + self.rng.expovariate(self.rate), "arrive", None)
+            elif kind == "end" and job is not None:
+                self._end(job, when)
+            elif kind == "resubmit":
+                self._submit(self._draw_pretrain(when), when)
+            self._schedule(when)
+        self.now = max(self.now or ts, ts)
+
+    def _fit(self, job: SimJob) -> list[tuple[int, int]] | None:
+        nodes = self.lane_nodes if job.lane else self.pool_nodes
+        if job.gpus <= self.gpn:
+            # Best fit: the node with the fewest free GPUs that still fits the job.
+            fits = [n for n in nodes if len(self.free[n]) >= job.gpus]
+            if not fits:
+                return None
+            n = min(fits, key=lambda n: (len(self.free[n]), n))
+            return [(n, g) for g in sorted(self.free[n])[: job.gpus]]
+        whole = [n for n in nodes if len(self.free[n]) == self.gpn]
+        need = math.ceil(job.gpus / self.gpn)
+        if len(whole) < need:
+            return None
+        return [(n, g) for n in whole[:need] for g in range(self.gpn)]
+
+    def _schedule(self, ts: float) -> None:
+        self.queue.sort(key=lambda j: (j.priority, j.submit_ts, int(j.job_id)))
+        for job in list(self.queue):
+            held = self._fit(job)
+            if held is None:
+                continue
+            self.queue.remove(job)
+            # The scheduler's cycle: a job starts a few seconds after it could (Slurm's
+            # sched_min_interval; Kalos "almost no job starts within about 8 s").
+            start = ts + self.rng.uniform(1.0, 8.0 if self.cluster == "kalos" else 3.0)
+            job.held = held
+            job.start_ts = start
+            job.end_ts = start + job.duration_s
+            for pos, (n, g) in enumerate(held):
+                self.free[n].discard(g)
+                self.owner[(n, g)] = (job, pos)
+            by_node: dict[int, list[int]] = {}
+            for n, g in held:
+                by_node.setdefault(n, []).append(g)
+            job.alloc = [JobGpus(node=self.nodes[n], gpu_indices=gs) for n, gs in by_node.items()]
+            self._emit(job, "started", start, start_ts=start, allocation=job.alloc)
+            self._push(job.end_ts, "end", job)
+
+    def _end(self, job: SimJob, ts: float, *, resubmit: bool = True) -> None:
+        for n, g in job.held:
+            self.free[n].add(g)
+            self.owner.pop((n, g), None)
+        exit_code = {"COMPLETED": 0, "FAILED": 1, "CANCELLED": -15}[job.state]
+        extra: dict[str, object] = {}
+        if job.lane and job.start_ts is not None and ts - job.start_ts >= CHECKPOINT_EVERY_S:
+            done = (ts - job.start_ts) // CHECKPOINT_EVERY_S
+            extra["last_checkpoint_ts"] = job.start_ts + done * CHECKPOINT_EVERY_S
+        self._emit(
+            job,
+            "ended",
+            ts,
+            start_ts=job.start_ts,
+            end_ts=ts,
+            state=job.state,
+            exit_code=exit_code,
+            **extra,
+        )
+        if job.lane and resubmit:
+            self._push(ts + self.rng.uniform(*PRETRAIN_GAP_S), "resubmit", None)
+
+    def gpu_busy(self, node: int, gpu: int, ts: float) -> bool:
+        held = self.owner.get((node, gpu))
+        if held is None:
+            return False
+        job, pos = held
+        return job.start_ts is not None and job.start_ts <= ts and job.busy(pos, ts)
+
+    def take_events(self) -> list[JobEventIn]:
+        events, self.events = self.events, []
+        return events
+
+
+class JobSimulator:
+    """The jobs of every simulated cluster, advanced in step with the telemetry rounds."""
+
+    def __init__(
+        self,
+        layout: dict[str, list[str]],
+        gpus_per_node: int,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        rng = random.Random(None if seed is None else seed + 1_000_003)
+        self.clusters = {
+            c: ClusterJobs(c, nodes, gpus_per_node, random.Random(rng.random()))
+            for c, nodes in layout.items()
+        }
+
+    def advance(self, ts: float) -> None:
+        for c in self.clusters.values():
+            c.advance(ts)
+
+    def finish(self, ts: float) -> None:
+        for c in self.clusters.values():
+            if c.now is not None:
+                c.finish(ts)
+
+    def gpu_busy(self, cluster: str, node: int, gpu: int, ts: float) -> bool:
+        return self.clusters[cluster].gpu_busy(node, gpu, ts)
+
+    def node_busy(self, cluster: str, node: int, ts: float) -> bool:
+        c = self.clusters[cluster]
+        return any(c.gpu_busy(node, g, ts) for g in range(c.gpn))
+
+    def watcher(self, tokens: Callable[[str, str], str]) -> SimulatedJobWatcher:
+        return SimulatedJobWatcher(self, tokens)
+
+
+class SimulatedJobWatcher:
+    """Sends each cluster's new job events as one batch from the cluster's first node."""
+
+    MAX_EVENTS = 10_000  # per batch; the warm-up history is split
+
+    def __init__(self, sim: JobSimulator, tokens: Callable[[str, str], str]) -> None:
+        self.sim = sim
+        self.tokens = tokens
+        self.last_ts: float | None = None
+
+    def poll(self, ts: float) -> list[tuple[str, str]]:
+        self.sim.advance(ts)
+        self.last_ts = ts
+        return self._batches()
+
+    def finish(self) -> list[tuple[str, str]]:
+        """End of the run: jobs in flight end cancelled at the last round."""
+        if self.last_ts is None:
+            return []
+        self.sim.finish(self.last_ts)
+        return self._batches()
+
+    def _batches(self) -> list[tuple[str, str]]:
+        out = []
+        for name, cluster in self.sim.clusters.items():
+            events = cluster.take_events()
+            sender = cluster.nodes[0]
+            for i in range(0, len(events), self.MAX_EVENTS):
+                batch = JobEventBatch(
+                    v=SCHEMA_VERSION,
+                    batch_id=new_batch_id(),
+                    cluster=name,
+                    node=sender,
+                    token=self.tokens(name, sender),
+                    sent_at=time.time(),
+                    source="simulated",
+                    events=events[i : i + self.MAX_EVENTS],
+                )
+                out.append((str(batch.batch_id), batch.model_dump_json(exclude_none=True)))
+        return out
+
+    def commit(self) -> None:
+        pass

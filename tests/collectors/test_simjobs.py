@@ -1,0 +1,120 @@
+"""Simulated jobs: Acme's workload mix on a small fleet, tied to which GPUs are busy."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+
+from collectors.agent import Agent
+from collectors.backends.base import GPU_POS
+from collectors.backends.simulated import SimulatedBackend
+from collectors.schema import JobEventBatch
+
+T0 = 1_700_000_000.0
+
+
+def simulate(clusters=("seren",), days=3.0, seed=11):
+    backend = SimulatedBackend(list(clusters), 16, 8, seed=seed)
+    watcher = backend.jobs.watcher(lambda c, n: f"token-of-{n}")
+    batches = []
+    for k in range(int(days * 86400 / 600)):
+        batches += [JobEventBatch.model_validate_json(t) for _i, t in watcher.poll(T0 + 600 * k)]
+    return backend, batches
+
+
+def shares(ended, weight):
+    totals = Counter()
+    for e in ended:
+        totals[e.job_type] += weight(e)
+    whole = sum(totals.values())
+    return {k: v / whole for k, v in totals.items()}
+
+
+def gpu_time(e):
+    return (e.end_ts - e.start_ts) * e.gpus_requested if e.start_ts else 0.0
+
+
+def test_job_mix_by_count_and_gpu_time_looks_like_acme():
+    _backend, batches = simulate()
+    assert {(b.cluster, b.node, b.source) for b in batches} == {
+        ("seren", "seren-node-001", "simulated")
+    }
+    events = [e for b in batches for e in b.events]
+    ended = [e for e in events if e.kind == "ended"]
+    assert len(ended) > 2000  # about 1,000 jobs a day on 128 GPUs
+    by_count = shares(ended, lambda e: 1)
+    by_time = shares(ended, gpu_time)
+    # acme-workload.md section 2 (Seren): eval 64.9% of jobs, 6.2% of GPU time; pretraining
+    # 0.9% of jobs, 69.5% of GPU time.
+    assert 0.55 < by_count["eval"] < 0.75 and by_time["eval"] < 0.15
+    assert by_count["pretrain"] < 0.05 and by_time["pretrain"] > 0.5
+    assert set(by_count) == {"eval", "pretrain", "sft", "mllm", "debug", "other"}
+    # Section 4: about 40% of jobs fail; by GPU time completed jobs are a minority.
+    states = Counter(e.state for e in ended)
+    assert 0.3 < states["FAILED"] / len(ended) < 0.5
+    time_states = Counter()
+    for e in ended:
+        time_states[e.state] += gpu_time(e)
+    assert time_states["COMPLETED"] / sum(time_states.values()) < 0.5
+    # Every job that started was submitted first, holds the GPUs it asked for, and ends once.
+    kinds = Counter((e.job_id, e.kind) for e in events)
+    assert all(n == 1 for n in kinds.values())
+    for e in events:
+        if e.kind == "started":
+            assert sum(len(a.gpu_indices) for a in e.allocation) == e.gpus_requested
+            assert e.start_ts >= e.submit_ts
+
+
+def test_evaluation_waits_longest_and_pretraining_hardly_at_all():
+    _backend, batches = simulate(days=2.0)
+    started = [e for b in batches for e in b.events if e.kind == "started"]
+
+    def mean_wait(kind):
+        waits = [e.start_ts - e.submit_ts for e in started if e.job_type == kind]
+        return sum(waits) / len(waits)
+
+    assert mean_wait("eval") > mean_wait("pretrain")
+
+
+def test_free_gpus_idle_and_held_gpus_mostly_work():
+    backend = SimulatedBackend(["seren"], 16, 8, seed=5)
+    held_busy = held = free_busy = free = 0
+    for k in range(40):
+        ts = T0 + 900 * k
+        readings = backend.read(ts)
+        jobs = backend.jobs.clusters["seren"]
+        for n, reading in enumerate(readings):
+            for row in reading.gpu_rows:
+                working = row[GPU_POS["gpu_util"]] >= 50
+                if (n, row[0]) in jobs.owner:
+                    held += 1
+                    held_busy += working
+                else:
+                    free += 1
+                    free_busy += working
+    assert free > 100 and free_busy == 0  # nobody's GPU does nothing
+    assert 0.6 < held_busy / held < 0.98  # held GPUs work, but some are wasted
+
+
+def test_backfill_sends_job_history_in_the_past_and_ends_what_is_in_flight():
+    backend = SimulatedBackend(["kalos"], 4, 8, seed=2)
+    telemetry, jobs = [], []
+    agent = Agent(
+        backend,
+        lambda c, n: f"token-of-{n}",
+        lambda _i, t: telemetry.append(t),
+        watchers=[backend.jobs.watcher(lambda c, n: f"token-of-{n}")],
+        job_sink=lambda _i, t: jobs.append(t),
+    )
+    agent.run(60, backfill=True)
+    assert len(telemetry) == 60 * 4
+    events = [e for t in jobs for e in JobEventBatch.model_validate_json(t).events]
+    stamps = [row[1] for t in telemetry for row in json.loads(t)["samples"]]
+    # Job history covers the sampled window, in the past, with nothing before the first sample
+    # (a restarted simulator must not claim GPUs over a past another run already reported).
+    assert events and min(stamps) <= min(e.ts for e in events)
+    assert max(e.ts for e in events) <= max(stamps) < time.time()
+    started = {e.job_id for e in events if e.kind == "started"}
+    ended = {e.job_id for e in events if e.kind == "ended"}
+    assert started and started <= ended  # the run's end cancels the jobs in flight

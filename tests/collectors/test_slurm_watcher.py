@@ -1,0 +1,318 @@
+"""The Slurm watcher's parsing of recorded squeue / scontrol / jobcomp text, and its events."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collectors.schema import JobEventBatch, JobGpus
+from collectors.watchers.slurm import (
+    SEP,
+    SlurmWatcher,
+    end_state,
+    expand_hostlist,
+    gres_gpu_indices,
+    parse_exit_code,
+    parse_jobcomp_config,
+    parse_jobcomp_line,
+    parse_scontrol_job,
+    parse_squeue,
+    parse_time,
+    squeue_args,
+    tres_gpus,
+)
+
+# Recorded from Debian 12's slurm-wlm 22.05.8 (tests/slurm.py's cluster), SLURM_TIME_FORMAT=%s.
+SCONTROL_RUNNING = """\
+JobId=1 JobName=a|b
+   UserId=root(0) GroupId=root(0) MCS_label=N/A
+   Priority=4294901759 Nice=0 Account=(null) QOS=(null)
+   JobState=RUNNING Reason=None Dependency=(null)
+   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0
+   SubmitTime=1795942859 EligibleTime=1795942859
+   StartTime=1795942862 EndTime=Unknown Deadline=N/A
+   Partition=gpu AllocNode:Sid=vm:27577
+   NodeList=vm
+   NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   JOB_GRES=gpu:2
+     Nodes=vm CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)
+   Comment=ckpt 7b eval
+   TresPerNode=gres:gpu:2
+"""
+SCONTROL_MULTINODE = """\
+JobId=77 JobName=pretrain-123b
+   UserId=alice(1001) GroupId=llm(1001) MCS_label=N/A
+   JobState=RUNNING Reason=None Dependency=(null)
+   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0
+   SubmitTime=1795942800 EligibleTime=1795942800
+   StartTime=1795942860 EndTime=1796029260 Deadline=N/A
+   Partition=pretrain AllocNode:Sid=login:1
+   NodeList=gpu[01-02],gpu05
+   NumNodes=3-3 NumCPUs=48 NumTasks=3 CPUs/Task=16 ReqB:S:C:T=0:0:*:*
+   JOB_GRES=gpu:a100:20
+     Nodes=gpu[01-02] CPU_IDs=0-15 Mem=0 GRES=gpu:a100:8(IDX:0-7)
+     Nodes=gpu05 CPU_IDs=0-15 Mem=0 GRES=gpu:a100:2(IDX:0,3),gpu:v100:1(IDX:5)
+   TresPerJob=gres:gpu:20
+"""
+SCONTROL_FAILED = """\
+JobId=2 JobName=wrap
+   UserId=root(0) GroupId=root(0) MCS_label=N/A
+   JobState=FAILED Reason=NonZeroExitCode Dependency=(null)
+   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=1:0
+   StartTime=2026-11-29T09:00:37 EndTime=2026-11-29T09:00:37 Deadline=N/A
+   NodeList=vm
+   NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   JOB_GRES=gpu:1
+     Nodes=vm CPU_IDs=1 Mem=0 GRES=
+"""
+JOBCOMP = """\
+JobId=3 UserId=root(0) GroupId=root(0) Name=wrap JobState=CANCELLED Partition=gpu TimeLimit=UNLIMITED StartTime=2026-11-29T09:00:35 EndTime=2026-11-29T09:00:35 NodeList=(null) NodeCnt=0 ProcCnt=0 WorkDir=/tmp/w ReservationName= Tres=cpu=1,mem=4G,node=1,billing=1 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T09:00:34 EligibleTime=2026-11-29T09:00:34 DerivedExitCode=0:0 ExitCode=0:0
+JobId=2 UserId=root(0) GroupId=root(0) Name=my job JobState=FAILED Partition=gpu TimeLimit=UNLIMITED StartTime=2026-11-29T09:00:37 EndTime=2026-11-29T09:00:37 NodeList=vm NodeCnt=1 ProcCnt=1 WorkDir=/tmp/w ReservationName= Tres=cpu=1,mem=4G,node=1,billing=1,gres/gpu=1 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T09:00:34 EligibleTime=2026-11-29T09:00:34 DerivedExitCode=0:0 ExitCode=1:0
+"""
+
+
+def squeue_line(
+    job_id,
+    state,
+    *,
+    name="wrap",
+    submit="1795942859",
+    start="N/A",
+    end="N/A",
+    per_node="gres:gpu:2",
+    per_job="N/A",
+    nodes="1",
+    node_list="",
+    comment="(null)",
+):
+    cols = [
+        job_id,
+        state,
+        name,
+        "root",
+        "gpu",
+        "(null)",
+        submit,
+        start,
+        end,
+        per_node,
+        per_job,
+        nodes,
+        node_list,
+        comment,
+    ]
+    return SEP.join(cols) + SEP + "\n"
+
+
+def test_gpu_indices_ranges_lists_and_types():
+    assert gres_gpu_indices("gpu:2(IDX:0-1)") == [0, 1]
+    assert gres_gpu_indices("gpu(IDX:0,2,5-7)") == [0, 2, 5, 6, 7]
+    assert gres_gpu_indices("gpu:a100:2(IDX:0,3),gpu:v100:1(IDX:5)") == [0, 3, 5]
+    assert gres_gpu_indices("gpu:2(IDX:0-1),shard:4(4/8,0/8)") == [0, 1]
+    assert gres_gpu_indices("") == [] and gres_gpu_indices("gpu:1(IDX:N/A)") == []
+
+
+def test_hostlists_expand_with_padding():
+    assert expand_hostlist("gpu[01-03,07],login") == ["gpu01", "gpu02", "gpu03", "gpu07", "login"]
+    assert expand_hostlist("rack[1-2]-n[8-9]") == ["rack1-n8", "rack1-n9", "rack2-n8", "rack2-n9"]
+    assert expand_hostlist("(null)") == [] and expand_hostlist("vm") == ["vm"]
+
+
+def test_small_fields():
+    assert tres_gpus("gres:gpu:2") == 2 and tres_gpus("cpu=1,gres/gpu=4") == 4
+    assert tres_gpus("gres:gpu:a100:8") == 8 and tres_gpus("N/A") is None
+    assert parse_exit_code("1:0") == 1 and parse_exit_code("0:9") == -9
+    assert parse_exit_code("0:0") == 0 and parse_exit_code("") is None
+    assert end_state("CANCELLED by 0") == "CANCELLED" and end_state("BOOT_FAIL") == "NODE_FAIL"
+    assert end_state("RUNNING") is None and end_state("PENDING") is None
+    assert parse_time("1795942859") == 1795942859.0 and parse_time("Unknown") is None
+    assert parse_time("N/A") is None and parse_time("NONE") is None
+
+
+def test_squeue_args_name_explicit_fields():
+    args = squeue_args()
+    assert args[:4] == ["squeue", "--all", "--noheader", "--states=all"]
+    assert "JobID:" + SEP in args[-1] and "tres-per-job:" + SEP in args[-1]
+
+
+def test_squeue_rows():
+    text = squeue_line(
+        "1",
+        "RUNNING",
+        name="a|b",
+        start="1795942862",
+        node_list="gpu[1-2]",
+        nodes="2",
+        comment="ckpt 7b",
+    ) + squeue_line("2", "PENDING", per_node="N/A", per_job="gres:gpu:3")
+    running, pending = parse_squeue(text)
+    assert running.name == "a|b" and running.comment == "ckpt 7b" and running.qos == ""
+    assert running.start_ts == 1795942862.0 and running.end_ts is None
+    assert running.gpus == 4 and running.nodes == 2 and running.node_list == ["gpu1", "gpu2"]
+    assert pending.gpus == 3 and pending.start_ts is None and pending.node_list == []
+
+
+def test_scontrol_allocation_per_node():
+    job = parse_scontrol_job(SCONTROL_RUNNING)
+    assert job.allocation == [JobGpus(node="vm", gpu_indices=[0, 1])]
+    assert job.state == "RUNNING" and job.comment == "ckpt 7b eval" and job.user == "root"
+    assert job.start_ts == 1795942862.0 and job.end_ts is None and job.gpus == 2
+    multi = parse_scontrol_job(SCONTROL_MULTINODE)
+    assert [(a.node, a.gpu_indices) for a in multi.allocation] == [
+        ("gpu01", list(range(8))),
+        ("gpu02", list(range(8))),
+        ("gpu05", [0, 3, 5]),
+    ]
+    assert multi.gpus == 19 and multi.nodes == 3 and multi.user == "alice"
+    failed = parse_scontrol_job(SCONTROL_FAILED)
+    assert failed.exit_code == 1 and failed.allocation == [JobGpus(node="vm", gpu_indices=[])]
+
+
+def test_jobcomp_records():
+    cancelled, failed = (parse_jobcomp_line(line) for line in JOBCOMP.splitlines())
+    assert cancelled.state == "CANCELLED" and cancelled.node_list == [] and cancelled.nodes == 0
+    assert failed.name == "my job" and failed.exit_code == 1 and failed.gpus == 1
+    assert failed.node_list == ["vm"] and failed.user == "root"
+    assert failed.end_ts - failed.start_ts == 0 and failed.start_ts - failed.submit_ts == 3
+    assert parse_jobcomp_line("garbage") is None
+
+
+def test_jobcomp_location_from_scontrol_show_config():
+    conf = "JobCompHost = localhost\nJobCompLoc  = /var/log/slurm/jobcomp.txt\n"
+    assert parse_jobcomp_config(conf + "JobCompType = jobcomp/filetxt\n") == Path(
+        "/var/log/slurm/jobcomp.txt"
+    )
+    assert parse_jobcomp_config(conf + "JobCompType = jobcomp/none\n") is None
+
+
+class FakeSlurm:
+    """Answers the watcher's commands from recorded text the test changes between polls."""
+
+    def __init__(self) -> None:
+        self.squeue = ""
+        self.scontrol: dict[str, str] = {}
+        self.calls: list[list[str]] = []
+
+    def __call__(self, args: list[str]) -> str:
+        self.calls.append(args)
+        if args[0] == "squeue":
+            return self.squeue
+        if args[:3] == ["scontrol", "show", "job"]:
+            return self.scontrol.get(args[-1], "")
+        raise AssertionError(args)
+
+
+def events_of(batches):
+    out = []
+    for _id, text in batches:
+        batch = JobEventBatch.model_validate_json(text)
+        assert batch.source == "slurm" and batch.node == "ctl" and batch.cluster == "seren"
+        out += batch.events
+    return out
+
+
+def test_watcher_reports_each_change_once_and_survives_a_restart(tmp_path):
+    slurm = FakeSlurm()
+    jobcomp = tmp_path / "jobcomp.txt"
+    jobcomp.write_text("")
+    state = tmp_path / "state.json"
+
+    def watcher():
+        return SlurmWatcher(
+            "seren", "ctl", "t" * 20, state_path=state, jobcomp_path=jobcomp, runner=slurm
+        )
+
+    w = watcher()
+    slurm.squeue = squeue_line("1", "PENDING", name="eval-x", comment="ckpt 7b")
+    (submitted,) = events_of(w.poll(1795942860.0))
+    w.commit()
+    assert submitted.kind == "submitted" and submitted.ts == 1795942859.0
+    assert submitted.gpus_requested == 2 and submitted.comment == "ckpt 7b"
+    assert w.poll(1795942861.0) == []  # nothing new: nothing sent
+
+    slurm.squeue = squeue_line("1", "RUNNING", name="eval-x", start="1795942862", node_list="vm")
+    slurm.scontrol["1"] = SCONTROL_RUNNING
+    (started,) = events_of(w.poll(1795942863.0))
+    w.commit()
+    assert started.kind == "started" and started.start_ts == 1795942862.0
+    assert started.allocation == [JobGpus(node="vm", gpu_indices=[0, 1])]
+
+    # A restarted watcher remembers what it sent.
+    w = watcher()
+    assert w.poll(1795942864.0) == []
+
+    # Requeued: back to PENDING; the jobcomp record of the first run says when it ended.
+    with jobcomp.open("a") as fh:
+        fh.write(
+            "JobId=1 UserId=root(0) Name=eval-x JobState=PENDING Partition=gpu "
+            "StartTime=1795942862 EndTime=1795942870 NodeList=vm NodeCnt=1 "
+            "SubmitTime=1795942859 ExitCode=0:0 \n"
+        )
+    slurm.squeue = squeue_line("1", "PENDING", name="eval-x", submit="1795942870")
+    (requeued,) = events_of(w.poll(1795942871.0))
+    w.commit()
+    assert requeued.kind == "requeued" and requeued.ts == 1795942870.0
+
+    # Runs again, then fails with exit code 1 between two polls.
+    slurm.squeue = squeue_line(
+        "1",
+        "FAILED",
+        name="eval-x",
+        submit="1795942870",
+        start="1795942880",
+        end="1795942890",
+        node_list="vm",
+    )
+    with jobcomp.open("a") as fh:
+        fh.write(
+            "JobId=1 UserId=root(0) Name=eval-x JobState=FAILED Partition=gpu "
+            "StartTime=1795942880 EndTime=1795942890 NodeList=vm NodeCnt=1 "
+            "SubmitTime=1795942870 ExitCode=1:0 \n"
+        )
+    started2, ended = events_of(w.poll(1795942891.0))
+    w.commit()
+    assert (started2.kind, started2.ts) == ("started", 1795942880.0)
+    assert started2.submit_ts == 1795942859.0  # the first submit time, not the requeue's
+    assert ended.kind == "ended" and ended.state == "FAILED" and ended.exit_code == 1
+    assert (ended.start_ts, ended.end_ts) == (1795942880.0, 1795942890.0)
+    assert w.poll(1795942892.0) == []
+    # Gone from squeue: forgotten, and the jobcomp file is not read again.
+    slurm.squeue = ""
+    assert w.poll(1795942999.0) == []
+    w.commit()
+    assert json.loads(state.read_text())["jobs"] == {}
+
+
+def test_watcher_without_jobcomp_takes_the_exit_code_from_scontrol(tmp_path):
+    slurm = FakeSlurm()
+    w = SlurmWatcher("seren", "ctl", "t" * 20, detect_jobcomp=False, runner=slurm)
+    slurm.squeue = squeue_line(
+        "2", "FAILED", start="1795942862", end="1795942863", node_list="vm", per_node="gres:gpu:1"
+    )
+    slurm.scontrol["2"] = SCONTROL_FAILED
+    kinds = [(e.kind, e.state, e.exit_code) for e in events_of(w.poll(1795942870.0))]
+    assert kinds == [("submitted", None, None), ("started", None, None), ("ended", "FAILED", 1)]
+
+
+def test_watcher_skips_a_poll_when_squeue_fails(tmp_path):
+    from collectors.watchers.slurm import SlurmError
+
+    def broken(args):
+        raise SlurmError("squeue: slurm_load_jobs error: Unable to contact slurm controller")
+
+    w = SlurmWatcher("seren", "ctl", "t" * 20, detect_jobcomp=False, runner=broken)
+    assert w.poll(1795942870.0) == []
+
+
+@pytest.mark.parametrize("interval", [30.0])
+def test_watcher_polls_no_more_often_than_its_interval(interval):
+    slurm = FakeSlurm()
+    w = SlurmWatcher(
+        "seren", "ctl", "t" * 20, detect_jobcomp=False, runner=slurm, interval_s=interval
+    )
+    w.poll(1000.0 + 1e9)
+    w.poll(1010.0 + 1e9)
+    w.poll(1031.0 + 1e9)
+    assert sum(c[0] == "squeue" for c in slurm.calls) == 2

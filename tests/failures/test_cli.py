@@ -1,0 +1,73 @@
+"""`diagnose LOGFILE [--kernel-log FILE] [--json]`: the CLI, and manage.py with no database."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from webapp.failures import cli
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+CORPUS = ROOT / "tests" / "data" / "failure_logs"
+KEYS = {"cause", "category", "action", "blamed_node", "confidence", "evidence", "rule_id"}
+
+
+def _run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    parser = __import__("argparse").ArgumentParser()
+    cli.add_arguments(parser)
+    status = cli.run(vars(parser.parse_args(list(argv))), out, err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_json_is_exactly_one_object_with_the_keys(tmp_path):
+    kernel = tmp_path / "kern.log"
+    kernel.write_text("node-05 kernel: NVRM: Xid (PCI:0000:1a:00): 48, pid=1, DBE\n")
+    status, out, _ = _run(str(CORPUS / "nccl_timeout_3.log"), "--kernel-log", str(kernel), "--json")
+    assert status == 0
+    data = json.loads(out)  # one object, nothing else on stdout
+    assert set(data) >= KEYS
+    assert (data["cause"], data["blamed_node"]) == ("gpu_ecc", "node-05")
+    assert out.count("\n") == 1
+
+
+def test_text_output_names_cause_and_evidence():
+    status, out, _ = _run(str(CORPUS / "host_oom_1.log"))
+    assert status == 0
+    assert "host_oom" in out and "evidence:" in out
+
+
+def test_unreadable_file_is_one_line_and_nonzero(tmp_path):
+    status, out, err = _run(str(tmp_path / "missing.log"), "--json")
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and "missing.log" in err
+
+
+def test_manage_py_diagnose_needs_no_database_or_broker(tmp_path):
+    """Runs manage.py in a clean environment: unreachable DB/broker URLs must not matter."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": os.environ.get(
+            "VIGIL_TEST_DIAGNOSE_SETTINGS", "tests.failures.offline_settings"
+        ),
+        "VIGIL_DATA_DIR": str(tmp_path / "data"),
+        "DATABASE_URL": "postgresql://nobody@127.0.0.1:9/none",
+        "CELERY_BROKER_URL": "redis://127.0.0.1:9/0",
+    }
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "diagnose", str(CORPUS / "gpu_off_bus_1.log"), "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["cause"], data["blamed_node"]) == ("gpu_off_bus", "node-03")
+    assert not (tmp_path / "data" / "pg").exists()  # no embedded PostgreSQL was started

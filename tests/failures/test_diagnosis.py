@@ -1,0 +1,210 @@
+"""The diagnosis engine on the labelled corpus and on the inputs that must never crash it.
+
+Plain functions over files: no database, broker or Django models involved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import yaml
+
+from webapp.failures import taxonomy
+from webapp.failures.diagnosis import (
+    EVIDENCE_LINES,
+    EVIDENCE_TEXT_CHARS,
+    diagnose_paths,
+    diagnose_text,
+)
+
+CORPUS = Path(__file__).resolve().parent.parent / "data" / "failure_logs"
+LABELS = yaml.safe_load((CORPUS / "labels.yaml").read_text())
+
+
+def test_corpus_covers_every_cause_twice():
+    counts = defaultdict(int)
+    for label in LABELS.values():
+        counts[label["cause"]] += 1
+    assert len(LABELS) >= 60
+    assert {c: n for c, n in counts.items() if n < 2} == {}
+    assert set(counts) == set(taxonomy.CAUSES)
+
+
+def test_corpus_accuracy_per_cause(capsys):
+    """At least 95% of the corpus gets the labelled cause (and blamed node where labelled)."""
+    per_cause: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    misses = []
+    for name, label in sorted(LABELS.items()):
+        result = diagnose_paths(CORPUS / name)
+        ok = result.cause == label["cause"]
+        if ok and label.get("blamed_node"):
+            ok = result.blamed_node == label["blamed_node"]
+        per_cause[label["cause"]][0] += ok
+        per_cause[label["cause"]][1] += 1
+        if not ok:
+            misses.append(f"{name}: expected {label}, got {result.cause} on {result.blamed_node}")
+    with capsys.disabled():
+        print("\ncause                 correct/total")
+        for cause in taxonomy.CAUSES:
+            good, total = per_cause.get(cause, [0, 0])
+            print(f"{cause:22s} {good}/{total}")
+        total_good = sum(g for g, _ in per_cause.values())
+        print(f"{'all':22s} {total_good}/{len(LABELS)} = {total_good / len(LABELS):.1%}")
+        for miss in misses:
+            print("MISS", miss)
+    assert total_good / len(LABELS) >= 0.95, misses
+
+
+NCCL_TIMEOUTS = "\n".join(
+    f"[rank{r}]:[E507 03:22:40.991 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum=84213, OpType=ALLREDUCE, NumelIn=1048576, "
+    "NumelOut=1048576, Timeout(ms)=600000) ran for 600082 milliseconds before timing out."
+    for r in range(16)
+)
+XID_79 = "node-12 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=48213, GPU has fallen off the bus.\n"
+
+
+def test_nccl_timeout_everywhere_plus_xid79_is_gpu_off_bus_on_that_node():
+    result = diagnose_text(NCCL_TIMEOUTS + "\n", kernel_log="[12345.678901] " + XID_79)
+    assert (result.cause, result.blamed_node, result.blamed_gpu) == (
+        "gpu_off_bus",
+        "node-12",
+        "0000:3b:00",
+    )
+    assert result.rule_id == "kernel-xid"
+    assert result.action == "cordon_restart"
+    assert result.category == "infrastructure"
+    assert "nccl_timeout" in result.symptoms
+    assert "fallen off the bus" in result.evidence[0].text
+
+
+def test_nccl_timeout_alone_stays_a_symptom_with_locate_restart():
+    result = diagnose_text(NCCL_TIMEOUTS + "\n")
+    assert result.cause == "nccl_timeout"
+    assert result.action == "locate_restart"
+    assert result.blamed_node is None
+    assert result.confidence <= 0.6
+
+
+def test_combined_capture_diagnoses_like_log_plus_kernel_log():
+    """Kernel and scheduler lines inside LOGFILE count exactly as if given separately."""
+    kernel = (
+        "May 07 03:21:02 node-12 kernel: NVRM: Xid (PCI:0000:b7:00): 74, pid=1234, name=python, "
+        "NVLink: fatal error detected on link 3(0x10000, 0x0)\n"
+    )
+    job = NCCL_TIMEOUTS + "\nsrun: error: node-03: task 3: Exited with exit code 1\n"
+    split = diagnose_text(job, kernel_log=kernel)
+    combined = diagnose_text(job[:400] + "\n" + kernel + job[400:])
+    for field in ("cause", "category", "action", "blamed_node", "blamed_gpu", "rule_id", "detail"):
+        assert getattr(split, field) == getattr(combined, field), field
+    assert split.cause == "gpu_nvlink" and split.blamed_node == "node-12"
+
+
+def test_scheduler_line_inside_log_decides_outcome():
+    text = (
+        "[rank0]: step 100 loss 2.1\n"
+        "slurmstepd: error: *** JOB 884213 ON node-01 CANCELLED AT 2024-05-07T12:00:04 DUE TO "
+        "TIME LIMIT ***\n"
+    )
+    result = diagnose_text(text)
+    assert (result.cause, result.category, result.action) == ("timeout", "outcome", "none")
+
+
+def test_kernel_lines_of_other_nodes_are_ignored_when_nodes_are_known():
+    result = diagnose_text(
+        NCCL_TIMEOUTS + "\n", kernel_log=XID_79, job_nodes=["node-01", "node-02"]
+    )
+    assert result.cause == "nccl_timeout"
+
+
+def test_events_outside_the_window_do_not_decide():
+    old = "[2024-05-07 01:00:00] [rank0]: wandb.errors.CommError: could not connect\n"
+    late = "".join(
+        f"[2024-05-07 03:{m:02d}:00] iteration {m} | lm loss: 2.0 |\n" for m in range(60)
+    )
+    end = "[2024-05-07 03:59:30] [rank0]: KeyError: 'labels'\n"
+    assert diagnose_text(old + late + end).cause == "user_exception"
+    assert diagnose_text(old + late).cause == "unknown"
+
+
+def test_innermost_frame_decides_framework_or_script():
+    def tb(path: str) -> str:
+        return (
+            "[rank1]: Traceback (most recent call last):\n"
+            '[rank1]:   File "/home/bob/train.py", line 10, in <module>\n'
+            f'[rank1]:   File "{path}", line 99, in f\n'
+            "[rank1]:     x = y[k]\n"
+            "[rank1]: KeyError: 'k'\n"
+        )
+
+    user = diagnose_text(tb("/home/bob/util.py"))
+    lib = diagnose_text(tb("/opt/conda/lib/python3.10/site-packages/transformers/trainer.py"))
+    assert (user.cause, user.category, user.acme_alias) == ("user_exception", "script", "KeyError")
+    assert (lib.cause, lib.category) == ("framework_exception", "framework")
+
+
+def test_same_input_same_output():
+    text = (CORPUS / "gpu_off_bus_1.log").read_bytes()
+    assert diagnose_text(text) == diagnose_text(text)
+
+
+def test_evidence_is_capped_in_count_and_length():
+    huge_line = (
+        "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered " + "x" * 50000
+    )
+    lines = [huge_line] + [f"[rank{r}]: ValueError: bad {r}" for r in range(500)]
+    result = diagnose_text("\n".join(lines))
+    assert result.cause == "cuda_fault"
+    assert len(result.evidence) <= EVIDENCE_LINES
+    assert all(len(e.text) <= EVIDENCE_TEXT_CHARS + 10 for e in result.evidence)
+    assert result.evidence[0].line == 1
+
+
+def test_empty_file_gets_a_clear_answer(tmp_path):
+    path = tmp_path / "empty.log"
+    path.write_bytes(b"")
+    result = diagnose_paths(path)
+    assert result.cause == "unknown"
+    assert "empty" in result.detail
+
+
+def test_binary_garbage_gets_a_clear_answer(tmp_path):
+    path = tmp_path / "core.bin"
+    path.write_bytes(os.urandom(3 << 20))
+    result = diagnose_paths(path)
+    assert result.cause == "unknown"
+    assert "binary" in result.detail
+    json.dumps(result.as_dict())  # printable whatever the input
+
+
+def test_invalid_utf8_is_decoded_with_replacement(tmp_path):
+    path = tmp_path / "latin1.log"
+    path.write_bytes(
+        b"caf\xe9 \xff\xfe step 1\n[rank2]: OSError: [Errno 28] No space left on device \xc3\x28\n"
+    )
+    result = diagnose_paths(path)
+    assert result.cause == "filesystem"
+    assert "\ufffd" in result.evidence[0].text
+    json.dumps(result.as_dict())
+
+
+def test_huge_sparse_log_is_streamed(tmp_path):
+    """2 GiB (sparse: mostly NUL bytes) with text at both ends: streamed, never read whole."""
+    path = tmp_path / "huge.log"
+    with open(path, "wb") as f:
+        f.write(b"[rank0]: starting\n")
+        f.seek(2 * 1024**3)
+        f.write(b"\n[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n")
+    result = diagnose_paths(path)
+    assert result.cause == "gpu_oom"
+    assert result.bytes_scanned > 2 * 1024**3
+
+
+def test_missing_file_raises_oserror_naming_it(tmp_path):
+    with pytest.raises(OSError) as info:
+        diagnose_paths(tmp_path / "nope.log")
+    assert "nope.log" in str(info.value)

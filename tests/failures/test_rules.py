@@ -1,0 +1,66 @@
+"""The rule catalogue: valid, its examples match their own rule, grep reads its patterns."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from webapp.failures import taxonomy
+from webapp.failures.diagnosis import RuleError, catalogue_load, catalogue_parse, classify
+
+
+def test_every_rule_example_passes_the_prefilter_and_matches_its_rule():
+    cat = catalogue_load()
+    for rule in cat.rules:
+        assert rule.examples or rule.kind == "ignore", rule.id
+        if not rule.per_line:
+            continue
+        for example in rule.examples:
+            low = example.lower().encode()
+            if rule.kind != "ignore":
+                assert any(a in low for a in cat.anchors), (rule.id, example)
+            _, line = classify(example, cat)
+            first = next(
+                r.id
+                for r in cat.line_rules
+                if (r.regex.match if r.at_start else r.regex.search)(line.message)
+            )
+            assert first == rule.id, (rule.id, example)
+
+
+def test_rule_causes_are_in_the_taxonomy():
+    for rule in catalogue_load().rules:
+        assert rule.cause in taxonomy.CAUSES or rule.cause in ("by_xid", "by_exception")
+        assert rule.tier in taxonomy.TIER_RANK or rule.tier == "by_xid"
+
+
+def test_every_xid_cause_is_a_cause():
+    for xid in taxonomy.XIDS.values():
+        assert xid.cause is None or xid.cause in taxonomy.CAUSES
+        assert xid.tier in taxonomy.TIER_RANK or xid.tier == "ignore"
+
+
+def test_malformed_rules_are_rejected_with_the_rule_named():
+    bad = "anchors: [x]\nrules:\n- {id: r1, cause: nope, kind: cause, tier: hardware, patterns: [a], blame: line, confidence: 1}\n"
+    with pytest.raises(RuleError, match="r1"):
+        catalogue_parse(bad)
+
+
+@pytest.mark.skipif(shutil.which("grep") is None, reason="no grep")
+def test_grep_reads_every_pattern(tmp_path):
+    from webapp.failures.diagnosis import grep_patterns
+
+    pats = tmp_path / "patterns"
+    pats.write_text("\n".join(grep_patterns()) + "\n")
+    log = tmp_path / "x.log"
+    log.write_text("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    out = subprocess.run(
+        ["grep", "-E", "-i", "-c", "-f", str(pats), str(log)],
+        capture_output=True,
+        text=True,
+        env={"LC_ALL": "C"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"

@@ -1,0 +1,258 @@
+"""Job events in-process: jobs, states and allocations as a user would see them; refusals."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from collectors.schema import BatchError
+from tests.jobs.conftest import event
+from webapp.fleet.models import Gpu, Node
+from webapp.fleet.services import AuthError
+from webapp.jobs.models import Job, JobAllocation, JobEvent, JobTypeRule
+from webapp.jobs.services import job_events_ingest, type_rules_forget
+from webapp.telemetry.models import RejectedBatch
+from webapp.telemetry.services import batch_reject
+
+
+def at(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def alloc(node: str, *indices: int) -> dict:
+    return {"node": node, "gpu_indices": list(indices)}
+
+
+def nothing_stored() -> bool:
+    return not (Job.objects.exists() or JobEvent.objects.exists() or JobAllocation.objects.exists())
+
+
+def lifecycle(t0: float, job_id: str = "1001") -> list[dict]:
+    return [
+        event(job_id, "submitted", t0, name="pretrain-7b", user="alice", partition="gpu",
+              gpus_requested=4, submit_ts=t0),
+        event(job_id, "started", t0 + 30, start_ts=t0 + 30,
+              allocation=[alloc("gpu-node-01", 0, 1), alloc("gpu-node-02", 0, 1)]),
+        event(job_id, "ended", t0 + 630, end_ts=t0 + 630, state="COMPLETED", exit_code=0),
+    ]  # fmt: skip
+
+
+def test_lifecycle_creates_the_job_with_its_gpus_and_times(sender, default_rules, t0):
+    result = job_events_ingest(sender.raw(*lifecycle(t0)))
+
+    assert (result.events, result.applied, result.jobs) == (3, 3, 1)
+    job = Job.objects.get(scheduler_id="1001")
+    assert job.cluster.name == "testcluster"
+    assert (job.name, job.user, job.partition) == ("pretrain-7b", "alice", "gpu")
+    assert job.job_type == "pretrain"  # from the default rules (name contains "pretrain")
+    assert job.state == "completed" and job.exit_code == 0
+    assert (job.submit_at, job.start_at, job.end_at) == (at(t0), at(t0 + 30), at(t0 + 630))
+    assert (job.duration_s, job.queue_s, job.gpu_time_s) == (600, 30, 2400)
+    assert job.gpus_requested == 4 and job.nodes_requested == 2
+    allocations = list(job.allocations.select_related("node", "gpu"))
+    assert sorted((a.node.hostname, a.gpu_index) for a in allocations) == [
+        ("gpu-node-01", 0),
+        ("gpu-node-01", 1),
+        ("gpu-node-02", 0),
+        ("gpu-node-02", 1),
+    ]
+    assert all((a.start, a.end) == (at(t0 + 30), at(t0 + 630)) for a in allocations)
+    # The GPU is linked where the fleet knows it (node 01), by index otherwise (node 02).
+    node01 = {a.gpu_index: a.gpu for a in allocations if a.node.hostname == "gpu-node-01"}
+    assert node01[0] == Gpu.objects.get(node__hostname="gpu-node-01", index=0)
+    assert all(a.gpu is None for a in allocations if a.node.hostname == "gpu-node-02")
+    assert list(job.events.values_list("kind", flat=True)) == ["submitted", "started", "ended"]
+
+
+def test_running_job_holds_open_allocations(sender, t0):
+    job_events_ingest(sender.raw(*lifecycle(t0)[:2]))
+    job = Job.objects.get(scheduler_id="1001")
+    assert job.state == "running" and job.end_at is None and job.duration_s is None
+    assert job.allocations.filter(end__isnull=True).count() == 4
+
+
+def test_each_final_state_is_mapped(sender, t0):
+    names = ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+             "OUT_OF_MEMORY"]  # fmt: skip
+    events = [
+        event(f"j{i}", "ended", t0 + 10, start_ts=t0, end_ts=t0 + 10, state=name, exit_code=i)
+        for i, name in enumerate(names)
+    ]
+    job_events_ingest(sender.raw(*events))
+    states = dict(Job.objects.values_list("scheduler_id", "state"))
+    assert states == {
+        "j0": "completed",
+        "j1": "failed",
+        "j2": "cancelled",
+        "j3": "timeout",
+        "j4": "node_fail",
+        "j5": "preempted",
+        "j6": "out_of_memory",
+    }
+    assert Job.objects.get(scheduler_id="j1").exit_code == 1
+
+
+def test_resent_batch_changes_nothing(sender, t0):
+    raw = sender.raw(*lifecycle(t0))
+    job_events_ingest(raw)
+    before = list(Job.objects.values())
+    allocations = list(JobAllocation.objects.values())
+
+    again = job_events_ingest(raw)
+    # The same events in a new batch (a watcher replaying its spool) change nothing either.
+    third = job_events_ingest(sender.raw(*lifecycle(t0)))
+
+    assert again.applied == third.applied == 0 and again.duplicates == 3
+    assert [{**j, "updated_at": None} for j in Job.objects.values()] == [
+        {**j, "updated_at": None} for j in before
+    ]
+    assert list(JobAllocation.objects.values()) == allocations
+    assert JobEvent.objects.count() == 3
+
+
+def test_requeue_closes_the_allocation_and_returns_the_job_to_pending(sender, t0):
+    events = lifecycle(t0)[:2]
+    events.append(event("1001", "requeued", t0 + 100))
+    job_events_ingest(sender.raw(*events))
+    job = Job.objects.get(scheduler_id="1001")
+    assert job.state == "pending"
+    assert set(job.allocations.values_list("end", flat=True)) == {at(t0 + 100)}
+
+    # It runs again on other GPUs and completes: two intervals per GPU slot, no overlap.
+    job_events_ingest(
+        sender.raw(
+            event("1001", "started", t0 + 200, start_ts=t0 + 200,
+                  allocation=[alloc("gpu-node-01", 4, 5)]),
+            event("1001", "ended", t0 + 500, end_ts=t0 + 500, state="FAILED", exit_code=1),
+        )  # fmt: skip
+    )
+    job.refresh_from_db()
+    assert (job.state, job.start_at, job.end_at) == ("failed", at(t0 + 200), at(t0 + 500))
+    runs = sorted(set(job.allocations.values_list("start", "end")))
+    assert runs == [(at(t0 + 30), at(t0 + 100)), (at(t0 + 200), at(t0 + 500))]
+
+
+def test_ended_before_started_from_a_late_watcher(sender, t0):
+    submitted, started, ended = lifecycle(t0)
+    job_events_ingest(sender.raw(ended))
+    job = Job.objects.get(scheduler_id="1001")
+    assert job.state == "completed" and job.end_at == at(t0 + 630)
+
+    job_events_ingest(sender.raw(started, submitted))
+    job.refresh_from_db()
+    # The late start neither reopens the job nor leaves its GPUs held forever.
+    assert job.state == "completed"
+    assert (job.submit_at, job.start_at, job.end_at) == (at(t0), at(t0 + 30), at(t0 + 630))
+    assert job.name == "pretrain-7b"
+    assert job.allocations.count() == 4
+    assert set(job.allocations.values_list("start", "end")) == {(at(t0 + 30), at(t0 + 630))}
+
+
+def test_events_of_one_batch_in_any_order_give_the_same_job(sender, t0):
+    job_events_ingest(sender.raw(*reversed(lifecycle(t0, "a"))))
+    job_events_ingest(sender.raw(*lifecycle(t0, "b")))
+    a, b = Job.objects.get(scheduler_id="a"), Job.objects.get(scheduler_id="b")
+    fields = ("state", "submit_at", "start_at", "end_at", "exit_code", "job_type", "gpus_requested")
+    assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
+    assert sorted(a.allocations.values_list("gpu_index", "start", "end")) == sorted(
+        b.allocations.values_list("gpu_index", "start", "end")
+    )
+
+
+def test_one_start_reported_per_node_adds_each_nodes_gpus(sender, t0):
+    """Two watchers each report the same start with the GPUs of their own node."""
+    job_events_ingest(
+        sender.raw(event("7", "started", t0, allocation=[alloc("gpu-node-01", 0, 1)]))
+    )
+    job_events_ingest(
+        sender.raw(event("7", "started", t0, allocation=[alloc("gpu-node-02", 2, 3)]))
+    )
+    job = Job.objects.get(scheduler_id="7")
+    assert sorted(job.allocations.values_list("node__hostname", "gpu_index")) == [
+        ("gpu-node-01", 0),
+        ("gpu-node-01", 1),
+        ("gpu-node-02", 2),
+        ("gpu-node-02", 3),
+    ]
+
+
+def test_explicit_type_wins_over_rules(sender, default_rules, t0):
+    job_events_ingest(
+        sender.raw(
+            event("x", "submitted", t0, name="eval-llama", job_type="sft"),
+            event("y", "submitted", t0, name="something", partition="debug"),
+            event("z", "submitted", t0, name="nothing-special"),
+        )
+    )
+    types = dict(Job.objects.values_list("scheduler_id", "job_type"))
+    assert types == {"x": "sft", "y": "debug", "z": "other"}
+
+
+def test_edited_rules_apply_to_new_jobs(sender, t0):
+    JobTypeRule.objects.all().delete()
+    JobTypeRule.objects.create(order=1, field="comment", pattern=r"kind=eval", job_type="eval")
+    type_rules_forget()  # what the admin does on save; other processes wait out the TTL
+    job_events_ingest(sender.raw(event("c", "submitted", t0, comment="team=a kind=EVAL")))
+    assert Job.objects.get(scheduler_id="c").job_type == "eval"
+
+
+@pytest.mark.parametrize(
+    ("change", "reason", "needle"),
+    [
+        ({"job_type": "training"}, "malformed", "events.0.job_type"),
+        ({"start_ts": 2000.0, "end_ts": 1000.0}, "malformed", "end before start"),
+        ({"gpus_requested": -8}, "malformed", "events.0.gpus_requested"),
+        ({"ts": "2024-03-01T00:00:00+25:00"}, "malformed", "events.0.ts"),
+        ({"state": "EXPLODED"}, "malformed", "events.0.state"),
+        ({"allocation": [{"node": "gpu-node-99", "gpu_indices": [0]}]}, "unknown_node",
+         "gpu-node-99"),
+    ],  # fmt: skip
+)
+def test_bad_event_refuses_the_whole_batch(sender, t0, change, reason, needle):
+    good = event("ok", "submitted", t0)
+    bad = {**event("bad", "ended", t0 + 60, state="COMPLETED"), **change}
+    raw = sender.raw(bad, good) if reason == "malformed" else sender.raw(good, bad)
+
+    with pytest.raises(BatchError) as excinfo:
+        job_events_ingest(raw)
+
+    assert excinfo.value.reason == reason
+    assert needle in excinfo.value.detail
+    assert nothing_stored()
+
+
+def test_end_before_start_across_events_is_refused(sender, t0):
+    job_events_ingest(sender.raw(event("j", "started", t0 + 100)))
+    with pytest.raises(BatchError, match="end before start"):
+        job_events_ingest(sender.raw(event("j", "ended", t0 + 200, end_ts=t0 + 50,
+                                           state="FAILED")))  # fmt: skip
+    job = Job.objects.get(scheduler_id="j")
+    assert job.state == "running" and job.end_at is None
+    assert JobEvent.objects.count() == 1
+
+
+def test_wrong_token_is_refused_and_recorded(sender, t0):
+    raw = json.dumps({**sender.batch(*lifecycle(t0)), "token": "not-the-token-" + "x" * 20})
+    with pytest.raises(AuthError) as excinfo:
+        job_events_ingest(raw)
+    batch_reject(raw, excinfo.value)
+
+    assert nothing_stored()
+    rejected = RejectedBatch.objects.get()
+    assert (rejected.reason, rejected.node) == ("bad_token", "scheduler-k8s")
+
+
+def test_batch_of_another_cluster_cannot_place_jobs_on_our_nodes(sender, t0):
+    from webapp.fleet.services import node_token_issue
+
+    token = node_token_issue("othercluster", "scheduler")
+    raw = json.dumps(
+        {**sender.batch(*lifecycle(t0)), "cluster": "othercluster", "node": "scheduler",
+         "token": token}
+    )  # fmt: skip
+    with pytest.raises(BatchError, match="no node 'gpu-node-01' in cluster 'othercluster'"):
+        job_events_ingest(raw)
+    assert nothing_stored()
+    assert Node.objects.filter(cluster__name="othercluster").count() == 1

@@ -1,0 +1,426 @@
+"""Workload characterization of one cluster and time window, in the paper's terms (Hu et al.,
+NSDI '24, section 3): job types by count and GPU time, duration / queueing / size CDFs, final
+states, telemetry CDFs, and a row in the columns of AcmeTrace's cluster_summary.csv.
+
+Everything is aggregated in PostgreSQL: two passes over the window's jobs (one for every
+count, sum, mean and median, one for the three histograms) and one over the 1-minute rollup
+(raw samples for windows under a day), whatever the number of jobs. A job belongs to the
+window when it was submitted in it (`submit_at`, served by the (cluster, submit_at) index).
+Like the paper, per-type and summary statistics are over GPU jobs (`gpus_requested > 0`);
+durations and queueing delays count only jobs that have them (started, resp. ended).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from webapp.fleet.models import Cluster
+from webapp.jobs.choices import JobState, JobType
+
+CHARACTERIZE_WORK_MEM = "128MB"  # 1M jobs x 3 sorted columns fit without spilling
+FINAL_GROUPS: tuple[str, ...] = ("completed", "cancelled", "failed")
+# States a job is still in; everything else is final and falls in a JobState.final_group.
+NOT_FINAL: tuple[str, ...] = (JobState.PENDING, JobState.RUNNING)
+# The SQL twin of JobState.final_group, generated from it so the two cannot disagree.
+_FINAL_GROUP_SQL = (
+    "CASE state "
+    + " ".join(
+        f"WHEN '{s}' THEN '{JobState.final_group(s)}'"
+        for s in JobState.values
+        if s not in NOT_FINAL
+    )
+    + " END"
+)
+
+# Histogram edges: durations 2^0..2^21 s and queueing 2^0..2^15 s, as the paper's CDFs
+# (reference/acme-workload.md section 8), extended to 2^24 s (194 days) so nothing overflows.
+LOG2_EDGES: tuple[float, ...] = tuple(float(2**k) for k in range(25))
+
+
+@dataclass(frozen=True)
+class Window:
+    """One cluster's jobs submitted in [since, until) (an open end is unbounded)."""
+
+    cluster: Cluster
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def where(self) -> tuple[str, list]:
+        sql, params = "cluster_id = %s", [self.cluster.id]
+        if self.since is not None:
+            sql, params = sql + " AND submit_at >= %s", [*params, self.since]
+        if self.until is not None:
+            sql, params = sql + " AND submit_at < %s", [*params, self.until]
+        return sql, params
+
+
+@dataclass(frozen=True)
+class TypeStats:
+    """One job type's GPU jobs (or all types when job_type is "all")."""
+
+    job_type: str
+    label: str
+    jobs: int  # all jobs of the type, CPU ones included
+    gpu_jobs: int
+    gpu_time_s: float
+    count_share: float | None  # of the window's GPU jobs
+    gpu_time_share: float | None
+    duration_median_s: float | None
+    duration_mean_s: float | None
+    queue_median_s: float | None
+    queue_mean_s: float | None
+    gpus_mean: float | None
+    gpus_median: float | None
+    gpus_max: int | None
+
+
+@dataclass(frozen=True)
+class StateShare:
+    group: str  # completed / cancelled / failed
+    gpu_jobs: int
+    gpu_time_s: float
+    count_share: float | None  # of GPU jobs in a final state
+    gpu_time_share: float | None
+
+
+@dataclass
+class Characterization:
+    window: Window
+    types: list[TypeStats]  # one per JobType with GPU jobs, in JobType order
+    total: TypeStats
+    states: list[StateShare]
+    summary: dict[str, float | str | None]  # cluster_summary.csv columns
+    duration_cdf: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    queue_cdf: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    gpus_cdf: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+
+def _share(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
+
+
+_GPU = "gpus_requested > 0"
+_CPU = "gpus_requested = 0"
+_MEDIAN = "percentile_cont(0.5) WITHIN GROUP (ORDER BY {col}) FILTER (WHERE {cond})"
+
+# Per final group: GPU jobs, their GPU time, CPU jobs.
+_GROUP_AGGS = ", ".join(
+    f"count(*) FILTER (WHERE {_GPU} AND grp = '{g}'), "
+    f"coalesce(sum(gpu_time_s) FILTER (WHERE {_GPU} AND grp = '{g}'), 0), "
+    f"count(*) FILTER (WHERE {_CPU} AND grp = '{g}')"
+    for g in FINAL_GROUPS
+)
+# One pass: per type and (GROUPING SETS) for the whole window.
+_STATS_SQL = f"""
+SELECT grouping(job_type) = 1 AS is_total, job_type,
+    count(*),
+    count(*) FILTER (WHERE {_GPU}),
+    count(*) FILTER (WHERE {_CPU}),
+    coalesce(sum(gpu_time_s) FILTER (WHERE {_GPU}), 0),
+    {_MEDIAN.format(col="duration_s", cond=_GPU)},
+    avg(duration_s) FILTER (WHERE {_GPU}),
+    max(duration_s) FILTER (WHERE {_GPU}),
+    {_MEDIAN.format(col="queue_s", cond=_GPU)},
+    avg(queue_s) FILTER (WHERE {_GPU}),
+    {_MEDIAN.format(col="gpus_requested", cond=_GPU)},
+    avg(gpus_requested) FILTER (WHERE {_GPU}),
+    max(gpus_requested) FILTER (WHERE {_GPU}),
+    {_MEDIAN.format(col="duration_s", cond=_CPU)},
+    avg(duration_s) FILTER (WHERE {_CPU}),
+    {_MEDIAN.format(col="queue_s", cond=_CPU)},
+    avg(queue_s) FILTER (WHERE {_CPU}),
+    {_GROUP_AGGS}
+FROM (SELECT job_type, duration_s, queue_s, gpus_requested, gpu_time_s,
+        {_FINAL_GROUP_SQL} AS grp
+      FROM jobs_job WHERE {{where}}) j
+GROUP BY GROUPING SETS ((job_type), ())
+"""
+
+# One pass: counts per type and log2 bucket of duration, of queueing, and per GPU count.
+# width_bucket(x, edges) = i when edges[i] <= x < edges[i+1] (0 below the first edge), so the
+# cumulative count up to bucket i is the number of jobs with x < 2^i.
+_HIST_SQL = f"""
+SELECT job_type, grouping(dk) = 0 AS by_duration, grouping(qk) = 0 AS by_queue, dk, qk, g, count(*)
+FROM (SELECT job_type,
+        width_bucket(duration_s, %s::float8[]) AS dk,
+        width_bucket(queue_s, %s::float8[]) AS qk,
+        gpus_requested AS g
+      FROM jobs_job WHERE {{where}} AND {_GPU}) j
+GROUP BY GROUPING SETS ((job_type, dk), (job_type, qk), (job_type, g))
+"""
+
+
+def jobs_characterize(window: Window) -> Characterization:
+    """Type shares, per-type and overall statistics, final states and CDFs of one window."""
+    where, params = window.where()
+    with transaction.atomic(), connection.cursor() as cur:
+        # Medians sort every GPU job of the window; 4 MB (the default) spills them to disk.
+        cur.execute(f"SET LOCAL work_mem = '{CHARACTERIZE_WORK_MEM}'")
+        cur.execute(_STATS_SQL.format(where=where), params)
+        stats_rows = cur.fetchall()
+        cur.execute(_HIST_SQL.format(where=where), [list(LOG2_EDGES), list(LOG2_EDGES), *params])
+        hist_rows = cur.fetchall()
+
+    total_row = next((r for r in stats_rows if r[0]), None)
+    if total_row is None:  # no job at all: GROUPING SETS still yields the () row, but be safe
+        total_row = (True, None, 0, 0, 0, 0.0, *([None] * 12), *([0, 0.0, 0] * len(FINAL_GROUPS)))
+    all_gpu_jobs = total_row[3]
+    all_gpu_time = float(total_row[5] or 0.0)
+
+    def type_stats(row: tuple, job_type: str, label: str) -> TypeStats:
+        return TypeStats(
+            job_type=job_type,
+            label=label,
+            jobs=row[2],
+            gpu_jobs=row[3],
+            gpu_time_s=float(row[5] or 0.0),
+            count_share=_share(row[3], all_gpu_jobs),
+            gpu_time_share=_share(float(row[5] or 0.0), all_gpu_time),
+            duration_median_s=row[6],
+            duration_mean_s=row[7],
+            queue_median_s=row[9],
+            queue_mean_s=row[10],
+            gpus_median=row[11],
+            gpus_mean=float(row[12]) if row[12] is not None else None,
+            gpus_max=row[13],
+        )
+
+    by_type = {r[1]: r for r in stats_rows if not r[0]}
+    types = [
+        type_stats(by_type[t.value], t.value, t.label)
+        for t in JobType
+        if t.value in by_type and by_type[t.value][3] > 0
+    ]
+    total = type_stats(total_row, "all", "All types")
+
+    groups = {}
+    for i, g in enumerate(FINAL_GROUPS):
+        base = 18 + 3 * i
+        groups[g] = (total_row[base], float(total_row[base + 1] or 0.0), total_row[base + 2])
+    final_gpu_jobs = sum(v[0] for v in groups.values())
+    final_gpu_time = sum(v[1] for v in groups.values())
+    final_cpu_jobs = sum(v[2] for v in groups.values())
+    states = [
+        StateShare(
+            group=g,
+            gpu_jobs=groups[g][0],
+            gpu_time_s=groups[g][1],
+            count_share=_share(groups[g][0], final_gpu_jobs),
+            gpu_time_share=_share(groups[g][1], final_gpu_time),
+        )
+        for g in FINAL_GROUPS
+    ]
+
+    def rnd(value: float | None, digits: int = 3) -> float | None:
+        return round(float(value), digits) if value is not None else None
+
+    state = {s.group: s for s in states}
+    summary: dict[str, float | str | None] = {
+        "id": window.cluster.name,
+        "job_num": total_row[2],
+        "cpu_job_num": total_row[4],
+        "gpu_job_num": total_row[3],
+        "avg_run_time_gpu": rnd(total_row[7]),
+        "avg_que_time_gpu": rnd(total_row[10]),
+        "avg_gpu_num": rnd(total_row[12]),
+        "med_run_time_gpu": rnd(total_row[6]),
+        "med_que_time_gpu": rnd(total_row[9]),
+        "med_gpu_num": rnd(total_row[11]),
+        "max_run_time_gpu": rnd(total_row[8]),
+        "max_gpu": total_row[13],
+        "complete_rate_gpu": rnd(state["completed"].count_share),
+        "cancel_rate_gpu": rnd(state["cancelled"].count_share),
+        "fail_rate_gpu": rnd(state["failed"].count_share),
+        "complete_gpu_time": rnd(state["completed"].gpu_time_s, 1),
+        "cancel_gpu_time": rnd(state["cancelled"].gpu_time_s, 1),
+        "fail_gpu_time": rnd(state["failed"].gpu_time_s, 1),
+        "complete_rate_gpu_time": rnd(state["completed"].gpu_time_share),
+        "cancel_rate_gpu_time": rnd(state["cancelled"].gpu_time_share),
+        "fail_rate_gpu_time": rnd(state["failed"].gpu_time_share),
+        "avg_run_time_cpu": rnd(total_row[15]),
+        "avg_que_time_cpu": rnd(total_row[17]),
+        "med_run_time_cpu": rnd(total_row[14]),
+        "med_que_time_cpu": rnd(total_row[16]),
+        "complete_rate_cpu": rnd(_share(groups["completed"][2], final_cpu_jobs)),
+        "cancel_rate_cpu": rnd(_share(groups["cancelled"][2], final_cpu_jobs)),
+        "fail_rate_cpu": rnd(_share(groups["failed"][2], final_cpu_jobs)),
+    }
+
+    result = Characterization(
+        window=window, types=types, total=total, states=states, summary=summary
+    )
+    _fill_cdfs(result, hist_rows)
+    return result
+
+
+def _cumulate(counts: dict[int, int], x_of: dict[int, float]) -> list[tuple[float, float]]:
+    total = sum(counts.values())
+    out, running = [], 0
+    for key in sorted(x_of):
+        running += counts.get(key, 0)
+        out.append((x_of[key], running / total))
+        if running == total:
+            break
+    return out
+
+
+def _log2_cdf(counts: dict[int, int]) -> list[tuple[float, float]]:
+    """[(2^i, share of jobs < 2^i)] from width_bucket counts, up to where it reaches 1."""
+    if not counts:
+        return []
+    # Bucket i (1-based) holds [2^(i-1), 2^i): its upper edge is 2^i; bucket 0 is x < 1.
+    x_of = {i: 2.0**i for i in range(len(LOG2_EDGES) + 1)}
+    return _cumulate(counts, x_of)
+
+
+def _fill_cdfs(result: Characterization, rows: list[tuple]) -> None:
+    dur: dict[str, dict[int, int]] = {}
+    que: dict[str, dict[int, int]] = {}
+    gpus: dict[str, dict[int, int]] = {}
+    for job_type, by_duration, by_queue, dk, qk, g, n in rows:
+        for t in (job_type, "all"):
+            if by_duration and dk is not None:
+                dur.setdefault(t, {}).setdefault(dk, 0)
+                dur[t][dk] += n
+            elif by_queue and qk is not None:
+                que.setdefault(t, {}).setdefault(qk, 0)
+                que[t][qk] += n
+            elif not by_duration and not by_queue:
+                gpus.setdefault(t, {}).setdefault(g, 0)
+                gpus[t][g] += n
+    order = [t.value for t in JobType] + ["all"]
+    result.duration_cdf = {t: _log2_cdf(dur[t]) for t in order if t in dur}
+    result.queue_cdf = {t: _log2_cdf(que[t]) for t in order if t in que}
+    result.gpus_cdf = {
+        t: _cumulate(gpus[t], {g: float(g) for g in gpus[t]}) for t in order if t in gpus
+    }
+
+
+# --- Telemetry distributions -----------------------------------------------------------------
+
+GIB = 2**30
+# Metric -> (SQL over the rollup's sums and counts, SQL over raw samples), in display units:
+# GPU util %, SM active % (stored as a ratio), memory used GiB, power W.
+TELEMETRY_METRICS: dict[str, tuple[str, str]] = {
+    "gpu_util": ("r.gpu_util_sum / nullif(r.gpu_util_cnt, 0)", "s.gpu_util"),
+    "sm_active": ("100.0 * r.sm_active_sum / nullif(r.sm_active_cnt, 0)", "100.0 * s.sm_active"),
+    "mem_used": (
+        f"r.fb_used_bytes_sum / nullif(r.fb_used_bytes_cnt, 0) / {GIB}",
+        f"s.fb_used_bytes / {GIB}::float8",
+    ),
+    "power_w": ("r.power_w_sum / nullif(r.power_w_cnt, 0)", "s.power_w"),
+}
+PERCENTILES: tuple[float, ...] = tuple(i / 100 for i in range(101))
+# Rows one telemetry CDF reads at most: above it the table is sampled by blocks (TABLESAMPLE
+# SYSTEM), which keeps a 1 % resolution CDF within about 0.3 % (binomial error at 100k rows).
+TELEMETRY_ROW_BUDGET = 300_000
+# Windows shorter than this read raw samples; longer ones the 1-minute rollup (DESIGN.md).
+RAW_WINDOW_MAX = timedelta(days=1)
+# With no start given, the telemetry window is the last week before its end.
+DEFAULT_TELEMETRY_SPAN = timedelta(days=7)
+RAW_STEP_S = 15  # assumed sample interval when estimating raw rows (the paper's 15 s)
+
+_TELEMETRY_SQL = """
+SELECT count(*), {aggs}
+FROM {table} {sample}
+JOIN fleet_gpu g ON g.id = {alias}.gpu_id
+JOIN fleet_node n ON n.id = g.node_id
+WHERE n.cluster_id = %s AND {alias}.{ts} >= %s AND {alias}.{ts} < %s
+"""
+
+
+@dataclass
+class TelemetryCdfs:
+    since: datetime
+    until: datetime
+    source: str  # "1-minute rollup (per-minute means)" or "raw samples"
+    rows: int
+    sampled_pct: float | None  # None: every row was read
+    # metric -> [(value, cumulative share)] at PERCENTILES (empty when no data)
+    curves: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+
+def telemetry_cdfs(
+    cluster: Cluster, since: datetime | None = None, until: datetime | None = None
+) -> TelemetryCdfs:
+    """CDFs of GPU util, SM activity, memory used and power over every GPU of the cluster.
+
+    Windows of a day or more read per-minute means from the rollup, shorter ones raw samples;
+    above TELEMETRY_ROW_BUDGET rows the table is block-sampled, so the cost stays bounded.
+    """
+    until = until or timezone.now()
+    since = since or until - DEFAULT_TELEMETRY_SPAN
+    gpus = cluster_gpu_count(cluster)
+    span_s = max((until - since).total_seconds(), 0.0)
+    use_raw = (until - since) < RAW_WINDOW_MAX
+    estimate = gpus * span_s / (RAW_STEP_S if use_raw else 60)
+    pct = 100.0 * TELEMETRY_ROW_BUDGET / estimate if estimate > TELEMETRY_ROW_BUDGET else None
+    col = 1 if use_raw else 0
+    aggs = ", ".join(
+        f"percentile_cont(%s::float8[]) WITHIN GROUP (ORDER BY {exprs[col]})"
+        for exprs in TELEMETRY_METRICS.values()
+    )
+    sql = _TELEMETRY_SQL.format(
+        aggs=aggs,
+        table="telemetry_gpusample s" if use_raw else "telemetry_gpurollup1m r",
+        alias="s" if use_raw else "r",
+        ts="ts" if use_raw else "minute",
+        # REPEATABLE: the same window draws the same blocks, so a reload shows the same curve.
+        sample=f"TABLESAMPLE SYSTEM ({pct:.6f}) REPEATABLE (42)" if pct else "",
+    )
+    params = [list(PERCENTILES)] * len(TELEMETRY_METRICS) + [cluster.id, since, until]
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        rows, *quantiles = cur.fetchone()
+    curves = {}
+    for metric, values in zip(TELEMETRY_METRICS, quantiles, strict=True):
+        curves[metric] = (
+            [(v, p) for v, p in zip(values, PERCENTILES, strict=True) if v is not None]
+            if values
+            else []
+        )
+    return TelemetryCdfs(
+        since=since,
+        until=until,
+        source="raw samples" if use_raw else "1-minute rollup (per-minute means)",
+        rows=rows,
+        sampled_pct=pct,
+        curves=curves,
+    )
+
+
+def cluster_gpu_count(cluster: Cluster) -> int:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id "
+            "WHERE n.cluster_id = %s",
+            [cluster.id],
+        )
+        return cur.fetchone()[0]
+
+
+def when_parse(text: str, name: str) -> datetime:
+    """An ISO 8601 date or date-time ("2026-03-01", "2026-03-01T08:00:00+08:00"); naive
+    values are UTC. Raises ValueError naming the parameter."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{name}: {text!r} is not an ISO 8601 date or date-time (e.g. 2026-03-01)"
+        ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value
+
+
+def window_parse(cluster: Cluster, since: str | None, until: str | None) -> Window:
+    """A Window from the `since` / `until` texts (empty = unbounded); ValueError when bad."""
+    start = when_parse(since, "since") if since else None
+    end = when_parse(until, "until") if until else None
+    if start and end and start >= end:
+        raise ValueError(f"since ({start.isoformat()}) must be before until ({end.isoformat()})")
+    return Window(cluster, start, end)

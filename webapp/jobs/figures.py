@@ -1,0 +1,238 @@
+"""Plotly figures of the jobs pages, built server-side (plain dicts for `json_script`) and drawn
+by the vendored plotly.js, like webapp/telemetry/figures.py."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from webapp.jobs.characterization import FINAL_GROUPS, TelemetryCdfs, TypeStats
+from webapp.jobs.choices import JobType
+from webapp.jobs.selectors import AllocationRow
+from webapp.telemetry.figures import GPU_COLOURS, TEMPLATE
+
+# One colour per job type on every figure (Plotly's default cycle, in JobType order).
+TYPE_COLOURS: dict[str, str] = {t.value: c for t, c in zip(JobType, GPU_COLOURS, strict=False)} | {
+    "all": "#1d2330"
+}
+TYPE_LABELS: dict[str, str] = {t.value: t.label for t in JobType} | {"all": "All types"}
+SITE_COLOUR = "#1d2330"
+# The paper's clusters and the older traces, drawn dashed / dotted beside the site.
+REFERENCE_STYLE: dict[str, dict] = {
+    "Seren": {"color": "#1f77b4", "dash": "dash"},
+    "Kalos": {"color": "#ff7f0e", "dash": "dash"},
+    "Philly": {"color": "#7f7f7f", "dash": "dot"},
+    "Helios": {"color": "#8c564b", "dash": "dot"},
+    "PAI": {"color": "#2ca02c", "dash": "dot"},
+}
+GIB_PER_80GIB_PCT = 0.8  # AcmeTrace memory is FB_USED / 80 GiB in %: x% = 0.8 x GiB
+
+_LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
+
+
+def _done(fig: go.Figure, height: int) -> dict:
+    fig.update_layout(
+        template=TEMPLATE,
+        height=height,
+        margin={"l": 10, "r": 10, "t": 40, "b": 45},
+        legend=_LEGEND,
+    )
+    return json.loads(fig.to_json())
+
+
+def type_shares_figure(types: list[TypeStats]) -> dict:
+    """Grouped bars per job type: share of GPU jobs and share of GPU time (%)."""
+    labels = [t.label for t in types]
+    fig = go.Figure()
+    for name, values, colour in (
+        ("share of GPU jobs", [t.count_share for t in types], "#9ab3d9"),
+        ("share of GPU time", [t.gpu_time_share for t in types], "#2458b3"),
+    ):
+        pct = [100 * v if v is not None else None for v in values]
+        fig.add_trace(
+            go.Bar(
+                name=name,
+                x=labels,
+                y=pct,
+                marker_color=colour,
+                text=[f"{v:.1f}%" if v is not None else "" for v in pct],
+                textposition="outside",
+                cliponaxis=False,
+                hovertemplate=f"%{{x}}: %{{y:.2f}}% {name}<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="group", yaxis={"title": {"text": "%"}, "range": [0, 105]})
+    return _done(fig, 380)
+
+
+def cdf_figure(
+    cdfs: dict[str, list[tuple[float, float]]], *, x_title: str, log_x: bool = True
+) -> dict:
+    """One CDF line per job type (and "all", bold); y in % of jobs."""
+    fig = go.Figure()
+    for job_type, points in cdfs.items():
+        is_all = job_type == "all"
+        fig.add_trace(
+            go.Scatter(
+                name=TYPE_LABELS.get(job_type, job_type),
+                x=[x for x, _ in points],
+                y=[100 * y for _, y in points],
+                mode="lines+markers" if len(points) < 30 else "lines",
+                marker={"size": 4},
+                line={
+                    "color": TYPE_COLOURS.get(job_type),
+                    "width": 3 if is_all else 1.8,
+                    "dash": "dot" if is_all else "solid",
+                },
+                hovertemplate=f"{TYPE_LABELS.get(job_type, job_type)}: "
+                "%{y:.1f}% of jobs below %{x:,}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        xaxis={"title": {"text": x_title}, "type": "log" if log_x else "linear"},
+        yaxis={"title": {"text": "CDF (% of GPU jobs)"}, "range": [0, 101]},
+    )
+    return _done(fig, 380)
+
+
+def states_figure(
+    site: str,
+    count_shares: dict[str, float | None],
+    time_shares: dict[str, float | None],
+    reference: list[dict],
+) -> dict:
+    """Final states by count and by GPU time: the site beside the reference traces."""
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=("share of GPU jobs", "share of GPU time"),
+        shared_yaxes=True,
+        horizontal_spacing=0.04,
+    )
+    sources = [(site, count_shares, time_shares, SITE_COLOUR)]
+    for row in reference:
+        if row.get("complete_rate_gpu") is None:
+            continue  # PAI has no final states in cluster_summary.csv
+        sources.append(
+            (
+                row["id"],
+                {g: row[f"{_prefix(g)}_rate_gpu"] for g in FINAL_GROUPS},
+                {g: row[f"{_prefix(g)}_rate_gpu_time"] for g in FINAL_GROUPS},
+                REFERENCE_STYLE.get(row["id"], {}).get("color", "#999"),
+            )
+        )
+    for col, pick in ((1, 1), (2, 2)):
+        for name, counts, times, colour in sources:
+            shares = counts if pick == 1 else times
+            y = [100 * shares[g] if shares.get(g) is not None else None for g in FINAL_GROUPS]
+            fig.add_trace(
+                go.Bar(
+                    name=name,
+                    x=list(FINAL_GROUPS),
+                    y=y,
+                    marker={
+                        "color": colour,
+                        "opacity": 1.0 if name == site else 0.55,
+                    },
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    hovertemplate=f"{name}: %{{y:.1f}}%<extra>%{{x}}</extra>",
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="%", range=[0, 100], row=1, col=1)
+    return _done(fig, 380)
+
+
+def _prefix(group: str) -> str:
+    return {"completed": "complete", "cancelled": "cancel", "failed": "fail"}[group]
+
+
+TELEMETRY_PANELS: tuple[tuple[str, str], ...] = (
+    ("gpu_util", "GPU utilization (%)"),
+    ("sm_active", "SM activity (%)"),
+    ("mem_used", "GPU memory used (GiB)"),
+    ("power_w", "GPU power (W)"),
+)
+
+
+def telemetry_figure(site: str, cdfs: TelemetryCdfs, reference: dict[str, list[dict]]) -> dict:
+    """2 x 2 CDFs (GPU util, SM activity, memory, power): the site bold, Acme curves dashed."""
+    fig = make_subplots(
+        rows=2,
+        cols=2,
+        subplot_titles=[title for _, title in TELEMETRY_PANELS],
+        vertical_spacing=0.16,
+        horizontal_spacing=0.07,
+    )
+    shown: set[str] = set()
+    for i, (metric, title) in enumerate(TELEMETRY_PANELS):
+        row, col = divmod(i, 2)
+        for ref in reference.get(metric, []):
+            name = ref["cluster"]
+            scale = GIB_PER_80GIB_PCT if metric == "mem_used" else 1.0
+            fig.add_trace(
+                go.Scatter(
+                    name=f"{name} (Acme paper)" if name in ("Seren", "Kalos") else name,
+                    x=[v * scale for v, _ in ref["points"]],
+                    y=[p for _, p in ref["points"]],
+                    mode="lines",
+                    line={**REFERENCE_STYLE.get(name, {}), "width": 1.6},
+                    legendgroup=name,
+                    showlegend=name not in shown,
+                    hovertemplate=f"{name}: %{{y:.1f}}% ≤ %{{x:,.1f}}<extra>{title}</extra>",
+                ),
+                row=row + 1,
+                col=col + 1,
+            )
+            shown.add(name)
+        points = cdfs.curves.get(metric, [])
+        fig.add_trace(
+            go.Scatter(
+                name=site,
+                x=[v for v, _ in points],
+                y=[100 * p for _, p in points],
+                mode="lines",
+                line={"color": SITE_COLOUR, "width": 3},
+                legendgroup="site",
+                showlegend=i == 0,
+                hovertemplate=f"{site}: %{{y:.1f}}% ≤ %{{x:,.1f}}<extra>{title}</extra>",
+            ),
+            row=row + 1,
+            col=col + 1,
+        )
+        fig.update_xaxes(title_text=title, row=row + 1, col=col + 1)
+        fig.update_yaxes(title_text="CDF (%)", range=[0, 101], row=row + 1, col=col + 1)
+    return _done(fig, 720)
+
+
+def allocation_timeline(allocations: list[AllocationRow], now: datetime) -> dict:
+    """One bar per allocation on its node x GPU row, from start to end (open: to now)."""
+    fig = go.Figure()
+    rows = [a.label for a in allocations]
+    fig.add_trace(
+        go.Bar(
+            orientation="h",
+            y=rows,
+            base=[a.start.isoformat() for a in allocations],
+            x=[((a.end or now) - a.start).total_seconds() * 1000 for a in allocations],
+            marker={"color": ["#2458b3" if a.end else "#21908d" for a in allocations]},
+            customdata=[
+                [a.start.strftime("%Y-%m-%d %H:%M:%S"), a.end and a.end.strftime("%H:%M:%S")]
+                for a in allocations
+            ],
+            hovertemplate="%{y}<br>%{customdata[0]} → %{customdata[1]}<extra></extra>",
+            showlegend=False,
+        )
+    )
+    fig.update_layout(
+        xaxis={"type": "date", "title": {"text": "time (UTC)"}},
+        yaxis={"type": "category", "autorange": "reversed", "automargin": True},
+        bargap=0.25,
+    )
+    return _done(fig, 90 + 26 * max(len(rows), 3))

@@ -1,0 +1,381 @@
+"""Reads of jobs: the filtered job list, one job's allocations, telemetry and energy, the
+GPUs that jobs hold but leave idle, and the cached characterization of a window.
+
+Samples carry no job id (DESIGN.md): per-job telemetry joins samples to the job's allocation
+intervals at query time, raw samples for short jobs and the 1-minute rollup for long ones.
+An allocation names its GPU by id when the watcher knew it and by (node, index) otherwise;
+every query below resolves both (`coalesce(a.gpu_id, g.id)`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.core.cache import cache
+from django.db import connection
+from django.db.models import Max, QuerySet
+from django.utils import timezone
+
+from webapp.fleet.models import Cluster, Node
+from webapp.jobs.characterization import Characterization, Window, jobs_characterize
+from webapp.jobs.models import Job
+from webapp.telemetry.selectors import SERIES_METRICS, Series
+
+# --- Job list ---------------------------------------------------------------------------------
+
+
+def jobs_filter(
+    *, cluster: str = "", job_type: str = "", state: str = "", user: str = ""
+) -> QuerySet[Job]:
+    """Jobs matching the list page's filters (empty = any), newest submission first."""
+    qs = Job.objects.select_related("cluster").order_by("-submit_at", "-id")
+    if cluster:
+        qs = qs.filter(cluster__name=cluster)
+    if job_type:
+        qs = qs.filter(job_type=job_type)
+    if state:
+        qs = qs.filter(state=state)
+    if user:
+        qs = qs.filter(user=user)
+    return qs
+
+
+# --- Characterization, cached ------------------------------------------------------------------
+
+# Over a million jobs the characterization takes seconds of database time (medians sort every
+# job of the window), so a computed window is kept this long; a new job in the cluster
+# (a higher max id) makes a new key at once.
+CHARACTERIZATION_TTL_S = 300
+
+
+def characterization_cached(window: Window) -> Characterization:
+    """jobs_characterize(window), from the cache when the cluster has had no new job since."""
+    newest = Job.objects.filter(cluster=window.cluster).aggregate(m=Max("id"))["m"]
+    key = ":".join(
+        str(p)
+        for p in (
+            "vigil:jobs:characterize:v1",
+            window.cluster.id,
+            window.since.isoformat() if window.since else "",
+            window.until.isoformat() if window.until else "",
+            newest,
+        )
+    )
+    result = cache.get(key)
+    if result is None:
+        result = jobs_characterize(window)
+        cache.set(key, result, CHARACTERIZATION_TTL_S)
+    return result
+
+
+# --- One job: allocations, telemetry, energy ---------------------------------------------------
+
+# Jobs up to this long read raw samples; longer ones the 1-minute rollup (DESIGN.md).
+RAW_JOB_MAX = timedelta(hours=3)
+# At most this many points per GPU line: longer jobs average rollup minutes into buckets.
+SERIES_POINTS = 600
+# GPUs drawn on the job page's series figure (a 1,024-GPU job would draw an unreadable mess).
+SERIES_GPUS_MAX = 16
+
+
+@dataclass(frozen=True)
+class AllocationRow:
+    id: int
+    node_id: int
+    hostname: str
+    gpu_id: int | None
+    gpu_index: int
+    start: datetime
+    end: datetime | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.hostname} GPU {self.gpu_index}"
+
+
+_ALLOCATIONS_SQL = """
+SELECT a.id, a.node_id, n.hostname, coalesce(a.gpu_id, g.id), a.gpu_index, a.start, a."end"
+FROM jobs_joballocation a
+JOIN fleet_node n ON n.id = a.node_id
+LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
+WHERE a.job_id = %s
+ORDER BY n.hostname, a.gpu_index, a.start
+"""
+
+
+def job_allocations_for(job: Job) -> list[AllocationRow]:
+    """The job's allocations (node, GPU, interval), with the GPU resolved from (node, index)."""
+    with connection.cursor() as cur:
+        cur.execute(_ALLOCATIONS_SQL, [job.id])
+        return [AllocationRow(*row) for row in cur.fetchall()]
+
+
+def job_span(
+    job: Job, allocations: list[AllocationRow], now: datetime
+) -> tuple[datetime, datetime]:
+    """The interval the job's telemetry covers: its allocations (else start..end), open = now."""
+    if allocations:
+        start = min(a.start for a in allocations)
+        end = max((a.end or now) for a in allocations)
+    else:
+        start = job.start_at or job.submit_at or now
+        end = job.end_at or now
+    return start, max(end, start)
+
+
+_RAW_JOB_SERIES_SQL = f"""
+SELECT a.id, s.ts, {", ".join("s." + m for m in SERIES_METRICS)}
+FROM jobs_joballocation a
+LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
+JOIN telemetry_gpusample s ON s.gpu_id = coalesce(a.gpu_id, g.id)
+    AND s.ts >= a.start AND s.ts <= coalesce(a."end", %s)
+WHERE a.job_id = %s AND a.id = ANY(%s) AND s.ts >= %s AND s.ts <= %s
+ORDER BY a.id, s.ts
+"""
+
+_ROLLUP_JOB_SERIES_SQL = f"""
+SELECT a.id, date_bin(%s * interval '1 second', r.minute, timestamptz '2000-01-01') AS bucket,
+    {", ".join(f"sum(r.{m}_sum) / nullif(sum(r.{m}_cnt), 0)" for m in SERIES_METRICS)}
+FROM jobs_joballocation a
+LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
+JOIN telemetry_gpurollup1m r ON r.gpu_id = coalesce(a.gpu_id, g.id)
+    AND r.minute >= date_trunc('minute', a.start) AND r.minute <= coalesce(a."end", %s)
+WHERE a.job_id = %s AND a.id = ANY(%s) AND r.minute >= %s AND r.minute <= %s
+GROUP BY 1, 2
+ORDER BY 1, 2
+"""
+
+
+@dataclass
+class JobTelemetry:
+    source: str  # "raw samples" or "1-minute rollup (N-minute means)"
+    series: dict[str, Series]  # label -> series
+    gpus_total: int
+    gpus_shown: int
+
+
+def job_series(
+    job: Job, allocations: list[AllocationRow], *, now: datetime | None = None
+) -> JobTelemetry:
+    """Per-GPU series of SERIES_METRICS over each allocation of the job (first GPUs only)."""
+    now = now or timezone.now()
+    shown = allocations[:SERIES_GPUS_MAX]
+    start, end = job_span(job, allocations, now)
+    out = {a.label: Series() for a in shown}
+    label_of = {a.id: a.label for a in shown}
+    if (end - start) <= RAW_JOB_MAX:
+        source = "raw samples"
+        sql, params = _RAW_JOB_SERIES_SQL, [now, job.id, list(label_of), start, end]
+    else:
+        minutes = math.ceil((end - start).total_seconds() / 60 / SERIES_POINTS)
+        source = f"1-minute rollup, {minutes}-minute means" if minutes > 1 else "1-minute rollup"
+        sql = _ROLLUP_JOB_SERIES_SQL
+        params = [minutes * 60, now, job.id, list(label_of), start - timedelta(minutes=1), end]
+    if shown:
+        with connection.cursor() as cur:
+            cur.execute(sql, params)
+            for alloc_id, ts, *values in cur.fetchall():
+                s = out[label_of[alloc_id]]
+                s.ts.append(ts)
+                for name, value in zip(SERIES_METRICS, values, strict=True):
+                    s.values[name].append(value)
+    return JobTelemetry(source, out, gpus_total=len(allocations), gpus_shown=len(shown))
+
+
+# Energy per allocation from the cumulative NVML counter (energy_mj). Deltas between
+# consecutive readings are summed; a reading lower than the one before means the counter
+# restarted from zero (driver reload, GPU reset), so the energy since the restart is the new
+# reading itself. Summing deltas instead of max - min keeps the energy before the reset.
+_RAW_ENERGY_SQL = """
+SELECT alloc_id, count(e), sum(CASE WHEN d IS NULL THEN 0 WHEN d >= 0 THEN d ELSE e END),
+    sum(CASE WHEN d < 0 THEN 1 ELSE 0 END)
+FROM (
+    SELECT a.id AS alloc_id, s.energy_mj AS e,
+        s.energy_mj - lag(s.energy_mj) OVER (PARTITION BY a.id ORDER BY s.ts) AS d
+    FROM jobs_joballocation a
+    LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
+    JOIN telemetry_gpusample s ON s.gpu_id = coalesce(a.gpu_id, g.id)
+        AND s.ts >= a.start AND s.ts <= coalesce(a."end", %s)
+    WHERE a.job_id = %s AND s.ts >= %s AND s.ts <= %s AND s.energy_mj IS NOT NULL
+) x
+GROUP BY alloc_id
+"""
+
+# The same over the rollup's per-minute lowest and highest readings: each minute adds its
+# highest reading minus the previous minute's highest (the first minute: highest - lowest).
+# A reset inside a minute can lose up to that minute's energy: minute resolution.
+_ROLLUP_ENERGY_SQL = """
+SELECT alloc_id, count(hi),
+    sum(CASE WHEN prev IS NULL THEN hi - lo WHEN hi >= prev THEN hi - prev ELSE hi END),
+    sum(CASE WHEN hi < prev THEN 1 ELSE 0 END)
+FROM (
+    SELECT a.id AS alloc_id, r.energy_mj_min AS lo, r.energy_mj_max AS hi,
+        lag(r.energy_mj_max) OVER (PARTITION BY a.id ORDER BY r.minute) AS prev
+    FROM jobs_joballocation a
+    LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
+    JOIN telemetry_gpurollup1m r ON r.gpu_id = coalesce(a.gpu_id, g.id)
+        AND r.minute >= date_trunc('minute', a.start) AND r.minute <= coalesce(a."end", %s)
+    WHERE a.job_id = %s AND r.minute >= %s AND r.minute <= %s AND r.energy_mj_max IS NOT NULL
+) x
+GROUP BY alloc_id
+"""
+
+MJ_PER_KWH = 3.6e9  # 1 kWh = 3.6e6 J = 3.6e9 mJ
+
+
+@dataclass(frozen=True)
+class GpuEnergy:
+    allocation: AllocationRow
+    readings: int
+    energy_mj: float
+    resets: int
+
+    @property
+    def kwh(self) -> float:
+        return self.energy_mj / MJ_PER_KWH
+
+
+@dataclass
+class JobEnergy:
+    method: str
+    per_gpu: list[GpuEnergy] = field(default_factory=list)
+
+    @property
+    def kwh(self) -> float:
+        return sum(e.kwh for e in self.per_gpu)
+
+    @property
+    def resets(self) -> int:
+        return sum(e.resets for e in self.per_gpu)
+
+
+def job_energy(
+    job: Job, allocations: list[AllocationRow], *, now: datetime | None = None
+) -> JobEnergy:
+    """GPU energy of the job so far, per allocation, from energy-counter deltas (see SQL)."""
+    now = now or timezone.now()
+    start, end = job_span(job, allocations, now)
+    raw = (end - start) <= RAW_JOB_MAX
+    sql = _RAW_ENERGY_SQL if raw else _ROLLUP_ENERGY_SQL
+    lo = start if raw else start - timedelta(minutes=1)
+    with connection.cursor() as cur:
+        cur.execute(sql, [now, job.id, lo, end])
+        rows = {r[0]: r[1:] for r in cur.fetchall()}
+    method = (
+        "sum of NVML energy-counter deltas (energy_mj) per GPU within its allocation, "
+        + ("from raw samples" if raw else "from the 1-minute rollup (minute resolution)")
+        + "; a counter reset (a reading lower than the one before) adds the reading after it"
+    )
+    per_gpu = [
+        GpuEnergy(a, rows[a.id][0], float(rows[a.id][1] or 0), rows[a.id][2])
+        for a in allocations
+        if a.id in rows
+    ]
+    return JobEnergy(method=method, per_gpu=per_gpu)
+
+
+# --- Wasted GPUs -------------------------------------------------------------------------------
+
+# For every open allocation: the newest rollup minute in which its GPU was busy (mean util at
+# or above the threshold), found by walking the (gpu_id, minute) key backwards from now, and
+# the minutes with data after it. A GPU idle for at least `min_idle` minutes is wasted.
+_WASTED_SQL = """
+WITH open_alloc AS (
+    SELECT a.id, a.job_id, a.node_id, a.gpu_index, a.start, coalesce(a.gpu_id, g.id) AS gpu_id
+    FROM jobs_joballocation a
+    JOIN jobs_job j ON j.id = a.job_id
+    LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
+    WHERE a."end" IS NULL AND a.start <= %(now)s {cluster_filter}
+)
+SELECT o.job_id, o.node_id, o.gpu_index, o.gpu_id, idle.minutes, idle.first, idle.last
+FROM open_alloc o
+LEFT JOIN LATERAL (
+    SELECT r.minute FROM telemetry_gpurollup1m r
+    WHERE r.gpu_id = o.gpu_id AND r.minute >= date_trunc('minute', o.start)
+        AND r.minute <= %(now)s AND r.gpu_util_sum >= %(busy)s * r.gpu_util_cnt
+        AND r.gpu_util_cnt > 0
+    ORDER BY r.minute DESC LIMIT 1
+) busy ON true
+JOIN LATERAL (
+    SELECT count(*) AS minutes, min(r.minute) AS first, max(r.minute) AS last
+    FROM telemetry_gpurollup1m r
+    WHERE r.gpu_id = o.gpu_id AND r.gpu_util_cnt > 0 AND r.minute <= %(now)s
+        AND r.minute >= coalesce(busy.minute + interval '1 minute', date_trunc('minute', o.start))
+) idle ON true
+WHERE o.gpu_id IS NOT NULL AND idle.minutes >= %(min_idle)s
+"""
+
+
+@dataclass
+class WastedJob:
+    job: Job
+    hostname: str
+    gpus: list[int]  # indices of the idle GPUs on that node
+    idle_gpu_minutes: int
+    idle_since: datetime
+    last_sample: datetime
+
+    @property
+    def idle_gpu_hours(self) -> float:
+        return self.idle_gpu_minutes / 60
+
+
+@dataclass(frozen=True)
+class WasteTotal:
+    key: str  # user or team
+    jobs: int
+    gpus: int
+    idle_gpu_hours: float
+
+
+def wasted_gpus(
+    *,
+    busy_util_pct: float,
+    min_idle_minutes: int,
+    cluster: Cluster | None = None,
+    now: datetime | None = None,
+) -> list[WastedJob]:
+    """Jobs holding GPUs now whose utilization stayed under `busy_util_pct` for at least
+    `min_idle_minutes` rollup minutes (minutes without data are not counted), one row per
+    (job, node), most idle GPU-hours first."""
+    now = now or timezone.now()
+    sql = _WASTED_SQL.format(cluster_filter="AND j.cluster_id = %(cluster)s" if cluster else "")
+    params = {
+        "now": now,
+        "busy": busy_util_pct,
+        "min_idle": min_idle_minutes,
+        "cluster": cluster.id if cluster else None,
+    }
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+    jobs = Job.objects.select_related("cluster").in_bulk({r[0] for r in rows})
+    hostnames = dict(Node.objects.filter(id__in={r[1] for r in rows}).values_list("id", "hostname"))
+    grouped: dict[tuple[int, int], WastedJob] = {}
+    for job_id, node_id, gpu_index, _gpu_id, minutes, first, last in rows:
+        row = grouped.get((job_id, node_id))
+        if row is None:
+            row = grouped[(job_id, node_id)] = WastedJob(
+                jobs[job_id], hostnames[node_id], [], 0, first, last
+            )
+        row.gpus.append(gpu_index)
+        row.idle_gpu_minutes += minutes
+        row.idle_since = min(row.idle_since, first)
+        row.last_sample = max(row.last_sample, last)
+    out = sorted(grouped.values(), key=lambda w: (-w.idle_gpu_minutes, w.job.id, w.hostname))
+    for w in out:
+        w.gpus.sort()
+    return out
+
+
+def waste_totals(rows: list[WastedJob], by: str) -> list[WasteTotal]:
+    """Per user (`by="user"`) or team: jobs, idle GPUs and idle GPU-hours, largest first."""
+    acc: dict[str, tuple[set[int], int, float]] = {}
+    for w in rows:
+        key = getattr(w.job, by) or "(none)"
+        jobs, gpus, hours = acc.get(key, (set(), 0, 0.0))
+        acc[key] = (jobs | {w.job.id}, gpus + len(w.gpus), hours + w.idle_gpu_hours)
+    totals = [WasteTotal(k, len(j), g, h) for k, (j, g, h) in acc.items()]
+    return sorted(totals, key=lambda t: (-t.idle_gpu_hours, t.key))

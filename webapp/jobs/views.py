@@ -1,0 +1,430 @@
+"""Jobs pages: workload characterization, the job list, one job, and GPUs left idle; each table
+and figure has a CSV export."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+
+from webapp.exports import csv_response
+from webapp.fleet.models import Cluster
+from webapp.jobs import figures
+from webapp.jobs.characterization import (
+    FINAL_GROUPS,
+    Characterization,
+    TelemetryCdfs,
+    telemetry_cdfs,
+    window_parse,
+)
+from webapp.jobs.choices import JobState, JobType
+from webapp.jobs.data.reference import reference_cdfs, reference_summary_rows, summary_columns
+from webapp.jobs.models import Job
+from webapp.jobs.selectors import (
+    characterization_cached,
+    job_allocations_for,
+    job_energy,
+    job_series,
+    jobs_filter,
+    waste_totals,
+    wasted_gpus,
+)
+from webapp.telemetry.figures import series_figure
+
+JOBS_PER_PAGE = 50
+CSV_MAX_ROWS = 100_000  # a list export larger than this is cut (and says so in its name)
+DEFAULT_IDLE_MINUTES = 30
+
+# Labels of cluster_summary.csv's columns, for the summary table (units in the label).
+SUMMARY_LABELS: dict[str, str] = {
+    "job_num": "jobs",
+    "cpu_job_num": "CPU jobs",
+    "gpu_job_num": "GPU jobs",
+    "avg_run_time_gpu": "GPU job duration, mean (s)",
+    "med_run_time_gpu": "GPU job duration, median (s)",
+    "max_run_time_gpu": "GPU job duration, max (s)",
+    "avg_que_time_gpu": "GPU job queueing, mean (s)",
+    "med_que_time_gpu": "GPU job queueing, median (s)",
+    "avg_gpu_num": "GPUs per GPU job, mean",
+    "med_gpu_num": "GPUs per GPU job, median",
+    "max_gpu": "GPUs per GPU job, max",
+    "complete_rate_gpu": "completed (share of GPU jobs)",
+    "cancel_rate_gpu": "cancelled (share of GPU jobs)",
+    "fail_rate_gpu": "failed (share of GPU jobs)",
+    "complete_gpu_time": "completed GPU time (GPU-s)",
+    "cancel_gpu_time": "cancelled GPU time (GPU-s)",
+    "fail_gpu_time": "failed GPU time (GPU-s)",
+    "complete_rate_gpu_time": "completed (share of GPU time)",
+    "cancel_rate_gpu_time": "cancelled (share of GPU time)",
+    "fail_rate_gpu_time": "failed (share of GPU time)",
+    "avg_run_time_cpu": "CPU job duration, mean (s)",
+    "med_run_time_cpu": "CPU job duration, median (s)",
+    "avg_que_time_cpu": "CPU job queueing, mean (s)",
+    "med_que_time_cpu": "CPU job queueing, median (s)",
+    "complete_rate_cpu": "completed (share of CPU jobs)",
+    "cancel_rate_cpu": "cancelled (share of CPU jobs)",
+    "fail_rate_cpu": "failed (share of CPU jobs)",
+}
+
+
+# --- Characterization --------------------------------------------------------------------------
+
+
+def _window_or_error(request: HttpRequest, clusters: list[Cluster]):
+    """(window, error): the cluster asked for (default: the first) and since / until."""
+    name = request.GET.get("cluster", "")
+    cluster = next((c for c in clusters if c.name == name), None) if name else None
+    if name and cluster is None:
+        return None, f"cluster: unknown cluster {name!r}"
+    cluster = cluster or (clusters[0] if clusters else None)
+    if cluster is None:
+        return None, None
+    try:
+        return window_parse(cluster, request.GET.get("since"), request.GET.get("until")), None
+    except ValueError as exc:
+        return None, str(exc)
+
+
+def _summary_table(result: Characterization) -> tuple[list[str], list[tuple[str, list]]]:
+    reference = reference_summary_rows()
+    sources = [result.summary["id"], *(r["id"] for r in reference)]
+    rows = [
+        (SUMMARY_LABELS.get(col, col), [result.summary.get(col), *(r[col] for r in reference)])
+        for col in summary_columns()
+        if col != "id"
+    ]
+    return sources, rows
+
+
+@login_required
+def characterization(request: HttpRequest) -> HttpResponse:
+    clusters = list(Cluster.objects.order_by("name"))
+    window, error = _window_or_error(request, clusters)
+    context: dict = {"clusters": clusters, "error": error, "window": window}
+    if window is None:
+        return render(request, "jobs/characterization.html", context, status=400 if error else 200)
+    result = characterization_cached(window)
+    telemetry = telemetry_cdfs(window.cluster, window.since, window.until)
+    site = window.cluster.name
+    refs = reference_cdfs()
+    states = {s.group: s for s in result.states}
+    sources, summary_rows = _summary_table(result)
+    context.update(
+        result=result,
+        telemetry=telemetry,
+        summary_sources=sources,
+        summary_rows=summary_rows,
+        query=request.GET.urlencode(),
+        figures={
+            "types": figures.type_shares_figure(result.types),
+            "duration": figures.cdf_figure(result.duration_cdf, x_title="job duration (s)"),
+            "queue": figures.cdf_figure(result.queue_cdf, x_title="queueing delay (s)"),
+            "gpus": figures.cdf_figure(result.gpus_cdf, x_title="GPUs per job"),
+            "states": figures.states_figure(
+                site,
+                {g: states[g].count_share for g in FINAL_GROUPS},
+                {g: states[g].gpu_time_share for g in FINAL_GROUPS},
+                reference_summary_rows(),
+            ),
+            "telemetry": figures.telemetry_figure(site, telemetry, refs),
+        },
+    )
+    return render(request, "jobs/characterization.html", context)
+
+
+def _cdf_rows(cdfs: dict[str, list[tuple[float, float]]]) -> Iterable[list]:
+    for job_type, points in cdfs.items():
+        for x, y in points:
+            yield [job_type, x, round(y, 6)]
+
+
+def _telemetry_rows(site: str, t: TelemetryCdfs) -> Iterable[list]:
+    for metric, points in t.curves.items():
+        for value, share in points:
+            yield [metric, site, "site", round(value, 4), round(100 * share, 3)]
+    for metric, curves in reference_cdfs().items():
+        scale = figures.GIB_PER_80GIB_PCT if metric == "mem_used" else 1.0
+        for curve in curves:
+            for value, pct in curve["points"]:
+                yield [metric, curve["cluster"], curve["source_file"], value * scale, pct]
+
+
+@login_required
+def characterization_csv(request: HttpRequest, name: str) -> HttpResponse:
+    clusters = list(Cluster.objects.order_by("name"))
+    window, error = _window_or_error(request, clusters)
+    if window is None:
+        return HttpResponse(error or "no cluster", status=400, content_type="text/plain")
+    site = window.cluster.name
+    filename = f"vigil-{site}-{name}.csv"
+    if name == "telemetry":
+        t = telemetry_cdfs(window.cluster, window.since, window.until)
+        return csv_response(
+            filename,
+            ["metric", "cluster", "source", "value", "cdf_percent"],
+            _telemetry_rows(site, t),
+        )
+    result = characterization_cached(window)
+    if name == "types":
+        return csv_response(
+            filename,
+            [
+                "job_type",
+                "jobs",
+                "gpu_jobs",
+                "gpu_time_s",
+                "share_of_gpu_jobs",
+                "share_of_gpu_time",
+                "duration_median_s",
+                "duration_mean_s",
+                "queue_median_s",
+                "queue_mean_s",
+                "gpus_mean",
+                "gpus_median",
+                "gpus_max",
+            ],
+            (
+                [
+                    t.job_type,
+                    t.jobs,
+                    t.gpu_jobs,
+                    t.gpu_time_s,
+                    t.count_share,
+                    t.gpu_time_share,
+                    t.duration_median_s,
+                    t.duration_mean_s,
+                    t.queue_median_s,
+                    t.queue_mean_s,
+                    t.gpus_mean,
+                    t.gpus_median,
+                    t.gpus_max,
+                ]
+                for t in [*result.types, result.total]
+            ),
+        )
+    if name in ("duration", "queue"):
+        cdfs = result.duration_cdf if name == "duration" else result.queue_cdf
+        return csv_response(
+            filename, ["job_type", f"{name}_below_s", "share_of_gpu_jobs"], _cdf_rows(cdfs)
+        )
+    if name == "gpus":
+        return csv_response(
+            filename, ["job_type", "gpus_at_most", "share_of_gpu_jobs"], _cdf_rows(result.gpus_cdf)
+        )
+    if name == "states":
+        return csv_response(
+            filename,
+            ["final_state", "gpu_jobs", "gpu_time_s", "share_of_gpu_jobs", "share_of_gpu_time"],
+            (
+                [s.group, s.gpu_jobs, s.gpu_time_s, s.count_share, s.gpu_time_share]
+                for s in result.states
+            ),
+        )
+    if name == "summary":
+        columns = summary_columns()
+        rows = [result.summary, *reference_summary_rows()]
+        return csv_response(filename, columns, ([r.get(c) for c in columns] for r in rows))
+    raise Http404(f"no export named {name!r}")
+
+
+# --- Job list and job page ---------------------------------------------------------------------
+
+
+def _list_filters(request: HttpRequest) -> dict[str, str]:
+    return {
+        "cluster": request.GET.get("cluster", ""),
+        "job_type": request.GET.get("type", ""),
+        "state": request.GET.get("state", ""),
+        "user": request.GET.get("user", "").strip(),
+    }
+
+
+@login_required
+def job_list(request: HttpRequest) -> HttpResponse:
+    filters = _list_filters(request)
+    page = Paginator(jobs_filter(**filters), JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    params = request.GET.copy()
+    params.pop("page", None)
+    return render(
+        request,
+        "jobs/list.html",
+        {
+            "page": page,
+            "filters": filters,
+            "query": params.urlencode(),
+            "clusters": Cluster.objects.order_by("name").values_list("name", flat=True),
+            "types": JobType.choices,
+            "states": JobState.choices,
+        },
+    )
+
+
+_LIST_HEADER = [
+    "cluster",
+    "scheduler_id",
+    "name",
+    "user",
+    "team",
+    "type",
+    "state",
+    "exit_code",
+    "submit_utc",
+    "start_utc",
+    "end_utc",
+    "queue_s",
+    "duration_s",
+    "gpus",
+    "gpu_time_s",
+]
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+@login_required
+def job_list_csv(request: HttpRequest) -> HttpResponse:
+    qs = jobs_filter(**_list_filters(request))[:CSV_MAX_ROWS]
+    return csv_response(
+        "vigil-jobs.csv",
+        _LIST_HEADER,
+        (
+            [
+                j.cluster.name,
+                j.scheduler_id,
+                j.name,
+                j.user,
+                j.team,
+                j.job_type,
+                j.state,
+                j.exit_code,
+                _iso(j.submit_at),
+                _iso(j.start_at),
+                _iso(j.end_at),
+                j.queue_s,
+                j.duration_s,
+                j.gpus_requested,
+                j.gpu_time_s,
+            ]
+            for j in qs.iterator(chunk_size=2000)
+        ),
+    )
+
+
+@login_required
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = get_object_or_404(Job.objects.select_related("cluster"), id=job_id)
+    now = timezone.now()
+    allocations = job_allocations_for(job)
+    telemetry = job_series(job, allocations, now=now)
+    energy = job_energy(job, allocations, now=now)
+    start = min((a.start for a in allocations), default=job.start_at)
+    end = max(((a.end or now) for a in allocations), default=job.end_at or now)
+    return render(
+        request,
+        "jobs/detail.html",
+        {
+            "job": job,
+            "allocations": allocations,
+            "nodes": sorted({a.hostname for a in allocations}),
+            "telemetry": telemetry,
+            "has_samples": any(s.ts for s in telemetry.series.values()),
+            "energy": energy,
+            "events": list(job.events.all()),
+            "figures": {
+                "allocations": figures.allocation_timeline(allocations, now),
+                "series": series_figure(telemetry.series, x_range=(start, end) if start else None),
+            },
+            "now": now,
+        },
+    )
+
+
+# --- Wasted GPUs -------------------------------------------------------------------------------
+
+
+def _waste_params(request: HttpRequest) -> tuple[int, Cluster | None, str | None]:
+    error = None
+    try:
+        minutes = int(request.GET.get("minutes", DEFAULT_IDLE_MINUTES))
+        if minutes < 1:
+            raise ValueError
+    except ValueError:
+        minutes, error = DEFAULT_IDLE_MINUTES, "minutes: a whole number of minutes, at least 1"
+    name = request.GET.get("cluster", "")
+    cluster = Cluster.objects.filter(name=name).first() if name else None
+    if name and cluster is None:
+        error = f"cluster: unknown cluster {name!r}"
+    return minutes, cluster, error
+
+
+@login_required
+def wasted(request: HttpRequest) -> HttpResponse:
+    minutes, cluster, error = _waste_params(request)
+    rows = wasted_gpus(
+        busy_util_pct=settings.VIGIL_BUSY_UTIL_PCT, min_idle_minutes=minutes, cluster=cluster
+    )
+    return render(
+        request,
+        "jobs/wasted.html",
+        {
+            "rows": rows,
+            "by_user": waste_totals(rows, "user"),
+            "by_team": waste_totals(rows, "team"),
+            "minutes": minutes,
+            "cluster": cluster,
+            "clusters": Cluster.objects.order_by("name").values_list("name", flat=True),
+            "busy_util_pct": settings.VIGIL_BUSY_UTIL_PCT,
+            "error": error,
+            "query": request.GET.urlencode(),
+            "now": timezone.now(),
+        },
+        status=400 if error else 200,
+    )
+
+
+@login_required
+def wasted_csv(request: HttpRequest) -> HttpResponse:
+    minutes, cluster, error = _waste_params(request)
+    if error:
+        return HttpResponse(error, status=400, content_type="text/plain")
+    rows = wasted_gpus(
+        busy_util_pct=settings.VIGIL_BUSY_UTIL_PCT, min_idle_minutes=minutes, cluster=cluster
+    )
+    return csv_response(
+        "vigil-wasted-gpus.csv",
+        [
+            "cluster",
+            "scheduler_id",
+            "job_name",
+            "user",
+            "team",
+            "node",
+            "idle_gpu_indices",
+            "idle_gpus",
+            "idle_gpu_hours",
+            "idle_since_utc",
+            "last_sample_utc",
+        ],
+        (
+            [
+                w.job.cluster.name,
+                w.job.scheduler_id,
+                w.job.name,
+                w.job.user,
+                w.job.team,
+                w.hostname,
+                " ".join(str(i) for i in w.gpus),
+                len(w.gpus),
+                round(w.idle_gpu_hours, 3),
+                w.idle_since.isoformat(),
+                w.last_sample.isoformat(),
+            ]
+            for w in rows
+        ),
+    )
