@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "webapp.fleet",
     "webapp.telemetry",
     "webapp.jobs",
+    "webapp.failures",
 ]
 
 MIDDLEWARE = [

@@ -92,7 +92,7 @@ def watchdog_all(
         if rk == skip:
             continue
         out.append(
-            f"[rank{rk}]:[E507 03:{t // 60:02d}:{t % 60:02d}.991123 {4000 + rk} "
+            f"[rank{rk}]:[E0507 03:{t // 60:02d}:{t % 60:02d}.991123 {4000 + rk} "
             f"ProcessGroupNCCL.cpp:616] [Rank {rk}] Watchdog caught collective operation "
             f"timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1048576, "
             f"NumelOut=1048576, Timeout(ms)=600000) ran for 600082 milliseconds before timing out."
@@ -105,7 +105,7 @@ def progress_all(ranks: range, seq: int, low_rank: int | None = None, t: int = 6
     for rk in ranks:
         done = seq - 2 if rk == low_rank else seq - 1
         out.append(
-            f"[rank{rk}]:[E507 03:{t // 60:02d}:{t % 60:02d}.104 {4000 + rk} "
+            f"[rank{rk}]:[E0507 03:{t // 60:02d}:{t % 60:02d}.104 {4000 + rk} "
             f"ProcessGroupNCCL.cpp:1537] [PG 0 Rank {rk}] Exception (either an error or timeout) "
             f"detected by watchdog at work: {seq}, last enqueued NCCL work: {seq}, last completed "
             f"NCCL work: {done}."
@@ -321,7 +321,7 @@ def cases():  # noqa: C901 - a catalogue of cases
                     exc,
                 )
                 + [
-                    "[rank5]:[E507 03:10:41.1 4005 ProcessGroupNCCL.cpp:1413] [PG 0 Rank 5] Heartbeat monitor timed out! Process will be terminated after dumping debug info."
+                    "[rank5]:[E0507 03:10:41.1 4005 ProcessGroupNCCL.cpp:1413] [PG 0 Rank 5] Heartbeat monitor timed out! Process will be terminated after dumping debug info."
                 ]
                 + child_failed(0, 1, "node-01")
             )

@@ -48,16 +48,12 @@ def test_unreadable_file_is_one_line_and_nonzero(tmp_path):
 
 
 def test_manage_py_diagnose_needs_no_database_or_broker(tmp_path):
-    """Runs manage.py in a clean environment: unreachable DB/broker URLs must not matter."""
+    """manage.py in a bare environment (no DATABASE_URL, no broker, nothing running): it must
+    diagnose without starting the embedded servers."""
     env = {
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(tmp_path),
-        "DJANGO_SETTINGS_MODULE": os.environ.get(
-            "VIGIL_TEST_DIAGNOSE_SETTINGS", "tests.failures.offline_settings"
-        ),
         "VIGIL_DATA_DIR": str(tmp_path / "data"),
-        "DATABASE_URL": "postgresql://nobody@127.0.0.1:9/none",
-        "CELERY_BROKER_URL": "redis://127.0.0.1:9/0",
     }
     proc = subprocess.run(
         [sys.executable, "manage.py", "diagnose", str(CORPUS / "gpu_off_bus_1.log"), "--json"],
@@ -71,3 +67,4 @@ def test_manage_py_diagnose_needs_no_database_or_broker(tmp_path):
     data = json.loads(proc.stdout)
     assert (data["cause"], data["blamed_node"]) == ("gpu_off_bus", "node-03")
     assert not (tmp_path / "data" / "pg").exists()  # no embedded PostgreSQL was started
+    assert not (tmp_path / "data" / "redis").exists()  # nor Redis

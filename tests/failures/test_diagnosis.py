@@ -60,7 +60,7 @@ def test_corpus_accuracy_per_cause(capsys):
 
 
 NCCL_TIMEOUTS = "\n".join(
-    f"[rank{r}]:[E507 03:22:40.991 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught "
+    f"[rank{r}]:[E0507 03:22:40.991 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught "
     "collective operation timeout: WorkNCCL(SeqNum=84213, OpType=ALLREDUCE, NumelIn=1048576, "
     "NumelOut=1048576, Timeout(ms)=600000) ran for 600082 milliseconds before timing out."
     for r in range(16)

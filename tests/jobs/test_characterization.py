@@ -228,7 +228,9 @@ def test_reference_data_loads_without_the_shared_folder():
 
 @pytest.mark.skipif(not SHARED.exists(), reason="no ../shared/acmetrace beside the repository")
 def test_reference_data_matches_the_shared_acmetrace_files():
-    assert reference.SUMMARY_CSV.read_bytes() == (SHARED / "data" / "cluster_summary.csv").read_bytes()
+    assert (
+        reference.SUMMARY_CSV.read_bytes() == (SHARED / "data" / "cluster_summary.csv").read_bytes()
+    )
     rebuilt = reference.reference_cdfs_build(SHARED / "derived" / "util_cdf_long.csv")
     assert reference.reference_cdfs_dump(rebuilt) == reference.CDFS_JSON.read_text()
     # The compacted curves keep the polarisation: 31.4 % of Seren samples at 0 % util.

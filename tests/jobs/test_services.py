@@ -123,8 +123,13 @@ def test_requeue_closes_the_allocation_and_returns_the_job_to_pending(sender, t0
     # It runs again on other GPUs and completes: two intervals per GPU slot, no overlap.
     job_events_ingest(
         sender.raw(
-            event("1001", "started", t0 + 200, start_ts=t0 + 200,
-                  allocation=[alloc("gpu-node-01", 4, 5)]),
+            event(
+                "1001",
+                "started",
+                t0 + 200,
+                start_ts=t0 + 200,
+                allocation=[alloc("gpu-node-01", 4, 5)],
+            ),
             event("1001", "ended", t0 + 500, end_ts=t0 + 500, state="FAILED", exit_code=1),
         )  # fmt: skip
     )
@@ -202,12 +207,15 @@ def test_edited_rules_apply_to_new_jobs(sender, t0):
     ("change", "reason", "needle"),
     [
         ({"job_type": "training"}, "malformed", "events.0.job_type"),
-        ({"start_ts": 2000.0, "end_ts": 1000.0}, "malformed", "end before start"),
+        ({"start_ts": 1_700_000_100.0, "end_ts": 1_700_000_000.0}, "malformed", "end before start"),
         ({"gpus_requested": -8}, "malformed", "events.0.gpus_requested"),
         ({"ts": "2024-03-01T00:00:00+25:00"}, "malformed", "events.0.ts"),
         ({"state": "EXPLODED"}, "malformed", "events.0.state"),
-        ({"allocation": [{"node": "gpu-node-99", "gpu_indices": [0]}]}, "unknown_node",
-         "gpu-node-99"),
+        (
+            {"allocation": [{"node": "gpu-node-99", "gpu_indices": [0]}]},
+            "unknown_node",
+            "gpu-node-99",
+        ),
     ],  # fmt: skip
 )
 def test_bad_event_refuses_the_whole_batch(sender, t0, change, reason, needle):
@@ -256,3 +264,24 @@ def test_batch_of_another_cluster_cannot_place_jobs_on_our_nodes(sender, t0):
         job_events_ingest(raw)
     assert nothing_stored()
     assert Node.objects.filter(cluster__name="othercluster").count() == 1
+
+
+@pytest.mark.integration
+def test_worker_applies_a_batch_published_by_task_name(committed_sender, worker_factory, t0):
+    """As a watcher does: publish by task name to the real broker; a real worker stores it,
+    and refuses (and records) a batch with a wrong token without stopping."""
+    from collectors.schema import INGEST_QUEUE, JOB_EVENTS_TASK
+    from tests.helpers import wait_for
+    from webapp.celery import app
+
+    worker_factory()
+    bad = json.dumps({**committed_sender.batch(event("evil", "submitted", t0)),
+                      "token": "wrong-token-" + "x" * 20})  # fmt: skip
+    app.send_task(JOB_EVENTS_TASK, args=[bad], queue=INGEST_QUEUE)
+    app.send_task(JOB_EVENTS_TASK, args=[committed_sender.raw(*lifecycle(t0))], queue=INGEST_QUEUE)
+
+    job = wait_for(lambda: Job.objects.filter(scheduler_id="1001", state="completed").first())
+    assert job.end_at == at(t0 + 630)
+    assert job.allocations.filter(end=at(t0 + 630)).count() == 4
+    assert wait_for(lambda: RejectedBatch.objects.filter(reason="bad_token").exists())
+    assert not Job.objects.filter(scheduler_id="evil").exists()

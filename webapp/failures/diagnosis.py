@@ -108,6 +108,9 @@ class Rule:
     tier: str  # a taxonomy tier or "by_xid"
     patterns: tuple[str, ...]
     regex: re.Pattern[str]
+    # (literal every match must contain, lowercased, or "" if none; compiled pattern) pairs:
+    # an `in` test on the lowercased message skips most patterns before any regex runs.
+    checks: tuple[tuple[str, re.Pattern[str]], ...]
     at_start: bool
     blame: str  # line | peer | none
     confidence: float
@@ -117,12 +120,11 @@ class Rule:
     examples: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: a cache key, compared cheaply
 class Catalogue:
     anchors: tuple[bytes, ...]
     rules: tuple[Rule, ...]
     line_rules: tuple[Rule, ...]
-    any_line: re.Pattern[str]  # one alternation of every per-line pattern: a quick "no"
     loss: Rule
 
 
@@ -160,6 +162,7 @@ def _rule(raw: dict[str, Any]) -> Rule:
         tier=tier,
         patterns=tuple(patterns),
         regex=regex,
+        checks=tuple((required_literal(p), re.compile(p, re.IGNORECASE)) for p in patterns),
         at_start=bool(raw.get("at_start", False)),
         blame=blame,
         confidence=float(confidence),
@@ -168,6 +171,74 @@ def _rule(raw: dict[str, Any]) -> Rule:
         source=str(raw.get("source", "")),
         examples=tuple(raw.get("examples") or ()),
     )
+
+
+def required_literal(pattern: str) -> str:
+    """The longest run of plain characters every match of `pattern` contains (lowercased).
+
+    Only text outside groups and classes counts, and a character followed by a quantifier is
+    dropped; a top-level alternation has no required literal ("").
+    """
+    runs, run, depth, i = [], "", 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if nxt.isalnum():
+                runs.append(run)
+                run = ""
+            elif depth == 0:
+                run += nxt
+            i += 2
+            continue
+        if c == "[":
+            j = pattern.index("]", i + 2 if pattern[i + 1 : i + 2] in ("]", "^") else i + 1)
+            runs.append(run)
+            run, i = "", j + 1
+            continue
+        if c in "?*{":
+            run = run[:-1]
+            runs.append(run)
+            run = ""
+        elif c == "+":
+            runs.append(run)
+            run = ""
+        elif c == "(":
+            depth += 1
+            runs.append(run)
+            run = ""
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            return ""
+        elif c in ".^$":
+            runs.append(run)
+            run = ""
+        elif depth == 0:
+            run += c
+        i += 1
+    runs.append(run)
+    return max(runs, key=len).lower()
+
+
+def _matches(rule: Rule, msg: str, low: str) -> re.Match[str] | None:
+    for literal, regex in rule.checks:
+        if literal and literal not in low:
+            continue
+        m = regex.match(msg) if rule.at_start else regex.search(msg)
+        if m:
+            return m
+    return None
+
+
+@functools.lru_cache(maxsize=8192)
+def _first_rule(cat: Catalogue, msg: str) -> Rule | None:
+    """The first rule matching a message (cached: logs repeat the same messages a lot)."""
+    low = msg.lower()
+    for rule in cat.line_rules:
+        if _matches(rule, msg, low):
+            return rule
+    return None
 
 
 def catalogue_parse(text: str) -> Catalogue:
@@ -190,7 +261,6 @@ def catalogue_parse(text: str) -> Catalogue:
         anchors=anchors,
         rules=rules,
         line_rules=line_rules,
-        any_line=re.compile("|".join(f"(?:{r.regex.pattern})" for r in line_rules), re.I),
         loss=loss[0],
     )
 
@@ -427,7 +497,9 @@ _TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(\d+)", re.I)
 _CANCELLED_AT = re.compile(r"CANCELLED AT (\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")
 # Location noise at the start of a message, dropped from the detail: Slurm's "error: ",
 # NCCL's "[2] transport/net_ib.cc:1712 NCCL WARN ", torch's "[E socket.cpp:957] ".
-_DETAIL_NOISE = re.compile(r"^(?:error: |\[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:WARN|INFO) |\[[EWI] [\w./-]+:\d+\] )+")
+_DETAIL_NOISE = re.compile(
+    r"^(?:error: |\[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:WARN|INFO) |\[[EWI] [\w./-]+:\d+\] )+"
+)
 _FRAME = re.compile(r'File "([^"]+)", line \d+')
 _KERNEL_HINT = re.compile(
     r"NVRM:|mlx5_core|lost carrier|Out of memory: Killed|blocked for more than|EXT4-fs|Memory cgroup",
@@ -480,10 +552,10 @@ class _Scan:
             self.bytes_total += len(block)
             buf = carry + block
             cut = buf.rfind(b"\n")
-            if cut == -1 and len(buf) < 4 * CHUNK_BYTES:
+            if cut == -1 and len(buf) < CHUNK_BYTES:
                 carry = buf
                 continue
-            if cut == -1:  # a 32 MiB "line": binary or broken; cut it anyway
+            if cut == -1:  # an 8 MiB "line": binary or broken; cut it anyway
                 piece, carry = buf + b"\n", b""
             else:
                 piece, carry = buf[: cut + 1], buf[cut + 1 :]
@@ -508,7 +580,7 @@ class _Scan:
         if self._binary(piece):
             # NUL padding (sparse or preallocated files, a crash mid-write) around text: drop
             # the NULs (newlines stay, so line numbers do) and read the text that is left.
-            text = piece.replace(b"\0", b"")
+            text = piece.translate(None, b"\0")
             if len(text) < 2 or self._binary(text):
                 self.binary_bytes += len(piece)
                 return True
@@ -591,13 +663,8 @@ def classify(
     cat = cat or catalogue_load()
     line = parse_line(text)
     msg = line.message
-    if not cat.any_line.search(msg):
-        return None, line
-    for rule in cat.line_rules:
-        m = rule.regex.match(msg) if rule.at_start else rule.regex.search(msg)
-        if m:
-            break
-    else:
+    rule = _first_rule(cat, msg)
+    if rule is None:
         return None, line
     if rule.kind == "ignore":
         return None, line
@@ -840,16 +907,17 @@ def decide(scan: _Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
             job_times.setdefault(resolved[1], []).append(resolved[0])
     timeouts = [e.timeout_ms / 1000 for e in events if e.timeout_ms]
     before = max([WINDOW_BEFORE_S] + [t + 300 for t in timeouts])
+    after = WINDOW_AFTER_S
+    if any(e.tier == "hang" and e.ts is None for e in events):
+        # Undated watchdog lines: the job's last dated line may be the last step before the
+        # hang, so the cause can come up to one NCCL timeout (default 10 min) after it.
+        after += max([600.0] + timeouts) + 300
     failure_at = {style: max(ts) for style, ts in job_times.items()}
     nodes = set(job_nodes or ())
     kept = []
     for e in events:
         end = failure_at.get(e.ts_style or "")
-        if (
-            e.ts is not None
-            and end is not None
-            and not end - before <= e.ts <= end + WINDOW_AFTER_S
-        ):
+        if e.ts is not None and end is not None and not end - before <= e.ts <= end + after:
             continue
         if nodes and e.is_kernel and e.host and e.host not in nodes:
             continue

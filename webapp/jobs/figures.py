@@ -33,12 +33,14 @@ GIB_PER_80GIB_PCT = 0.8  # AcmeTrace memory is FB_USED / 80 GiB in %: x% = 0.8 x
 _LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
 
 
-def _done(fig: go.Figure, height: int) -> dict:
+def _done(fig: go.Figure, height: int, *, subplot_titles: bool = False) -> dict:
+    # Subplot titles sit at the top of the plot area: the legend goes above them.
+    legend = {**_LEGEND, "y": 1.1} if subplot_titles else _LEGEND
     fig.update_layout(
         template=TEMPLATE,
         height=height,
-        margin={"l": 10, "r": 10, "t": 40, "b": 45},
-        legend=_LEGEND,
+        margin={"l": 10, "r": 10, "t": 90 if subplot_titles else 40, "b": 45},
+        legend=legend,
     )
     return json.loads(fig.to_json())
 
@@ -146,7 +148,7 @@ def states_figure(
             )
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="%", range=[0, 100], row=1, col=1)
-    return _done(fig, 380)
+    return _done(fig, 420, subplot_titles=True)
 
 
 def _prefix(group: str) -> str:
@@ -208,7 +210,7 @@ def telemetry_figure(site: str, cdfs: TelemetryCdfs, reference: dict[str, list[d
         )
         fig.update_xaxes(title_text=title, row=row + 1, col=col + 1)
         fig.update_yaxes(title_text="CDF (%)", range=[0, 101], row=row + 1, col=col + 1)
-    return _done(fig, 720)
+    return _done(fig, 760, subplot_titles=True)
 
 
 def allocation_timeline(allocations: list[AllocationRow], now: datetime) -> dict:

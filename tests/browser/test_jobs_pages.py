@@ -1,0 +1,114 @@
+"""Jobs pages in a real Chromium: every Plotly figure drawn, no console errors, no CDN."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.jobs.test_characterization import make_jobs
+from tests.jobs.test_views import allocate, ingest
+from webapp.jobs.models import Job
+
+pytestmark = pytest.mark.browser
+
+# Per Plotly div: traces with points, and whether plotly.js drew SVG for it.
+_FIGURES = """
+() => Array.from(document.querySelectorAll('[data-figure]')).map(gd => ({
+  name: gd.dataset.figure,
+  traces: (gd.data || []).length,
+  points: (gd.data || []).reduce((n, t) => n + ((t.x || t.y || []).length), 0),
+  drawn: gd.querySelectorAll('.main-svg').length > 0 && gd.querySelectorAll('.trace').length > 0,
+}))
+"""
+
+
+def _figures(page) -> dict[str, dict]:
+    page.wait_for_function(
+        "Array.from(document.querySelectorAll('[data-figure]'))"
+        ".every(gd => gd.querySelector('.main-svg'))"
+    )
+    return {f["name"]: f for f in page.evaluate(_FIGURES)}
+
+
+@pytest.fixture
+def live_jobs(transactional_db) -> Job:
+    """Jobs of cluster acme (for the characterization) and one job with telemetry."""
+    t0 = float(int(time.time()) - 30 * 60)
+    base = datetime.fromtimestamp(t0, UTC)
+    node = ingest(
+        "acme",
+        "gpu-b-01",
+        t0=t0,
+        intervals=31,
+        step_s=60,
+        gpus=4,
+        util=lambda i, k: 0.0 if i == 3 else (k * 7 + i * 20) % 101,  # GPU 3 idle
+        energy_mj=lambda i, k: 10**9 + k * 20_000_000,
+    )
+    make_jobs(node.cluster, 300, start=base - timedelta(days=60))
+    job = Job.objects.create(
+        cluster=node.cluster,
+        scheduler_id="777",
+        name="eval-humaneval",
+        user="erin",
+        team="eval",
+        job_type="eval",
+        state="running",
+        submit_at=base - timedelta(seconds=40),
+        start_at=base,
+        gpus_requested=4,
+        nodes_requested=1,
+    )
+    allocate(job, node, [0, 1, 2, 3], base, None)
+    return job
+
+
+def test_characterization_page_draws_every_figure(
+    page, live_server, live_jobs, operator_login, screenshot_dir, page_log
+):
+    operator_login("/jobs/characterization/?cluster=acme")
+    assert page.locator("h1").inner_text() == "Workload characterization · acme"
+    figures = _figures(page)
+    assert set(figures) == {"types", "states", "duration", "queue", "gpus", "telemetry"}
+    for name, fig in figures.items():
+        assert fig["traces"] > 0 and fig["points"] > 0 and fig["drawn"], name
+    # The site curve and Seren/Kalos/Philly/PAI on the telemetry panels.
+    assert figures["telemetry"]["traces"] == 4 + 2 + 2 + 2 + 4
+    assert page.locator("#summary-table th").nth(1).text_content() == "acme"
+    page.screenshot(path=screenshot_dir / "jobs-characterization.png", full_page=True)
+    assert page_log.errors == []
+    assert page_log.foreign_requests == []
+
+
+def test_job_page_draws_allocations_and_series(
+    page, live_server, live_jobs, operator_login, screenshot_dir, page_log
+):
+    operator_login(f"/jobs/{live_jobs.id}/")
+    assert page.locator("h1").inner_text().startswith("Job 777 · eval-humaneval")
+    figures = _figures(page)
+    assert figures["allocations"]["points"] == 4
+    assert figures["series"]["traces"] == 4 * 5 and figures["series"]["drawn"]
+    assert page.locator("#allocation-table tbody tr").count() == 4
+    # 30 minutes x 20e6 mJ on 4 GPUs = 2.4e9 mJ = 0.667 kWh.
+    assert page.locator("#energy-total").inner_text() == "0.667 kWh"
+    page.screenshot(path=screenshot_dir / "jobs-detail.png", full_page=True)
+
+    page.click("text=Jobs")
+    page.wait_for_load_state("load")
+    assert page.locator("#job-table tbody tr").count() == 50
+    page.screenshot(path=screenshot_dir / "jobs-list.png", full_page=True)
+    assert page_log.errors == []
+    assert page_log.foreign_requests == []
+
+
+def test_wasted_page(page, live_server, live_jobs, operator_login, screenshot_dir, page_log):
+    operator_login("/jobs/wasted/?minutes=5")
+    assert page.locator("h1").inner_text() == "Wasted GPUs"
+    row = page.locator("#wasted-table tbody tr")
+    assert row.count() == 1 and row.get_attribute("data-job") == "777"
+    assert "1 (3)" in row.inner_text()  # GPU 3 only
+    assert page.locator("#user-table tbody tr").first.inner_text().startswith("erin")
+    page.screenshot(path=screenshot_dir / "jobs-wasted.png", full_page=True)
+    assert page_log.errors == []

@@ -1,0 +1,192 @@
+"""manage.py import_acmetrace: a generated trace with the exact AcmeTrace schema, bad rows,
+the README's example rows, and idempotence."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db.models import Count, Max, Sum
+
+from webapp.fleet.models import Cluster
+from webapp.jobs.acmetrace import COMMON_COLUMNS, KALOS_HEADER, synthesize
+from webapp.jobs.models import Job
+
+SEREN_HEADER = ",".join(COMMON_COLUMNS)
+# The example rows of the AcmeTrace README (shared/acmetrace/README.md).
+SEREN_EXAMPLE = (
+    "5778469,u5907,1,8,128,Other,COMPLETED,2023-03-01 00:23:58+08:00,"
+    "2023-03-01 00:24:11+08:00,2023-03-01 01:09:04+08:00,2693,13,21544.0"
+)
+KALOS_EXAMPLE = (
+    "dlctk696s0jbvitv,uf794,8,64,960,1000,100.0,Other,FAILED,2023-05-17 11:00:58+00:00,"
+    "2023-05-17 11:01:08+00:00,2023-05-17 11:01:16+00:00,2023-05-17 11:01:16+00:00,,18,10.0,"
+    "1152.0"
+)
+
+
+def run(path: Path, cluster: str = "seren", *args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("import_acmetrace", "--cluster", cluster, str(path), *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def write(tmp_path: Path, *lines: str, header: str = SEREN_HEADER) -> Path:
+    path = tmp_path / "trace.csv"
+    path.write_text("\n".join([header, *lines]) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def trace_200k(tmp_path_factory) -> Path:
+    return synthesize(tmp_path_factory.mktemp("acme") / "trace_seren.csv", 200_000, seed=3)
+
+
+def test_generated_200k_trace_imports_once(db, trace_200k):
+    out, err = run(trace_200k)
+
+    # The progress bar (bytes) on stderr, the summary on stdout.
+    assert "import trace_seren.csv" in err and "100%" in err
+    assert "read 200,000 rows" in out
+    assert "imported 200,000, already present 0, skipped 0" in out
+    seren = Cluster.objects.get(name="seren")
+    jobs = Job.objects.filter(cluster=seren)
+    assert jobs.count() == 200_000
+    assert not jobs.exclude(source="acmetrace").exists()
+    assert not jobs.filter(allocations__isnull=False).exists()
+
+    # A row reads back as the file says (times with +08:00 stored in UTC).
+    with trace_200k.open() as f:
+        row = dict(zip(COMMON_COLUMNS, list(csv.reader(f))[1234], strict=True))
+    job = jobs.get(scheduler_id=row["job_id"])
+    assert job.submit_at == datetime.fromisoformat(row["submit_time"])
+    assert job.end_at.astimezone(UTC) == datetime.fromisoformat(row["end_time"])
+    assert (job.user, job.gpus_requested, job.nodes_requested, job.cpus_requested) == (
+        row["user"], int(row["gpu_num"]), int(row["node_num"]), int(row["cpu_num"])
+    )  # fmt: skip
+    assert job.job_type == row["type"].lower() and job.state == row["state"].lower()
+    assert job.duration_s == float(row["duration"]) and job.queue_s == float(row["queue"])
+
+    # The paper's mix: evaluation is the most common GPU job type.
+    by_type = dict(
+        jobs.filter(gpus_requested__gt=0).values_list("job_type").annotate(n=Count("id"))
+    )
+    assert max(by_type, key=by_type.get) == "eval"
+
+    # Totals agree with pandas reading the same file (the paper's notebook used pandas).
+    pandas = pytest.importorskip("pandas")
+    frame = pandas.read_csv(trace_200k)
+    assert jobs.aggregate(Sum("gpu_time_s"))["gpu_time_s__sum"] == frame["gpu_time"].sum()
+    assert dict(jobs.values_list("state").annotate(n=Count("id"))) == {
+        state.lower(): n for state, n in frame["state"].value_counts().items()
+    }
+
+    stamp = jobs.aggregate(Max("updated_at"))["updated_at__max"]
+    out, _ = run(trace_200k)
+    assert "imported 0, already present 200,000, skipped 0" in out
+    assert jobs.count() == 200_000
+    assert jobs.aggregate(Max("updated_at"))["updated_at__max"] == stamp
+
+
+def test_bad_rows_are_reported_by_line_and_skipped(db, tmp_path):
+    good = SEREN_EXAMPLE
+    path = write(
+        tmp_path,
+        good,
+        good.replace("5778469", "2").replace(",Other,", ",Training,"),
+        good.replace("5778469", "3").replace("01:09:04", "00:20:00"),
+        good.replace("5778469", "4").replace(",1,8,128,", ",1,-8,128,"),
+        good.replace("5778469", "5").replace("00:24:11+08:00", "00:24:11+25:00"),
+        good.replace("5778469", "6").replace("00:23:58+08:00", "00:23:58"),
+        "",  # a blank line is not a row
+        good.replace("5778469", "7").replace(",COMPLETED,", ",EXPLODED,"),
+        good.replace("5778469", "8") + ",extra",
+        good.replace("5778469", "9").replace(",1,8,128,", ",1,eight,128,"),
+        good.replace("5778469", "10").replace("2023-03-01 00:24:11", "2023-02-30 00:24:11"),
+        good.replace("5778469", "11"),
+    )
+    out, _ = run(path)
+
+    assert "line 3: type: unknown type 'Training'" in out
+    assert (
+        "line 4: end before start: end_time 2023-03-01 00:20:00+08:00 is before start_time" in out
+    )
+    assert "line 5: gpu_num: negative (-8)" in out
+    assert "line 6: start_time: bad time zone in '2023-03-01 00:24:11+25:00'" in out
+    assert "line 7: submit_time: bad time zone in '2023-03-01 00:23:58'" in out
+    assert "line 9: state: unknown state 'EXPLODED'" in out
+    assert "line 10: expected 13 columns, found 14" in out
+    assert "line 11: gpu_num: not an integer: 'eight'" in out
+    assert "line 12: start_time: not an ISO time: '2023-02-30 00:24:11+08:00'" in out
+    assert "read 11 rows" in out and "imported 2, already present 0, skipped 9" in out
+    assert "bad_time_zone 2" in out
+    assert sorted(Job.objects.values_list("scheduler_id", flat=True)) == ["11", "5778469"]
+
+
+def test_readme_example_rows_read_back_exactly(db, tmp_path):
+    run(write(tmp_path, SEREN_EXAMPLE), "seren")
+    job = Job.objects.get(cluster__name="seren", scheduler_id="5778469")
+    assert job.submit_at == datetime(2023, 2, 28, 16, 23, 58, tzinfo=UTC)
+    assert (job.duration_s, job.queue_s, job.gpu_time_s) == (2693, 13, 21544)
+    assert (job.job_type, job.state, job.user) == ("other", "completed", "u5907")
+
+    run(write(tmp_path, KALOS_EXAMPLE, header=",".join(KALOS_HEADER)), "kalos")
+    job = Job.objects.get(cluster__name="kalos", scheduler_id="dlctk696s0jbvitv")
+    assert (job.state, job.gpus_requested, job.nodes_requested, job.cpus_requested) == (
+        "failed", 64, 8, 960
+    )  # fmt: skip
+    assert job.queue_s == 10 and job.end_at == datetime(2023, 5, 17, 11, 1, 16, tzinfo=UTC)
+
+
+def test_generated_kalos_trace_imports(db, tmp_path):
+    path = synthesize(tmp_path / "trace_kalos.csv", 3000, seed=5, cluster_flavour="kalos")
+    out, _ = run(path, "kalos", "--batch-size", "700")
+    assert "imported 3,000, already present 0, skipped 0" in out
+    assert Job.objects.filter(cluster__name="kalos", scheduler_id__startswith="dlc").count() == 3000
+
+
+def test_duplicate_job_ids_in_one_file_are_stored_once(db, tmp_path):
+    path = write(tmp_path, SEREN_EXAMPLE, SEREN_EXAMPLE, SEREN_EXAMPLE.replace("5778469", "1"))
+    out, _ = run(path, "seren", "--batch-size", "1")
+    assert "imported 2, already present 1, skipped 0" in out
+    # The same again in one chunk.
+    out, _ = run(path, "other")
+    assert "imported 2, already present 1, skipped 0" in out
+
+
+def test_long_list_of_bad_rows_is_capped_but_all_counted(db, tmp_path):
+    bad = [SEREN_EXAMPLE.replace("5778469", str(i)).replace(",Other,", ",X,") for i in range(30)]
+    out, _ = run(write(tmp_path, *bad))
+    assert out.count("type: unknown type 'X'") == 20
+    assert "... and 10 more skipped rows" in out
+    assert "skipped 30" in out and "unknown_type 30" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("job_id,user,gpu_num\n1,u1,8\n", "missing column(s) node_num, cpu_num, type, state"),
+        ("", "the file is empty"),
+    ],
+)
+def test_not_an_acmetrace_file_is_one_error_and_writes_nothing(db, tmp_path, content, problem):
+    path = tmp_path / "other.csv"
+    path.write_text(content)
+    with pytest.raises(CommandError) as excinfo:
+        run(path, "newcluster")
+    message = str(excinfo.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: not an AcmeTrace job trace: {problem}")
+    assert not Cluster.objects.filter(name="newcluster").exists()
+    assert not Job.objects.exists()
+
+
+def test_missing_file_and_bad_cluster_name(db, tmp_path):
+    with pytest.raises(CommandError, match="no such file"):
+        run(tmp_path / "absent.csv")
+    with pytest.raises(CommandError, match="--cluster: 'bad name!'"):
+        run(write(tmp_path, SEREN_EXAMPLE), "bad name!")

@@ -1,0 +1,272 @@
+"""The jobs pages: login, job list (filters, pages, CSV, query counts), job page (allocations,
+telemetry, energy from counter deltas), characterization page and its CSV exports."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.urls import reverse
+
+from collectors.schema import GPU_FIELD_NAMES
+from tests.helpers import make_batch
+from tests.jobs.test_characterization import make_jobs
+from tests.telemetry.conftest import rollups_current
+from webapp.fleet import services as fleet_services
+from webapp.fleet.models import Cluster, Gpu, Node
+from webapp.jobs.models import Job, JobAllocation, JobEvent
+from webapp.telemetry.services import samples_ingest
+
+
+def _col(name: str) -> int:
+    return 2 + GPU_FIELD_NAMES.index(name)  # a wire row is [index, ts, *GPU_FIELDS]
+
+
+def ingest(
+    cluster: str,
+    hostname: str,
+    *,
+    t0: float,
+    intervals: int,
+    step_s: float,
+    gpus: int,
+    util: Callable[[int, int], float] = lambda i, k: 50.0,
+    energy_mj: Callable[[int, int], int | None] | None = None,
+) -> Node:
+    """Samples for `gpus` GPUs at t0 + k*step_s with util(i, k) and energy_mj(i, k)."""
+    token = fleet_services.node_token_issue(cluster, hostname)
+    batch = make_batch(
+        cluster, hostname, token, t0=t0, intervals=intervals, step_s=step_s, gpus=gpus
+    )
+    for row in batch["samples"]:
+        i, k = row[0], round((row[1] - t0) / step_s)
+        row[_col("gpu_util")] = util(i, k)
+        if energy_mj is not None:
+            row[_col("energy_mj")] = energy_mj(i, k)
+    samples_ingest(json.dumps(batch))
+    rollups_current()
+    return Node.objects.get(cluster__name=cluster, hostname=hostname)
+
+
+def allocate(job: Job, node: Node, indices: list[int], start: datetime, end: datetime | None):
+    return JobAllocation.objects.bulk_create(
+        JobAllocation(
+            job=job,
+            node=node,
+            gpu=Gpu.objects.get(node=node, index=i) if i % 2 == 0 else None,  # both ways
+            gpu_index=i,
+            start=start,
+            end=end,
+        )
+        for i in indices
+    )
+
+
+# --- Login ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/jobs/",
+        "/jobs/export.csv",
+        "/jobs/1/",
+        "/jobs/characterization/",
+        "/jobs/characterization/types.csv",
+        "/jobs/wasted/",
+        "/jobs/wasted/export.csv",
+    ],
+)
+def test_anonymous_visitor_is_sent_to_login(client, db, url):
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response["Location"] == f"{reverse('login')}?next={url}"
+
+
+# --- Job list ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def many_jobs(db) -> list[Job]:
+    acme = Cluster.objects.create(name="acme")
+    other = Cluster.objects.create(name="other")
+    return make_jobs(acme, 120) + make_jobs(other, 30, seed=9)
+
+
+def test_job_list_filters_and_pages(operator_client, many_jobs, django_assert_max_num_queries):
+    with django_assert_max_num_queries(6):
+        response = operator_client.get("/jobs/", {"cluster": "acme", "type": "eval"})
+    assert response.status_code == 200
+    evals = [j for j in many_jobs if j.cluster.name == "acme" and j.job_type == "eval"]
+    page = response.context["page"]
+    assert page.paginator.count == len(evals)
+    assert {j.job_type for j in page} == {"eval"}
+    assert f'href="/jobs/{page[0].id}/"' in response.content.decode()
+
+    # Page 2 of everything, same number of queries as page 1 (no per-row query).
+    with django_assert_max_num_queries(6):
+        response = operator_client.get("/jobs/", {"page": 2})
+    assert len(response.context["page"]) == 50
+    response = operator_client.get("/jobs/", {"user": "u3", "state": "failed"})
+    assert all(j.user == "u3" and j.state == "failed" for j in response.context["page"])
+
+
+def test_job_list_csv_has_the_filtered_jobs(operator_client, many_jobs):
+    response = operator_client.get("/jobs/export.csv", {"cluster": "other"})
+    assert response["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert len(rows) == 30 and {r["cluster"] for r in rows} == {"other"}
+    job = Job.objects.get(cluster__name="other", scheduler_id=rows[0]["scheduler_id"])
+    assert rows[0]["gpus"] == str(job.gpus_requested)
+
+
+# --- Job page ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def job_on_gpus(db) -> Job:
+    """A 20-minute job on GPUs 0-3 of one node; samples every 60 s; GPU 1's counter resets.
+
+    GPU i gains (i + 1) * 1e6 mJ per minute. GPU 1's counter restarts from 0 at minute 10
+    and reads 5e5 there, so its energy is 9 * 2e6 + 5e5 + 10 * 2e6 mJ (not max - min).
+    """
+    t0 = float(int(time.time()) - 25 * 60)  # whole seconds: the allocation ends on a sample
+    base = datetime.fromtimestamp(t0, UTC)
+
+    def energy(i: int, k: int) -> int:
+        if i == 1 and k >= 10:
+            return 500_000 + (k - 10) * 2_000_000
+        return 10**9 + k * (i + 1) * 1_000_000
+
+    node = ingest(
+        "acme",
+        "gpu-j-01",
+        t0=t0,
+        intervals=21,
+        step_s=60,
+        gpus=8,
+        util=lambda i, k: 80.0 + i,
+        energy_mj=energy,
+    )
+    job = Job.objects.create(
+        cluster=node.cluster,
+        scheduler_id="4242",
+        name="llama-7b-pretrain",
+        user="alice",
+        team="llm",
+        job_type="pretrain",
+        state="completed",
+        exit_code=0,
+        submit_at=base - timedelta(seconds=30),
+        start_at=base,
+        end_at=base + timedelta(minutes=20),
+        gpus_requested=4,
+        nodes_requested=1,
+    )
+    allocate(job, node, [0, 1, 2, 3], base, base + timedelta(minutes=20))
+    JobEvent.objects.create(job=job, kind="started", ts=base, state="running")
+    JobEvent.objects.create(
+        job=job, kind="ended", ts=base + timedelta(minutes=20), state="completed", exit_code=0
+    )
+    return job
+
+
+def test_job_page_shows_identity_allocations_telemetry_and_energy(operator_client, job_on_gpus):
+    response = operator_client.get(f"/jobs/{job_on_gpus.id}/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    for text in ("4242", "llama-7b-pretrain", "alice", "llm", "Pretraining", "Completed"):
+        assert text in html
+    assert "Failures" not in html  # no failures app yet: no dead link
+
+    allocations = response.context["allocations"]
+    assert [(a.hostname, a.gpu_index) for a in allocations] == [("gpu-j-01", i) for i in range(4)]
+    assert all(a.gpu_id is not None for a in allocations)  # resolved from (node, index) too
+
+    telemetry = response.context["telemetry"]
+    assert telemetry.source == "raw samples"
+    assert len(telemetry.series) == 4
+    gpu2 = telemetry.series["gpu-j-01 GPU 2"]
+    assert len(gpu2.ts) == 21 and set(gpu2.values["gpu_util"]) == {82.0}  # 21 minutes incl. ends
+    figures = response.context["figures"]
+    assert len(figures["allocations"]["data"][0]["y"]) == 4
+    assert len(figures["series"]["data"]) == 4 * 5  # 4 GPUs x 5 panels
+
+    energy = {e.allocation.gpu_index: e for e in response.context["energy"].per_gpu}
+    assert energy[0].energy_mj == 20 * 1_000_000
+    assert energy[2].energy_mj == 20 * 3_000_000
+    assert energy[1].energy_mj == 9 * 2_000_000 + 500_000 + 10 * 2_000_000
+    assert energy[1].resets == 1 and energy[0].resets == 0
+    total_kwh = (20e6 + 38.5e6 + 60e6 + 80e6) / 3.6e9
+    assert response.context["energy"].kwh == pytest.approx(total_kwh)
+    assert f"{total_kwh:.3f} kWh" in html
+    assert "energy-counter deltas" in html and "counter reset" in html
+    assert "Ended" in html and "Started" in html  # events
+
+
+def test_job_page_of_a_job_without_allocations(operator_client, many_jobs):
+    job = many_jobs[0]
+    response = operator_client.get(f"/jobs/{job.id}/")
+    assert response.status_code == 200
+    assert "No allocation recorded for this job." in response.content.decode()
+    assert operator_client.get("/jobs/999999/").status_code == 404
+
+
+# --- Characterization page -----------------------------------------------------------------------
+
+
+def test_characterization_page_draws_every_figure(operator_client, many_jobs):
+    response = operator_client.get("/jobs/characterization/", {"cluster": "acme"})
+    assert response.status_code == 200
+    figures = response.context["figures"]
+    assert set(figures) == {"types", "duration", "queue", "gpus", "states", "telemetry"}
+    for name, fig in figures.items():
+        assert fig["data"], name
+    assert figures["duration"]["layout"]["xaxis"]["type"] == "log"
+    # Acme, Philly and PAI reference curves are overlaid on GPU utilization.
+    names = {t["name"] for t in figures["telemetry"]["data"]}
+    assert {"Seren (Acme paper)", "Kalos (Acme paper)", "Philly", "PAI", "acme"} <= names
+    html = response.content.decode()
+    for source in ("Seren", "Kalos", "Philly", "Helios", "PAI"):
+        assert f">{source}</th>" in html  # summary table columns
+    assert response.context["result"].total.jobs == 120
+
+
+def test_characterization_page_refuses_bad_parameters(operator_client, many_jobs):
+    response = operator_client.get("/jobs/characterization/", {"cluster": "nope"})
+    assert response.status_code == 400
+    assert "unknown cluster" in response.content.decode()
+    response = operator_client.get("/jobs/characterization/", {"since": "March"})
+    assert response.status_code == 400 and "since: &#x27;March&#x27;" in response.content.decode()
+
+
+def _csv(response) -> list[dict]:
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    return list(csv.DictReader(io.StringIO(response.content.decode())))
+
+
+def test_characterization_csv_exports(operator_client, many_jobs):
+    q = {"cluster": "acme", "since": "2026-03-01", "until": "2026-05-01"}
+    url = lambda name: reverse("jobs:characterization_csv", args=[name])  # noqa: E731
+    types = _csv(operator_client.get(url("types"), q))
+    total = next(r for r in types if r["job_type"] == "all")
+    assert int(total["jobs"]) == 120
+    assert sum(float(r["share_of_gpu_jobs"]) for r in types if r["job_type"] != "all") == (
+        pytest.approx(1.0)
+    )
+    states = _csv(operator_client.get(url("states"), q))
+    assert [r["final_state"] for r in states] == ["completed", "cancelled", "failed"]
+    duration = _csv(operator_client.get(url("duration"), q))
+    assert duration[-1]["share_of_gpu_jobs"] == "1.0"
+    assert _csv(operator_client.get(url("queue"), q)) and _csv(operator_client.get(url("gpus"), q))
+    summary = _csv(operator_client.get(url("summary"), q))
+    assert [r["id"] for r in summary] == ["acme", "Seren", "Kalos", "Philly", "Helios", "PAI"]
+    assert summary[0]["job_num"] == "120"
+    telemetry = _csv(operator_client.get(url("telemetry"), q))
+    assert {r["cluster"] for r in telemetry} >= {"Seren", "Kalos", "Philly", "PAI"}
+    assert operator_client.get(url("nothing"), q).status_code == 404
