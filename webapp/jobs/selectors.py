@@ -30,9 +30,11 @@ def jobs_filter(
     *, cluster: str = "", job_type: str = "", state: str = "", user: str = ""
 ) -> QuerySet[Job]:
     """Jobs matching the list page's filters (empty = any), newest submission first."""
-    qs = Job.objects.select_related("cluster").order_by("-submit_at", "-id")
+    qs = Job.objects.select_related("cluster").order_by("-submit_at")  # (cluster, submit_at) index
     if cluster:
-        qs = qs.filter(cluster__name=cluster)
+        # By id, not by a join on the name: the planner then walks (cluster, submit_at).
+        cluster_id = Cluster.objects.filter(name=cluster).values_list("id", flat=True).first()
+        qs = qs.filter(cluster_id=cluster_id) if cluster_id else qs.none()
     if job_type:
         qs = qs.filter(job_type=job_type)
     if state:
@@ -45,14 +47,14 @@ def jobs_filter(
 # --- Characterization, cached ------------------------------------------------------------------
 
 # Over a million jobs the characterization takes seconds of database time (medians sort every
-# job of the window), so a computed window is kept this long; a new job in the cluster
-# (a higher max id) makes a new key at once.
+# job of the window), so a computed window is kept this long; a newly submitted job in the
+# cluster (a later max submit_at, one step down the (cluster, submit_at) index) makes a new key.
 CHARACTERIZATION_TTL_S = 300
 
 
 def characterization_cached(window: Window) -> Characterization:
     """jobs_characterize(window), from the cache when the cluster has had no new job since."""
-    newest = Job.objects.filter(cluster=window.cluster).aggregate(m=Max("id"))["m"]
+    newest = Job.objects.filter(cluster=window.cluster).aggregate(m=Max("submit_at"))["m"]
     key = ":".join(
         str(p)
         for p in (
@@ -60,7 +62,7 @@ def characterization_cached(window: Window) -> Characterization:
             window.cluster.id,
             window.since.isoformat() if window.since else "",
             window.until.isoformat() if window.until else "",
-            newest,
+            newest.isoformat() if newest else "",
         )
     )
     result = cache.get(key)
