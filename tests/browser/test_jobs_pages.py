@@ -6,12 +6,22 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.cache import cache
 
 from tests.jobs.test_characterization import make_jobs
 from tests.jobs.test_views import allocate, ingest
 from webapp.jobs.models import Job
 
 pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """The characterization is cached per process; one test's result must not serve another."""
+    cache.clear()
+    yield
+    cache.clear()
+
 
 # Per Plotly div: traces with points, and whether plotly.js drew SVG for it.
 _FIGURES = """

@@ -293,3 +293,16 @@ def test_characterize_errors_are_one_clear_line(acme, args, message):
     with pytest.raises(CommandError) as exc:
         call_command("characterize", *args)
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_telemetry_cdf_of_a_long_window_block_samples_the_rollup(db, monkeypatch):
+    """Above the row budget the partitioned rollup is read with TABLESAMPLE (bounded cost)."""
+    from webapp.jobs import characterization
+
+    monkeypatch.setattr(characterization, "TELEMETRY_ROW_BUDGET", 10)
+    now = datetime.now(UTC)
+    node = seed_node("tele", "gpu-t-02", utils=[100] * 8, intervals=3)
+    result = telemetry_cdfs(node.cluster, now - timedelta(days=30), now + timedelta(minutes=5))
+    assert result.source.startswith("1-minute rollup")
+    assert 0 < result.sampled_pct < 100
+    assert result.rows <= 8  # a sample of the 8 GPU-minutes (possibly none)

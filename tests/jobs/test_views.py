@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.cache import cache
 from django.urls import reverse
 
 from collectors.schema import GPU_FIELD_NAMES
@@ -65,6 +66,14 @@ def allocate(job: Job, node: Node, indices: list[int], start: datetime, end: dat
         )
         for i in indices
     )
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """The characterization is cached per process; one test's result must not serve another."""
+    cache.clear()
+    yield
+    cache.clear()
 
 
 # --- Login ---------------------------------------------------------------------------------------
@@ -270,3 +279,45 @@ def test_characterization_csv_exports(operator_client, many_jobs):
     telemetry = _csv(operator_client.get(url("telemetry"), q))
     assert {r["cluster"] for r in telemetry} >= {"Seren", "Kalos", "Philly", "PAI"}
     assert operator_client.get(url("nothing"), q).status_code == 404
+
+
+def test_long_job_reads_the_rollup_for_series_and_energy(operator_client, db):
+    """A 4-hour job: series and energy come from the 1-minute rollup, not raw samples.
+
+    One GPU, a sample every 60 s gaining 3e6 mJ, the counter restarting from 0 (reading 1e6)
+    at minute 100: 99 * 3e6 + 1e6 + 140 * 3e6 mJ over 240 minutes.
+    """
+    t0 = float(int(time.time() // 60) * 60 - 245 * 60)
+    base = datetime.fromtimestamp(t0, UTC)
+    node = ingest(
+        "acme",
+        "gpu-l-01",
+        t0=t0,
+        intervals=241,
+        step_s=60,
+        gpus=1,
+        util=lambda i, k: 70.0,
+        energy_mj=lambda i, k: (
+            5 * 10**9 + k * 3_000_000 if k < 100 else 1_000_000 + (k - 100) * 3_000_000
+        ),
+    )
+    job = Job.objects.create(
+        cluster=node.cluster,
+        scheduler_id="long-1",
+        job_type="pretrain",
+        state="completed",
+        submit_at=base,
+        start_at=base,
+        end_at=base + timedelta(minutes=240),
+        gpus_requested=1,
+    )
+    allocate(job, node, [0], base, base + timedelta(minutes=240))
+    response = operator_client.get(f"/jobs/{job.id}/")
+    telemetry = response.context["telemetry"]
+    assert telemetry.source.startswith("1-minute rollup")
+    series = telemetry.series["gpu-l-01 GPU 0"]
+    assert 200 <= len(series.ts) <= 241 and set(series.values["gpu_util"]) == {70.0}
+    energy = response.context["energy"]
+    assert "1-minute rollup" in energy.method
+    assert energy.per_gpu[0].resets == 1
+    assert energy.per_gpu[0].energy_mj == 99 * 3_000_000 + 1_000_000 + 140 * 3_000_000

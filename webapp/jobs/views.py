@@ -10,6 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from webapp.exports import csv_response
@@ -316,6 +317,14 @@ def job_list_csv(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _failures_url(job: Job) -> str | None:
+    """The failures app's page of this job once it has one (URL name "failures:job")."""
+    try:
+        return reverse("failures:job", args=[job.id])
+    except NoReverseMatch:
+        return None
+
+
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(Job.objects.select_related("cluster"), id=job_id)
@@ -336,6 +345,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
             "has_samples": any(s.ts for s in telemetry.series.values()),
             "energy": energy,
             "events": list(job.events.all()),
+            "failures_url": _failures_url(job),
             "figures": {
                 "allocations": figures.allocation_timeline(allocations, now),
                 "series": series_figure(telemetry.series, x_range=(start, end) if start else None),
