@@ -308,6 +308,90 @@ def parse_batch(raw: str | bytes, *, now: float | None = None, max_future_s: flo
     return batch
 
 
+# --- Node events: GPU errors (Xid, counters) and job log windows --------------------------
+
+NODE_EVENTS_TASK = "vigil.failures.ingest_node_events"
+
+MAX_WINDOW_LINES = 400  # lines of one shipped log window (the error and its context)
+MAX_LINE_CHARS = 4096
+
+
+class GpuErrorEventIn(BaseModel):
+    """A GPU error seen on the node: an Xid (NVML event or kernel line) or a counter increase.
+
+    Identical events within 5 s are coalesced by the collector; `count` says how many.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ts: Timestamp
+    kind: Literal[
+        "xid", "ecc_dbe", "ecc_sbe", "remap", "remap_failure", "nvlink", "pcie", "gpu_lost"
+    ]
+    source: Literal["nvml", "kmsg", "journal", "file", "counter", "simulated"]
+    gpu_index: GpuIndex | None = None
+    gpu_uuid: Annotated[str, StringConstraints(max_length=96)] | None = None
+    pci_bus_id: Annotated[str, StringConstraints(max_length=32)] | None = None
+    xid: Annotated[int, Field(ge=0, le=10_000)] | None = None
+    delta: Annotated[int, Field(ge=0)] | None = None  # counter increase, for counter kinds
+    count: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    pid: Annotated[int, Field(ge=0)] | None = None
+    message: Annotated[str, StringConstraints(max_length=2000)] = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GpuErrorEventIn:
+        if self.kind == "xid" and self.xid is None:
+            raise ValueError("an xid event needs its xid code")
+        return self
+
+
+class LogWindowIn(BaseModel):
+    """Lines around an error in a running job's stdout/stderr (not the whole log)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    ts: Timestamp
+    path: Annotated[str, StringConstraints(max_length=1024)]
+    first_line_no: Annotated[int, Field(ge=1)]
+    lines: list[Annotated[str, StringConstraints(max_length=MAX_LINE_CHARS)]] = Field(
+        max_length=MAX_WINDOW_LINES
+    )
+    trigger: Annotated[str, StringConstraints(max_length=256)] = ""
+
+
+class NodeEventBatch(BaseModel):
+    """GPU error events and job log windows from one node."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    v: Literal[1] = SCHEMA_VERSION
+    batch_id: uuid.UUID
+    cluster: Name
+    node: Name
+    token: Annotated[str, StringConstraints(min_length=16, max_length=256)]
+    sent_at: Timestamp
+    gpu_events: list[GpuErrorEventIn] = Field(default_factory=list, max_length=100_000)
+    log_windows: list[LogWindowIn] = Field(default_factory=list, max_length=10_000)
+
+
+def parse_node_events(
+    raw: str | bytes, *, now: float | None = None, max_future_s: float = 300
+) -> NodeEventBatch:
+    """Validate a node-event batch (JSON text); raise BatchError naming the first problem."""
+    try:
+        batch = NodeEventBatch.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "batch"
+        raise BatchError("malformed", f"{where}: {first['msg']}") from None
+    limit = (time.time() if now is None else now) + max_future_s
+    stamps = [e.ts for e in batch.gpu_events] + [w.ts for w in batch.log_windows]
+    if any(ts > limit for ts in stamps):
+        raise BatchError("future_timestamp", "an event is stamped in the future")
+    return batch
+
+
 def clean_value(value: float | int | None) -> float | int | None:
     """Map the sentinels sources use for "no value" (NaN, DCGM blanks) to None."""
     if value is None:

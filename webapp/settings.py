@@ -148,6 +148,7 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     "vigil.telemetry.ingest_batch": {"queue": "ingest"},
     "vigil.jobs.ingest_events": {"queue": "ingest"},
+    "vigil.failures.ingest_node_events": {"queue": "ingest"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A task whose worker died is redelivered after this many seconds (Redis has no per-consumer
