@@ -7,6 +7,7 @@ servers DATABASE_URL / CELERY_BROKER_URL name), real Celery workers as subproces
 from __future__ import annotations
 
 import pytest
+from django.core.cache import cache
 from django.db import connection
 
 from tests.helpers import WorkerProcess, database_url
@@ -18,10 +19,11 @@ SAMPLE_TABLES = ("telemetry_gpusample", "telemetry_nodesample", "telemetry_gpuro
 
 @pytest.fixture(autouse=True)
 def _forget_process_caches():
-    """Caches of partitions, tokens and GPU ids must not outlive a rolled-back test."""
+    """Caches (partitions, tokens, GPU ids, computed pages) must not outlive a test."""
     yield
     partitions.known_forget()
     fleet_services.caches_clear()
+    cache.clear()  # the shared Redis cache outlives tests (and test runs)
 
 
 @pytest.fixture

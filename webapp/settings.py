@@ -165,6 +165,24 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # a new PostgreSQL backend per batch cost about a third of the ingest CPU (py-spy).
 CELERY_DB_REUSE_MAX = envint("VIGIL_WORKER_DB_REUSE_MAX", "1000", minimum=1)
 
+# --- Cache ---------------------------------------------------------------------------------
+# Shared by every web and worker process (characterization results, warmed by beat), in the
+# broker's Redis on database 1, unless VIGIL_CACHE_URL names another (redis://, unix://).
+def _cache_location(broker: str) -> str:
+    if broker.startswith("redis+socket://"):
+        return "unix://" + broker.removeprefix("redis+socket://").split("?")[0] + "?db=1"
+    if broker.startswith(("redis://", "rediss://")):
+        return broker.rsplit("/", 1)[0] + "/1" if broker.count("/") > 2 else broker + "/1"
+    return ""
+
+
+_cache_url = os.environ.get("VIGIL_CACHE_URL") or _cache_location(CELERY_BROKER_URL)
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}
+    if _cache_url
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
+
 # --- Email ---------------------------------------------------------------------------------
 _email = dj_email_url.parse(os.environ.get("EMAIL_URL", "console://"))
 EMAIL_BACKEND = _email["EMAIL_BACKEND"]
