@@ -165,6 +165,7 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # a new PostgreSQL backend per batch cost about a third of the ingest CPU (py-spy).
 CELERY_DB_REUSE_MAX = envint("VIGIL_WORKER_DB_REUSE_MAX", "1000", minimum=1)
 
+
 # --- Cache ---------------------------------------------------------------------------------
 # Shared by every web and worker process (characterization results, warmed by beat), in the
 # broker's Redis on database 1, unless VIGIL_CACHE_URL names another (redis://, unix://).
