@@ -159,6 +159,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": envint("VIGIL_BROKER_VISIBILITY_TIMEOUT", "600", minimum=1),
     "unacked_restore_interval": envint("VIGIL_BROKER_RESTORE_INTERVAL_S", "30", minimum=1),
     "unacked_restore_throttle": 1,
+    # A worker killed during a sweep leaves the sweep's lock behind; kombu's default expiry
+    # (300 s) would hold every other worker's recovery back that long. A sweep takes ms.
+    "unacked_mutex_expire": 15,
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Celery's Django fixup closes the database connection around every task unless this is set;
