@@ -6,10 +6,19 @@
     vigil-collector --source nvml --fixture h100-sxm5-80gb --stdout --count 3 --interval 1
     vigil-collector --source nvml --jobs slurm --cluster seren   # GPUs and the cluster's jobs
     vigil-collector --source none --jobs slurm --cluster seren   # a controller without GPUs
+    vigil-collector --source nvml --cluster seren --kernel-log journal \
+        --job-log-glob '/var/log/jobs/*/*.log'                     # GPU errors and job logs
 
 Job events: `--jobs slurm` polls squeue/scontrol and the jobcomp file on this host (run it on
 one host per cluster: it reports every job of the cluster); `--source simulated` also
 simulates the cluster's jobs unless `--jobs none`.
+
+GPU errors and job logs (sent as node-event batches, task vigil.failures.ingest_node_events):
+Xid events from NVML event sets (`--no-xid` to skip), Xid lines from the kernel log
+(`--kernel-log auto|kmsg|journal|FILE|none`), ECC / row-remap / NVLink counter increases in
+the samples (`--no-counter-events`), and error windows from job logs (`--job-log-glob`,
+`--job-logs-slurm`). With `--source simulated`, failed jobs leave the same kind of events
+(`--no-sim-failures` to turn that off).
 
 Exit status: 0 done, 2 bad flags or configuration, 3 collector disabled (no NVIDIA driver).
 """
@@ -109,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--state-dir",
         type=Path,
         default=_default_state_dir(),
-        help="where the Slurm watcher remembers what it reported",
+        help="where the Slurm watcher, the kernel log and job log readers remember what they "
+        "reported (so a restart neither repeats nor skips)",
     )
     p.add_argument("--cluster", default=os.environ.get("VIGIL_CLUSTER"), help="cluster name")
     p.add_argument(
@@ -129,6 +139,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes-per-cluster", type=_positive_int, default=16)
     p.add_argument("--gpus-per-node", type=_positive_int, default=8)
     p.add_argument("--seed", type=int, default=None, help="simulated: random seed")
+    events = p.add_argument_group("GPU errors and job logs (node events)")
+    events.add_argument(
+        "--xid",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--source nvml: read Xid errors from NVML event sets (default: on)",
+    )
+    events.add_argument(
+        "--kernel-log",
+        metavar="auto|kmsg|journal|FILE|none",
+        default=None,
+        help="where to read kernel Xid lines: /dev/kmsg (root or CAP_SYSLOG), `journalctl -k -f`, "
+        "a file that is appended to, or none; auto tries kmsg, then journal (default: auto for "
+        "--source nvml/dcgm, none with --fixture or --source simulated/none)",
+    )
+    events.add_argument(
+        "--counter-events",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="turn ECC, row-remap and NVLink error counter increases into events (default: on)",
+    )
+    events.add_argument(
+        "--job-log-glob",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="job stdout/stderr files to follow, e.g. '/var/log/jobs/*/*.log' (job id: the first "
+        "number in a wildcard part of the path); repeatable",
+    )
+    events.add_argument(
+        "--job-logs-slurm",
+        action="store_true",
+        help="follow the StdOut/StdErr files Slurm names for the jobs running on --node",
+    )
+    events.add_argument(
+        "--sim-failures",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--source simulated: failed jobs leave GPU error events and log windows (default: on)",
+    )
     p.add_argument("--log-level", default=os.environ.get("VIGIL_LOG_LEVEL", "INFO"))
     return p
 
@@ -179,6 +229,51 @@ def _check_name(parser: argparse.ArgumentParser, flag: str, value: str) -> None:
         parser.error(f"{flag} {value!r}: use 1-128 letters, digits, '.', '_' or '-'")
 
 
+def _event_watchers(
+    args: argparse.Namespace, backend: Any, tokens: Callable[[str, str], str]
+) -> list[Any]:
+    """The node-event watcher for the flags (Xids, kernel log, counters, job logs), if any."""
+    from collectors.watchers.nodeevents import NodeEventWatcher
+
+    sources: list[Any] = []
+    if args.source == "simulated":
+        if backend.jobs is not None and args.sim_failures:
+            sources.append(backend.jobs.event_source())
+    else:
+        if args.source == "nvml" and args.xid:
+            from collectors.watchers.xid import NvmlXidSource
+
+            xid = NvmlXidSource(args.cluster, args.node, backend.gpus)
+            if xid.active:
+                sources.append(xid)
+        if args.kernel_log != "none":
+            from collectors.watchers.kernel import KernelLogSource
+
+            sources.append(
+                KernelLogSource(
+                    args.cluster,
+                    args.node,
+                    list(getattr(backend, "gpus", None) or []),
+                    args.kernel_log,
+                    args.state_dir,
+                )
+            )
+        if args.counter_events and args.source != "none":
+            from collectors.watchers.counters import CounterEventSource
+
+            sources.append(CounterEventSource())
+        paths = []
+        if args.job_log_glob or args.job_logs_slurm:
+            from collectors.watchers.joblogs import JobLogSource, glob_paths, slurm_paths
+
+            if args.job_log_glob:
+                paths.append(glob_paths(args.job_log_glob))
+            if args.job_logs_slurm:
+                paths.append(slurm_paths(args.node))
+            sources.append(JobLogSource(args.cluster, args.node, paths, args.state_dir))
+    return [NodeEventWatcher(sources, tokens)] if sources else []
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -204,6 +299,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--source none collects nothing without --jobs slurm")
     if args.slurm_jobcomp and args.jobs != "slurm":
         parser.error("--slurm-jobcomp only applies to --jobs slurm")
+    if args.kernel_log is None:
+        args.kernel_log = "auto" if args.source in ("nvml", "dcgm") and not args.fixture else "none"
+    if args.kernel_log != "none" and args.source == "simulated":
+        parser.error("--kernel-log does not apply to --source simulated")
+    if (args.job_log_glob or args.job_logs_slurm) and args.source == "simulated":
+        parser.error("--job-log-glob/--job-logs-slurm do not apply to --source simulated")
+    for pattern in args.job_log_glob:
+        if not os.path.isabs(pattern):
+            parser.error(f"--job-log-glob {pattern!r}: give an absolute path pattern")
     backfill = args.source == "simulated" and args.count is not None
 
     # Every configuration error is reported before any backend starts.
@@ -238,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             args.gpus_per_node,
             seed=args.seed,
             jobs=args.jobs == "simulated",
+            failures=args.sim_failures,
         )
         if backend.jobs is not None:
             watchers.append(backend.jobs.watcher(tokens))
@@ -283,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
 
+    event_watchers = _event_watchers(args, backend, tokens)
+
     transport: Any = None
     if args.stdout:
 
@@ -290,10 +397,10 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
 
-        job_sink = sink
+        job_sink = event_sink = sink
 
     else:
-        from collectors.schema import JOB_EVENTS_TASK
+        from collectors.schema import JOB_EVENTS_TASK, NODE_EVENTS_TASK
         from collectors.transport import Transport
 
         try:
@@ -307,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
         def job_sink(batch_id: str, text: str) -> None:
             transport.send(text, batch_id, task=JOB_EVENTS_TASK)
 
+        def event_sink(batch_id: str, text: str) -> None:
+            transport.send(text, batch_id, task=NODE_EVENTS_TASK)
+
     from collectors.agent import Agent
 
     agent = Agent(
@@ -318,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         on_round=on_round,
         watchers=watchers,
         job_sink=job_sink,
+        event_watchers=event_watchers,
+        event_sink=event_sink,
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())
@@ -338,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
         # "Note on SIGPIPE").
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     finally:
+        for watcher in event_watchers:
+            watcher.close()  # NVML event sets are freed before nvmlShutdown
         backend.close()
         if transport is not None:
             transport.close()
@@ -346,10 +460,11 @@ def main(argv: list[str] | None = None) -> int:
         if fake is not None:
             fake.uninstall()
     log.info(
-        "stopped after %d rounds, %d batches, %d job-event batches",
+        "stopped after %d rounds, %d batches, %d job-event batches, %d node-event batches",
         agent.rounds,
         agent.batches,
         agent.job_batches,
+        agent.event_batches,
     )
     return 0
 

@@ -7,7 +7,10 @@ the server refuses timestamps more than 300 s in the future.
 
 Job watchers (collectors/watchers: Slurm, the simulator's job model) are polled once per round
 after the sampling, in the same thread, so the transport is never used from two threads; their
-JobEventBatch texts go to `job_sink`.
+JobEventBatch texts go to `job_sink`. Node-event watchers (collectors/watchers/nodeevents.py:
+Xids, kernel log, counter increases, job log windows) are polled right after them, see the
+round's readings first (`observe`, for the counter increases) and send NodeEventBatch texts to
+`event_sink` (task `schema.NODE_EVENTS_TASK`).
 """
 
 from __future__ import annotations
@@ -88,11 +91,16 @@ class Agent:
         on_round: Callable[[], None] | None = None,
         watchers: list[JobWatcher] | None = None,
         job_sink: Sink | None = None,
+        event_watchers: list[JobWatcher] | None = None,
+        event_sink: Sink | None = None,
     ) -> None:
         self.backend = backend
         self.watchers = list(watchers or [])
         self.job_sink = job_sink or sink
         self.job_batches = 0
+        self.event_watchers = list(event_watchers or [])
+        self.event_sink = event_sink or sink
+        self.event_batches = 0
         self.tokens = tokens
         self.sink = sink
         self.interval_s = interval_s
@@ -154,16 +162,28 @@ class Agent:
             self._add(reading)
         for watcher in self.watchers:
             self._poll(watcher, ts)
+        for watcher in self.event_watchers:
+            observe = getattr(watcher, "observe", None)
+            if observe is not None:
+                try:
+                    observe(readings)
+                except Exception as exc:  # noqa: BLE001 (as below)
+                    log.error("event watcher failed at %.0f: %s: %s", ts, type(exc).__name__, exc)
+            self._poll(watcher, ts, events=True)
 
-    def _poll(self, watcher: JobWatcher, ts: float) -> None:
+    def _poll(self, watcher: JobWatcher, ts: float, *, events: bool = False) -> None:
         try:
             batches = watcher.poll(ts)
         except Exception as exc:  # noqa: BLE001 (a watcher's bug must not stop GPU sampling)
             log.error("job watcher failed at %.0f: %s: %s", ts, type(exc).__name__, exc)
             return
         for batch_id, text in batches:
-            self.job_sink(batch_id, text)
-            self.job_batches += 1
+            if events:
+                self.event_sink(batch_id, text)
+                self.event_batches += 1
+            else:
+                self.job_sink(batch_id, text)
+                self.job_batches += 1
         # Only now is what the watcher reported safe (published or spooled): remember it.
         watcher.commit()
 
@@ -212,3 +232,10 @@ class Agent:
                 for batch_id, text in finish():
                     self.job_sink(batch_id, text)
                     self.job_batches += 1
+        for watcher in self.event_watchers:
+            finish = getattr(watcher, "finish", None)  # windows still open are sent as they are
+            if finish is not None:
+                for batch_id, text in finish():
+                    self.event_sink(batch_id, text)
+                    self.event_batches += 1
+                watcher.commit()

@@ -1,7 +1,8 @@
 """Getting batches to the broker: a Celery producer without Django, and a disk spool.
 
 One Celery task per node per batch (`INGEST_TASK`, one positional argument: the batch as JSON
-text; job-event batches go to `JOB_EVENTS_TASK` the same way), published by name so the agent
+text; job-event batches go to `JOB_EVENTS_TASK` and node-event batches (GPU errors, job log
+windows) to `NODE_EVENTS_TASK` the same way), published by name so the agent
 needs none of the server's code. Publishing never
 blocks on long retries: when the broker does not answer at once the batch goes to the spool,
 one fsynced file per batch, and is replayed oldest first, before any newer batch, as soon as

@@ -26,4 +26,10 @@ app.conf.beat_schedule = {
         "task": "vigil.fleet.mark_stale_nodes",
         "schedule": 30.0,
     },
+    # The characterization page of every cluster stays in the cache (its entries live 300 s,
+    # webapp/jobs/selectors.py), so no visitor waits for a million-job computation.
+    "jobs-warm-characterization": {
+        "task": "vigil.jobs.warm_characterization",
+        "schedule": 120.0,
+    },
 }

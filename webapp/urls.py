@@ -13,5 +13,6 @@ urlpatterns = [
     path("", include("webapp.fleet.urls")),
     path("", include("webapp.telemetry.urls")),
     path("", include("webapp.jobs.urls")),
+    path("", include("webapp.failures.urls")),
     path("api/v1/", include("webapp.jobs.api_urls")),
 ]

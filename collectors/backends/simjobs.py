@@ -19,6 +19,12 @@ GPUs are busy (`gpu_busy`): a free GPU idles, a held one works unless the job le
 (evaluation loading and metric phases, debug sessions, jobs that asked for more GPUs than they
 use), which is how "wasted GPUs" show up. Job changes come out as JobEventIn objects, collected
 per cluster and sent as one JobEventBatch per cluster from the cluster's first node.
+
+Failed jobs carry a cause (collectors/backends/simfailures.py): a GPU fault is a GPU error
+event on the culprit node at the fault time (NCCL's timeout before the job ends), and every
+failure leaves error windows in the job's logs on its nodes at the end, sent through the same
+node-event path as a real node's (`JobSimulator.event_source()`). Causes are drawn from a
+generator of their own, so the job stream of a seed is the same with or without them.
 """
 
 from __future__ import annotations
@@ -30,7 +36,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from collectors.schema import SCHEMA_VERSION, JobEventBatch, JobEventIn, JobGpus, new_batch_id
+from collectors.backends import simfailures
+from collectors.schema import (
+    SCHEMA_VERSION,
+    GpuErrorEventIn,
+    GpuInfo,
+    JobEventBatch,
+    JobEventIn,
+    JobGpus,
+    LogWindowIn,
+    new_batch_id,
+)
+from collectors.watchers.joblogs import is_trigger, message_of
+from collectors.watchers.nodeevents import NodeEvents
 
 
 @dataclass(frozen=True)
@@ -81,6 +99,8 @@ OVER_REQUEST_SHARE = 0.1  # jobs that use half the GPUs they hold (our assumptio
 PRETRAIN_LOAD_S = 300.0  # checkpoint load before the first step (25 Gb/s NIC, section 1)
 PRETRAIN_GAP_S = (60.0, 900.0)  # time to resubmit a pretraining run after the last one
 CHECKPOINT_EVERY_S = 1800.0  # 30-min checkpoint interval (section 10)
+ITERATION_S = 4.2  # seconds per training step printed in the simulated logs (our assumption)
+JOB_LOG_DIR = "/var/log/jobs"  # where the simulated logs "are": /var/log/jobs/<job>/<node>.log
 # Simulated silently before the first sample so the fleet starts busy; the jobs in flight at
 # that moment are reported as submitted/started then, so a restarted simulator never reports
 # GPUs held twice over the same past.
@@ -114,6 +134,8 @@ class SimJob:
     idle_gpus: int = 0  # the last `idle_gpus` of `held` never work
     idle_all: bool = False
     alloc: list[JobGpus] = field(default_factory=list)
+    cause: str | None = None  # of a FAILED job: a cause of failure-taxonomy.md
+    culprit: int = 0  # the rank (position in `held`) the failure starts on
 
     def busy(self, pos: int, ts: float) -> bool:
         """Does the job's `pos`-th GPU work at `ts`?"""
@@ -140,9 +162,22 @@ class ClusterJobs:
     """One cluster's jobs: a pretraining lane, a pool, a queue, and the events they make."""
 
     def __init__(
-        self, cluster: str, nodes: list[str], gpus_per_node: int, rng: random.Random
+        self,
+        cluster: str,
+        nodes: list[str],
+        gpus_per_node: int,
+        rng: random.Random,
+        *,
+        fail_rng: random.Random | None = None,
+        inventory: dict[str, list[GpuInfo]] | None = None,
     ) -> None:
         self.cluster = cluster
+        self.fail_rng = fail_rng  # None: failed jobs leave no traces
+        self.inventory = inventory or {}
+        self.node_events: dict[str, NodeEvents] = {}
+        # Traces are kept only once someone takes them (JobSimulator.event_source()), so a
+        # simulator run without a node-event watcher (benchmarks) does not pile them up.
+        self.keep_traces = False
         self.nodes = nodes
         self.gpn = gpus_per_node
         self.rng = rng
@@ -332,6 +367,9 @@ class ClusterJobs:
                 self._end(job, when)
             elif kind == "resubmit":
                 self._submit(self._draw_pretrain(when), when)
+            elif kind == "fault" and job is not None:
+                self._fault(job, when)
+                continue  # frees nothing: no scheduling pass
             self._schedule(when)
         self.now = max(self.now or ts, ts)
 
@@ -372,12 +410,104 @@ class ClusterJobs:
             job.alloc = [JobGpus(node=self.nodes[n], gpu_indices=gs) for n, gs in by_node.items()]
             self._emit(job, "started", start, start_ts=start, allocation=job.alloc)
             self._push(job.end_ts, "end", job)
+            if job.state == "FAILED" and self.fail_rng is not None:
+                self._plan_failure(job)
+
+    # Failures ----------------------------------------------------------------------------
+
+    def _plan_failure(self, job: SimJob) -> None:
+        rng = self.fail_rng
+        assert rng is not None and job.start_ts is not None and job.end_ts is not None
+        job.cause = simfailures.draw_cause(rng, job.lane)
+        hardware = job.cause in simfailures.HARDWARE_XID
+        # Script errors are raised by every rank alike: rank 0's copy is the one users read.
+        job.culprit = rng.randrange(len(job.held)) if hardware or job.lane else 0
+        if hardware:
+            # The GPU faults; the job dies when NCCL's watchdog gives up on the collective.
+            lead = simfailures.NCCL_TIMEOUT_S + rng.uniform(5.0, 60.0)
+            self._push(max(job.start_ts + 1.0, job.end_ts - lead), "fault", job)
+
+    def _tracing(self) -> bool:
+        return self.keep_traces and not self.quiet and self.fail_rng is not None
+
+    def _node_events(self, node: str) -> NodeEvents:
+        return self.node_events.setdefault(node, NodeEvents(self.cluster, node))
+
+    def _fault(self, job: SimJob, ts: float) -> None:
+        if not self._tracing() or job.cause not in simfailures.HARDWARE_XID:
+            return
+        assert self.fail_rng is not None
+        xid = simfailures.HARDWARE_XID[job.cause]
+        n, g = job.held[job.culprit]
+        node = self.nodes[n]
+        infos = self.inventory.get(node, [])
+        info = infos[g] if g < len(infos) else None
+        pci = info.pci_bus_id if info and info.pci_bus_id else f"00000000:{g:02X}:00.0"
+        pid = self.fail_rng.randint(20000, 60000)
+        ident = {"gpu_index": g, "gpu_uuid": info.uuid if info else None, "pci_bus_id": pci}
+        events = self._node_events(node).gpu_events
+        events.append(
+            GpuErrorEventIn(
+                ts=ts,
+                kind="xid",
+                source="simulated",
+                xid=xid,
+                pid=pid,
+                message=simfailures.xid_message(xid, pid),
+                **ident,  # type: ignore[arg-type]
+            )
+        )
+        if xid == 48:  # a double-bit error also moves the volatile DBE counter
+            events.append(
+                GpuErrorEventIn(
+                    ts=ts,
+                    kind="ecc_dbe",
+                    source="simulated",
+                    delta=1,
+                    message="ecc_dbe_vol +1",
+                    **ident,  # type: ignore[arg-type]
+                )
+            )
+
+    def _failure_windows(self, job: SimJob, ts: float) -> None:
+        if not self._tracing() or job.cause is None or job.start_ts is None:
+            return
+        assert self.fail_rng is not None
+        ctx = simfailures.FailureContext(
+            job_id=job.job_id,
+            host_of_rank=[self.nodes[n] for n, _ in job.held],
+            culprit_rank=job.culprit,
+            step=max(int((ts - job.start_ts) / ITERATION_S), 3),
+            rng=self.fail_rng,
+        )
+        shown = max(ts - 2.0, job.start_ts)
+        for node, lines in simfailures.render_windows(job.cause, ctx, job.user).items():
+            first = next((ln for ln in lines if is_trigger(ln)), None)
+            if first is None:
+                continue
+            self._node_events(node).log_windows.append(
+                LogWindowIn(
+                    job_id=job.job_id,
+                    ts=shown,
+                    path=f"{JOB_LOG_DIR}/{job.job_id}/{node}.log",
+                    first_line_no=ctx.step * 2 + 40,
+                    lines=lines,
+                    trigger=message_of(first).strip()[:256],
+                )
+            )
+
+    def take_node_events(self) -> list[NodeEvents]:
+        events, self.node_events = list(self.node_events.values()), {}
+        return events
 
     def _end(self, job: SimJob, ts: float, *, resubmit: bool = True) -> None:
         for n, g in job.held:
             self.free[n].add(g)
             self.owner.pop((n, g), None)
         exit_code = {"COMPLETED": 0, "FAILED": 1, "CANCELLED": -15}[job.state]
+        if job.state == "FAILED" and job.cause is not None:
+            exit_code = simfailures.EXIT_CODE[job.cause]
+            self._failure_windows(job, ts)
         extra: dict[str, object] = {}
         if job.lane and job.start_ts is not None and ts - job.start_ts >= CHECKPOINT_EVERY_S:
             done = (ts - job.start_ts) // CHECKPOINT_EVERY_S
@@ -416,10 +546,22 @@ class JobSimulator:
         gpus_per_node: int,
         *,
         seed: int | None = None,
+        failures: bool = True,
+        inventory: dict[str, list[GpuInfo]] | None = None,
     ) -> None:
         rng = random.Random(None if seed is None else seed + 1_000_003)
         self.clusters = {
-            c: ClusterJobs(c, nodes, gpus_per_node, random.Random(rng.random()))
+            c: ClusterJobs(
+                c,
+                nodes,
+                gpus_per_node,
+                random.Random(rng.random()),
+                # A generator of its own (seeded by name): the job stream does not change.
+                fail_rng=random.Random(f"failures/{c}/{seed}" if seed is not None else None)
+                if failures
+                else None,
+                inventory=inventory,
+            )
             for c, nodes in layout.items()
         }
 
@@ -441,6 +583,31 @@ class JobSimulator:
 
     def watcher(self, tokens: Callable[[str, str], str]) -> SimulatedJobWatcher:
         return SimulatedJobWatcher(self, tokens)
+
+    def event_source(self) -> SimulatedFailureSource:
+        for cluster in self.clusters.values():
+            cluster.keep_traces = True
+        return SimulatedFailureSource(self)
+
+
+class SimulatedFailureSource:
+    """The injected failures' GPU events and log windows, for NodeEventWatcher."""
+
+    def __init__(self, sim: JobSimulator) -> None:
+        self.sim = sim
+
+    def poll(self, ts: float) -> list[NodeEvents]:
+        self.sim.advance(ts)
+        return [e for c in self.sim.clusters.values() for e in c.take_node_events()]
+
+    def finish(self) -> list[NodeEvents]:
+        return [e for c in self.sim.clusters.values() for e in c.take_node_events()]
+
+    def commit(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class SimulatedJobWatcher:

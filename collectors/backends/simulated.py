@@ -18,6 +18,9 @@ GPUs keep a state over time):
   distribution (below the idle share p), a working one from the busy part (above p); the
   latents only move it within its part. The job model keeps about p of the GPUs idle, so the
   marginals still match Acme's.
+- failed jobs leave GPU error events and job log windows (collectors/backends/simfailures.py),
+  sent by `self.jobs.event_source()` through the node-event path; `failures=False` turns that
+  off.
 Acme used A100-SXM4-80GB boards (Hu et al., NSDI '24, section 2), hence the fixed attributes.
 """
 
@@ -144,6 +147,7 @@ class SimulatedBackend:
         seed: int | None = None,
         calibration: dict[str, Any] | None = None,
         jobs: bool = True,
+        failures: bool = True,
     ) -> None:
         calib = calibration or load_calibration()
         self._rng = random.Random(seed)
@@ -197,7 +201,13 @@ class SimulatedBackend:
             layout: dict[str, list[str]] = {}
             for node in self.nodes:
                 layout.setdefault(node.cluster, []).append(node.node)
-            self.jobs = JobSimulator(layout, gpus_per_node, seed=seed)
+            self.jobs = JobSimulator(
+                layout,
+                gpus_per_node,
+                seed=seed,
+                failures=failures,
+                inventory={node.node: node.infos for node in self.nodes},
+            )
 
     @property
     def node_ids(self) -> list[tuple[str, str]]:

@@ -21,11 +21,21 @@ Fixture (YAML or dict), one entry per GPU in NVML index order, keyed by UUID:
         nvmlDeviceGetClockInfo(1): 1980     # arguments in parentheses: NVML_CLOCK_SM
         nvmlDeviceGetFieldValues(82): 45    # one key per field id
         nvmlGpmMetricsGet(2): 81.5          # one key per GPM metric id
+        xid_events: [{step: 2, xid: 79}]    # optional: Xids the event set delivers at step 2
+        nvmlDeviceRegisterEvents: {error: 3}  # optional: this GPU cannot register for events
 
 A call a GPU's entry does not name answers NOT_SUPPORTED, like a feature the board lacks. A
 `seq` holds its last value after it runs out. Structs are mappings of their field names, and
 `nvmlDeviceGetRemappedRows` a list `[corr, unc, pending, failure]`. The step (index into
 every `seq`) starts at 0 and moves only when `advance()` is called: one step per agent round.
+
+A fixture may start with `extends: <name>` (a fixture in the same folder) and list only the
+GPU entries it adds or replaces (collectors/fixtures/h100-xid79.yaml).
+
+Event sets: every GPU registers for events unless its entry says otherwise; a scripted Xid is
+queued on each set the GPU registered with (at or before its step, like NVML, which reports
+only events after registration) once the step is reached, and `nvmlEventSetWait_v2` returns
+the queue in order, then NVML_ERROR_TIMEOUT.
 """
 
 from __future__ import annotations
@@ -62,9 +72,25 @@ def load_fixture(source: str | Path | dict[str, Any]) -> dict[str, Any]:
         path = FIXTURES_DIR / f"{source}.yaml"
     with open(path, encoding="utf-8") as fh:
         data = yaml.safe_load(fh)
+    if isinstance(data, dict) and "extends" in data:
+        data = _extend(path, data)
     if not isinstance(data, dict) or not isinstance(data.get("gpus"), dict) or not data["gpus"]:
         raise ValueError(f"{path}: not an NVML fixture (needs a non-empty 'gpus' mapping)")
     return data
+
+
+def _extend(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """`extends: <fixture>`: the base fixture with these GPUs' entries added or replaced."""
+    base = load_fixture(Path(path).parent / f"{data['extends']}.yaml")
+    gpus = {uuid: dict(calls or {}) for uuid, calls in base["gpus"].items()}
+    for uuid, calls in (data.get("gpus") or {}).items():
+        if uuid not in gpus:
+            raise ValueError(f"{path}: GPU {uuid} is not in the fixture it extends")
+        gpus[uuid].update(calls or {})
+    merged = {k: v for k, v in base.items() if k != "gpus"}
+    merged.update({k: v for k, v in data.items() if k not in ("extends", "gpus")})
+    merged["gpus"] = gpus
+    return merged
 
 
 def _val(x: Any) -> Any:
@@ -82,6 +108,9 @@ class _FakeGpu:
         self.index = index
         self.uuid = uuid
         self.lost_at_step = calls.pop("lost_at_step", None)
+        self.xid_events = [
+            (int(e["step"]), int(e["xid"])) for e in calls.pop("xid_events", None) or []
+        ]
         self.calls = calls
         self.struct = pynvml.struct_c_nvmlDevice_t()  # what the handle points at
 
@@ -101,6 +130,8 @@ class FakeNvml:
         self.calls_made = 0
         self._samples: dict[int, tuple[Any, _FakeGpu | None, int]] = {}
         self._saved: tuple[Any, Any] | None = None
+        # event set address -> (set struct, {gpu index: registration step}, delivered keys)
+        self._sets: dict[int, tuple[Any, dict[int, int], set[tuple[int, int]]]] = {}
         self._symbols: dict[str, Callable[..., int]] = {
             "nvmlInitWithFlags": lambda flags: SUCCESS,
             "nvmlShutdown": lambda: SUCCESS,
@@ -121,6 +152,10 @@ class FakeNvml:
             "nvmlGpmSampleFree": self._gpm_free,
             "nvmlGpmSampleGet": self._gpm_get,
             "nvmlGpmMetricsGet": self._gpm_metrics,
+            "nvmlEventSetCreate": self._event_set_create,
+            "nvmlEventSetFree": self._event_set_free,
+            "nvmlDeviceRegisterEvents": self._register_events,
+            "nvmlEventSetWait_v2": self._event_set_wait,
         }
         for name in (
             "nvmlDeviceGetArchitecture",
@@ -353,3 +388,45 @@ class FakeNvml:
             elif status == GPU_IS_LOST:
                 return GPU_IS_LOST
         return SUCCESS
+
+    def _event_set_create(self, ref: Any) -> int:
+        es = pynvml.struct_c_nvmlEventSet_t()
+        _out(ref).contents = es
+        self._sets[ctypes.addressof(es)] = (es, {}, set())
+        return SUCCESS
+
+    def _event_set_free(self, es: Any) -> int:
+        return SUCCESS if self._sets.pop(ctypes.addressof(es.contents), None) else INVALID_ARGUMENT
+
+    def _register_events(self, handle: Any, types: Any, es: Any) -> int:
+        gpu = self._gpu(handle)
+        entry = self._sets.get(ctypes.addressof(es.contents))
+        if gpu is None or entry is None:
+            return INVALID_ARGUMENT
+        if "nvmlDeviceRegisterEvents" in gpu.calls or (
+            gpu.lost_at_step is not None and self.step >= gpu.lost_at_step
+        ):
+            status, _ = self._answer(gpu, "nvmlDeviceRegisterEvents")
+            if status != SUCCESS:
+                return status
+        entry[1][gpu.index] = self.step
+        return SUCCESS
+
+    def _event_set_wait(self, es: Any, ref: Any, timeout_ms: Any) -> int:
+        entry = self._sets.get(ctypes.addressof(es.contents))
+        if entry is None:
+            return INVALID_ARGUMENT
+        _, registered, delivered = entry
+        for gpu in self.gpus:
+            since = registered.get(gpu.index)
+            if since is None:
+                continue
+            for k, (step, xid) in enumerate(gpu.xid_events):
+                if since <= step <= self.step and (gpu.index, k) not in delivered:
+                    delivered.add((gpu.index, k))
+                    data = _out(ref)
+                    data.device = ctypes.pointer(gpu.struct)
+                    data.eventType = pynvml.nvmlEventTypeXidCriticalError
+                    data.eventData = xid
+                    return SUCCESS
+        return pynvml.NVML_ERROR_TIMEOUT

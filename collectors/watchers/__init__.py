@@ -1,7 +1,10 @@
-"""Scheduler watchers: turn what a scheduler says about jobs into job-event batches.
+"""Watchers: what the agent reports besides samples, polled once per round.
 
-A watcher is polled by the agent loop (`poll(ts)`) and returns finished `JobEventBatch` JSON
-texts, which the agent hands to the transport for `schema.JOB_EVENTS_TASK`.
+Scheduler watchers (slurm.py, the simulator's) turn what a scheduler says about jobs into
+`JobEventBatch` JSON texts, which the agent hands to the transport for
+`schema.JOB_EVENTS_TASK`. Node-event watchers (nodeevents.py, with the sources xid.py,
+kernel.py, counters.py and joblogs.py) follow the same protocol and produce `NodeEventBatch`
+texts for `schema.NODE_EVENTS_TASK`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from collectors.schema import parse_batch, parse_job_events
+from collectors.schema import parse_batch, parse_job_events, parse_node_events
 from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +48,8 @@ def collector(*args: str, env: dict | None = None, timeout: float = 60):
         (["--source", "none", "--stdout", "--cluster", "c"], "--source none collects nothing"),
         (["--jobs", "simulated", "--stdout", "--cluster", "c"], "--jobs simulated only"),
         (["--source", "simulated", "--jobs", "slurm", "--stdout"], "--jobs slurm watches"),
+        (["--source", "simulated", "--stdout", "--kernel-log", "kmsg"], "--kernel-log does not"),
+        (["--stdout", "--cluster", "c", "--job-log-glob", "jobs/*.log"], "absolute path pattern"),
     ],
 )
 def test_bad_flags_give_one_clear_line_and_exit_2(args, says):
@@ -89,11 +91,43 @@ def test_stdout_prints_one_valid_batch_per_round_from_a_fixture():
         "--interval", "0.05",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    batches = [parse_batch(line) for line in result.stdout.splitlines()]
+    lines = result.stdout.splitlines()
+    batches = [parse_batch(line) for line in lines if '"gpu_events":' not in line]
     assert len(batches) == 4
     assert [len(b.samples) for b in batches] == [8, 8, 8, 7]  # GPU 7 lost at step 3
     assert batches[0].node == "gpu-node-01" and batches[0].token == TOKEN
     assert "GPU 7" in result.stderr and "lost" in result.stderr
+    # The lost GPU is also a node event (its rows stop), sent once.
+    events = [parse_node_events(line) for line in lines if '"gpu_events":' in line]
+    lost = [e for b in events for e in b.gpu_events if e.kind == "gpu_lost"]
+    assert [(e.gpu_index, e.source) for e in lost] == [(7, "counter")]
+
+
+def test_stdout_shows_scripted_xids_kernel_lines_and_job_windows_as_node_events(tmp_path):
+    kern = tmp_path / "kern.log"
+    kern.write_text("NVRM: Xid (PCI:0000:5d:00): 48, pid=1, name=python, old news\n")
+    job_log = tmp_path / "jobs" / "31337" / "rank0.log"
+    job_log.parent.mkdir(parents=True)
+    job_log.write_text(
+        "step 1\nTraceback (most recent call last):\nNameError: name 'x' is not defined\n"
+    )
+    result = collector(
+        "--source", "nvml", "--fixture", "h100-xid79", "--cluster", "seren",
+        "--node", "gpu-node-01", "--token", TOKEN, "--stdout", "--count", "4",
+        "--interval", "0.05", "--kernel-log", str(kern), "--state-dir", str(tmp_path / "state"),
+        "--job-log-glob", str(tmp_path / "jobs/*/*.log"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    events = [
+        parse_node_events(line) for line in result.stdout.splitlines() if '"gpu_events":' in line
+    ]
+    xids = [(e.source, e.gpu_index, e.xid) for b in events for e in b.gpu_events if e.kind == "xid"]
+    assert xids == [("nvml", 3, 79)]  # the kernel log's old line is not shipped
+    lost = [(e.source, e.gpu_index) for b in events for e in b.gpu_events if e.kind == "gpu_lost"]
+    assert lost == [("counter", 3)]  # its rows stop from step 3
+    (window,) = [w for b in events for w in b.log_windows]
+    assert window.job_id == "31337" and window.lines[-1] == "NameError: name 'x' is not defined"
+    assert "node-event batches" in result.stderr
 
 
 def test_simulated_count_mode_backfills_in_the_past_and_groups_rounds(tmp_path):
@@ -110,7 +144,9 @@ def test_simulated_count_mode_backfills_in_the_past_and_groups_rounds(tmp_path):
     lines = result.stdout.splitlines()
     # Job-event batches share stdout with telemetry (the simulator runs jobs by default).
     job_batches = [parse_job_events(line) for line in lines if '"events":' in line]
-    batches = [parse_batch(line) for line in lines if '"events":' not in line]
+    node_events = [parse_node_events(line) for line in lines if '"gpu_events":' in line]
+    batches = [parse_batch(line) for line in lines if '"samples":' in line]
+    assert {b.node for b in node_events} <= set(names)
     assert job_batches and {b.node for b in job_batches} <= {"seren-node-001", "kalos-node-001"}
     assert len(batches) == 4 * 5  # 4 nodes x 30 rounds / 6 per batch
     assert {b.token for b in batches} == {f"token-{n}-0123456789" for n in names}

@@ -306,3 +306,36 @@ def test_telemetry_cdf_of_a_long_window_block_samples_the_rollup(db, monkeypatch
     assert result.source.startswith("1-minute rollup")
     assert 0 < result.sampled_pct < 100
     assert result.rows <= 16  # a sample of at most 2 minutes x 8 GPUs (possibly none)
+
+
+def test_medians_equal_postgresql_percentile_cont(acme, seeded):
+    """The medians come from counts of distinct values; they must be exactly what
+    percentile_cont(0.5) says over the same jobs."""
+    from django.db import connection
+
+    result = jobs_characterize(Window(acme))
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT job_type, percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_s), "
+            "percentile_cont(0.5) WITHIN GROUP (ORDER BY queue_s), "
+            "percentile_cont(0.5) WITHIN GROUP (ORDER BY gpus_requested) "
+            "FROM jobs_job WHERE cluster_id = %s AND gpus_requested > 0 "
+            "GROUP BY ROLLUP (job_type)",
+            [acme.id],
+        )
+        want = {row[0] or "all": row[1:] for row in cur.fetchall()}
+    for t in [*result.types, result.total]:
+        assert (t.duration_median_s, t.queue_median_s, t.gpus_median) == want[t.job_type]
+
+
+def test_warm_up_task_puts_every_cluster_page_in_the_cache(acme, seeded, django_assert_num_queries):
+    from webapp.jobs.selectors import characterization_cached
+    from webapp.jobs.tasks import warm_characterization
+
+    assert warm_characterization() == {"clusters": 2}
+    # The page's read is then one query (the newest job, for the cache key), not the pass
+    # over every job.
+    with django_assert_num_queries(1):
+        cached = characterization_cached(Window(acme))
+    assert cached.total.jobs == 400
+    assert cached.summary == jobs_characterize(Window(acme)).summary

@@ -190,3 +190,15 @@ def test_missing_file_and_bad_cluster_name(db, tmp_path):
         run(tmp_path / "absent.csv")
     with pytest.raises(CommandError, match="--cluster: 'bad name!'"):
         run(write(tmp_path, SEREN_EXAMPLE), "bad name!")
+
+
+def test_quoted_fields_and_float_counts_take_the_per_row_path(db, tmp_path):
+    """A file written by another tool: quoted fields, counts as "8.0". The vectorised parser
+    leaves such rows to the per-row one, which accepts them with the same values."""
+    quoted = SEREN_EXAMPLE.replace("5778469,u5907,1,8,128,", '"5778470","u5907",1.0,8.0,128,')
+    out, _ = run(write(tmp_path, SEREN_EXAMPLE, quoted, quoted.replace("Other", "Nope")))
+    assert "line 4: type: unknown type 'Nope'" in out
+    assert "imported 2, already present 0, skipped 1" in out
+    a, b = Job.objects.filter(scheduler_id__in=["5778469", "5778470"]).order_by("scheduler_id")
+    assert (b.gpus_requested, b.nodes_requested, b.submit_at) == (8, 1, a.submit_at)
+    assert b.gpu_time_s == a.gpu_time_s == 21544

@@ -84,7 +84,7 @@ def test_invalid_batch_is_rejected_and_worker_keeps_going(committed_node_token, 
 
 
 def test_sigkilled_worker_loses_nothing_and_duplicates_nothing(
-    committed_node_token, worker_factory
+    committed_node_token, worker_factory, broker
 ):
     batches = many_batches(committed_node_token, 150, intervals=30)
     expected = sum(len(b["samples"]) for b in batches)
@@ -96,8 +96,18 @@ def test_sigkilled_worker_loses_nothing_and_duplicates_nothing(
     first.kill()  # SIGKILL mid-stream: prefetched and running batches were never acked
     assert stored_samples() < expected
 
-    worker_factory(visibility_timeout_s=3)  # unacked messages come back after this
-    wait_for(lambda: stored_samples() == expected, timeout=120, interval=0.5)
+    second = worker_factory(visibility_timeout_s=3)  # unacked messages come back after this
+    try:
+        wait_for(lambda: stored_samples() == expected, timeout=120, interval=0.5)
+    except AssertionError as exc:
+        state = {
+            "stored": stored_samples(),
+            "expected": expected,
+            "queued": broker.llen("ingest"),
+            "unacked": broker.hlen("unacked"),
+            "mutex_ttl": broker.ttl("unacked_mutex"),
+        }
+        raise AssertionError(f"{exc}; {state}; second worker:\n{second.log()[-2000:]}") from None
     assert distinct_samples() == expected
     assert rollup_total() == expected
 

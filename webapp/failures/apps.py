@@ -5,3 +5,6 @@ class FailuresConfig(AppConfig):
     name = "webapp.failures"
     label = "failures"
     verbose_name = "Failures"
+
+    def ready(self) -> None:
+        from webapp.failures import signals  # noqa: F401 (connects the receivers)

@@ -2,9 +2,10 @@
 NSDI '24, section 3): job types by count and GPU time, duration / queueing / size CDFs, final
 states, telemetry CDFs, and a row in the columns of AcmeTrace's cluster_summary.csv.
 
-Everything is aggregated in PostgreSQL: two passes over the window's jobs (one for every
-count, sum, mean and median, one for the three histograms) and one over the 1-minute rollup
-(raw samples for windows under a day), whatever the number of jobs. A job belongs to the
+Everything is aggregated in PostgreSQL: one hashed pass over the window's jobs (sums per type,
+GPU / CPU job and final group, and the number of jobs with each distinct duration, queueing
+delay and GPU count, from which medians and CDFs follow exactly) and one over the 1-minute rollup (raw samples for windows under a day), whatever
+the number of jobs. A job belongs to the
 window when it was submitted in it (`submit_at`, served by the (cluster, submit_at) index).
 Like the paper, per-type and summary statistics are over GPU jobs (`gpus_requested > 0`);
 durations and queueing delays count only jobs that have them (started, resp. ended).
@@ -12,6 +13,8 @@ durations and queueing delays count only jobs that have them (started, resp. end
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -21,20 +24,14 @@ from django.utils import timezone
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobState, JobType
 
-CHARACTERIZE_WORK_MEM = "128MB"  # 1M jobs x 3 sorted columns fit without spilling
+CHARACTERIZE_WORK_MEM = "128MB"  # the hash tables of 1M jobs' distinct values fit in memory
 FINAL_GROUPS: tuple[str, ...] = ("completed", "cancelled", "failed")
 # States a job is still in; everything else is final and falls in a JobState.final_group.
 NOT_FINAL: tuple[str, ...] = (JobState.PENDING, JobState.RUNNING)
-# The SQL twin of JobState.final_group, generated from it so the two cannot disagree.
-_FINAL_GROUP_SQL = (
-    "CASE state "
-    + " ".join(
-        f"WHEN '{s}' THEN '{JobState.final_group(s)}'"
-        for s in JobState.values
-        if s not in NOT_FINAL
-    )
-    + " END"
-)
+# Final state -> group (JobState.final_group); states outside JobState count in no group.
+_FINAL_GROUP: dict[str, str] = {
+    s: JobState.final_group(s) for s in JobState.values if s not in NOT_FINAL
+}
 
 # Histogram edges: durations 2^0..2^21 s and queueing 2^0..2^15 s, as the paper's CDFs
 # (reference/acme-workload.md section 8), extended to 2^24 s (194 days) so nothing overflows.
@@ -105,65 +102,142 @@ def _share(part: float, whole: float) -> float | None:
 
 _GPU = "gpus_requested > 0"
 _CPU = "gpus_requested = 0"
-_MEDIAN = "percentile_cont(0.5) WITHIN GROUP (ORDER BY {col}) FILTER (WHERE {cond})"
 
-# Per final group: GPU jobs, their GPU time, CPU jobs.
-_GROUP_AGGS = ", ".join(
-    f"count(*) FILTER (WHERE {_GPU} AND grp = '{g}'), "
-    f"coalesce(sum(gpu_time_s) FILTER (WHERE {_GPU} AND grp = '{g}'), 0), "
-    f"count(*) FILTER (WHERE {_CPU} AND grp = '{g}')"
-    for g in FINAL_GROUPS
-)
-# One pass: per type and (GROUPING SETS) for the whole window.
-_STATS_SQL = f"""
-SELECT grouping(job_type) = 1 AS is_total, job_type,
-    count(*),
-    count(*) FILTER (WHERE {_GPU}),
-    count(*) FILTER (WHERE {_CPU}),
-    coalesce(sum(gpu_time_s) FILTER (WHERE {_GPU}), 0),
-    {_MEDIAN.format(col="duration_s", cond=_GPU)},
-    avg(duration_s) FILTER (WHERE {_GPU}),
-    max(duration_s) FILTER (WHERE {_GPU}),
-    {_MEDIAN.format(col="queue_s", cond=_GPU)},
-    avg(queue_s) FILTER (WHERE {_GPU}),
-    {_MEDIAN.format(col="gpus_requested", cond=_GPU)},
-    avg(gpus_requested) FILTER (WHERE {_GPU}),
-    max(gpus_requested) FILTER (WHERE {_GPU}),
-    {_MEDIAN.format(col="duration_s", cond=_CPU)},
-    avg(duration_s) FILTER (WHERE {_CPU}),
-    {_MEDIAN.format(col="queue_s", cond=_CPU)},
-    avg(queue_s) FILTER (WHERE {_CPU}),
-    {_GROUP_AGGS}
-FROM (SELECT job_type, duration_s, queue_s, gpus_requested, gpu_time_s,
-        {_FINAL_GROUP_SQL} AS grp
+# One hashed pass over the window's jobs, four grouping sets (a hash table each), counting jobs
+# per type and GPU / CPU job: per state (with their GPU time), and per distinct duration,
+# queueing delay and GPU count. Every count, sum, mean, maximum, median and CDF follows from
+# these exactly (_from_pass). Durations and delays are whole seconds in the traces and from
+# schedulers, so there are far fewer distinct values than jobs. Sorting every job per type and
+# column for percentile_cont, and two more passes for the histograms, took seconds over a
+# million jobs; so did computing a dozen aggregates per row in every grouping set.
+_PASS_SQL = f"""
+SELECT job_type, gpu, grouping(state) = 0, grouping(d) = 0, grouping(q) = 0, state, d, q, g,
+    count(*), sum(gpu_time_s)
+FROM (SELECT job_type, {_GPU} AS gpu, state, duration_s AS d, queue_s AS q,
+        gpus_requested AS g, gpu_time_s
       FROM jobs_job WHERE {{where}}) j
-GROUP BY GROUPING SETS ((job_type), ())
+GROUP BY GROUPING SETS ((job_type, gpu, state), (job_type, gpu, d), (job_type, gpu, q),
+    (job_type, gpu, g))
 """
 
-# One pass: counts per type and log2 bucket of duration, of queueing, and per GPU count.
-# width_bucket(x, edges) = i when edges[i] <= x < edges[i+1] (0 below the first edge), so the
-# cumulative count up to bucket i is the number of jobs with x < 2^i.
-_HIST_SQL = f"""
-SELECT job_type, grouping(dk) = 0 AS by_duration, grouping(qk) = 0 AS by_queue, dk, qk, g, count(*)
-FROM (SELECT job_type,
-        width_bucket(duration_s, %s::float8[]) AS dk,
-        width_bucket(queue_s, %s::float8[]) AS qk,
-        gpus_requested AS g
-      FROM jobs_job WHERE {{where}} AND {_GPU}) j
-GROUP BY GROUPING SETS ((job_type, dk), (job_type, qk), (job_type, g))
-"""
+
+def _median(counts: dict[float, int]) -> float | None:
+    """percentile_cont(0.5) of the values counted in `counts`, with PostgreSQL's arithmetic
+    (percentile_cont_final_common: lerp between the rows floor / ceil of 0.5 * (n - 1))."""
+    n = sum(counts.values())
+    if not n:
+        return None
+    pos = 0.5 * (n - 1)
+    first_row, second_row = math.floor(pos), math.ceil(pos)
+    first = second = None
+    seen = 0
+    for value in sorted(counts):
+        seen += counts[value]
+        if first is None and seen > first_row:
+            first = value
+        if seen > second_row:
+            second = value
+            break
+    if second_row == first_row:
+        return first
+    return first + ((pos - first_row) * (second - first))
+
+
+class _Acc:
+    """One type's (or all types') GPU or CPU jobs: jobs and GPU time per final group, and how
+    many jobs have each duration, queueing delay and GPU count."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.gpu_time = 0.0
+        self.groups: dict[str, list] = {g: [0, 0.0] for g in FINAL_GROUPS}
+        self.hist: dict[str, dict[float, int]] = {"d": {}, "q": {}, "g": {}}
+
+    def mean(self, column: str) -> float | None:
+        counts = self.hist[column]
+        n = sum(counts.values())
+        return math.fsum(v * k for v, k in counts.items()) / n if n else None
+
+    def max(self, column: str) -> float | None:
+        return max(self.hist[column], default=None)
+
+
+def _from_pass(rows: list[tuple]) -> tuple[list[tuple], list[tuple]]:
+    """The pass's rows as statistics rows (per type, then the total: is_total, job_type,
+    jobs, GPU jobs, CPU jobs, GPU time, then the GPU and CPU medians, means and maxima, then
+    per final group GPU jobs, GPU time and CPU jobs) and histogram rows (job_type,
+    by_duration, by_queue, duration bucket, queueing bucket, GPUs, jobs) of GPU jobs."""
+    acc: dict[tuple[str | None, bool], _Acc] = {}
+    hist: dict[tuple, int] = {}
+    for job_type, gpu, by_state, by_d, by_q, state, d, q, g, n, gpu_time in rows:
+        group = _FINAL_GROUP.get(state) if by_state else None
+        for key in ((job_type, gpu), (None, gpu)):
+            a = acc.setdefault(key, _Acc())
+            if by_state:
+                a.n += n
+                a.gpu_time += gpu_time or 0.0
+                if group is not None:
+                    a.groups[group][0] += n
+                    a.groups[group][1] += gpu_time or 0.0
+                continue
+            column, value = ("d", d) if by_d else ("q", q) if by_q else ("g", float(g))
+            if value is not None:  # a job without that value (not started, not ended)
+                a.hist[column][value] = a.hist[column].get(value, 0) + n
+        if gpu and not by_state:
+            # width_bucket(x, LOG2_EDGES): the number of edges at or below x.
+            if by_d and d is not None:
+                k = (job_type, True, False, bisect.bisect_right(LOG2_EDGES, d), None, None)
+            elif by_q and q is not None:
+                k = (job_type, False, True, None, bisect.bisect_right(LOG2_EDGES, q), None)
+            elif not by_d and not by_q:
+                k = (job_type, False, False, None, None, g)
+            else:
+                continue
+            hist[k] = hist.get(k, 0) + n
+
+    stats_rows = []
+    types = sorted({t for t, _ in acc if t is not None})
+    for job_type in [*types, None]:
+        gpu, cpu = acc.get((job_type, True), _Acc()), acc.get((job_type, False), _Acc())
+        gpus_max = gpu.max("g")
+        stats_rows.append(
+            (
+                job_type is None,
+                job_type,
+                gpu.n + cpu.n,
+                gpu.n,
+                cpu.n,
+                gpu.gpu_time,
+                _median(gpu.hist["d"]),
+                gpu.mean("d"),
+                gpu.max("d"),
+                _median(gpu.hist["q"]),
+                gpu.mean("q"),
+                _median(gpu.hist["g"]),
+                gpu.mean("g"),
+                int(gpus_max) if gpus_max is not None else None,
+                _median(cpu.hist["d"]),
+                cpu.mean("d"),
+                _median(cpu.hist["q"]),
+                cpu.mean("q"),
+                *(
+                    x
+                    for grp in FINAL_GROUPS
+                    for x in (gpu.groups[grp][0], gpu.groups[grp][1], cpu.groups[grp][0])
+                ),
+            )
+        )
+    return stats_rows, [(*k, n) for k, n in hist.items()]
 
 
 def jobs_characterize(window: Window) -> Characterization:
     """Type shares, per-type and overall statistics, final states and CDFs of one window."""
     where, params = window.where()
     with transaction.atomic(), connection.cursor() as cur:
-        # Medians sort every GPU job of the window; 4 MB (the default) spills them to disk.
+        # 4 MB (the default) would make PostgreSQL spill or sort the grouping sets below.
         cur.execute(f"SET LOCAL work_mem = '{CHARACTERIZE_WORK_MEM}'")
-        cur.execute(_STATS_SQL.format(where=where), params)
-        stats_rows = cur.fetchall()
-        cur.execute(_HIST_SQL.format(where=where), [list(LOG2_EDGES), list(LOG2_EDGES), *params])
-        hist_rows = cur.fetchall()
+        cur.execute(_PASS_SQL.format(where=where), params)
+        stats_rows, hist_rows = _from_pass(cur.fetchall())
 
     total_row = next((r for r in stats_rows if r[0]), None)
     if total_row is None:  # no job at all: GROUPING SETS still yields the () row, but be safe

@@ -52,8 +52,11 @@ def jobs_filter(
 CHARACTERIZATION_TTL_S = 300
 
 
-def characterization_cached(window: Window) -> Characterization:
-    """jobs_characterize(window), from the cache when the cluster has had no new job since."""
+def characterization_cached(window: Window, *, keep: bool = False) -> Characterization:
+    """jobs_characterize(window), from the cache when the cluster has had no new job since.
+
+    keep: also restart the cached entry's lifetime (the warm-up task, so that the page never
+    finds it expired)."""
     newest = Job.objects.filter(cluster=window.cluster).aggregate(m=Max("submit_at"))["m"]
     key = ":".join(
         str(p)
@@ -69,6 +72,8 @@ def characterization_cached(window: Window) -> Characterization:
     if result is None:
         result = jobs_characterize(window)
         cache.set(key, result, CHARACTERIZATION_TTL_S)
+    elif keep:
+        cache.touch(key, CHARACTERIZATION_TTL_S)
     return result
 
 

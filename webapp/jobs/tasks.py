@@ -9,7 +9,10 @@ from celery import shared_task
 from django.db import InterfaceError, OperationalError, connection
 
 from collectors.schema import JOB_EVENTS_TASK, BatchError
+from webapp.fleet.models import Cluster
 from webapp.fleet.services import AuthError
+from webapp.jobs.characterization import Window
+from webapp.jobs.selectors import characterization_cached
 from webapp.jobs.services import job_events_ingest
 from webapp.telemetry.services import batch_reject
 
@@ -49,3 +52,15 @@ def ingest_events(self, raw: str) -> dict:
         )
         raise
     return {"applied": result.applied, "duplicates": result.duplicates, "jobs": result.jobs}
+
+
+@shared_task(name="vigil.jobs.warm_characterization", ignore_result=True)
+def warm_characterization() -> dict:
+    """Keep every cluster's characterization page (all its jobs, the page's default window)
+    in the shared cache: computed when the cluster has new jobs, kept alive otherwise. Over a
+    million jobs the computation takes seconds; the page then reads the cache."""
+    clusters = 0
+    for cluster in Cluster.objects.order_by("name"):
+        characterization_cached(Window(cluster), keep=True)
+        clusters += 1
+    return {"clusters": clusters}

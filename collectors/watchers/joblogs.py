@@ -1,0 +1,348 @@
+"""Error windows from running jobs' stdout/stderr: the lines around an error, not the log.
+
+Which files: `--job-log-glob` patterns (e.g. `/var/log/jobs/*/*.log`, the job id taken from the
+first number in a wildcard part of the path), and/or the `StdOut` / `StdErr` paths Slurm gives
+for the jobs running on this node (`squeue -w <node>` then `scontrol show job <id>`, asked once
+a minute, not every round, to spare slurmctld). Each file is followed with tail.py (rotation,
+truncation, restart from the saved offset).
+
+What is sent: when a line carries an error trigger (a short list of lowercase literals in the
+spirit of the anchors of webapp/failures/rules.yaml, kept here because the agent never imports
+the server), a window opens with the `BEFORE_LINES` lines before it; every further trigger
+line, and every traceback line (frames, code, the exception line), keeps it open; it closes
+`AFTER_LINES` ordinary lines after the last such line, when the file stays quiet for
+`QUIET_CLOSE_S`, or at `schema.MAX_WINDOW_LINES`. One window per burst: all ranks printing the
+same traceback at once is one window. Lines are shipped as written, rank and host prefixes
+kept (the diagnosis uses them to blame a rank), each cut at `schema.MAX_LINE_CHARS`.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import re
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collectors.schema import MAX_LINE_CHARS, MAX_WINDOW_LINES, LogWindowIn
+from collectors.watchers.nodeevents import NodeEvents
+from collectors.watchers.tail import FileTail
+
+log = logging.getLogger("vigil.collector.joblogs")
+
+BEFORE_LINES = 20  # context before the first error line (the step, the loss, the rank)
+AFTER_LINES = 20  # ordinary lines after the last error line that end a window
+QUIET_CLOSE_S = 5.0  # a dying job stops writing: ship the open window after this silence
+MAX_WINDOWS_PER_FILE = 50  # a log that errs in a loop is cut off here (volume stays modest)
+STARTUP_BACKLOG_S = 300.0  # at start, files quiet longer than this are followed from their end
+SLURM_REFRESH_S = 60.0
+
+# Lowercase literals; a line containing one opens (or extends) a window. From the kinds of
+# line failure-signatures.md lists: Python, CUDA, NCCL, torchrun, kernel OOM, Slurm.
+TRIGGERS = (
+    "traceback (most recent call last)",
+    "error",
+    "exception",
+    "nccl warn",
+    "watchdog",
+    "timed out",
+    "timeout",
+    "killed",
+    "segmentation fault",
+    "exitcode",
+    "cancelled at",
+    "out of memory",
+    "oom_kill",
+    "oom-kill",
+    "found nan",
+    "loss scale already",
+    "by peer",
+    "nvrm:",
+)
+# Prefixes lines carry before the message: [rank3]:, torchrun "[default0]:", srun --label
+# "3: ", host:pid:tid, and timestamps (failure-signatures.md: "allowing prefixes").
+PREFIX_RE = re.compile(
+    r"^(?:\s*(?:\[(?:rank\s*)?\d+\]:?|\[default\d+\]:|\d+:(?=\s)|[\w.-]+:\d+:\d+(?=\s)"
+    r"|\[?\d{4}-\d\d-\d\d[ T][\d:.,]+\]?|\[[^\]]{0,40}\]))+\s?",
+    re.IGNORECASE,
+)
+TRACEBACK_RE = re.compile(
+    r"^(?:\s+\S|Traceback \(most recent|During handling of|The above exception"
+    r"|[\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b|\^+\s*$|~+\^+)"
+)
+JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
+
+
+def is_trigger(line: str) -> bool:
+    low = line.lower()
+    return any(t in low for t in TRIGGERS)
+
+
+def message_of(line: str) -> str:
+    """The line without its rank/host/time prefixes."""
+    return PREFIX_RE.sub("", line, count=1)
+
+
+def is_traceback(line: str) -> bool:
+    return bool(TRACEBACK_RE.match(message_of(line)))
+
+
+def job_id_from_path(pattern: str, path: str) -> str | None:
+    """The first number in a path part matched by a wildcard of `pattern` (dirs first)."""
+    pparts, parts = Path(pattern).parts, Path(path).parts
+    if len(pparts) != len(parts):
+        wild = list(parts[-1:])
+    else:
+        wild = [p for pat, p in zip(pparts, parts, strict=True) if glob.has_magic(pat)]
+    for part in wild:
+        m = JOB_ID_RE.search(part)
+        if m:
+            return m.group(0)
+    return None
+
+
+@dataclass
+class _Window:
+    first_line_no: int
+    lines: list[str]
+    ts: float
+    trigger: str
+    quiet: int = 0  # ordinary lines since the last error line
+
+
+def clip(line: str) -> str:
+    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
+
+
+class WindowCutter:
+    """Cuts error windows out of one file's lines; a plain object, tested on its own."""
+
+    def __init__(self) -> None:
+        self.before: deque[tuple[int, str]] = deque(maxlen=BEFORE_LINES)
+        self.window: _Window | None = None
+        self.cooldown = 0
+
+    def feed(self, line_no: int, text: str, ts: float) -> list[_Window]:
+        """Take one line; return the windows it closed."""
+        done: list[_Window] = []
+        hot = is_trigger(text)
+        w = self.window
+        if w is not None:
+            w.lines.append(clip(text))
+            if hot or is_traceback(text):
+                w.quiet = 0
+            else:
+                w.quiet += 1
+            if w.quiet >= AFTER_LINES or len(w.lines) >= MAX_WINDOW_LINES:
+                if len(w.lines) >= MAX_WINDOW_LINES and w.quiet < AFTER_LINES:
+                    self.cooldown = AFTER_LINES  # the burst goes on: no new window inside it
+                done.append(w)
+                self.window = None
+        elif self.cooldown:
+            self.cooldown = AFTER_LINES if hot or is_traceback(text) else self.cooldown - 1
+        elif hot:
+            first = self.before[0][0] if self.before else line_no
+            lines = [clip(t) for _, t in self.before] + [clip(text)]
+            self.window = _Window(first, lines, ts, message_of(text).strip()[:256])
+            self.before.clear()
+            return done
+        if self.window is None:
+            self.before.append((line_no, text))
+        return done
+
+    def close(self) -> list[_Window]:
+        w, self.window = self.window, None
+        return [w] if w is not None else []
+
+
+class _File:
+    def __init__(self, job_id: str, tail: FileTail, now: float) -> None:
+        self.job_id = job_id
+        self.tail = tail
+        self.cutter = WindowCutter()
+        self.windows_sent = 0
+        self.last_growth = now
+
+
+PathSource = Callable[[float], dict[str, str]]
+"""now -> {log path: job id} of the files to follow now."""
+
+
+def glob_paths(patterns: list[str]) -> PathSource:
+    def paths(now: float) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for pattern in patterns:
+            for path in sorted(glob.glob(pattern)):
+                job_id = job_id_from_path(pattern, path)
+                if job_id and os.path.isfile(path):
+                    out.setdefault(path, job_id)
+        return out
+
+    return paths
+
+
+def slurm_paths(node: str, run: Callable[[list[str]], str] | None = None) -> PathSource:
+    """StdOut/StdErr of the jobs Slurm runs on `node` (refreshed every SLURM_REFRESH_S)."""
+    from collectors.watchers.slurm import SlurmError, parse_key_values, run_command
+
+    runner = run or run_command
+    cache: dict[str, tuple[str, ...]] = {}
+    state: dict[str, Any] = {"at": None, "paths": {}}
+
+    def paths(now: float) -> dict[str, str]:
+        if state["at"] is not None and now - state["at"] < SLURM_REFRESH_S:
+            return state["paths"]
+        state["at"] = now
+        try:
+            ids = runner(["squeue", "-h", "-w", node, "-t", "RUNNING", "-o", "%i"]).split()
+        except SlurmError as exc:
+            log.warning("squeue -w %s: %s", node, exc)
+            return state["paths"]
+        out: dict[str, str] = {}
+        for job_id in ids:
+            if job_id not in cache:
+                try:
+                    kv = parse_key_values(runner(["scontrol", "show", "job", job_id]))
+                except SlurmError as exc:
+                    log.info("scontrol show job %s: %s", job_id, exc)
+                    continue
+                cache[job_id] = tuple(
+                    {kv[k] for k in ("StdOut", "StdErr") if kv.get(k, "").startswith("/")}
+                )
+            for path in cache[job_id]:
+                out.setdefault(path, job_id)
+        for gone in set(cache) - set(ids):
+            del cache[gone]
+        state["paths"] = out
+        return out
+
+    return paths
+
+
+class JobLogSource:
+    """Follows the job log files of one node and returns their error windows."""
+
+    def __init__(
+        self,
+        cluster: str,
+        node: str,
+        paths: list[PathSource],
+        state_dir: Path | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.node = node
+        self.path_sources = paths
+        self.state_path = None if state_dir is None else Path(state_dir) / f"joblogs-{node}.json"
+        self._saved = self._load()
+        self._files: dict[str, _File] = {}
+        self._dormant: dict[str, tuple[int, int]] = {}  # path -> (inode, size) when dropped
+        self._first_scan = True
+
+    def _load(self) -> dict[str, Any]:
+        if self.state_path is None:
+            return {}
+        try:
+            data = json.loads(self.state_path.read_text(encoding="utf-8"))
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _wanted(self, now: float) -> dict[str, str]:
+        wanted: dict[str, str] = {}
+        for source in self.path_sources:
+            try:
+                wanted.update({p: j for p, j in source(now).items() if p not in wanted})
+            except Exception as exc:  # noqa: BLE001 (a path source failing skips one round)
+                log.warning("job log paths: %s: %s", type(exc).__name__, exc)
+        return wanted
+
+    def poll(self, ts: float) -> list[NodeEvents]:
+        wanted = self._wanted(ts)
+        windows: list[LogWindowIn] = []
+        for path, job_id in wanted.items():
+            if path in self._files:
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if self._dormant.get(path) == (st.st_ino, st.st_size):
+                continue
+            self._dormant.pop(path, None)
+            saved = self._saved.get(path)
+            from_end = (
+                self._first_scan and saved is None and time.time() - st.st_mtime > STARTUP_BACKLOG_S
+            )
+            self._files[path] = _File(job_id, FileTail(path, position=saved, from_end=from_end), ts)
+        self._first_scan = False
+        for path, f in list(self._files.items()):
+            lines = f.tail.read()
+            closed = []
+            if lines:
+                f.last_growth = ts
+            for line_no, text in lines:
+                closed.extend(f.cutter.feed(line_no, text, ts))
+            if not lines and ts - f.last_growth >= QUIET_CLOSE_S:
+                closed.extend(f.cutter.close())
+            windows.extend(self._ship(path, f, closed))
+            if path not in wanted and f.cutter.window is None:
+                # No longer listed (the job ended): stop following until the file changes.
+                pos = f.tail.position
+                self._dormant[path] = (pos["inode"] or 0, pos["offset"])
+                f.tail.close()
+                del self._files[path]
+        return [NodeEvents(self.cluster, self.node, log_windows=windows)] if windows else []
+
+    def _ship(self, path: str, f: _File, closed: list[_Window]) -> list[LogWindowIn]:
+        out = []
+        for w in closed:
+            if f.windows_sent >= MAX_WINDOWS_PER_FILE:
+                if f.windows_sent == MAX_WINDOWS_PER_FILE:
+                    log.warning(
+                        "%s: %d error windows sent; no more for this file", path, f.windows_sent
+                    )
+                    f.windows_sent += 1
+                continue
+            f.windows_sent += 1
+            out.append(
+                LogWindowIn(
+                    job_id=f.job_id[:128],
+                    ts=w.ts,
+                    path=path[:1024],
+                    first_line_no=max(w.first_line_no, 1),
+                    lines=w.lines[:MAX_WINDOW_LINES],
+                    trigger=w.trigger,
+                )
+            )
+        return out
+
+    def finish(self) -> list[NodeEvents]:
+        windows: list[LogWindowIn] = []
+        for path, f in self._files.items():
+            windows.extend(self._ship(path, f, f.cutter.close()))
+        return [NodeEvents(self.cluster, self.node, log_windows=windows)] if windows else []
+
+    def commit(self) -> None:
+        if self.state_path is None:
+            return
+        # Position of what is read; lines of a window still open were read but not sent, and
+        # would be lost by a crash now: they are few, the alternative (re-reading) repeats.
+        data = {p: f.tail.position for p, f in self._files.items() if f.tail.position["inode"]}
+        if data == self._saved:
+            return
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_name(f".{self.state_path.name}.tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, self.state_path)
+        self._saved = data
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.tail.close()
+        self._files = {}

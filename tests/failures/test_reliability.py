@@ -1,0 +1,177 @@
+"""Reliability page: failure rate, MTBF, Table 3 shape, offenders, ETTR, Young/Daly."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.failures.conftest import nccl_window, xid_event
+from webapp.failures.models import FailureEvent
+from webapp.failures.selectors import young_daly_s
+from webapp.failures.services import failure_diagnose, node_events_ingest
+from webapp.jobs.models import Job
+
+pytestmark = pytest.mark.django_db
+H = 3600.0
+
+
+def _rows(response) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(response.content.decode())))
+
+
+@pytest.fixture
+def history(fleet):
+    """30 days, 2 nodes: a 16-GPU pretraining job killed by an Xid 79 (30 min after its last
+    checkpoint), an 8-GPU script error, a time limit (not a failure) and a running
+    pretraining job that checkpoints every 30 min."""
+    now = float(int(time.time()))
+    end = now - 2 * H
+    fleet.run_job("A", end - 6 * H, None, last_checkpoint_ts=end - 0.5 * H)
+    node_events_ingest(
+        fleet.node_batch("gpu-node-02", gpu_events=[xid_event(end - 600, 79, index=3)])
+    )
+    node_events_ingest(fleet.node_batch("gpu-node-01", log_windows=[nccl_window("A", end - 30)]))
+    fleet.run_job("A", end - 6 * H, end)
+    fleet.run_job("B", now - 5 * H, None, nodes=("gpu-node-02",), job_type="debug")
+    node_events_ingest(
+        fleet.node_batch(
+            "gpu-node-02",
+            log_windows=[
+                {
+                    "job_id": "B",
+                    "ts": now - 4 * H - 5,
+                    "path": "/l/B",
+                    "first_line_no": 1,
+                    "lines": [
+                        "Traceback (most recent call last):",
+                        '  File "/home/alice/t.py", line 1, in <module>',
+                        "TypeError: unsupported operand",
+                    ],
+                }
+            ],
+        )
+    )
+    fleet.run_job("B", now - 5 * H, now - 4 * H, nodes=("gpu-node-02",), job_type="debug")
+    fleet.run_job("C", now - 3 * H, now - 2.5 * H, state="TIMEOUT", nodes=("gpu-node-01",))
+    fleet.run_job("R", now - 2 * H, None, nodes=("gpu-node-01", "gpu-node-02"))
+    running = Job.objects.get(scheduler_id="R")
+    for k in range(3):
+        running.last_checkpoint_at = datetime.fromtimestamp(now - 1.5 * H + k * 1800, UTC)
+        running.save()
+    for f in FailureEvent.objects.all():
+        failure_diagnose(f.pk)
+    return now
+
+
+def test_young_daly_matches_the_worked_example():
+    # failure-signatures.md s9: delta 60 s, M 3 h -> about 1,140 s.
+    assert young_daly_s(60, 3 * H) == pytest.approx(1138.4, abs=1)
+
+
+def test_reliability_numbers(operator_client, history):
+    response = operator_client.get("/failures/reliability/?days=30")
+    assert response.status_code == 200
+    r = response.context["r"]
+    # A and B count; C (time limit) does not; the Xid 79 that killed A is the same incident.
+    assert r.failures == 2
+    assert r.node_days == pytest.approx(60, rel=1e-3)
+    assert r.rate_per_1000_node_days == pytest.approx(1000 * 2 / 60, rel=1e-3)
+    assert r.mtbf_h == pytest.approx(30 * 24 / 2, rel=1e-3)
+    assert {x["node"]: x["failures"] for x in r.per_node} == {"gpu-node-02": 1}
+    sizes = {x["size"]: x for x in r.per_size}
+    assert sizes["9-64 GPUs"]["failures"] == 1 and sizes["2-8 GPUs"]["failures"] == 1
+    assert r.times["diagnose_median_s"] is not None
+
+    table3 = {c["category"]: c for c in r.table3}
+    assert set(table3) == {"infrastructure", "script"}
+    assert table3["infrastructure"]["jobs"] == 1
+    assert table3["infrastructure"]["gpu_hours"] == pytest.approx(8.0)  # 16 GPUs x 0.5 h
+    assert table3["script"]["gpu_hours"] == pytest.approx(8.0)  # 8 GPUs x 1 h, no checkpoint
+    assert table3["infrastructure"]["gpu_share"] == pytest.approx(0.5)
+    assert table3["infrastructure"]["causes"][0]["cause"] == "gpu_off_bus"
+
+    ettr = {x["job"].scheduler_id: x for x in r.ettr}
+    assert ettr["A"]["ettr"] == pytest.approx(5.5 / 6, rel=1e-3)
+
+    ckpt = {x["job"].scheduler_id: x for x in r.checkpoints}
+    assert set(ckpt) == {"R"}
+    assert ckpt["R"]["nodes"] == 2
+    assert ckpt["R"]["used_s"] == pytest.approx(1800)
+    mtbf_s = 86400 / (2 * r.rate_per_1000_node_days / 1000)
+    assert ckpt["R"]["optimal_s"] == pytest.approx(math.sqrt(2 * 60 * mtbf_s), rel=1e-3)
+
+
+def test_checkpoint_write_time_is_configurable(operator_client, history, monkeypatch):
+    monkeypatch.setenv("VIGIL_CHECKPOINT_WRITE_S", "5")
+    r = operator_client.get("/failures/reliability/").context["r"]
+    assert r.checkpoint_write_s == 5
+    r2 = operator_client.get("/failures/reliability/?ckpt_write_s=20").context["r"]
+    assert r2.checkpoints[0]["optimal_s"] == pytest.approx(
+        r.checkpoints[0]["optimal_s"] * 2, rel=1e-3
+    )
+    bad = operator_client.get("/failures/reliability/?ckpt_write_s=-1")
+    assert bad.status_code == 400
+    assert "ckpt_write_s" in bad.content.decode()
+
+
+def test_used_interval_is_unknown_without_two_checkpoints(operator_client, fleet):
+    now = float(int(time.time()))
+    fleet.run_job("S", now - H, None, last_checkpoint_ts=now - 600)
+    r = operator_client.get("/failures/reliability/").context["r"]
+    row = r.checkpoints[0]
+    assert row["used_s"] is None and row["optimal_s"] is None  # no failure yet: no MTBF
+    body = operator_client.get("/failures/reliability/").content.decode()
+    assert "unknown" in body
+
+
+def test_repeat_offender(operator_client, fleet):
+    now = float(int(time.time()))
+    for k, ts in enumerate((now - 20 * H, now - 10 * H)):
+        node_events_ingest(
+            fleet.node_batch("gpu-node-01", gpu_events=[xid_event(ts, 48, index=k, node_no=1)])
+        )
+    for f in FailureEvent.objects.all():
+        failure_diagnose(f.pk)
+    r = operator_client.get("/failures/reliability/").context["r"]
+    assert [(x["node"], x["failures"], x["xids"], x["causes"]) for x in r.offenders] == [
+        ("gpu-node-01", 2, 2, "gpu_ecc")
+    ]
+    assert r.offenders[0]["days_since_last"] == pytest.approx(10 / 24, abs=0.01)
+    rows = _rows(operator_client.get("/failures/reliability/offenders.csv"))
+    assert rows[0]["node"] == "gpu-node-01" and rows[0]["gpu_errors"] == "2"
+
+
+@pytest.mark.parametrize(
+    "table", ["summary", "nodes", "sizes", "causes", "table3", "offenders", "ettr", "checkpoints"]
+)
+def test_every_table_exports_csv(operator_client, history, table):
+    response = operator_client.get(f"/failures/reliability/{table}.csv?days=30")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    rows = _rows(response)
+    if table == "summary":
+        assert rows[0]["failures"] == "2"
+    if table == "table3":
+        assert {(r["category"], r["cause"]) for r in rows} == {
+            ("infrastructure", "gpu_off_bus"),
+            ("script", "user_exception"),
+        }
+    if table == "checkpoints":
+        assert rows[0]["used_interval_s"] == "1800.0"
+
+
+def test_unknown_table_is_404(operator_client, history):
+    assert operator_client.get("/failures/reliability/nope.csv").status_code == 404
+
+
+def test_period_window(operator_client, history):
+    old = FailureEvent.objects.get(job__scheduler_id="B")
+    old.occurred_at -= timedelta(days=40)
+    old.save()
+    r = operator_client.get("/failures/reliability/?days=30").context["r"]
+    assert r.failures == 1

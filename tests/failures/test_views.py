@@ -1,0 +1,174 @@
+"""Failure pages: login required, the timeline (filters, lanes, CSV), one failure with its
+evidence in context and the blamed node's Xid history."""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+
+import pytest
+
+from tests.failures.conftest import nccl_window, xid_event
+from webapp.failures.models import FailureEvent
+from webapp.failures.services import failure_diagnose, node_events_ingest
+
+pytestmark = pytest.mark.django_db
+
+
+def _rows(response) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(response.content.decode())))
+
+
+@pytest.fixture
+def diagnosed(fleet) -> FailureEvent:
+    """A pretraining job that failed with NCCL timeouts after an Xid 79 on gpu-node-02, and a
+    script error of another user's job."""
+    end = float(int(time.time())) - 600
+    fleet.run_job("200", end - 6 * 3600, None)
+    node_events_ingest(
+        fleet.node_batch("gpu-node-02", gpu_events=[xid_event(end - 700, 79, index=3)])
+    )
+    node_events_ingest(fleet.node_batch("gpu-node-01", log_windows=[nccl_window("200", end - 60)]))
+    fleet.run_job("200", end - 6 * 3600, end)
+    fleet.run_job("201", end - 120, None, nodes=("gpu-node-01",), job_type="debug", user="bob")
+    node_events_ingest(
+        fleet.node_batch(
+            "gpu-node-01",
+            log_windows=[
+                {
+                    "job_id": "201",
+                    "ts": end - 2,
+                    "path": "/logs/201.err",
+                    "first_line_no": 1,
+                    "lines": [
+                        "Traceback (most recent call last):",
+                        '  File "/home/bob/x.py", line 3, in <module>',
+                        "NameError: name 'foo' is not defined",
+                    ],
+                }
+            ],
+        )
+    )
+    fleet.run_job("201", end - 120, end + 30, nodes=("gpu-node-01",), job_type="debug", user="bob")
+    for f in FailureEvent.objects.all():
+        failure_diagnose(f.pk)
+    return FailureEvent.objects.get(job__scheduler_id="200")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/failures/",
+        "/failures/export.csv",
+        "/failures/reliability/",
+        "/failures/reliability/table3.csv",
+        "/failures/1/",
+        "/failures/1/evidence.csv",
+    ],
+)
+def test_anonymous_visitors_are_sent_to_login(client, path):
+    response = client.get(path)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/")
+
+
+def test_timeline_lists_and_draws_every_failure(operator_client, diagnosed):
+    response = operator_client.get("/failures/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "gpu_off_bus" in body and "user_exception" in body
+    fig = response.context["figures"]["timeline"]
+    names = {t["name"] for t in fig["data"]}
+    assert {"infrastructure", "script"} <= names
+    lanes = {y for t in fig["data"] for y in t["y"]}
+    assert "gpu-node-02" in lanes  # the blamed node's lane
+    urls = {c[0] for t in fig["data"] for c in t["customdata"]}
+    assert f"/failures/{diagnosed.pk}/" in urls
+
+
+def test_timeline_lanes_per_job(operator_client, diagnosed):
+    fig = operator_client.get("/failures/?lane=job").context["figures"]["timeline"]
+    lanes = {y for t in fig["data"] for y in t["y"]}
+    assert {"job 200", "job 201"} <= lanes
+
+
+@pytest.mark.parametrize(
+    ("query", "jobs"),
+    [
+        ("category=script", {"201"}),
+        ("cause=gpu_off_bus&kind=job_failure", {"200"}),
+        ("job_type=pretrain&kind=job_failure", {"200"}),
+        ("user=bob", {"201"}),
+        ("cluster=nope", set()),
+    ],
+)
+def test_timeline_filters_and_csv_agree(operator_client, diagnosed, query, jobs):
+    page = operator_client.get(f"/failures/?{query}")
+    shown = {f.job.scheduler_id for f in page.context["failures"] if f.job}
+    assert shown == jobs
+    rows = _rows(operator_client.get(f"/failures/export.csv?{query}"))
+    assert {r["job"] for r in rows if r["job"]} == jobs
+
+
+def test_bad_filter_says_which(operator_client, diagnosed):
+    response = operator_client.get("/failures/?cause=cosmic_rays")
+    assert response.status_code == 400
+    assert "cause: unknown value" in response.content.decode()
+
+
+def test_csv_has_the_diagnosis(operator_client, diagnosed):
+    rows = _rows(operator_client.get("/failures/export.csv?kind=job_failure"))
+    row = next(r for r in rows if r["job"] == "200")
+    assert row["cause"] == "gpu_off_bus"
+    assert row["blamed_node"] == "gpu-node-02"
+    assert row["action"] == "cordon_restart"
+    assert float(row["gpu_hours_lost"]) == pytest.approx(96.0)
+
+
+def test_failure_page_shows_diagnosis_evidence_in_context_and_xid_history(
+    operator_client, diagnosed
+):
+    response = operator_client.get(f"/failures/{diagnosed.pk}/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "gpu_off_bus" in body and "cordon_restart" in body
+    assert f'href="/jobs/{diagnosed.job_id}/"' in body
+    blocks = response.context["context"]
+    hits = [text for b in blocks for _, text, hit in b.lines if hit]
+    assert any("fallen off the bus" in t or ": 79," in t for t in hits)
+    assert any("Watchdog caught collective" in t for t in hits)
+    # The log window's line numbers are the file's (the window started at line 120).
+    window = next(b for b in blocks if b.source.endswith("200.out"))
+    assert {no for no, _, _ in window.lines} == {120, 121, 122}
+    assert [e.xid for e, _ in response.context["xids"]] == [79]
+    assert response.context["figures"]["xids"]["data"]
+    assert "recovery" not in body.lower()  # no placeholder section
+
+
+def test_failure_csvs(operator_client, diagnosed):
+    evidence = _rows(operator_client.get(f"/failures/{diagnosed.pk}/evidence.csv"))
+    assert evidence[0]["rule_id"] == "kernel-xid"
+    xids = _rows(operator_client.get(f"/failures/{diagnosed.pk}/gpu-errors.csv"))
+    assert [(r["node"], r["xid"], r["meaning"]) for r in xids] == [
+        ("gpu-node-02", "79", "GPU has fallen off the bus")
+    ]
+
+
+def test_missing_failure_is_404(operator_client, db):
+    assert operator_client.get("/failures/999999/").status_code == 404
+
+
+def test_job_link_from_the_jobs_app(operator_client, diagnosed):
+    response = operator_client.get(f"/failures/job/{diagnosed.job_id}/")
+    assert response.status_code == 302
+    assert response["Location"] == f"/failures/{diagnosed.pk}/"
+
+
+def test_timeline_and_failure_page_query_counts_stay_flat(
+    operator_client, diagnosed, django_assert_max_num_queries
+):
+    with django_assert_max_num_queries(8):
+        operator_client.get("/failures/")
+    with django_assert_max_num_queries(8):
+        operator_client.get(f"/failures/{diagnosed.pk}/")

@@ -1,0 +1,472 @@
+"""Failure pages: the timeline, one failure with its evidence in context, reliability; every
+table has a CSV export."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from urllib.parse import urlencode
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+
+from webapp.exports import csv_response
+from webapp.failures import figures, taxonomy
+from webapp.failures.models import FailureEvent, FailureKind
+from webapp.failures.selectors import (
+    FailureFilter,
+    Reliability,
+    Window,
+    checkpoint_write_s,
+    evidence_in_context,
+    failure_lane,
+    failures_filter,
+    node_xid_history,
+    reliability,
+    xid_meaning,
+)
+from webapp.fleet.models import Cluster
+from webapp.jobs.choices import JobType
+
+TIMELINE_MAX = 2000  # failures drawn and listed (the CSV has them all, up to CSV_MAX_ROWS)
+CSV_MAX_ROWS = 100_000
+DEFAULT_DAYS = 30
+MAX_DAYS = 3650
+XID_HISTORY_DAYS = 30
+
+
+def _days(request: HttpRequest) -> tuple[int, str | None]:
+    raw = request.GET.get("days", "")
+    if not raw:
+        return DEFAULT_DAYS, None
+    try:
+        days = int(raw)
+    except ValueError:
+        return DEFAULT_DAYS, f"days: {raw!r} is not a whole number"
+    if not 1 <= days <= MAX_DAYS:
+        return DEFAULT_DAYS, f"days: must be between 1 and {MAX_DAYS}"
+    return days, None
+
+
+def _filter(request: HttpRequest) -> tuple[FailureFilter, int, str | None]:
+    days, error = _days(request)
+    job = request.GET.get("job", "")
+    f = FailureFilter(
+        cluster=request.GET.get("cluster", ""),
+        category=request.GET.get("category", ""),
+        cause=request.GET.get("cause", ""),
+        job_type=request.GET.get("job_type", ""),
+        user=request.GET.get("user", "").strip(),
+        kind=request.GET.get("kind", ""),
+        job_id=int(job) if job.isdigit() else None,
+        since=timezone.now() - timedelta(days=days),
+    )
+    checks = (
+        ("category", f.category, [c.value for c in taxonomy.Category]),
+        ("cause", f.cause, list(taxonomy.CAUSES)),
+        ("job_type", f.job_type, list(JobType.values)),
+        ("kind", f.kind, list(FailureKind.values)),
+    )
+    for name, value, allowed in checks:
+        if value and value not in allowed:
+            error = error or f"{name}: unknown value {value!r}"
+            f = replace(f, **{name: ""})
+    return f, days, error
+
+
+@login_required
+def timeline(request: HttpRequest) -> HttpResponse:
+    f, days, error = _filter(request)
+    lane = "job" if request.GET.get("lane") == "job" else "node"
+    failures = list(failures_filter(f)[:TIMELINE_MAX])
+    rows = [(e, failure_lane(e, lane), reverse("failures:detail", args=[e.pk])) for e in failures]
+    query = request.GET.copy()
+    query.pop("lane", None)
+    return render(
+        request,
+        "failures/timeline.html",
+        {
+            "failures": failures,
+            "filter": f,
+            "days": days,
+            "lane": lane,
+            "error": error,
+            "clusters": Cluster.objects.order_by("name"),
+            "categories": [c.value for c in taxonomy.Category],
+            "causes": list(taxonomy.CAUSES),
+            "job_types": JobType.choices,
+            "kinds": FailureKind.choices,
+            "query": request.GET.urlencode(),
+            "lane_query": query.urlencode(),
+            "truncated": len(failures) == TIMELINE_MAX,
+            "figures": {"timeline": figures.timeline_figure(rows)},
+        },
+        status=400 if error else 200,
+    )
+
+
+FAILURE_CSV_HEADER = (
+    "id",
+    "cluster",
+    "kind",
+    "occurred_at",
+    "detected_at",
+    "diagnosed_at",
+    "job",
+    "job_type",
+    "user",
+    "node",
+    "cause",
+    "category",
+    "acme_alias",
+    "action",
+    "default_action",
+    "breaker",
+    "detail",
+    "confidence",
+    "rule_id",
+    "source",
+    "blamed_node",
+    "blamed_gpu",
+    "gpu_hours_lost",
+)
+
+
+@login_required
+def timeline_csv(request: HttpRequest) -> HttpResponse:
+    f, _, _ = _filter(request)
+
+    def rows():
+        for e in failures_filter(f)[:CSV_MAX_ROWS]:
+            yield (
+                e.pk,
+                e.cluster.name,
+                e.kind,
+                e.occurred_at.isoformat(),
+                e.detected_at.isoformat(),
+                e.diagnosed_at.isoformat() if e.diagnosed_at else None,
+                e.job.scheduler_id if e.job else None,
+                e.job.job_type if e.job else None,
+                e.job.user if e.job else None,
+                e.node.hostname if e.node else None,
+                e.cause,
+                e.category,
+                e.alias,
+                e.action,
+                e.default_action,
+                e.breaker,
+                e.detail,
+                e.confidence,
+                e.rule_id,
+                e.source,
+                e.blamed_node.hostname if e.blamed_node else e.blamed_host or None,
+                e.blamed_gpu_label or None,
+                e.gpu_hours_lost,
+            )
+
+    return csv_response("failures.csv", FAILURE_CSV_HEADER, rows())
+
+
+def _failure(failure_id: int) -> FailureEvent:
+    return get_object_or_404(
+        FailureEvent.objects.select_related(
+            "cluster", "job", "node", "gpu", "blamed_node", "blamed_gpu", "gpu_error"
+        ),
+        pk=failure_id,
+    )
+
+
+@login_required
+def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
+    failure = _failure(failure_id)
+    node = failure.blamed_node or failure.node
+    until = timezone.now()
+    xids = node_xid_history(node, days=XID_HISTORY_DAYS)
+    cause = taxonomy.CAUSES.get(failure.cause) if failure.cause else None
+    return render(
+        request,
+        "failures/detail.html",
+        {
+            "failure": failure,
+            "cause": cause,
+            "history_node": node,
+            "xids": [(e, xid_meaning(e.xid) if e.xid else e.kind) for e in xids],
+            "context": evidence_in_context(failure),
+            "notes": (failure.inputs or {}).get("notes", []),
+            "symptoms": (failure.inputs or {}).get("symptoms", []),
+            "figures": {
+                "xids": figures.xid_history_figure(
+                    xids, until - timedelta(days=XID_HISTORY_DAYS), until
+                )
+            }
+            if xids
+            else {},
+        },
+    )
+
+
+@login_required
+def detail_evidence_csv(request: HttpRequest, failure_id: int) -> HttpResponse:
+    failure = _failure(failure_id)
+    rows = (
+        (e.get("file"), e.get("line"), e.get("rule_id"), e.get("text"))
+        for e in failure.evidence or []
+    )
+    return csv_response(
+        f"failure-{failure.pk}-evidence.csv", ("file", "line", "rule_id", "text"), rows
+    )
+
+
+@login_required
+def detail_xids_csv(request: HttpRequest, failure_id: int) -> HttpResponse:
+    failure = _failure(failure_id)
+    node = failure.blamed_node or failure.node
+    rows = (
+        (
+            node.hostname,
+            e.ts.isoformat(),
+            e.gpu_index,
+            e.kind,
+            e.xid or None,
+            xid_meaning(e.xid) if e.xid else "",
+            e.count,
+            e.source,
+            e.message,
+        )
+        for e in node_xid_history(node)
+    )
+    return csv_response(
+        f"failure-{failure.pk}-gpu-errors.csv",
+        ("node", "ts", "gpu_index", "kind", "xid", "meaning", "count", "source", "message"),
+        rows,
+    )
+
+
+@login_required
+def job_failures(request: HttpRequest, job_id: int) -> HttpResponse:
+    """A job's failure: its page if it has one, else the timeline filtered to the job."""
+    failures = list(FailureEvent.objects.filter(job_id=job_id).order_by("-occurred_at")[:2])
+    if len(failures) == 1:
+        return redirect("failures:detail", failures[0].pk)
+    return redirect(reverse("failures:timeline") + "?" + urlencode({"job": job_id, "lane": "job"}))
+
+
+# --- Reliability -----------------------------------------------------------------------------
+
+
+def _reliability(request: HttpRequest) -> tuple[Reliability | None, dict]:
+    clusters = list(Cluster.objects.order_by("name"))
+    days, error = _days(request)
+    name = request.GET.get("cluster", "")
+    cluster = next((c for c in clusters if c.name == name), None)
+    if name and cluster is None:
+        error = error or f"cluster: unknown cluster {name!r}"
+    cluster = cluster or (clusters[0] if clusters else None)
+    write_s = checkpoint_write_s()
+    raw = request.GET.get("ckpt_write_s", "")
+    if raw:
+        try:
+            write_s = float(raw)
+            if not 0 < write_s <= 86400:
+                raise ValueError
+        except ValueError:
+            error = error or f"ckpt_write_s: {raw!r} is not a number of seconds in (0, 86400]"
+            write_s = checkpoint_write_s()
+    context = {
+        "clusters": clusters,
+        "cluster": cluster,
+        "days": days,
+        "error": error,
+        "ckpt_write_s": write_s,
+        "query": request.GET.urlencode(),
+    }
+    if cluster is None:
+        return None, context
+    now = timezone.now()
+    return reliability(Window(cluster, now - timedelta(days=days), now), write_s), context
+
+
+@login_required
+def reliability_page(request: HttpRequest) -> HttpResponse:
+    result, context = _reliability(request)
+    context["r"] = result
+    if result is not None:
+        context["figures"] = {"lost": figures.lost_by_cause_figure(result.by_cause)}
+    return render(
+        request, "failures/reliability.html", context, status=400 if context["error"] else 200
+    )
+
+
+def _fmt(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+RELIABILITY_TABLES = (
+    "summary",
+    "nodes",
+    "sizes",
+    "causes",
+    "table3",
+    "offenders",
+    "ettr",
+    "checkpoints",
+)
+
+
+@login_required
+def reliability_csv(request: HttpRequest, table: str) -> HttpResponse:
+    if table not in RELIABILITY_TABLES:
+        raise Http404(f"no table {table!r}")
+    r, _ = _reliability(request)
+    if r is None:
+        raise Http404("no cluster")
+    name = f"reliability-{r.window.cluster.name}-{table}.csv"
+    if table == "summary":
+        t = r.times
+        return csv_response(
+            name,
+            (
+                "cluster",
+                "since",
+                "until",
+                "nodes",
+                "node_days",
+                "failures",
+                "failures_per_1000_node_days",
+                "mtbf_h",
+                "detect_median_s",
+                "diagnose_median_s",
+            ),
+            [
+                (
+                    r.window.cluster.name,
+                    r.window.since.isoformat(),
+                    r.window.until.isoformat(),
+                    r.nodes,
+                    _fmt(r.node_days),
+                    r.failures,
+                    _fmt(r.rate_per_1000_node_days),
+                    _fmt(r.mtbf_h),
+                    _fmt(t["detect_median_s"]),
+                    _fmt(t["diagnose_median_s"]),
+                )
+            ],
+        )
+    if table == "nodes":
+        return csv_response(
+            name,
+            ("node", "failures", "mtbf_h"),
+            [(x["node"], x["failures"], _fmt(x["mtbf_h"])) for x in r.per_node],
+        )
+    if table == "sizes":
+        return csv_response(
+            name,
+            ("job_size", "job_hours", "failures", "mtbf_observed_h", "mtbf_formula_h"),
+            [
+                (
+                    x["size"],
+                    _fmt(x["job_hours"]),
+                    x["failures"],
+                    _fmt(x["mtbf_observed_h"]),
+                    _fmt(x["mtbf_formula_h"]),
+                )
+                for x in r.per_size
+            ],
+        )
+    if table in ("causes", "table3"):
+        rows = [
+            (
+                c["category"],
+                x["cause"],
+                x["alias"],
+                x["jobs"],
+                _fmt(x["job_share"]),
+                _fmt(x["gpu_hours"]),
+                _fmt(x["gpu_share"]),
+            )
+            for c in r.table3
+            for x in c["causes"]
+        ]
+        return csv_response(
+            name,
+            (
+                "category",
+                "cause",
+                "acme_alias",
+                "failed_jobs",
+                "share_of_failed_jobs",
+                "gpu_hours_lost",
+                "share_of_lost_gpu_time",
+            ),
+            rows,
+        )
+    if table == "offenders":
+        return csv_response(
+            name,
+            (
+                "node",
+                "failures",
+                "jobs_failed",
+                "gpu_errors",
+                "node_fails",
+                "causes",
+                "days_since_last_failure",
+            ),
+            [
+                (
+                    x["node"],
+                    x["failures"],
+                    x["jobs_failed"],
+                    x["xids"],
+                    x["node_fails"],
+                    x["causes"],
+                    _fmt(x["days_since_last"]),
+                )
+                for x in r.offenders
+            ],
+        )
+    if table == "ettr":
+        return csv_response(
+            name,
+            ("job", "name", "wall_h", "productive_h", "ettr", "failures"),
+            [
+                (
+                    x["job"].scheduler_id,
+                    x["job"].name,
+                    _fmt(x["wall_h"]),
+                    _fmt(x["productive_h"]),
+                    _fmt(x["ettr"]),
+                    x["failures"],
+                )
+                for x in r.ettr
+            ],
+        )
+    return csv_response(
+        name,
+        (
+            "job",
+            "name",
+            "nodes",
+            "job_mtbf_h",
+            "young_daly_interval_s",
+            "used_interval_s",
+            "checkpoint_write_s",
+            "last_checkpoint_at",
+        ),
+        [
+            (
+                x["job"].scheduler_id,
+                x["job"].name,
+                x["nodes"],
+                _fmt(x["mtbf_h"]),
+                _fmt(x["optimal_s"], 0),
+                _fmt(x["used_s"], 0) if x["used_s"] else "unknown",
+                r.checkpoint_write_s,
+                x["last_checkpoint_at"].isoformat() if x["last_checkpoint_at"] else None,
+            )
+            for x in r.checkpoints
+        ],
+    )
