@@ -10,7 +10,9 @@ the broker answers again. A spooled batch for another task than `INGEST_TASK` ca
 task name in its file name (`<seq>-<batch id>~<task>.json`), so replay publishes it to the
 same task. A spool file is deleted only after its publish succeeded, so a
 crash in between sends a batch twice at worst; the server's natural key (gpu, ts) makes that
-a no-op.
+a no-op. With a Redis broker each batch is also written to the outbox
+(collectors/outbox.py) just before it is published, so a worker that dies holding it cannot
+lose it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from typing import Any
 
 from celery import Celery
 from kombu.exceptions import KombuError, OperationalError
+from redis.exceptions import RedisError
 
+from collectors import outbox
 from collectors.schema import INGEST_QUEUE, INGEST_TASK
 
 log = logging.getLogger("vigil.collector.transport")
@@ -114,6 +118,8 @@ class Transport:
         self.spooled = 0
         self._down = False
         self._producer: Any = None
+        # Redis brokers: a copy of each batch stays in the outbox until a worker stored it.
+        self._outbox = outbox.client_for(broker_url)
         pending = len(self.spool)
         if pending:
             log.info("%d spooled batches in %s will be sent first", pending, self.spool.dir)
@@ -127,6 +133,9 @@ class Transport:
                 # CELERY_BROKER_URL environment variable over the `broker` argument.
                 conn = self.app.connection_for_write(url=self.broker_url)
                 self._producer = self.app.amqp.Producer(conn)
+            batch_id = outbox.batch_id_of(batch_json) if self._outbox is not None else None
+            if batch_id is not None:
+                outbox.outbox_put(self._outbox, batch_id, task, batch_json)
             self.app.send_task(
                 task,
                 args=[batch_json],
@@ -135,7 +144,7 @@ class Transport:
                 retry=False,
                 ignore_result=True,
             )
-        except (OperationalError, KombuError, OSError, ConnectionError) as exc:
+        except (OperationalError, KombuError, OSError, ConnectionError, RedisError) as exc:
             if not self._down:
                 log.warning("broker unreachable (%s); spooling to %s", exc, self.spool.dir)
             self._down = True

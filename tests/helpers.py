@@ -110,14 +110,20 @@ def subprocess_env(db_url: str, **extra: str) -> dict[str, str]:
 
 
 class WorkerProcess:
-    """A real `celery worker` in a subprocess, consuming the ingest and default queues."""
+    """A real `celery worker` in a subprocess, consuming the ingest and default queues.
+
+    Prefork by default, as deployed: the parent's event loop stays free to record each
+    delivered message as unacknowledged at once. With the solo pool a delivery can sit
+    unread in the socket for a whole task, and a SIGKILL then loses it (kombu's Redis
+    transport pops with BRPOP before it records the message).
+    """
 
     def __init__(
         self,
         db_url: str,
         logfile: Path,
         *,
-        pool: str = "solo",
+        pool: str = "prefork",
         concurrency: int = 1,
         visibility_timeout_s: int = 5,
         queues: str = "ingest,default",

@@ -22,6 +22,11 @@ app.conf.beat_schedule = {
         "task": "vigil.telemetry.refresh_rollups",
         "schedule": 15.0,
     },
+    # Batches a dead worker took off the queue without recording them (collectors/outbox.py).
+    "telemetry-outbox": {
+        "task": "vigil.telemetry.redeliver_lost_batches",
+        "schedule": 60.0,
+    },
     "fleet-node-states": {
         "task": "vigil.fleet.mark_stale_nodes",
         "schedule": 30.0,

@@ -8,23 +8,36 @@ PostgreSQL.
 from __future__ import annotations
 
 import json
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
+from collectors.outbox import OUTBOX_KEY
 from collectors.schema import INGEST_QUEUE, INGEST_TASK
+from collectors.transport import Transport
 from tests.helpers import make_batch, wait_for
 from webapp import embedded
 from webapp.celery import app
+from webapp.outbox import outbox_redeliver
 from webapp.telemetry.services import rollups_refresh
 
 pytestmark = pytest.mark.integration
 
 
+_transports: dict[str, Transport] = {}
+
+
 def publish(batch: dict) -> None:
-    app.send_task(INGEST_TASK, args=[json.dumps(batch)], queue=INGEST_QUEUE)
+    """Publish as the collector does (its transport: outbox copy, then the task by name)."""
+    url = settings.CELERY_BROKER_URL
+    transport = _transports.get(url)
+    if transport is None:
+        transport = _transports[url] = Transport(url, Path(tempfile.mkdtemp()) / "spool")
+    assert transport.send(json.dumps(batch), batch["batch_id"])
 
 
 def stored_samples() -> int:
@@ -97,6 +110,11 @@ def test_sigkilled_worker_loses_nothing_and_duplicates_nothing(
     assert stored_samples() < expected
 
     second = worker_factory(visibility_timeout_s=3)  # unacked messages come back after this
+    # What the broker still knows about is redelivered to the new worker ...
+    wait_for(lambda: broker.llen("ingest") == 0 and broker.hlen("unacked") == 0, timeout=120)
+    # ... and a batch the killed worker had taken off the queue but not yet recorded (kombu
+    # pops with BRPOP first) is still in the outbox: the beat task re-publishes it.
+    outbox_redeliver(older_than_s=0)
     try:
         wait_for(lambda: stored_samples() == expected, timeout=120, interval=0.5)
     except AssertionError as exc:
@@ -110,6 +128,24 @@ def test_sigkilled_worker_loses_nothing_and_duplicates_nothing(
         raise AssertionError(f"{exc}; {state}; second worker:\n{second.log()[-2000:]}") from None
     assert distinct_samples() == expected
     assert rollup_total() == expected
+    wait_for(lambda: broker.hlen(OUTBOX_KEY) == 0, timeout=30)  # every batch finished
+
+
+def test_batch_lost_between_pop_and_record_is_republished(
+    committed_node_token, worker_factory, broker
+):
+    """The kombu window itself: a consumer pops a message and dies before recording it."""
+    batch = make_batch(*committed_node_token, intervals=3)
+    publish(batch)
+    assert broker.rpop("ingest") is not None  # popped by a worker that then died
+    worker_factory()
+    time.sleep(2)
+    assert stored_samples() == 0  # the broker has forgotten the batch
+
+    assert outbox_redeliver(older_than_s=0) == 1
+    wait_for(lambda: stored_samples() == 24)
+    wait_for(lambda: broker.hlen(OUTBOX_KEY) == 0)
+    assert outbox_redeliver(older_than_s=0) == 0
 
 
 @pytest.mark.skipif(

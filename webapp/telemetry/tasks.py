@@ -10,6 +10,7 @@ from django.db import InterfaceError, OperationalError, connection
 
 from collectors.schema import INGEST_TASK, BatchError
 from webapp.fleet.services import AuthError
+from webapp.outbox import outbox_redeliver
 from webapp.telemetry.partitions import known_forget, partitions_maintain
 from webapp.telemetry.services import batch_reject, rollups_refresh, samples_ingest
 
@@ -59,3 +60,8 @@ def maintain_partitions() -> dict:
 def refresh_rollups() -> dict:
     batches, cells = rollups_refresh()
     return {"batches": batches, "cells": cells}
+
+
+@shared_task(name="vigil.telemetry.redeliver_lost_batches", ignore_result=True)
+def redeliver_lost_batches() -> int:
+    return outbox_redeliver()

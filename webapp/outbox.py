@@ -1,0 +1,66 @@
+"""Server side of the outbox (collectors/outbox.py): clear entries of finished batches and
+re-publish the ones a dead worker took off the queue without recording them."""
+
+from __future__ import annotations
+
+import logging
+from functools import cache
+
+import redis
+from celery.signals import task_postrun
+from django.conf import settings
+
+from collectors import outbox
+from collectors.schema import INGEST_QUEUE, INGEST_TASK, JOB_EVENTS_TASK, NODE_EVENTS_TASK
+
+log = logging.getLogger("vigil.ingest")
+
+# Tasks whose single argument is a wire batch that may have an outbox entry.
+BATCH_TASKS = frozenset({INGEST_TASK, JOB_EVENTS_TASK, NODE_EVENTS_TASK})
+
+
+@cache
+def _client() -> redis.Redis | None:
+    # One client per process (prefork children call this after the fork).
+    return outbox.client_for(settings.CELERY_BROKER_URL)
+
+
+@task_postrun.connect
+def _batch_finished(sender=None, args=None, state=None, **kwargs) -> None:
+    """A batch task returned (stored, or refused for good): its outbox copy can go.
+
+    A task that will be retried (state RETRY) keeps its entry until the retry finishes.
+    """
+    if sender is None or sender.name not in BATCH_TASKS or state != "SUCCESS" or not args:
+        return
+    client = _client()
+    batch_id = outbox.batch_id_of(args[0]) if client is not None else None
+    if batch_id is None:
+        return
+    try:
+        outbox.outbox_done(client, batch_id)
+    except redis.RedisError as exc:
+        # The entry stays; the redelivery finds the batch stored and changes nothing.
+        log.warning("outbox entry of batch %s not cleared: %s", batch_id, exc)
+
+
+def outbox_redeliver(older_than_s: float | None = None) -> int:
+    """Re-publish batches still in the outbox after the broker's redelivery window; how many.
+
+    Default age: the visibility timeout (after which the broker itself would have restored a
+    message it knew about) plus a minute, so normal redelivery goes first.
+    """
+    from webapp.celery import app
+
+    client = _client()
+    if client is None:
+        return 0
+    if older_than_s is None:
+        older_than_s = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] + 60
+    due = outbox.outbox_due(client, older_than_s)
+    for batch_id, task, text in due:
+        outbox.outbox_put(client, batch_id, task, text)  # restart its clock
+        app.send_task(task, args=[text], queue=INGEST_QUEUE)
+    if due:
+        log.warning("re-published %d batch(es) that no worker finished", len(due))
+    return len(due)
