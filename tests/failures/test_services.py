@@ -359,3 +359,13 @@ def test_node_fail_of_a_multi_node_job_blames_the_down_node_or_none(fleet):
     Node.objects.filter(hostname="gpu-node-01").update(state="down")
     again = failure_diagnose(failure.pk)
     assert (again.cause, again.blamed_host, again.blamed_node) == ("node_lost", "", None)
+
+
+def test_xid_just_before_the_start_explains_a_job_that_died_at_once(fleet):
+    end = _now() - 300
+    node_events_ingest(
+        fleet.node_batch("gpu-node-02", gpu_events=[xid_event(end - 120, 79, index=3)])
+    )
+    fleet.run_job("210", end - 60, end)
+    failure = failure_diagnose(FailureEvent.objects.get(kind="job_failure").pk)
+    assert (failure.cause, failure.blamed_host) == ("gpu_off_bus", "gpu-node-02")

@@ -387,7 +387,9 @@ def _job_input(job: Job) -> EngineInput:
         nodes.setdefault(w.node_id, w.node.hostname)
         name = f"{w.node.hostname}:{w.path}:{w.first_line_no}"
         streams.append((name, list(w.lines)))
-    lo = max(start, job.end_at - EVIDENCE_BEFORE)
+    # An Xid shortly before the start still explains a job that died at once (the GPU fell
+    # off the bus as it was handed over): the taxonomy's 15-minute window reaches back that far.
+    lo = max(start - timedelta(seconds=engine.WINDOW_BEFORE_S), job.end_at - EVIDENCE_BEFORE)
     errors = GpuErrorEvent.objects.filter(
         node_id__in=list(nodes), ts__gte=lo, ts__lte=job.end_at + EVIDENCE_AFTER
     ).order_by("ts", "id")

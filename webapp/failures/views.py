@@ -199,7 +199,10 @@ def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
             "symptoms": (failure.inputs or {}).get("symptoms", []),
             "figures": {
                 "xids": figures.xid_history_figure(
-                    xids, until - timedelta(days=XID_HISTORY_DAYS), until
+                    # Half a day of margin: a marker at "now" is drawn whole.
+                    xids,
+                    until - timedelta(days=XID_HISTORY_DAYS),
+                    until + timedelta(hours=12),
                 )
             }
             if xids

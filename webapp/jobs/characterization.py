@@ -13,11 +13,11 @@ durations and queueing delays count only jobs that have them (started, resp. end
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -121,45 +121,48 @@ GROUP BY GROUPING SETS ((job_type, gpu, state), (job_type, gpu, d), (job_type, g
 """
 
 
-def _median(counts: dict[float, int]) -> float | None:
-    """percentile_cont(0.5) of the values counted in `counts`, with PostgreSQL's arithmetic
-    (percentile_cont_final_common: lerp between the rows floor / ceil of 0.5 * (n - 1))."""
-    n = sum(counts.values())
-    if not n:
-        return None
-    pos = 0.5 * (n - 1)
-    first_row, second_row = math.floor(pos), math.ceil(pos)
-    first = second = None
-    seen = 0
-    for value in sorted(counts):
-        seen += counts[value]
-        if first is None and seen > first_row:
-            first = value
-        if seen > second_row:
-            second = value
-            break
-    if second_row == first_row:
-        return first
-    return first + ((pos - first_row) * (second - first))
+class _Dist:
+    """How many jobs have each value (values sorted, counts aligned)."""
 
+    def __init__(self, values: np.ndarray, counts: np.ndarray) -> None:
+        order = np.argsort(values, kind="stable")
+        self.values, self.counts = values[order], counts[order]
+        self.cum = np.cumsum(self.counts)
+        self.n = int(self.cum[-1]) if len(self.cum) else 0
 
-class _Acc:
-    """One type's (or all types') GPU or CPU jobs: jobs and GPU time per final group, and how
-    many jobs have each duration, queueing delay and GPU count."""
+    @classmethod
+    def merge(cls, parts: list[_Dist]) -> _Dist:
+        return cls(
+            np.concatenate([p.values for p in parts] or [np.empty(0)]),
+            np.concatenate([p.counts for p in parts] or [np.empty(0, np.int64)]),
+        )
 
-    def __init__(self) -> None:
-        self.n = 0
-        self.gpu_time = 0.0
-        self.groups: dict[str, list] = {g: [0, 0.0] for g in FINAL_GROUPS}
-        self.hist: dict[str, dict[float, int]] = {"d": {}, "q": {}, "g": {}}
+    def median(self) -> float | None:
+        """percentile_cont(0.5), with PostgreSQL's arithmetic (percentile_cont_final_common:
+        lerp between the rows floor and ceil of 0.5 * (n - 1), counted from 0)."""
+        if not self.n:
+            return None
+        pos = 0.5 * (self.n - 1)
+        first_row, second_row = math.floor(pos), math.ceil(pos)
+        first = float(self.values[np.searchsorted(self.cum, first_row, side="right")])
+        if second_row == first_row:
+            return first
+        second = float(self.values[np.searchsorted(self.cum, second_row, side="right")])
+        return first + ((pos - first_row) * (second - first))
 
-    def mean(self, column: str) -> float | None:
-        counts = self.hist[column]
-        n = sum(counts.values())
-        return math.fsum(v * k for v, k in counts.items()) / n if n else None
+    def mean(self) -> float | None:
+        return math.fsum(self.values * self.counts) / self.n if self.n else None
 
-    def max(self, column: str) -> float | None:
-        return max(self.hist[column], default=None)
+    def max(self) -> float | None:
+        return float(self.values[-1]) if self.n else None
+
+    def log2_buckets(self) -> dict[int, int]:
+        """Jobs per width_bucket(x, LOG2_EDGES) (the number of edges at or below x)."""
+        buckets = np.searchsorted(LOG2_EDGES, self.values, side="right")
+        out: dict[int, int] = {}
+        for bucket, n in zip(buckets.tolist(), self.counts.tolist(), strict=True):
+            out[bucket] = out.get(bucket, 0) + n
+        return out
 
 
 def _from_pass(rows: list[tuple]) -> tuple[list[tuple], list[tuple]]:
@@ -167,67 +170,80 @@ def _from_pass(rows: list[tuple]) -> tuple[list[tuple], list[tuple]]:
     jobs, GPU jobs, CPU jobs, GPU time, then the GPU and CPU medians, means and maxima, then
     per final group GPU jobs, GPU time and CPU jobs) and histogram rows (job_type,
     by_duration, by_queue, duration bucket, queueing bucket, GPUs, jobs) of GPU jobs."""
-    acc: dict[tuple[str | None, bool], _Acc] = {}
-    hist: dict[tuple, int] = {}
+    # (job_type, gpu) -> [jobs, GPU time, {group: [jobs, GPU time]}]
+    sums: dict[tuple, list] = {}
+    raw: dict[tuple, tuple[list, list]] = {}  # (job_type, gpu, column) -> (values, counts)
     for job_type, gpu, by_state, by_d, by_q, state, d, q, g, n, gpu_time in rows:
-        group = _FINAL_GROUP.get(state) if by_state else None
-        for key in ((job_type, gpu), (None, gpu)):
-            a = acc.setdefault(key, _Acc())
-            if by_state:
-                a.n += n
-                a.gpu_time += gpu_time or 0.0
-                if group is not None:
-                    a.groups[group][0] += n
-                    a.groups[group][1] += gpu_time or 0.0
-                continue
-            column, value = ("d", d) if by_d else ("q", q) if by_q else ("g", float(g))
-            if value is not None:  # a job without that value (not started, not ended)
-                a.hist[column][value] = a.hist[column].get(value, 0) + n
-        if gpu and not by_state:
-            # width_bucket(x, LOG2_EDGES): the number of edges at or below x.
-            if by_d and d is not None:
-                k = (job_type, True, False, bisect.bisect_right(LOG2_EDGES, d), None, None)
-            elif by_q and q is not None:
-                k = (job_type, False, True, None, bisect.bisect_right(LOG2_EDGES, q), None)
-            elif not by_d and not by_q:
-                k = (job_type, False, False, None, None, g)
-            else:
-                continue
-            hist[k] = hist.get(k, 0) + n
+        if by_state:
+            for key in ((job_type, gpu), (None, gpu)):
+                acc = sums.setdefault(key, [0, 0.0, {grp: [0, 0.0] for grp in FINAL_GROUPS}])
+                acc[0] += n
+                acc[1] += gpu_time or 0.0
+                if (group := _FINAL_GROUP.get(state)) is not None:
+                    acc[2][group][0] += n
+                    acc[2][group][1] += gpu_time or 0.0
+            continue
+        column, value = ("d", d) if by_d else ("q", q) if by_q else ("g", g)
+        if value is not None:  # a job without that value (not started, not ended)
+            values, counts = raw.setdefault((job_type, gpu, column), ([], []))
+            values.append(value)
+            counts.append(n)
+    dist = {
+        key: _Dist(np.array(v, np.float64), np.array(c, np.int64)) for key, (v, c) in raw.items()
+    }
+    types = sorted({t for t, _ in sums if t is not None})
+    for gpu in (True, False):
+        for column in ("d", "q", "g"):
+            parts = [dist[(t, gpu, column)] for t in types if (t, gpu, column) in dist]
+            dist[(None, gpu, column)] = _Dist.merge(parts)
+    empty = _Dist(np.empty(0), np.empty(0, np.int64))
+
+    def get(job_type: str | None, gpu: bool, column: str) -> _Dist:
+        return dist.get((job_type, gpu, column), empty)
+
+    hist = []
+    for t in types:
+        for bucket, n in get(t, True, "d").log2_buckets().items():
+            hist.append((t, True, False, bucket, None, None, n))
+        for bucket, n in get(t, True, "q").log2_buckets().items():
+            hist.append((t, False, True, None, bucket, None, n))
+        g = get(t, True, "g")
+        for value, n in zip(g.values.tolist(), g.counts.tolist(), strict=True):
+            hist.append((t, False, False, None, None, int(value), n))
 
     stats_rows = []
-    types = sorted({t for t, _ in acc if t is not None})
+    no_sums = [0, 0.0, {grp: [0, 0.0] for grp in FINAL_GROUPS}]
     for job_type in [*types, None]:
-        gpu, cpu = acc.get((job_type, True), _Acc()), acc.get((job_type, False), _Acc())
-        gpus_max = gpu.max("g")
+        gpu, cpu = sums.get((job_type, True), no_sums), sums.get((job_type, False), no_sums)
+        gpus_max = get(job_type, True, "g").max()
         stats_rows.append(
             (
                 job_type is None,
                 job_type,
-                gpu.n + cpu.n,
-                gpu.n,
-                cpu.n,
-                gpu.gpu_time,
-                _median(gpu.hist["d"]),
-                gpu.mean("d"),
-                gpu.max("d"),
-                _median(gpu.hist["q"]),
-                gpu.mean("q"),
-                _median(gpu.hist["g"]),
-                gpu.mean("g"),
+                gpu[0] + cpu[0],
+                gpu[0],
+                cpu[0],
+                gpu[1],
+                get(job_type, True, "d").median(),
+                get(job_type, True, "d").mean(),
+                get(job_type, True, "d").max(),
+                get(job_type, True, "q").median(),
+                get(job_type, True, "q").mean(),
+                get(job_type, True, "g").median(),
+                get(job_type, True, "g").mean(),
                 int(gpus_max) if gpus_max is not None else None,
-                _median(cpu.hist["d"]),
-                cpu.mean("d"),
-                _median(cpu.hist["q"]),
-                cpu.mean("q"),
+                get(job_type, False, "d").median(),
+                get(job_type, False, "d").mean(),
+                get(job_type, False, "q").median(),
+                get(job_type, False, "q").mean(),
                 *(
                     x
                     for grp in FINAL_GROUPS
-                    for x in (gpu.groups[grp][0], gpu.groups[grp][1], cpu.groups[grp][0])
+                    for x in (gpu[2][grp][0], gpu[2][grp][1], cpu[2][grp][0])
                 ),
             )
         )
-    return stats_rows, [(*k, n) for k, n in hist.items()]
+    return stats_rows, hist
 
 
 def jobs_characterize(window: Window) -> Characterization:

@@ -158,7 +158,10 @@ class _Import:
             self.pending = None
             with suppress(psycopg.Error):
                 future.result()
-            stack.__exit__(*exc) if exc[0] else stack.close()
+            if exc[0] is None:
+                stack.close()
+            else:
+                stack.__exit__(*exc)
         self.pool.shutdown()
 
     def block(self, data: bytes) -> None:
@@ -289,22 +292,54 @@ def _slice(c: Columns, a: int, b: int) -> Columns:
     return Columns(job_id=text(c.job_id), user=text(c.user), **plain)
 
 
-def _fixed(values: np.ndarray, dtype: str, null: np.ndarray | None = None):
-    """(lengths, bytes) of a fixed-width big-endian column; -1 marks NULL."""
-    width = np.dtype(dtype).itemsize
-    if null is None:
-        return np.full(len(values), width, np.int64), values.astype(dtype).view(np.uint8)
-    lens = np.where(null, -1, width)
-    return lens, values[~null].astype(dtype).view(np.uint8)
+# The first 13 fields have the same width in every row: one big-endian record each, with
+# the field count and every field's length word (binary COPY's row layout).
+_PREFIX = np.dtype(
+    [
+        ("fields", ">i2"),
+        ("cluster_len", ">i4"),
+        ("cluster_id", ">i8"),
+        ("explicit_len", ">i4"),
+        ("explicit", "u1"),
+        ("source_len", ">i4"),
+        ("source", f"S{len(JobSource.ACMETRACE.value)}"),
+        *((f"empty{i}_len", ">i4") for i in range(5)),  # name, team, partition, qos, comment
+        ("submit_len", ">i4"),
+        ("submit_at", ">i8"),
+        ("updated_len", ">i4"),
+        ("updated_at", ">i8"),
+        ("gpus_len", ">i4"),
+        ("gpus", ">i4"),
+        ("nodes_len", ">i4"),
+        ("nodes", ">i4"),
+        ("cpus_len", ">i4"),
+        ("cpus", ">i4"),
+    ]
+)
+_FIELDS = 19
+
+
+def _prefix(c: Columns, cluster_id: int, updated_us: int) -> np.ndarray:
+    rec = np.zeros(len(c), _PREFIX)
+    rec["fields"] = _FIELDS
+    rec["cluster_len"], rec["cluster_id"] = 8, cluster_id
+    rec["explicit_len"], rec["explicit"] = 1, 1  # job_type_explicit: the trace names the type
+    rec["source_len"], rec["source"] = len(JobSource.ACMETRACE.value), JobSource.ACMETRACE.value
+    rec["submit_len"], rec["submit_at"] = 8, c.submit_us
+    rec["updated_len"], rec["updated_at"] = 8, updated_us
+    for name, values in (("gpus", c.gpus), ("nodes", c.nodes), ("cpus", c.cpus)):
+        rec[f"{name}_len"], rec[name] = 4, values
+    return rec.view(np.uint8).reshape(len(c), _PREFIX.itemsize)
+
+
+def _fixed(values: np.ndarray, null: np.ndarray):
+    """(lengths, bytes) of a nullable int8 column; -1 marks NULL."""
+    return np.where(null, -1, 8), values[~null].astype(">i8").view(np.uint8)
 
 
 def _text(column: tuple[np.ndarray, np.ndarray]):
     flat, lens = column
     return lens, flat
-
-
-def _constant(value: bytes, n: int):
-    return np.full(n, len(value), np.int64), np.frombuffer(value * n, np.uint8)
 
 
 def _category(index: np.ndarray, values: list[bytes]):
@@ -318,32 +353,23 @@ def _copy_data(c: Columns, cluster_id: int, now) -> bytes:
     """The chunk as one binary COPY stream (signature, rows, trailer), in _COLUMNS order."""
     n = len(c)
     updated_us = round((now.timestamp() - _EPOCH_2000_S) * 1e6)
+    prefix = _prefix(c, cluster_id, updated_us)
     fields = [
-        _fixed(np.full(n, cluster_id), ">i8"),
-        _fixed(np.ones(n, np.uint8), "u1"),  # job_type_explicit: the trace names the type
-        _constant(JobSource.ACMETRACE.value.encode(), n),
-        *(_constant(b"", n) for _ in range(5)),  # name, team, partition, qos, comment
-        _fixed(c.submit_us, ">i8"),
-        _fixed(np.full(n, updated_us), ">i8"),
-        _fixed(c.gpus, ">i4"),
-        _fixed(c.nodes, ">i4"),
-        _fixed(c.cpus, ">i4"),
-        _fixed(c.start_us, ">i8", c.start_null),
-        _fixed(c.end_us, ">i8", c.end_null),
+        _fixed(c.start_us, c.start_null),
+        _fixed(c.end_us, c.end_null),
         _text(c.job_id),
         _text(c.user),
         _category(c.type_index, _TYPE_VALUES),
         _category(c.state_index, _STATE_VALUES),
     ]
     sizes = [np.maximum(lens, 0) for lens, _ in fields]
-    row_len = 2 + 4 * len(fields) + np.sum(sizes, axis=0)
+    row_len = prefix.shape[1] + 4 * len(fields) + np.sum(sizes, axis=0)
     out = np.empty(len(_SIGNATURE) + int(row_len.sum()) + len(_TRAILER), np.uint8)
     out[: len(_SIGNATURE)] = np.frombuffer(_SIGNATURE, np.uint8)
     out[-len(_TRAILER) :] = 0xFF
     pos = np.cumsum(row_len) - row_len + len(_SIGNATURE)
-    out[pos] = len(fields) >> 8
-    out[pos + 1] = len(fields) & 0xFF
-    pos = pos + 2
+    out[pos[:, None] + np.arange(prefix.shape[1])] = prefix
+    pos = pos + prefix.shape[1]
     for (lens, data), size in zip(fields, sizes, strict=True):
         out[pos[:, None] + np.arange(4)] = lens.astype(">i4").view(np.uint8).reshape(n, 4)
         pos += 4
