@@ -27,6 +27,11 @@ app.conf.beat_schedule = {
         "task": "vigil.telemetry.redeliver_lost_batches",
         "schedule": 60.0,
     },
+    # Fail-slow GPUs of running jobs (webapp/failures: stragglers).
+    "failures-stragglers": {
+        "task": "vigil.failures.detect_stragglers",
+        "schedule": 60.0,
+    },
     "fleet-node-states": {
         "task": "vigil.fleet.mark_stale_nodes",
         "schedule": 30.0,

@@ -506,6 +506,8 @@ def failure_diagnose(pk: int) -> FailureEvent | None:
         )
         if failure is None:
             return None
+        if failure.kind == FailureKind.PERFORMANCE:
+            return failure  # decided from metrics by stragglers_detect, not from logs
         inputs = engine_input(failure)
         result = engine.diagnose_streams(inputs.as_streams(), job_nodes=inputs.job_nodes or None)
         failure.cause = result.cause
