@@ -193,7 +193,7 @@ def test_job_page_shows_identity_allocations_telemetry_and_energy(operator_clien
         assert text in html
     # The job links to its failures page, which exists.
     assert response.context["failures_url"] == f"/failures/job/{job_on_gpus.id}/"
-    assert operator_client.get(response.context["failures_url"]).status_code == 200
+    assert operator_client.get(response.context["failures_url"], follow=True).status_code == 200
 
     allocations = response.context["allocations"]
     assert [(a.hostname, a.gpu_index) for a in allocations] == [("gpu-j-01", i) for i in range(4)]
