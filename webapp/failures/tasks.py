@@ -2,69 +2,35 @@
 
 from __future__ import annotations
 
-import logging
-
-import psycopg
 from celery import shared_task
-from django.db import InterfaceError, OperationalError, connection
 
-from collectors.schema import NODE_EVENTS_TASK, BatchError
+from collectors.schema import NODE_EVENTS_TASK
 from webapp.failures.services import failure_diagnose, node_events_ingest, stragglers_detect
-from webapp.fleet.services import AuthError
-from webapp.telemetry.services import batch_reject
-
-log = logging.getLogger("vigil.failures")
-
-# PostgreSQL unreachable or restarting: retry with backoff, never drop the batch (the same
-# policy as telemetry's ingest task).
-_DB_DOWN = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
-_RETRY = {
-    "bind": True,
-    "acks_late": True,
-    "reject_on_worker_lost": True,
-    "autoretry_for": _DB_DOWN,
-    "retry_backoff": 1,
-    "retry_backoff_max": 30,
-    "retry_jitter": True,
-    "max_retries": None,
-    "ignore_result": True,
-}
+from webapp.ingest import DB_DOWN, DURABLE_TASK, batch_run, db_down
 
 
-def _db_down(task) -> None:
-    # The connection is dead; drop it so the retry opens a new one.
-    connection.close_if_unusable_or_obsolete()
-    connection.close()
-    log.warning(
-        "database unavailable; %s will be retried (attempt %s)", task.name, task.request.retries + 1
-    )
-
-
-@shared_task(name=NODE_EVENTS_TASK, **_RETRY)
+@shared_task(name=NODE_EVENTS_TASK, **DURABLE_TASK)
 def ingest_node_events(self, raw: str) -> dict:
     """Store one node-event batch (GPU errors, job log windows); refuse it whole if invalid."""
-    try:
-        result = node_events_ingest(raw)
-    except (BatchError, AuthError) as exc:
-        batch_reject(raw, exc)
-        return {"rejected": exc.reason}
-    except _DB_DOWN:
-        _db_down(self)
-        raise
-    return {
-        "gpu_events": result.gpu_events_stored,
-        "log_windows": result.log_windows_stored,
-        "failures": result.failures_opened,
-    }
+
+    def store(text: str) -> dict:
+        result = node_events_ingest(text)
+        return {
+            "gpu_events": result.gpu_events_stored,
+            "log_windows": result.log_windows_stored,
+            "failures": result.failures_opened,
+        }
+
+    return batch_run(self, raw, store)
 
 
-@shared_task(name="vigil.failures.diagnose", **_RETRY)
+@shared_task(name="vigil.failures.diagnose", **DURABLE_TASK)
 def diagnose(self, failure_id: int) -> dict:
     """Diagnose one failure event (idempotent: the same evidence gives the same answer)."""
     try:
         failure = failure_diagnose(failure_id)
-    except _DB_DOWN:
-        _db_down(self)
+    except DB_DOWN:
+        db_down(self)
         raise
     if failure is None:
         return {"missing": failure_id}
