@@ -24,8 +24,9 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -37,6 +38,7 @@ from pydantic import (
 )
 
 SCHEMA_VERSION = 1
+ModelT = TypeVar("ModelT", bound=BaseModel)
 INGEST_TASK = "vigil.telemetry.ingest_batch"
 INGEST_QUEUE = "ingest"
 
@@ -253,16 +255,8 @@ def parse_job_events(
     raw: str | bytes, *, now: float | None = None, max_future_s: float = 300
 ) -> JobEventBatch:
     """Validate a job-event batch (JSON text); raise BatchError naming the first problem."""
-    try:
-        batch = JobEventBatch.model_validate_json(raw)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "batch"
-        raise BatchError("malformed", f"{where}: {first['msg']}") from None
-    limit = (time.time() if now is None else now) + max_future_s
-    for i, event in enumerate(batch.events):
-        if event.ts > limit:
-            raise BatchError("future_timestamp", f"events[{i}]: ts is in the future")
+    batch = _validated(JobEventBatch, raw)
+    _refuse_future(((f"events[{i}]", e.ts) for i, e in enumerate(batch.events)), now, max_future_s)
     return batch
 
 
@@ -275,10 +269,10 @@ class BatchError(ValueError):
         self.detail = detail
 
 
-def parse_batch(raw: str | bytes, *, now: float | None = None, max_future_s: float = 300) -> Batch:
-    """Validate a wire batch (JSON text); raise BatchError naming the first problem."""
+def _validated(model: type[ModelT], raw: str | bytes) -> ModelT:
+    """`model` from JSON text, or BatchError naming the first problem (field and message)."""
     try:
-        batch = Batch.model_validate_json(raw)
+        return model.model_validate_json(raw)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "batch"
@@ -288,23 +282,31 @@ def parse_batch(raw: str | bytes, *, now: float | None = None, max_future_s: flo
             and "nan" in str(first.get("input", "")).lower()
         ):
             reason = "not_a_number"
-        elif "version" in where or where == "v":
+        elif where == "v":
             reason = "unsupported_version"
         raise BatchError(reason, f"{where}: {first['msg']}") from None
+
+
+def _refuse_future(stamps: Iterable[tuple[str, float]], now: float | None, max_s: float) -> None:
+    """BatchError for the first (where, ts) stamped more than `max_s` ahead of the clock."""
     now = time.time() if now is None else now
-    limit = now + max_future_s
-    for i, row in enumerate(batch.samples):
-        if row[1] > limit:
+    for where, ts in stamps:
+        if ts > now + max_s:
             raise BatchError(
                 "future_timestamp",
-                f"samples[{i}]: timestamp {row[1]:.0f} is {row[1] - now:.0f} s in the future",
+                f"{where}: timestamp {ts:.0f} is {ts - now:.0f} s in the future",
             )
-    for i, row in enumerate(batch.node_samples):
-        if row[0] > limit:
-            raise BatchError(
-                "future_timestamp",
-                f"node_samples[{i}]: timestamp {row[0]:.0f} is {row[0] - now:.0f} s in the future",
-            )
+
+
+def parse_batch(raw: str | bytes, *, now: float | None = None, max_future_s: float = 300) -> Batch:
+    """Validate a wire batch (JSON text); raise BatchError naming the first problem."""
+    batch = _validated(Batch, raw)
+    _refuse_future(
+        [(f"samples[{i}]", row[1]) for i, row in enumerate(batch.samples)]
+        + [(f"node_samples[{i}]", row[0]) for i, row in enumerate(batch.node_samples)],
+        now,
+        max_future_s,
+    )
     return batch
 
 
@@ -379,16 +381,13 @@ def parse_node_events(
     raw: str | bytes, *, now: float | None = None, max_future_s: float = 300
 ) -> NodeEventBatch:
     """Validate a node-event batch (JSON text); raise BatchError naming the first problem."""
-    try:
-        batch = NodeEventBatch.model_validate_json(raw)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "batch"
-        raise BatchError("malformed", f"{where}: {first['msg']}") from None
-    limit = (time.time() if now is None else now) + max_future_s
-    stamps = [e.ts for e in batch.gpu_events] + [w.ts for w in batch.log_windows]
-    if any(ts > limit for ts in stamps):
-        raise BatchError("future_timestamp", "an event is stamped in the future")
+    batch = _validated(NodeEventBatch, raw)
+    _refuse_future(
+        [(f"gpu_events[{i}]", e.ts) for i, e in enumerate(batch.gpu_events)]
+        + [(f"log_windows[{i}]", w.ts) for i, w in enumerate(batch.log_windows)],
+        now,
+        max_future_s,
+    )
     return batch
 
 

@@ -21,6 +21,7 @@ from collectors.watchers.joblogs import JobLogSource, glob_paths
 from collectors.watchers.kernel import KernelLogSource
 from collectors.watchers.nodeevents import NodeEventWatcher
 from collectors.watchers.slurm import SlurmWatcher
+from tests.browser.figures import drawn_figures as _figures
 from tests.failures.conftest import make_fleet, nccl_window, xid_event
 from tests.helpers import wait_for
 from tests.slurm import slurm_cluster  # noqa: F401 (the session fixture)
@@ -29,23 +30,6 @@ from webapp.failures.services import failure_diagnose, node_events_ingest
 from webapp.fleet import services as fleet_services
 
 pytestmark = pytest.mark.browser
-
-_FIGURES = """
-() => Array.from(document.querySelectorAll('[data-figure]')).map(gd => ({
-  name: gd.dataset.figure,
-  traces: (gd.data || []).length,
-  points: (gd.data || []).reduce((n, t) => n + ((t.x || t.y || []).length), 0),
-  drawn: gd.querySelectorAll('.main-svg').length > 0 && gd.querySelectorAll('.trace').length > 0,
-}))
-"""
-
-
-def _figures(page) -> dict[str, dict]:
-    page.wait_for_function(
-        "Array.from(document.querySelectorAll('[data-figure]'))"
-        ".every(gd => gd.querySelector('.main-svg'))"
-    )
-    return {f["name"]: f for f in page.evaluate(_FIGURES)}
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.cache import cache
 
+from tests.browser.figures import drawn_figures as _figures
 from tests.jobs.test_characterization import make_jobs
 from tests.jobs.test_views import allocate, ingest
 from webapp.jobs.models import Job
@@ -21,25 +22,6 @@ def _fresh_cache():
     cache.clear()
     yield
     cache.clear()
-
-
-# Per Plotly div: traces with points, and whether plotly.js drew SVG for it.
-_FIGURES = """
-() => Array.from(document.querySelectorAll('[data-figure]')).map(gd => ({
-  name: gd.dataset.figure,
-  traces: (gd.data || []).length,
-  points: (gd.data || []).reduce((n, t) => n + ((t.x || t.y || []).length), 0),
-  drawn: gd.querySelectorAll('.main-svg').length > 0 && gd.querySelectorAll('.trace').length > 0,
-}))
-"""
-
-
-def _figures(page) -> dict[str, dict]:
-    page.wait_for_function(
-        "Array.from(document.querySelectorAll('[data-figure]'))"
-        ".every(gd => gd.querySelector('.main-svg'))"
-    )
-    return {f["name"]: f for f in page.evaluate(_FIGURES)}
 
 
 @pytest.fixture
