@@ -4,6 +4,8 @@
 
 Starts its own embedded PostgreSQL and Redis in a temporary folder, migrates, registers
 nodes, then:
+  0. warm-up (not timed): a few batches per worker, so each has imported what it needs and
+     opened its database connection;
   1. e2e: the collector's simulated source and agent build batches (8 GPUs x --intervals
      timestamps per node; built before the clock starts, bench/collector.py measures that
      part) and the collector's transport publishes them by task name to Redis; real Celery
@@ -11,7 +13,8 @@ nodes, then:
      committed. The rollup refresh that follows is timed separately.
   2. baseline: the same number of rows, binary COPY straight into telemetry_gpusample, one
      commit per batch-sized chunk, from one connection.
-Last line: JSON with e2e_samples_per_s, raw_copy_rows_per_s, ratio.
+Last line: JSON with e2e_samples_per_s, raw_copy_rows_per_s, ratio, and the CPU microseconds
+per sample of each process role during the timed part (publisher, workers, postgres, redis).
 """
 
 from __future__ import annotations
@@ -55,7 +58,9 @@ def main() -> None:
 
     try:
         call_command("migrate", verbosity=0)
-        _tokens, batches = _build_batches(args.nodes, args.batches, args.intervals)
+        warmup = args.nodes  # a batch of every node: first contact registers its GPUs
+        _tokens, batches = _build_batches(args.nodes, args.batches + warmup, args.intervals)
+        warmup_batches, batches = batches[:warmup], batches[warmup:]
         expected = sum(n for _, n in batches)
         print(f"{len(batches)} batches, {expected} GPU samples", file=sys.stderr)
 
@@ -73,32 +78,47 @@ def main() -> None:
         ]
         for worker in workers:
             worker.start()
+        import redis
+
         from collectors.transport import Transport
 
         transport = Transport(os.environ["CELERY_BROKER_URL"], Path(tmp) / "spool")
+        broker = redis.Redis(
+            unix_socket_path=os.environ["CELERY_BROKER_URL"].removeprefix("redis+socket://")
+        )
+
+        def drained(since: float) -> None:
+            # Watch the broker, not the table: a count(*) every few ms would steal the CPU
+            # being measured. Done = queue empty and nothing unacknowledged.
+            while broker.llen("ingest") or broker.hlen("unacked"):
+                time.sleep(0.01)
+                if time.perf_counter() - since > 600:
+                    raise SystemExit(f"timed out; worker log:\n{workers[0].log()[-3000:]}")
+
+        # Warm-up, not timed: each worker's first tasks import modules lazily, open their
+        # database connection and build validators; the figure is the steady state.
+        for raw, _ in warmup_batches:
+            transport.send(raw)
+        drained(time.perf_counter())
+        warm_rows = _count(connection)
+
+        cpu0 = _cpu_by_role(workers)
         t0 = time.perf_counter()
         for raw, _ in batches:
             if not transport.send(raw):
                 raise SystemExit("the broker refused a batch")
         published = time.perf_counter() - t0
         transport.close()
-        # Watch the broker, not the table: a count(*) every few ms would steal the CPU being
-        # measured. Done = queue empty and nothing unacknowledged; then the rows are counted.
-        import redis
-
-        broker = redis.Redis(
-            unix_socket_path=os.environ["CELERY_BROKER_URL"].removeprefix("redis+socket://")
-        )
-        while broker.llen("ingest") or broker.hlen("unacked"):
-            time.sleep(0.01)
-            if time.perf_counter() - t0 > 600:
-                raise SystemExit(f"timed out; worker log:\n{workers[0].log()[-3000:]}")
+        drained(t0)
         e2e_s = time.perf_counter() - t0
+        cpu1 = _cpu_by_role(workers)
         for worker in workers:
             worker.stop()
-        stored = _count(connection)
+        stored = _count(connection) - warm_rows
         if stored != expected:
             raise SystemExit(f"stored {stored} of {expected} samples")
+        # CPU microseconds per stored sample, by process role (where the 2 cores went).
+        cpu_us = {role: round((cpu1[role] - cpu0[role]) / expected * 1e6, 1) for role in cpu1}
 
         from webapp.telemetry.services import rollups_refresh
 
@@ -117,6 +137,7 @@ def main() -> None:
             "rollup_samples_per_s": round(expected / rollup_s),
             "rollup_cells": cells,
             "publish_per_s": round(len(batches) / published),
+            "cpu_us_per_sample": cpu_us,
             "worker_processes": args.workers,
             "pool": args.pool,
             "cpus": os.cpu_count(),
@@ -150,6 +171,37 @@ def _build_batches(
     )
     agent.run(count=-(-count // nodes) * intervals, backfill=True)
     return tokens, out[:count]
+
+
+def _cpu_by_role(workers) -> dict[str, float]:
+    """CPU seconds used so far by this process (the publisher), the workers, PostgreSQL and
+    Redis. Only processes alive now count, so take it before and after the timed part."""
+    import psutil
+
+    def cpu(proc: psutil.Process) -> float:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            return 0.0
+        return times.user + times.system
+
+    roles = {"publisher": 0.0, "workers": 0.0, "postgres": 0.0, "redis": 0.0}
+    roles["publisher"] = cpu(psutil.Process())
+    for worker in workers:
+        proc = psutil.Process(worker.proc.pid)
+        roles["workers"] += cpu(proc) + sum(cpu(c) for c in proc.children(recursive=True))
+    # Only this run's servers (their command lines name its data folder), not other
+    # PostgreSQL or Redis instances on the machine.
+    data_dir = os.environ["VIGIL_DATA_DIR"]
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        name = proc.info["name"] or ""
+        if data_dir not in " ".join(proc.info["cmdline"] or []):
+            continue
+        if name.startswith("postgres"):
+            roles["postgres"] += cpu(proc) + sum(cpu(c) for c in proc.children(recursive=True))
+        elif name.startswith("redis"):
+            roles["redis"] += cpu(proc)
+    return roles
 
 
 def _count(connection) -> int:

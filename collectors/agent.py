@@ -21,11 +21,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from collectors.backends.base import Backend, NodeReading
 from collectors.schema import SCHEMA_VERSION, GpuInfo, new_batch_id
 from collectors.watchers import JobWatcher
+
+_index_ts = itemgetter(0, 1)  # (GPU index, ts) of a sample row
 
 log = logging.getLogger("vigil.collector")
 
@@ -214,7 +217,9 @@ class Agent:
             token=self.tokens(cluster, node),
             source=self.backend.source,
             gpus=pending.gpu_dicts,
-            samples=pending.samples,
+            # GPU-major (index, ts), the order of the server's primary key: its sort is then
+            # a single pass and its COPY touches each GPU's index pages once.
+            samples=sorted(pending.samples, key=_index_ts),
             node_samples=pending.node_samples,
         )
         self._pending[key] = _Pending(pending.gpus, pending.gpu_dicts)

@@ -5,8 +5,11 @@ import os
 from celery import Celery
 from celery.schedules import crontab
 
+from collectors.transport import reuse_redis_clients
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
+reuse_redis_clients()  # kombu makes a redis-py client per command otherwise (a tenth of ingest)
 app = Celery("vigil")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

@@ -81,6 +81,8 @@ def node_authenticate(cluster_name: str, hostname: str, token: str) -> Authentic
     return node
 
 
+_GPU_FIELDS = ("node_id", "index", "model", "memory_total_bytes", "pci_bus_id", "serial")
+
 # node id -> (tuple of (index, uuid)) -> {index: gpu id}
 _gpu_cache: dict[int, tuple[tuple[tuple[int, str], ...], dict[int, int]]] = {}
 
@@ -94,21 +96,32 @@ def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
     cached = _gpu_cache.get(node_id)
     if cached is not None and cached[0] == signature:
         return cached[1]
+    wanted = {
+        info.uuid: {
+            "node_id": node_id,
+            "index": info.index,
+            "model": info.name,
+            "memory_total_bytes": info.memory_total_bytes,
+            "pci_bus_id": info.pci_bus_id or "",
+            "serial": info.serial or "",
+        }
+        for info in gpus
+    }
+    # A worker that restarts meets every node again: one read when nothing changed, instead
+    # of a locking read and an update per GPU.
+    stored = {
+        row.pop("uuid"): row
+        for row in Gpu.objects.filter(uuid__in=wanted).values("uuid", "id", *_GPU_FIELDS)
+    }
     mapping: dict[int, int] = {}
     with transaction.atomic():
-        for info in gpus:
-            gpu, _ = Gpu.objects.update_or_create(
-                uuid=info.uuid,
-                defaults={
-                    "node_id": node_id,
-                    "index": info.index,
-                    "model": info.name,
-                    "memory_total_bytes": info.memory_total_bytes,
-                    "pci_bus_id": info.pci_bus_id or "",
-                    "serial": info.serial or "",
-                },
-            )
-            mapping[info.index] = gpu.id
+        for uuid, fields in wanted.items():
+            row = stored.get(uuid)
+            if row is not None and all(row[name] == fields[name] for name in _GPU_FIELDS):
+                gpu_id = row["id"]
+            else:
+                gpu_id = Gpu.objects.update_or_create(uuid=uuid, defaults=fields)[0].id
+            mapping[fields["index"]] = gpu_id
     _gpu_cache[node_id] = (signature, mapping)
     return mapping
 
