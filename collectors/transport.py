@@ -20,9 +20,11 @@ from __future__ import annotations
 import logging
 import os
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
+import kombu.compression
 from celery import Celery
 from kombu.exceptions import KombuError, OperationalError
 from kombu.transport import redis as kombu_redis
@@ -120,6 +122,15 @@ def reuse_redis_clients() -> None:
 
 reuse_redis_clients()
 
+# Batches travel zlib-compressed (Celery's `compression`; workers decompress by the message's
+# content type, whatever the level). Level 1, not zlib's default 6: a 92 KB batch shrinks to
+# about 25 KB in 0.7 ms instead of 22 KB in 3.5 ms, and every later copy of the message
+# (base64, Redis, the worker's unacked record) is a quarter the size.
+COMPRESSION = "zlib"
+kombu.compression.register(
+    lambda body: zlib.compress(body, 1), zlib.decompress, "application/x-gzip", aliases=["zlib"]
+)
+
 
 def make_celery(broker_url: str) -> Celery:
     """A Celery app that can only publish: no Django, no result backend, no retries."""
@@ -173,6 +184,7 @@ class Transport:
                 task,
                 args=[batch_json],
                 queue=INGEST_QUEUE,
+                compression=COMPRESSION,
                 producer=self._producer,
                 retry=False,
                 ignore_result=True,
