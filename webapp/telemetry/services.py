@@ -29,7 +29,6 @@ from collectors.schema import (
     GPU_FIELDS,
     NODE_FIELD_NAMES,
     NODE_FIELDS,
-    Batch,
     BatchError,
     parse_batch,
 )
@@ -128,18 +127,15 @@ _EPOCH = date(1970, 1, 1)
 _pk = itemgetter(0, 1)  # (gpu id, ts) of a GPU row
 
 
-def _days(batch: Batch) -> set[date]:
-    """The UTC days the batch's samples fall on (each needs its partition)."""
-    day_numbers = {int(row[1] // 86400) for row in batch.samples}
-    day_numbers |= {int(row[0] // 86400) for row in batch.node_samples}
-    return {_EPOCH + timedelta(days=n) for n in day_numbers}
-
-
 def samples_ingest(raw: str | bytes) -> IngestResult:
     """Validate and store one wire batch. Raises BatchError or AuthError to refuse it whole."""
     batch = parse_batch(raw, max_future_s=settings.VIGIL_MAX_FUTURE_SKEW_S)
     node = node_authenticate(batch.cluster, batch.node, batch.token)
-    days = _days(batch)
+    # Per-batch work runs over the distinct timestamps (all GPUs of a node share each one),
+    # not over every row.
+    gpu_times = {row[1] for row in batch.samples}
+    times = gpu_times | {row[0] for row in batch.node_samples}
+    days = {_EPOCH + timedelta(days=n) for n in {int(t // 86400) for t in times}}
     if days and min(days) < oldest_kept():
         raise BatchError(
             "expired",
@@ -152,25 +148,28 @@ def samples_ingest(raw: str | bytes) -> IngestResult:
         partition_ensure("telemetry_nodesample", day)
         partition_ensure("telemetry_gpurollup1m", day)
 
-    # All GPUs of a node share each timestamp: build each datetime once, not once per GPU.
-    stamps = {
-        t: datetime.fromtimestamp(t, UTC)
-        for t in {row[1] for row in batch.samples} | {row[0] for row in batch.node_samples}
-    }
+    stamps = {t: datetime.fromtimestamp(t, UTC) for t in times}
     # In primary-key order (gpu, ts): each GPU's rows then land next to each other in the
     # index, which makes PostgreSQL's side of the COPY about a fifth cheaper than the
-    # time-major order a node samples in.
+    # time-major order a node samples in (the collector already sends this order).
     gpu_rows = sorted(
         [(gpu_ids[row[0]], stamps[row[1]], *row[2:]) for row in batch.samples], key=_pk
     )
     node_rows = [(node.id, stamps[row[0]], *row[1:]) for row in batch.node_samples]
-    last = stamps[max(stamps)] if stamps else datetime.fromtimestamp(batch.sent_at, UTC)
+    last = stamps[max(times)] if times else datetime.fromtimestamp(batch.sent_at, UTC)
+    dirty = None
+    if gpu_times:
+        dirty = (
+            sorted({gpu_ids[i] for i in {row[0] for row in batch.samples}}),
+            stamps[min(gpu_times)],
+            stamps[max(gpu_times)],
+        )
     try:
         # Common case, one transaction (one commit): COPY straight into the partitioned tables.
         with transaction.atomic(), connection.cursor() as cur:
             stored = _copy(cur, "telemetry_gpusample", "gpu_id", gpu_rows)
             node_stored = _copy(cur, "telemetry_nodesample", "node_id", node_rows)
-            _rollup_mark(cur, gpu_rows)
+            _rollup_mark(cur, dirty)
             node_seen(node.id, last, batch.source)
     except (IntegrityError, psycopg.errors.UniqueViolation):
         # Some rows were stored before (a redelivered or overlapping batch): the first
@@ -179,7 +178,7 @@ def samples_ingest(raw: str | bytes) -> IngestResult:
             stored = _copy_new(cur, "gpu_id", gpu_rows)
             node_stored = _copy_new(cur, "node_id", node_rows)
             if stored:
-                _rollup_mark(cur, gpu_rows)
+                _rollup_mark(cur, dirty)
             node_seen(node.id, last, batch.source)
     return IngestResult(str(batch.batch_id), batch.node, len(batch.samples), stored, node_stored)
 
@@ -218,18 +217,19 @@ def _copy_new(cur, key: str, rows: list[tuple]) -> int:
     return cur.rowcount
 
 
-def _rollup_mark(cur, gpu_rows: list[tuple]) -> None:
-    """Name the GPUs and minutes these rows touched, for the next rollup refresh."""
-    if not gpu_rows:
+def _rollup_mark(cur, dirty: tuple[list[int], datetime, datetime] | None) -> None:
+    """Name the GPUs and minutes (GPU ids, first and last sample time) a batch touched, for
+    the next rollup refresh."""
+    if dirty is None:
         return
-    stamps = {row[1] for row in gpu_rows}
+    gpu_ids, first, last = dirty
     cur.execute(
         "INSERT INTO telemetry_rollupdirty (gpu_ids, lo, hi, created_at) "
         "VALUES (%s, %s, %s, now())",
         [
-            sorted({row[0] for row in gpu_rows}),
-            min(stamps).replace(second=0, microsecond=0),
-            max(stamps).replace(second=0, microsecond=0) + timedelta(minutes=1),
+            gpu_ids,
+            first.replace(second=0, microsecond=0),
+            last.replace(second=0, microsecond=0) + timedelta(minutes=1),
         ],
     )
 
