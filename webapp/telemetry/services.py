@@ -153,9 +153,9 @@ def samples_ingest(raw: str | bytes) -> IngestResult:
     # index, which makes PostgreSQL's side of the COPY about a fifth cheaper than the
     # time-major order a node samples in (the collector already sends this order).
     gpu_rows = sorted(
-        [(gpu_ids[row[0]], stamps[row[1]], *row[2:]) for row in batch.samples], key=_pk
+        [(gpu_ids[row[0]], stamps[row[1]]) + row[2:] for row in batch.samples], key=_pk
     )
-    node_rows = [(node.id, stamps[row[0]], *row[1:]) for row in batch.node_samples]
+    node_rows = [(node.id, stamps[row[0]]) + row[1:] for row in batch.node_samples]
     last = stamps[max(times)] if times else datetime.fromtimestamp(batch.sent_at, UTC)
     dirty = None
     if gpu_times:
