@@ -119,6 +119,10 @@ def main() -> None:
             raise SystemExit(f"stored {stored} of {expected} samples")
         # CPU microseconds per stored sample, by process role (where the 2 cores went).
         cpu_us = {role: round((cpu1[role] - cpu0[role]) / expected * 1e6, 1) for role in cpu1}
+        # How busy the whole machine was while timed (100 = every core): if it is well below,
+        # the pipeline waited on round trips; if "all_processes" is well above the sum of the
+        # roles, something else was running.
+        busy_pct = (cpu1["all_processes"] - cpu0["all_processes"]) / (e2e_s * os.cpu_count())
 
         from webapp.telemetry.services import rollups_refresh
 
@@ -138,6 +142,7 @@ def main() -> None:
             "rollup_cells": cells,
             "publish_per_s": round(len(batches) / published),
             "cpu_us_per_sample": cpu_us,
+            "machine_busy_pct": round(100 * busy_pct),
             "worker_processes": args.workers,
             "pool": args.pool,
             "cpus": os.cpu_count(),
@@ -186,6 +191,8 @@ def _cpu_by_role(workers) -> dict[str, float]:
         return times.user + times.system
 
     roles = {"publisher": 0.0, "workers": 0.0, "postgres": 0.0, "redis": 0.0}
+    machine = psutil.cpu_times()
+    roles["all_processes"] = machine.user + machine.system + machine.nice
     roles["publisher"] = cpu(psutil.Process())
     for worker in workers:
         proc = psutil.Process(worker.proc.pid)
