@@ -256,3 +256,21 @@ VIGIL_HEALTH_KEY = os.environ.get("VIGIL_HEALTH_KEY", "")
 VIGIL_BUSY_UTIL_PCT = envfloat("VIGIL_BUSY_UTIL_PCT", "10", minimum=0)
 # A node not heard from for this long is shown as stale.
 VIGIL_STALE_AFTER_S = envint("VIGIL_STALE_AFTER_S", "120", minimum=1)
+
+# --- Failure diagnosis ---------------------------------------------------------------------
+# Optional LLM hook (webapp/failures/llm.py), off when the URL is empty: an OpenAI-compatible
+# chat completions endpoint, asked only about failures no rule explains.
+VIGIL_LLM_URL = os.environ.get("VIGIL_LLM_URL", "").strip()
+VIGIL_LLM_MODEL = os.environ.get("VIGIL_LLM_MODEL", "").strip() or "default"
+VIGIL_LLM_API_KEY = os.environ.get("VIGIL_LLM_API_KEY", "").strip()
+# Circuit breaker: automatic restarts of one job in a row before Vigil only notifies
+# (failure-taxonomy.md: 3).
+VIGIL_MAX_AUTO_RESTARTS = envint("VIGIL_MAX_AUTO_RESTARTS", "3", minimum=0)
+# A GPU under 0.8x its job's median this many minutes in a row is a straggler (the ratio and
+# its source: webapp/failures/services.py).
+VIGIL_STRAGGLER_MINUTES = envint("VIGIL_STRAGGLER_MINUTES", "10", minimum=1)
+# Seconds a checkpoint save stalls training (delta of the Young/Daly interval) when the
+# reliability page is not given one: failure-signatures.md section 9's worked example, 60 s.
+VIGIL_CHECKPOINT_WRITE_S = envfloat("VIGIL_CHECKPOINT_WRITE_S", "60", minimum=0)
+if VIGIL_CHECKPOINT_WRITE_S == 0:
+    raise ImproperlyConfigured("VIGIL_CHECKPOINT_WRITE_S=0 is not a duration (use seconds > 0)")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from webapp.failures import taxonomy
+from webapp.failures import diagnosis, taxonomy
 from webapp.failures.diagnosis import (
     EVIDENCE_LINES,
     EVIDENCE_TEXT_CHARS,
@@ -208,3 +208,16 @@ def test_missing_file_raises_oserror_naming_it(tmp_path):
     with pytest.raises(OSError) as info:
         diagnose_paths(tmp_path / "nope.log")
     assert "nope.log" in str(info.value)
+
+
+def test_same_diagnoses_without_re2s_private_match_binding(monkeypatch):
+    """The scan's fast path uses a private google-re2 binding; if a release drops it, the
+    public finditer() must give the very same diagnoses."""
+    names = sorted(LABELS)[::6]
+    fast = [diagnose_paths(CORPUS / name) for name in names]
+    monkeypatch.setattr(diagnosis, "_RE2_ANCHOR", None)
+    slow = [diagnose_paths(CORPUS / name) for name in names]
+    assert [(r.cause, r.blamed_node, r.evidence) for r in slow] == [
+        (r.cause, r.blamed_node, r.evidence) for r in fast
+    ]
+    assert {r.cause for r in slow} == {LABELS[name]["cause"] for name in names}

@@ -26,7 +26,7 @@ class FakeModel:
 
 
 @pytest.fixture
-def endpoint(monkeypatch) -> Iterator[FakeModel]:
+def endpoint(settings) -> Iterator[FakeModel]:
     model = FakeModel()
 
     class Handler(BaseHTTPRequestHandler):
@@ -54,11 +54,9 @@ def endpoint(monkeypatch) -> Iterator[FakeModel]:
     server = HTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    monkeypatch.setenv(
-        "VIGIL_LLM_URL", f"http://127.0.0.1:{server.server_port}/v1/chat/completions"
-    )
-    monkeypatch.setenv("VIGIL_LLM_MODEL", "tiny-test-model")
-    monkeypatch.setenv("VIGIL_LLM_API_KEY", "sk-test")
+    settings.VIGIL_LLM_URL = f"http://127.0.0.1:{server.server_port}/v1/chat/completions"
+    settings.VIGIL_LLM_MODEL = "tiny-test-model"
+    settings.VIGIL_LLM_API_KEY = "sk-test"
     yield model
     server.shutdown()
     server.server_close()
@@ -87,8 +85,8 @@ def _unexplained_failure(fleet) -> FailureEvent:
 
 
 @pytest.mark.django_db
-def test_hook_is_off_without_a_url(fleet, monkeypatch):
-    monkeypatch.delenv("VIGIL_LLM_URL", raising=False)
+def test_hook_is_off_without_a_url(fleet, settings):
+    settings.VIGIL_LLM_URL = ""
     failure = failure_diagnose(_unexplained_failure(fleet).pk)
     assert (failure.cause, failure.source, failure.llm) == ("unknown", "rules", {})
 

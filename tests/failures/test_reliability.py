@@ -106,8 +106,8 @@ def test_reliability_numbers(operator_client, history):
     assert ckpt["R"]["optimal_s"] == pytest.approx(math.sqrt(2 * 60 * mtbf_s), rel=1e-3)
 
 
-def test_checkpoint_write_time_is_configurable(operator_client, history, monkeypatch):
-    monkeypatch.setenv("VIGIL_CHECKPOINT_WRITE_S", "5")
+def test_checkpoint_write_time_is_configurable(operator_client, history, settings):
+    settings.VIGIL_CHECKPOINT_WRITE_S = 5
     r = operator_client.get("/failures/reliability/").context["r"]
     assert r.checkpoint_write_s == 5
     r2 = operator_client.get("/failures/reliability/?ckpt_write_s=20").context["r"]

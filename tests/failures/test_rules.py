@@ -8,7 +8,13 @@ import subprocess
 import pytest
 
 from webapp.failures import taxonomy
-from webapp.failures.diagnosis import RuleError, catalogue_load, catalogue_parse, classify
+from webapp.failures.diagnosis import (
+    RULES_PATH,
+    RuleError,
+    catalogue_load,
+    catalogue_parse,
+    classify,
+)
 
 
 def test_every_rule_example_passes_the_prefilter_and_matches_its_rule():
@@ -42,10 +48,24 @@ def test_every_xid_cause_is_a_cause():
         assert xid.tier in taxonomy.TIER_RANK or xid.tier == "ignore"
 
 
+def test_page_worthy_xids_are_hardware_causes():
+    # telemetry.md section 5 "page" column: 48, 62, 64, 74, 79, 95, 119, 120, 140, 143.
+    paged = {code for code, xid in taxonomy.XIDS.items() if xid.page}
+    assert paged == {48, 62, 64, 74, 79, 95, 119, 120, 140, 143}
+    assert all(taxonomy.XIDS[code].tier == "hardware" for code in paged)
+    assert not taxonomy.xid_info(999).page
+
+
 def test_malformed_rules_are_rejected_with_the_rule_named():
     bad = "anchors: [x]\nrules:\n- {id: r1, cause: nope, kind: cause, tier: hardware, patterns: [a], blame: line, confidence: 1}\n"
     with pytest.raises(RuleError, match="r1"):
         catalogue_parse(bad)
+
+
+def test_anchor_outside_ascii_is_rejected():
+    text = RULES_PATH.read_text(encoding="utf-8").replace("  - rror ", "  - rrör ", 1)
+    with pytest.raises(RuleError, match="rrör"):
+        catalogue_parse(text)
 
 
 @pytest.mark.skipif(shutil.which("grep") is None, reason="no grep")

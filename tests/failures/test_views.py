@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import time
 
 import pytest
@@ -71,6 +72,17 @@ def test_anonymous_visitors_are_sent_to_login(client, path):
     response = client.get(path)
     assert response.status_code == 302
     assert response["Location"].startswith("/login/")
+
+
+def test_timeline_shows_no_gpu_when_no_node_is_blamed(operator_client, diagnosed):
+    # A GPU index without a node (the log named "Device: 0" but no host) means nothing alone.
+    FailureEvent.objects.exclude(pk=diagnosed.pk).update(
+        blamed_node=None, blamed_host="", blamed_gpu_label="0"
+    )
+    body = operator_client.get("/failures/").content.decode()
+    cells = re.findall(r'<td class="blamed">(.*?)</td>', body)
+    assert len(cells) == FailureEvent.objects.count()
+    assert [c for c in cells if c != "—"] == [f"gpu-node-02 · GPU {diagnosed.blamed_gpu_label}"]
 
 
 def test_timeline_lists_and_draws_every_failure(operator_client, diagnosed):

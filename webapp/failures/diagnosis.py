@@ -1,10 +1,10 @@
 """Deterministic failure diagnosis: logs in, one Diagnosis out. Plain functions, no Django.
 
 Pipeline (failure-taxonomy.md "Ordering"):
-1. scan: read each file in binary chunks; a cheap literal prefilter (the anchors of
-   rules.yaml, searched in the lowercased chunk at C speed) finds the few lines worth parsing;
+1. scan: read each file in binary chunks; a cheap literal prefilter (one RE2 pass over the
+   chunk for the anchors of rules.yaml, ASCII case folded) yields the few lines worth parsing;
    only those are decoded (UTF-8, errors replaced), stripped of their prefixes and matched
-   against the ordered rules (first match wins). Kernel, scheduler and rank lines go through
+   against the ordered rules (first match wins); a line repeated verbatim is parsed once. Kernel, scheduler and rank lines go through
    the same code whichever file they come from, so a combined capture diagnoses exactly like a
    job log plus `--kernel-log`.
 2. decide: keep the events inside the window [failure - 15 min, failure + 2 min], coalesce
@@ -12,8 +12,8 @@ Pipeline (failure-taxonomy.md "Ordering"):
    earliest event in it (causes before symptoms), blame its node/GPU (or the rank with the
    lowest "last completed NCCL work", or the peer host named in a socket error).
 
-Files are streamed: memory stays bounded (a chunk, a 256 KiB tail, capped events) whatever the
-size; binary chunks are skipped; empty or binary input gets `unknown` with a reason.
+Files are streamed: memory stays bounded (a chunk, a 256 KiB tail, capped events and parsed
+lines) whatever the size; binary chunks are skipped; empty or binary input gets `unknown` with a reason.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
+import numpy as np
 import re2
 import yaml
 
@@ -43,6 +44,10 @@ EVIDENCE_TEXT_CHARS = 300
 EVIDENCE_LINES = 12
 DETAIL_CHARS = 120
 MAX_EVENTS_PER_RULE = 200  # first occurrences kept per rule: the earliest decide
+# Parsed lines remembered per diagnosis for verbatim repeats (then all forgotten at once);
+# only short ones, so that the memory stays small (a few MB) whatever the log.
+SEEN_LINES = 2048
+SEEN_LINE_CHARS = 512
 MAX_FRAME_LOOKUPS = 500  # traceback look-backs per file (pathological logs stay linear)
 FRAME_LOOKBACK_BYTES = 16384
 FRAME_LOOKBACK_LINES = 120
@@ -124,7 +129,7 @@ class Rule:
 @dataclass(frozen=True, eq=False)  # hashed by identity: a cache key, compared cheaply
 class Catalogue:
     anchors: tuple[bytes, ...]
-    anchor_rx: Any  # re2 pattern: the anchors as one alternation
+    line_rx: Any  # re2 pattern: a whole line that contains an anchor (see _line_pattern)
     rules: tuple[Rule, ...]
     line_rules: tuple[Rule, ...]
     loss: Rule
@@ -258,14 +263,32 @@ def catalogue_parse(text: str) -> Catalogue:
     loss = [r for r in rules if not r.per_line and r.cause == "loss_nan"]
     if len(loss) != 1:
         raise RuleError("exactly one per_line: false rule (the loss curve) is expected")
-    anchors = tuple(str(a).lower().encode() for a in data["anchors"])
+    anchors = tuple(str(a).lower() for a in data["anchors"])
+    bad = [a for a in anchors if not a.isascii() or "\n" in a or not a]
+    if bad:
+        # The scan folds ASCII case only (as bytes.lower() does); a line break never matches.
+        raise RuleError(f"anchors must be non-empty ASCII text on one line: {bad[0]!r}")
     return Catalogue(
-        anchors=anchors,
-        anchor_rx=re2.compile(b"|".join(re.escape(a) for a in anchors)),
+        anchors=tuple(a.encode() for a in anchors),
+        line_rx=_line_pattern(anchors),
         rules=rules,
         line_rules=line_rules,
         loss=loss[0],
     )
+
+
+def _line_pattern(anchors: Iterable[str]) -> Any:
+    """RE2 pattern whose matches are the whole lines (without the newline) holding an anchor.
+
+    One pass over a chunk yields the lines worth parsing, in order, with no Python work between
+    them. Latin-1 mode makes every byte but \\n a line byte (invalid UTF-8 included); case
+    folding in that mode is ASCII-only for ASCII anchors, as bytes.lower() is.
+    """
+    options = re2.Options()
+    options.encoding = re2.Options.Encoding.LATIN1
+    options.case_sensitive = False
+    alternation = b"|".join(re.escape(a.encode()) for a in anchors)
+    return re2.compile(b"[^\\n]*(?:" + alternation + b")[^\\n]*", options)
 
 
 @functools.cache
@@ -282,30 +305,83 @@ _MONTHS = {
         ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1
     )
 }
-_TS_ISO = re.compile(
+_TS_ISO = (
     r"\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?"
     r"(Z|[+-]\d{2}:?\d{2})?\]?[ :|]\s*"
 )
-_TS_SYSLOG = re.compile(r"([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.\d+)? ")
-_TS_DMESG_T = re.compile(
-    r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]\s*"
-)
-_DMESG_UPTIME = re.compile(r"\[\s*\d+\.\d+\]\s*")
-_SYSLOG_PRI = re.compile(r"<\d{1,3}>")
+_MONTH_NAME = "(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 # "node-12 kernel: " after a journal/syslog timestamp: host then program.
 _HOST_PROGRAM = re.compile(
     r"([A-Za-z0-9][\w.-]*) (kernel|slurm\w*|srun|sbatch|systemd|nv-fabricmanager|[\w.-]+\[\d+\]): "
 )
-_PROGRAM = re.compile(r"(kernel|slurmstepd|slurmd|slurmctld|srun|sbatch|salloc)(?:\[\d+\])?: ")
-_RANK_PREFIX = re.compile(r"\[[Rr]ank ?(\d+)\]:?\s*")
-_HOST_PID_TID = re.compile(r"([A-Za-z][\w.-]*):(\d+):(\d+) ")
-_HOST_PREFIX = re.compile(r"([a-z][a-z0-9.-]*[0-9][a-z0-9.-]*|[a-z][a-z0-9]*-[a-z0-9.-]+): ")
 _NOT_HOSTS = re.compile(r"(ib|ibp|eth|en|em|bond|nvme|sd|loop|md|dm|veth|lo|mlx)\d", re.I)
-_TASK_LABEL = re.compile(r"(\d{1,5}): ")
-_C10_PREFIX = re.compile(
-    r"\[[EWIF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.\d+ (?:\d+ )?[\w./-]+:\d+\]\s*"
+# The prefixes parse_line strips, in the order they are tried at the start of what is left
+# (the first that matches wins): (name, pattern, the ASCII characters a match can start with,
+# whether its first group must be a host name). A host that is really an interface (ib0) or
+# localhost fails its branch: the branches after it are tried.
+_PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
+    ("pri", r"<\d{1,3}>", "<", False),
+    ("iso", _TS_ISO, r"[\[0-9]", False),
+    (
+        "dmesg_t",
+        r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) "
+        r"(\d{4})\]\s*",
+        r"\[",
+        False,
+    ),
+    (
+        "syslog",
+        _MONTH_NAME + r" +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.\d+)? ",
+        "[JFMASOND]",
+        False,
+    ),
+    ("uptime", r"\[\s*\d+\.\d+\]\s*", r"\[", False),
+    ("rank", r"\[[Rr]ank ?(\d+)\]:?\s*", r"\[", False),
+    (
+        "c10",
+        r"\[[EWIF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.\d+ (?:\d+ )?[\w./-]+:\d+\]\s*",
+        r"\[",
+        False,
+    ),
+    ("c10_short", r"\[[EWIF] [\w./-]+:\d+\]\s*", r"\[", False),
+    ("host_program", _HOST_PROGRAM.pattern, "[A-Za-z0-9]", True),
+    (
+        "program",
+        r"(kernel|slurmstepd|slurmd|slurmctld|srun|sbatch|salloc)(?:\[\d+\])?: ",
+        "[ks]",
+        False,
+    ),
+    ("host_pid_tid", r"([A-Za-z][\w.-]*):(\d+):(\d+) ", "[A-Za-z]", True),
+    ("host", r"([a-z][a-z0-9.-]*[0-9][a-z0-9.-]*|[a-z][a-z0-9]*-[a-z0-9.-]+): ", "[a-z]", True),
+    ("task", r"(\d{1,5}): ", "[0-9]", False),
 )
-_C10_SHORT = re.compile(r"\[[EWIF] [\w./-]+:\d+\]\s*")
+
+
+@functools.cache
+def _alternation(
+    branches: tuple[int, ...],
+) -> tuple[re.Pattern[str], dict[int, tuple[int, int]], tuple[int, ...]]:
+    """The branches as one pattern, {outer group: (branch, its first group)}, the branches.
+
+    Python's re tries alternatives left to right and keeps the first that matches, so one
+    match() answers what a loop of match() calls over the branches would, several times faster.
+    """
+    parts, branch_at, group = [], {}, 1
+    for k in branches:
+        pattern = _PREFIXES[k][1]
+        parts.append(f"({pattern})")
+        branch_at[group] = (k, group + 1)
+        group += 1 + re.compile(pattern).groups
+    return re.compile("|".join(parts) or "(?!)"), branch_at, branches
+
+
+# Only the branches that can start with a line's first character are tried (a character
+# outside ASCII, a Unicode digit say, tries them all).
+_PREFIX_FOR: dict[str, tuple[re.Pattern[str], dict[int, tuple[int, int]], tuple[int, ...]]] = {
+    c: _alternation(tuple(k for k, p in enumerate(_PREFIXES) if re.fullmatch(p[2], c)))
+    for c in map(chr, range(128))
+}
+_PREFIX_ANY = _alternation(tuple(range(len(_PREFIXES))))
 _RANK_IN_MSG = re.compile(r"\[(?:PG \d+ )?Rank (\d+)\]|\bRank (\d+):", re.I)
 
 # A time without a year ("May 07 03:12:44", torch's "E0507 03:12:44"): resolved after the scan
@@ -313,8 +389,7 @@ _RANK_IN_MSG = re.compile(r"\[(?:PG \d+ )?Rank (\d+)\]|\bRank (\d+):", re.I)
 Stamp = tuple[str, int, int, int, int, int, int, float]  # (style, y/0, mon, d, h, m, s, frac)
 
 
-@dataclass(frozen=True)
-class Line:
+class Line(NamedTuple):  # a tuple: immutable, and cheap to build for every parsed line
     text: str
     message: str
     host: str | None = None
@@ -323,111 +398,91 @@ class Line:
     stamp: Stamp | None = None
 
 
+def _prefix(rest: str) -> tuple[str, re.Match[str], int] | None:
+    """The first prefix at the start of `rest`: (branch name, match, index of its group 1)."""
+    rx, branch_at, branches = _PREFIX_FOR.get(rest[:1], _PREFIX_ANY)
+    while branches:
+        m = rx.match(rest)
+        if m is None:
+            return None
+        k, g = branch_at[m.lastindex]
+        name, _, _, needs_host = _PREFIXES[k]
+        if needs_host and not _host(m.group(g)):
+            rx, branch_at, branches = _alternation(branches[branches.index(k) + 1 :])
+            continue
+        return name, m, g
+    return None
+
+
 def parse_line(text: str) -> Line:
     """Strip the usual prefixes (timestamps, host, [rankN]:, srun labels, program names)."""
     rest = text.strip()
     host = rank = program = stamp = None
     for _ in range(10):
-        m = _SYSLOG_PRI.match(rest)
-        if m:
-            rest = rest[m.end() :]
-            continue
-        m = _TS_ISO.match(rest)
-        if m:
-            y, mo, d, hh, mi, ss, frac, tz = m.groups()
-            style = "aware" if tz else "naive"
-            secs = float("0." + frac) if frac else 0.0
-            if tz and tz != "Z":
-                sign = 1 if tz[0] == "+" else -1
-                off = int(tz[1:3]) * 3600 + int(tz[-2:]) * 60
-                secs -= sign * off  # seconds east of UTC: subtract to get UTC
-            stamp = stamp or (style, int(y), int(mo), int(d), int(hh), int(mi), int(ss), secs)
-            rest = rest[m.end() :]
-            m = _HOST_PROGRAM.match(rest)
-            if m:
-                host = host or _host(m.group(1))
-                program = program or m.group(2).split("[")[0]
-                rest = rest[m.end() :]
-            continue
-        m = _TS_DMESG_T.match(rest)
-        if m:
-            mon, d, hh, mi, ss, y = m.groups()
+        found = _prefix(rest)
+        if found is None:
+            break
+        kind, m, g = found
+        end = m.end()
+        if kind == "host_pid_tid":
+            host = host or m.group(g)
+            rest = rest[end:]
+        elif kind == "iso" or kind == "syslog":
+            if kind == "iso":
+                y, mo, d, hh, mi, ss, frac, tz = m.group(
+                    g, g + 1, g + 2, g + 3, g + 4, g + 5, g + 6, g + 7
+                )
+                style = "aware" if tz else "naive"
+                secs = float("0." + frac) if frac else 0.0
+                if tz and tz != "Z":
+                    sign = 1 if tz[0] == "+" else -1
+                    off = int(tz[1:3]) * 3600 + int(tz[-2:]) * 60
+                    secs -= sign * off  # seconds east of UTC: subtract to get UTC
+                stamp = stamp or (style, int(y), int(mo), int(d), int(hh), int(mi), int(ss), secs)
+            else:
+                mon, d, hh, mi, ss = m.group(g, g + 1, g + 2, g + 3, g + 4)
+                month = _MONTHS[mon.lower()]
+                stamp = stamp or ("naive", 0, month, int(d), int(hh), int(mi), int(ss), 0.0)
+            rest = rest[end:]
+            hm = _HOST_PROGRAM.match(rest)
+            if hm:
+                host = host or _host(hm.group(1))
+                program = program or hm.group(2).split("[")[0]
+                rest = rest[hm.end() :]
+        elif kind == "rank" or kind == "task":
+            rank = int(m.group(g)) if rank is None else rank
+            rest = rest[end:].lstrip()
+        elif kind == "host":
+            host = host or m.group(g)
+            rest = rest[end:].lstrip()
+        elif kind == "host_program":
+            host = host or m.group(g)
+            program = program or m.group(g + 1).split("[")[0]
+            rest = rest[end:]
+        elif kind == "program":
+            program = program or m.group(g)
+            rest = rest[end:]
+        elif kind == "uptime":
+            program = program or "kernel"
+            rest = rest[end:]
+        elif kind == "c10":
+            mo, d, hh, mi, ss = (int(x) for x in m.group(g, g + 1, g + 2, g + 3, g + 4))
+            stamp = stamp or ("naive", 0, mo, d, hh, mi, ss, 0.0)
+            rest = rest[end:]
+        elif kind == "dmesg_t":
+            mon, d, hh, mi, ss, y = m.group(g, g + 1, g + 2, g + 3, g + 4, g + 5)
             month = _MONTHS.get(mon.lower(), 1)
             stamp = stamp or ("naive", int(y), month, int(d), int(hh), int(mi), int(ss), 0.0)
-            rest = rest[m.end() :]
-            continue
-        m = _TS_SYSLOG.match(rest)
-        if m and m.group(1).lower() in _MONTHS:
-            mon, d, hh, mi, ss = m.groups()
-            stamp = stamp or (
-                "naive",
-                0,
-                _MONTHS[mon.lower()],
-                int(d),
-                int(hh),
-                int(mi),
-                int(ss),
-                0.0,
-            )
-            rest = rest[m.end() :]
-            m = _HOST_PROGRAM.match(rest)
-            if m:
-                host = host or _host(m.group(1))
-                program = program or m.group(2).split("[")[0]
-                rest = rest[m.end() :]
-            continue
-        m = _DMESG_UPTIME.match(rest)
-        if m:
-            program = program or "kernel"
-            rest = rest[m.end() :]
-            continue
-        m = _RANK_PREFIX.match(rest)
-        if m:
-            rank = int(m.group(1)) if rank is None else rank
-            rest = rest[m.end() :].lstrip()
-            continue
-        m = _C10_PREFIX.match(rest)
-        if m:
-            mo, d, hh, mi, ss = (int(g) for g in m.groups())
-            stamp = stamp or ("naive", 0, mo, d, hh, mi, ss, 0.0)
-            rest = rest[m.end() :]
-            continue
-        m = _C10_SHORT.match(rest)
-        if m:
-            rest = rest[m.end() :]
-            continue
-        m = _HOST_PROGRAM.match(rest)
-        if m and _host(m.group(1)):
-            host = host or m.group(1)
-            program = program or m.group(2).split("[")[0]
-            rest = rest[m.end() :]
-            continue
-        m = _PROGRAM.match(rest)
-        if m:
-            program = program or m.group(1)
-            rest = rest[m.end() :]
-            continue
-        m = _HOST_PID_TID.match(rest)
-        if m and _host(m.group(1)):
-            host = host or m.group(1)
-            rest = rest[m.end() :]
-            continue
-        m = _HOST_PREFIX.match(rest)
-        if m and _host(m.group(1)):
-            host = host or m.group(1)
-            rest = rest[m.end() :].lstrip()
-            continue
-        m = _TASK_LABEL.match(rest)
-        if m:
-            rank = int(m.group(1)) if rank is None else rank
-            rest = rest[m.end() :].lstrip()
-            continue
-        break
-    if rank is None:
+            rest = rest[end:]
+        else:  # pri, c10_short: nothing to keep
+            rest = rest[end:]
+    # "rank" in the lowercased message is necessary for a match (a cheap test first: the
+    # search has no literal to skip ahead with and most messages name no rank).
+    if rank is None and "rank" in rest.lower():
         m = _RANK_IN_MSG.search(rest)
         if m:
             rank = int(m.group(1) or m.group(2))
-    return Line(text=text, message=rest, host=host, rank=rank, program=program, stamp=stamp)
+    return Line(text, rest, host, rank, program, stamp)
 
 
 def _host(name: str) -> str | None:
@@ -479,24 +534,59 @@ class Event:
 
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d+)", re.I)
-_NVRM_BDF = re.compile(
-    r"NVRM: (?:The NVIDIA )?GPU (?:at PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F:.]+)", re.I
+# The characters outside ASCII that re.IGNORECASE matches with an ASCII letter (all of them:
+# found by trying every code point). Folded, then lowercased, a text holds an ASCII literal
+# exactly when a case-insensitive search for that literal would find it.
+_CASE_FOLD = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
+
+
+def _folded(text: str) -> str:
+    return (text if text.isascii() else text.translate(_CASE_FOLD)).lower()
+
+
+@dataclass(frozen=True)
+class _Find:
+    """A case-insensitive pattern, and literals (folded) one of which every match contains.
+
+    re has no fast path for an IGNORECASE search: over a long line one costs 3-40 us, the `in`
+    tests on the folded line well under 1, so the search runs only where it can match.
+    """
+
+    rx: re.Pattern[str]
+    needles: tuple[str, ...]
+
+    def search(self, text: str, folded: str) -> re.Match[str] | None:
+        return self.rx.search(text) if any(n in folded for n in self.needles) else None
+
+
+_NVRM_BDF = _Find(
+    re.compile(r"NVRM: (?:The NVIDIA )?GPU (?:at PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F:.]+)", re.I),
+    ("nvrm: ",),
 )
 _EXC_NAME = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)*([A-Za-z_][A-Za-z0-9_]*)")
-_PEER = re.compile(
-    r"(?:remote peer|from peer|Call to recv from|connect to|peer) \(?\[?([A-Za-z0-9][\w.:-]*?)\]?(?:<\d+>|:\d+|,|\)|\s|$)",
-    re.I,
+_PEER = _Find(
+    re.compile(
+        r"(?:remote peer|from peer|Call to recv from|connect to|peer) \(?\[?([A-Za-z0-9][\w.:-]*?)\]?(?:<\d+>|:\d+|,|\)|\s|$)",
+        re.I,
+    ),
+    ("peer", "call to recv from", "connect to"),
 )
-_SLURM_NODE = re.compile(
-    r"Node failure on ([\w.-]+)|srun: error: ([\w.-]+): task|Nodes? ([\w.-]+) not responding|"
-    r"^error: ([\w.-]+): task|, node: ([\w.-]+)",
-    re.I,
+_SLURM_NODE = _Find(
+    re.compile(
+        r"Node failure on ([\w.-]+)|srun: error: ([\w.-]+): task|Nodes? ([\w.-]+) not responding|"
+        r"^error: ([\w.-]+): task|, node: ([\w.-]+)",
+        re.I,
+    ),
+    ("node", "error: "),
 )
-_GPU_INDEX = re.compile(
-    r"\(GPU (\d+);|GPU (\d+) has a total capacity|Device: (\d+)|cuda:(\d+)", re.I
+_GPU_INDEX = _Find(
+    re.compile(r"\(GPU (\d+);|GPU (\d+) has a total capacity|Device: (\d+)|cuda:(\d+)", re.I),
+    ("gpu ", "device: ", "cuda:"),
 )
-_LAST_COMPLETED = re.compile(r"last completed NCCL work: (-?\d+)", re.I)
-_TIMEOUT_MS = re.compile(r"Timeout\(ms\)=(\d+)", re.I)
+_LAST_COMPLETED = _Find(
+    re.compile(r"last completed NCCL work: (-?\d+)", re.I), ("last completed nccl work: ",)
+)
+_TIMEOUT_MS = _Find(re.compile(r"Timeout\(ms\)=(\d+)", re.I), ("timeout(ms)=",))
 _CANCELLED_AT = re.compile(r"CANCELLED AT (\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")
 # Location noise at the start of a message, dropped from the detail: Slurm's "error: ",
 # NCCL's "[2] transport/net_ib.cc:1712 NCCL WARN ", torch's "[E socket.cpp:957] ".
@@ -504,10 +594,20 @@ _DETAIL_NOISE = re.compile(
     r"^(?:error: |\[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:WARN|INFO) |\[[EWI] [\w./-]+:\d+\] )+"
 )
 _FRAME = re.compile(r'File "([^"]+)", line \d+')
-_KERNEL_HINT = re.compile(
-    r"NVRM:|mlx5_core|lost carrier|Out of memory: Killed|blocked for more than|EXT4-fs|Memory cgroup",
-    re.I,
+# Kernel messages that reach a job log without their "kernel:" prefix (folded).
+_KERNEL_HINTS = (
+    "nvrm:",
+    "mlx5_core",
+    "lost carrier",
+    "out of memory: killed",
+    "blocked for more than",
+    "ext4-fs",
+    "memory cgroup",
 )
+
+
+def _kernel_hint(folded: str) -> bool:
+    return any(hint in folded for hint in _KERNEL_HINTS)
 
 
 def _frame_is_library(path: str) -> bool | None:
@@ -535,6 +635,9 @@ class _Scan:
         self.frame_lookups = 0
         self.tails: list[tuple[int, str, int, bytes]] = []  # (file index, name, last line, tail)
         self.notes: list[str] = []
+        # Lines already parsed, with the rule their message matched: logs repeat lines
+        # verbatim (retries, per-step warnings), and parsing is most of a line's cost.
+        self.seen: dict[str, tuple[Line, Rule | None]] = {}
 
     # Reading -------------------------------------------------------------------------------
 
@@ -548,97 +651,154 @@ class _Scan:
             if not block:
                 if carry:
                     piece = carry + b"\n"
-                    self._piece(piece, line_no, file_index, name, context)
+                    _, lines = self._piece(piece, len(piece), line_no, file_index, name, context)
                     tail = (tail + piece)[-TAIL_BYTES:] if not self._binary(piece) else tail
-                    line_no += 1
+                    line_no += lines
                 break
             self.bytes_total += len(block)
-            buf = carry + block
+            buf = carry + block if carry else block
             cut = buf.rfind(b"\n")
             if cut == -1 and len(buf) < CHUNK_BYTES:
                 carry = buf
                 continue
             if cut == -1:  # an 8 MiB "line": binary or broken; cut it anyway
-                piece, carry = buf + b"\n", b""
-            else:
-                piece, carry = buf[: cut + 1], buf[cut + 1 :]
-            binary = self._piece(piece, line_no, file_index, name, context)
-            line_no += piece.count(b"\n")
+                piece, end, carry = buf + b"\n", len(buf) + 1, b""
+            else:  # the piece is buf[:end], scanned in place (a slice would copy the chunk)
+                piece, end, carry = buf, cut + 1, buf[cut + 1 :]
+            binary, lines = self._piece(piece, end, line_no, file_index, name, context)
+            line_no += lines
             if not binary:
-                tail = (tail + piece)[-TAIL_BYTES:]
-                context = piece[-FRAME_LOOKBACK_BYTES:]
+                tail = (tail + piece[max(0, end - TAIL_BYTES) : end])[-TAIL_BYTES:]
+                context = piece[max(0, end - FRAME_LOOKBACK_BYTES) : end]
         self.lines_total += line_no - 1
         self.tails.append((file_index, name, line_no - 1, tail))
 
-    def _binary(self, piece: bytes) -> bool:
-        for sample in (piece[:65536], piece[-65536:]):
+    def _binary(self, piece: bytes, end: int | None = None) -> bool:
+        end = len(piece) if end is None else end
+        for sample in (piece[: min(end, 65536)], piece[max(0, end - 65536) : end]):
             controls = len(sample.translate(None, _NON_CONTROL))
             if controls <= BINARY_CONTROL_SHARE * len(sample):
                 return False
         return True
 
     def _piece(
-        self, piece: bytes, first_line: int, file_index: int, name: str, context: bytes
-    ) -> bool:
-        if self._binary(piece):
+        self,
+        piece: bytes,
+        end: int,
+        first_line: int,
+        file_index: int,
+        name: str,
+        context: bytes,
+    ) -> tuple[bool, int]:
+        """Scan piece[:end] (whole lines): (is it binary, its number of lines)."""
+        if self._binary(piece, end):
             # NUL padding (sparse or preallocated files, a crash mid-write) around text: drop
             # the NULs (newlines stay, so line numbers do) and read the text that is left.
-            text = piece.translate(None, b"\0")
+            text = piece[:end].translate(None, b"\0")
             if len(text) < 2 or self._binary(text):
-                self.binary_bytes += len(piece)
-                return True
-            self.binary_bytes += len(piece) - len(text)
-            piece = text
-        low = piece.lower()  # bytes.lower is ASCII-only: offsets stay the same
-        n = len(low)
-        spans: dict[int, int] = {}
-        # One RE2 pass finds every anchor (a DFA over the alternation), then jumps to the
-        # next line: about 5x faster than one bytes.find() pass per anchor.
-        search = self.cat.anchor_rx.search
-        m = search(low, 0)
-        while m is not None:
-            i = m.start()
-            start = low.rfind(b"\n", 0, i) + 1
-            end = low.find(b"\n", i)
-            if end == -1:
-                end = n
-            spans[start] = end
-            m = search(low, end)
-        line_no, pos = first_line, 0
-        for start in sorted(spans):
-            line_no += piece.count(b"\n", pos, start)
-            pos = start
-            raw = piece[start : min(spans[start], start + MAX_LINE_BYTES)]
-            text = raw.decode("utf-8", "replace").rstrip("\r")
-
-            def before(start: int = start) -> list[str]:
-                return _lines_before(piece, start, context)
-
-            self._line(text, line_no, file_index, name, before)
-        return False
+                self.binary_bytes += end
+                return True, piece.count(b"\n", 0, end)
+            self.binary_bytes += end - len(text)
+            piece, end = text, len(text)
+        # One RE2 pass (a DFA over the anchors) yields the lines that hold an anchor, whole
+        # and in order; only those are decoded and parsed.
+        cat, seen, rank_host = self.cat, self.seen, self.rank_host
+        line_no, counted = first_line, 0
+        for start, stop in _spans(cat.line_rx, piece, end):
+            text = piece[start : min(stop, start + MAX_LINE_BYTES)].decode("utf-8", "replace")
+            text = text.rstrip("\r")
+            known = seen.get(text)
+            if known is None:
+                line = parse_line(text)
+                known = (line, _first_rule(cat, line.message))
+                if len(text) <= SEEN_LINE_CHARS:
+                    if len(seen) >= SEEN_LINES:
+                        seen.clear()
+                    seen[text] = known
+            line, rule = known
+            if line.host and line.rank is not None:
+                rank_host.setdefault(line.rank, line.host)
+            if rule is None or rule.kind == "ignore":
+                continue
+            # Lines are numbered only where an event may be made, and counted in one pass.
+            line_no += _newlines(piece, counted, start)
+            counted = start
+            self._line(text, line, rule, line_no, file_index, name, piece, start, context)
+        return False, line_no - first_line + _newlines(piece, counted, end)
 
     # Classifying ---------------------------------------------------------------------------
 
     def _line(
-        self, text: str, line_no: int, file_index: int, name: str, before: Callable[[], list[str]]
+        self,
+        text: str,
+        line: Line,
+        rule: Rule,
+        line_no: int,
+        file_index: int,
+        name: str,
+        piece: bytes,
+        start: int,
+        context: bytes,
     ) -> None:
-        event = classify(
-            text, self.cat, before=before if self.frame_lookups < MAX_FRAME_LOOKUPS else None
-        )
-        parsed = event[1] if event else None
-        if parsed is not None and parsed.host and parsed.rank is not None:
-            self.rank_host.setdefault(parsed.rank, parsed.host)
-        if not event or event[0] is None:
+        """Record the event of a line that `rule` (not an ignore rule) matched."""
+        count = self.per_rule.get(rule.id, 0)
+        if count >= MAX_EVENTS_PER_RULE and rule.cause not in ("by_xid", "by_exception"):
+            # Past the cap an event would be dropped: skip building it (a rule that always
+            # yields an event counts the line as building it would).
+            self.per_rule[rule.id] = count + 1
             return
-        ev = event[0]
-        if ev.rule.cause == "by_exception":
+        before = None
+        if rule.cause == "by_exception" and self.frame_lookups < MAX_FRAME_LOOKUPS:
+            before = functools.partial(_lines_before, piece, start, context)
+        ev = _event(text, line, rule, before)
+        if ev is None:
+            return
+        if rule.cause == "by_exception":
             self.frame_lookups += 1
-        count = self.per_rule.get(ev.rule.id, 0)
-        self.per_rule[ev.rule.id] = count + 1
+        self.per_rule[rule.id] = count + 1
         if count >= MAX_EVENTS_PER_RULE:
             return
         ev.file_index, ev.file, ev.line_no = file_index, name, line_no
         self.events.append(ev)
+
+
+def _newlines(buf: bytes, lo: int, hi: int) -> int:
+    """buf.count(b"\\n", lo, hi). A long span is counted by numpy, 256 KiB at a time (bytes.count
+    tests one byte per step; numpy compares 32, and the block stays in the cache)."""
+    if hi - lo < _NEWLINE_BLOCK:
+        return buf.count(b"\n", lo, hi)
+    data = np.frombuffer(buf, np.uint8, hi - lo, lo)
+    return sum(
+        int(np.count_nonzero(data[i : i + _NEWLINE_BLOCK] == 10))
+        for i in range(0, hi - lo, _NEWLINE_BLOCK)
+    )
+
+
+_NEWLINE_BLOCK = 1 << 18
+
+
+_RE2_ANCHOR = getattr(re2, "_Anchor", None)  # private in google-re2: see _spans
+
+
+def _spans(rx: Any, buf: bytes, end: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of each match of an RE2 pattern in buf[:end].
+
+    google-re2's finditer() builds a Match object per hit in Python; its binding's Match()
+    returns the spans alone, at half the cost per line. That binding is private (the version
+    is pinned in pyproject.toml); should a release drop it, the public finditer() serves.
+    """
+    binding = getattr(rx, "_regexp", None)
+    if binding is None or _RE2_ANCHOR is None:
+        for m in rx.finditer(buf, 0, end):
+            yield m.span()
+        return
+    match, unanchored, pos = binding.Match, _RE2_ANCHOR.UNANCHORED, 0
+    while pos < end:
+        start, stop = match(unanchored, buf, pos, end)[0]
+        if start < 0:
+            return
+        yield start, stop
+        pos = stop if stop > start else stop + 1
 
 
 _NON_CONTROL = bytes(b for b in range(256) if not (b < 9 or 13 < b < 32 or b == 127))
@@ -668,21 +828,26 @@ def classify(
     """
     cat = cat or catalogue_load()
     line = parse_line(text)
+    rule = _first_rule(cat, line.message)
+    if rule is None or rule.kind == "ignore":
+        return None, line
+    return _event(text, line, rule, before), line
+
+
+def _event(
+    text: str, line: Line, rule: Rule, before: Callable[[], list[str]] | None
+) -> Event | None:
+    """The event of a line that `rule` (not an ignore rule) matched; None if it is noise."""
     msg = line.message
-    rule = _first_rule(cat, msg)
-    if rule is None:
-        return None, line
-    if rule.kind == "ignore":
-        return None, line
     cause, tier, detail, action = rule.cause, rule.tier, rule.detail, None
     confidence, gpu = rule.confidence, None
     if cause == "by_xid":
         xm = _XID.search(msg)
         if not xm:
-            return None, line
+            return None
         xid = taxonomy.xid_info(int(xm.group(2)))
         if xid.cause is None:
-            return None, line
+            return None
         cause, tier, gpu = xid.cause, xid.tier, xm.group(1)
         detail = f"Xid {xid.code}: {xid.meaning}"
         action = xid.action.value if xid.action else None
@@ -691,7 +856,7 @@ def classify(
     elif cause == "by_exception":
         name = _EXC_NAME.match(msg).group(1)  # at_start matched, so this matches too
         if name in EXCEPTIONS_IGNORED:
-            return None, line
+            return None
         detail = name
         library = _innermost_frame(line, before) if before else None
         if library is None:
@@ -703,25 +868,26 @@ def classify(
             cause = "framework_exception" if library else "user_exception"
     if detail is None:
         detail = _DETAIL_NOISE.sub("", msg.strip())[:DETAIL_CHARS]
+    folded = _folded(msg)
     if gpu is None:
-        bm = _NVRM_BDF.search(msg)
-        gm = _GPU_INDEX.search(msg)
+        bm = _NVRM_BDF.search(msg, folded)
+        gm = _GPU_INDEX.search(msg, folded)
         gpu = bm.group(1) if bm else next((g for g in gm.groups() if g), None) if gm else None
     host = line.host
-    sm = _SLURM_NODE.search(msg)
+    sm = _SLURM_NODE.search(msg, folded)
     if sm:
         host = next(g for g in sm.groups() if g)
     peer = None
     if rule.blame == "peer" or cause == "ib_link":
-        pm = _PEER.search(msg)
+        pm = _PEER.search(msg, folded)
         peer = pm.group(1) if pm else None
     stamp = line.stamp
     if stamp is None:
         am = _CANCELLED_AT.search(msg)
         if am:
             stamp = parse_line(am.group(1) + " x").stamp
-    lc = _LAST_COMPLETED.search(msg)
-    tm = _TIMEOUT_MS.search(msg)
+    lc = _LAST_COMPLETED.search(msg, folded)
+    tm = _TIMEOUT_MS.search(msg, folded)
     event = Event(
         file_index=0,
         file="",
@@ -738,12 +904,12 @@ def classify(
         gpu=gpu,
         peer=peer,
         stamp=stamp,
-        is_kernel=line.program == "kernel" or bool(_KERNEL_HINT.search(msg)),
+        is_kernel=line.program == "kernel" or _kernel_hint(folded),
         action=action,
         last_completed=int(lc.group(1)) if lc else None,
         timeout_ms=int(tm.group(1)) if tm else None,
     )
-    return event, line
+    return event
 
 
 def _innermost_frame(exc: Line, before: Callable[[], list[str]]) -> bool | None:
@@ -834,14 +1000,20 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
         if lines and lines[-1] == "":
             lines.pop()
         first = last_line - len(lines) + 1
+        # The checks below read at most the last LOSS_SPIKE_STEPS + LOSS_BASELINE_STEPS values
+        # and the run of non-finite ones at the end: read the lines backwards until both are
+        # known (the first tail line may be cut, so it never counts).
         series: list[tuple[int, float, str]] = []
-        for i, text in enumerate(lines[1:], 1):  # the first tail line may be cut
-            m = cat.loss.regex.search(text)
-            if not m:
-                continue
-            vm = value.search(m.group(0))
+        finite = False
+        for i in range(len(lines) - 1, 0, -1):
+            m = cat.loss.regex.search(lines[i])
+            vm = value.search(m.group(0)) if m else None
             if vm:
-                series.append((first + i, float(vm.group(0)), text))
+                series.append((first + i, float(vm.group(0)), lines[i]))
+                finite = finite or math.isfinite(series[-1][1])
+                if finite and len(series) >= LOSS_SPIKE_STEPS + LOSS_BASELINE_STEPS:
+                    break
+        series.reverse()
         if not series:
             continue
         run = 0
@@ -887,7 +1059,7 @@ def _tail_stamps(tails: list[tuple[int, str, int, bytes]]) -> list[Stamp]:
     for _, _, _, tail in tails:
         for text in tail[-32768:].decode("utf-8", "replace").split("\n")[1:]:
             parsed = parse_line(text)
-            if parsed.stamp and parsed.program != "kernel" and not _KERNEL_HINT.search(text):
+            if parsed.stamp and parsed.program != "kernel" and not _kernel_hint(_folded(text)):
                 stamps.append(parsed.stamp)
     return stamps
 
@@ -896,7 +1068,8 @@ def decide(scan: _Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
     """Apply the window, coalescing, ordering and blame rules to what a scan found."""
     events = scan.events + _loss_events(scan.cat, scan.tails)
     notes = list(scan.notes)
-    stamps = [e.stamp for e in events if e.stamp] + _tail_stamps(scan.tails)
+    tail_stamps = _tail_stamps(scan.tails)
+    stamps = [e.stamp for e in events if e.stamp] + tail_stamps
     years = [s[1] for s in stamps if s[1]]
     year = min(years) if years else 2000
     for e in events:
@@ -907,7 +1080,7 @@ def decide(scan: _Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
     # Window around the failure: the last dated job/scheduler line (not kernel lines, whose
     # clock may run on after the job).
     job_times: dict[str, list[float]] = {}
-    for s in [e.stamp for e in events if e.stamp and not e.is_kernel] + _tail_stamps(scan.tails):
+    for s in [e.stamp for e in events if e.stamp and not e.is_kernel] + tail_stamps:
         resolved = _resolve_stamp(s, year)
         if resolved:
             job_times.setdefault(resolved[1], []).append(resolved[0])

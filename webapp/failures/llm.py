@@ -1,17 +1,16 @@
 """Optional LLM hook (off by default): an OpenAI-compatible chat completions endpoint picks a
 label from the closed set for a failure no rule explains (failure-signatures.md section 10).
 
-Enabled by VIGIL_LLM_URL (the full `.../v1/chat/completions` URL); VIGIL_LLM_MODEL and
-VIGIL_LLM_API_KEY come from the environment too. Only evidence lines are sent, capped in
-size. The answer is validated: a cause outside taxonomy.py's label set becomes `unknown`; a
-suggested regex is only stored for a human to review (ProposedRule), never used directly.
-Plain Python (urllib), no Django.
+Enabled by settings.VIGIL_LLM_URL (the full `.../v1/chat/completions` URL), with
+VIGIL_LLM_MODEL and VIGIL_LLM_API_KEY (services.py builds the LlmConfig from them). Only
+evidence lines are sent, capped in size. The answer is validated: a cause outside
+taxonomy.py's label set becomes `unknown`; a suggested regex is only stored for a human to
+review (ProposedRule), never used directly. Plain Python (urllib), no Django.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import urllib.error
 import urllib.request
@@ -36,17 +35,6 @@ class LlmConfig:
     model: str
     api_key: str
     timeout_s: float = TIMEOUT_S
-
-    @classmethod
-    def from_env(cls) -> LlmConfig | None:
-        url = os.environ.get("VIGIL_LLM_URL", "").strip()
-        if not url:
-            return None
-        return cls(
-            url=url,
-            model=os.environ.get("VIGIL_LLM_MODEL", "").strip() or "default",
-            api_key=os.environ.get("VIGIL_LLM_API_KEY", "").strip(),
-        )
 
 
 @dataclass(frozen=True)

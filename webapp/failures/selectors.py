@@ -9,12 +9,12 @@ error that killed a job is one failure, not two).
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
@@ -29,9 +29,6 @@ from webapp.fleet.models import Cluster, Node
 from webapp.jobs.choices import JobState, JobType
 from webapp.jobs.models import Job, JobAllocation
 
-# Checkpoint write stall delta of the Young/Daly interval when the site sets none:
-# failure-signatures.md section 9's worked example uses 60 s (a synchronous save).
-DEFAULT_CHECKPOINT_WRITE_S = 60.0
 CONTEXT_LINES = 4  # lines shown before and after an evidence line
 SAME_INCIDENT = timedelta(minutes=15)
 # Job size buckets (GPUs) for MTBF per job size.
@@ -42,16 +39,6 @@ SIZE_BUCKETS: tuple[tuple[int, int, str], ...] = (
     (65, 256, "65-256 GPUs"),
     (257, 10**9, "257+ GPUs"),
 )
-
-
-def checkpoint_write_s() -> float:
-    """VIGIL_CHECKPOINT_WRITE_S (seconds a checkpoint save stalls training), default 60."""
-    raw = os.environ.get("VIGIL_CHECKPOINT_WRITE_S", "")
-    try:
-        value = float(raw) if raw else DEFAULT_CHECKPOINT_WRITE_S
-    except ValueError:
-        return DEFAULT_CHECKPOINT_WRITE_S
-    return value if value > 0 else DEFAULT_CHECKPOINT_WRITE_S
 
 
 # --- Timeline --------------------------------------------------------------------------------
@@ -175,6 +162,7 @@ class Reliability:
     failures: int
     rate_per_1000_node_days: float | None
     mtbf_h: float | None
+    checkpoint_write_s: float  # the Young/Daly delta used: the page's value or the setting
     per_node: list[dict] = field(default_factory=list)
     per_size: list[dict] = field(default_factory=list)
     times: dict = field(default_factory=dict)
@@ -183,7 +171,6 @@ class Reliability:
     offenders: list[dict] = field(default_factory=list)
     ettr: list[dict] = field(default_factory=list)
     checkpoints: list[dict] = field(default_factory=list)
-    checkpoint_write_s: float = DEFAULT_CHECKPOINT_WRITE_S
 
 
 def counted_failures(window: Window) -> list[FailureEvent]:
@@ -220,7 +207,7 @@ def _median(values: list[float]) -> float | None:
 
 
 def reliability(window: Window, ckpt_write_s: float | None = None) -> Reliability:
-    delta = ckpt_write_s or checkpoint_write_s()
+    delta = ckpt_write_s or settings.VIGIL_CHECKPOINT_WRITE_S
     nodes = list(Node.objects.filter(cluster=window.cluster, created_at__lt=window.until))
     node_days = len(nodes) * window.hours / 24
     failures = counted_failures(window)

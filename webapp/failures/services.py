@@ -17,7 +17,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -52,9 +51,6 @@ log = logging.getLogger("vigil.failures")
 FAILED_STATES = frozenset(
     {JobState.FAILED, JobState.TIMEOUT, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY}
 )
-# Page-worthy Xids: reference/telemetry.md section 5, "page" column (154 needs a recovery
-# action > 0, which a plain Xid event does not carry, so it is left out).
-PAGE_XIDS = frozenset({48, 62, 64, 74, 79, 95, 119, 120, 140, 143})
 # Counter kinds stand for the Xid the driver would log for them (telemetry.md section 5).
 KIND_XID = {
     GpuErrorKind.ECC_DBE: 48,
@@ -67,8 +63,8 @@ KIND_XID = {
 # A node's Xids form one burst until 3 min of silence (telemetry.md section 5, NVIDIA Fleet
 # Intelligence): one gpu_error failure per burst.
 BURST_SILENCE = timedelta(minutes=3)
-# Circuit breaker (failure-taxonomy.md): same cause twice within 24 h; at most 3 automatic
-# restarts of one job in a row (configurable: VIGIL_MAX_AUTO_RESTARTS).
+# Circuit breaker (failure-taxonomy.md): same cause twice within 24 h; at most
+# settings.VIGIL_MAX_AUTO_RESTARTS (default 3) automatic restarts of one job in a row.
 BREAKER_WINDOW = timedelta(hours=24)
 RESTARTING = (taxonomy.Action.RESTART.value, taxonomy.Action.RETRY.value)
 AUTO_RESTART_ACTIONS = (
@@ -82,12 +78,6 @@ AUTO_RESTART_ACTIONS = (
 # timeouts: kernel events this far before the end are handed to it (it keeps what fits).
 EVIDENCE_BEFORE = timedelta(minutes=45)
 EVIDENCE_AFTER = timedelta(seconds=engine.WINDOW_AFTER_S)
-
-
-def max_auto_restarts() -> int:
-    """VIGIL_MAX_AUTO_RESTARTS (default 3, failure-taxonomy.md); a malformed value is ignored."""
-    raw = os.environ.get("VIGIL_MAX_AUTO_RESTARTS", "")
-    return int(raw) if raw.isdigit() else 3
 
 
 # --- Ingest ----------------------------------------------------------------------------------
@@ -237,7 +227,8 @@ def _log_windows_store(node_id: int, cluster_id: int, batch: NodeEventBatch) -> 
 
 
 def _critical(e: GpuErrorEvent) -> bool:
-    return e.xid in PAGE_XIDS
+    """A page-worthy Xid (the `page` column of the Xid table)."""
+    return e.xid is not None and taxonomy.xid_info(e.xid).page
 
 
 def _gpu_failures_open(cluster_id: int, errors: Sequence[GpuErrorEvent]) -> int:
@@ -561,16 +552,22 @@ def _breaker(failure: FailureEvent, action: str) -> tuple[str, str]:
             if act not in AUTO_RESTART_ACTIONS:
                 break
             in_a_row += 1
-    return breaker_apply(action, failure.blamed_host or None, nodes, in_a_row, max_auto_restarts())
+    return breaker_apply(
+        action, failure.blamed_host or None, nodes, in_a_row, settings.VIGIL_MAX_AUTO_RESTARTS
+    )
 
 
 def _llm_consult(failure: FailureEvent) -> None:
     """Ask the optional LLM hook about a failure no rule explains (off by default)."""
     from webapp.failures import llm
 
-    config = llm.LlmConfig.from_env()
-    if config is None:
+    if not settings.VIGIL_LLM_URL:
         return
+    config = llm.LlmConfig(
+        url=settings.VIGIL_LLM_URL,
+        model=settings.VIGIL_LLM_MODEL,
+        api_key=settings.VIGIL_LLM_API_KEY,
+    )
     lines = [e["text"] for e in failure.evidence] or [
         line for _, lines in failure.inputs.get("streams", []) for line in lines[-20:]
     ]
@@ -615,18 +612,13 @@ def proposed_rules_review(ids: Iterable[int], status: str, reviewer: str) -> int
 
 # --- Stragglers ------------------------------------------------------------------------------
 
-# A GPU that runs at under 0.8x its job's median for STRAGGLER_MINUTES straight minutes is a
-# straggler: failure-signatures.md section 8 calls a rank a straggler when its iteration time
-# stays above 1.1-1.25x the baseline; 1 / 1.25 = 0.8 of the peers' activity, power or clock.
-# It is a performance event for operations, not a failure label (no cause, not counted in MTBF).
+# A GPU that runs at under 0.8x its job's median for settings.VIGIL_STRAGGLER_MINUTES
+# (default 10) straight minutes is a straggler: failure-signatures.md section 8 calls a rank a
+# straggler when its iteration time stays above 1.1-1.25x the baseline; 1 / 1.25 = 0.8 of the
+# peers' activity, power or clock. It is a performance event for operations, not a failure
+# label (no cause, not counted in MTBF).
 STRAGGLER_RATIO = 0.8
-STRAGGLER_MINUTES = 10
 STRAGGLER_METRICS = ("sm_active", "power_w", "sm_clock_mhz")
-
-
-def straggler_minutes() -> int:
-    raw = os.environ.get("VIGIL_STRAGGLER_MINUTES", "")
-    return int(raw) if raw.isdigit() and int(raw) > 0 else STRAGGLER_MINUTES
 
 
 def stragglers_find(
@@ -667,7 +659,7 @@ def stragglers_detect(now: datetime | None = None) -> int:
     job run and GPU); how many were opened. Reads the 1-minute rollup."""
     from webapp.telemetry.models import GpuRollup1m
 
-    n_minutes = straggler_minutes()
+    n_minutes = settings.VIGIL_STRAGGLER_MINUTES
     end = (now or timezone.now()).replace(second=0, microsecond=0)
     minutes = [end - timedelta(minutes=k) for k in range(n_minutes, 0, -1)]
     allocations = list(

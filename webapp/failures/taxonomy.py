@@ -169,19 +169,41 @@ class Xid:
     cause: str | None  # None: not a cause by itself (attached to the root Xid of the burst)
     tier: str  # one of TIERS; "ignore" for trailing / informational codes
     action: Action | None = None  # per-code override of the cause's default action
+    page: bool = False  # page someone: a critical GPU error opens a gpu_error failure at once
 
 
-def _xids(cause: str | None, tier: str, codes: dict[int, str], action: Action | None = None):
-    return {code: Xid(code, meaning, cause, tier, action) for code, meaning in codes.items()}
+def _xids(
+    cause: str | None,
+    tier: str,
+    codes: dict[int, str],
+    action: Action | None = None,
+    page: frozenset[int] = frozenset(),
+) -> dict[int, Xid]:
+    return {
+        code: Xid(code, meaning, cause, tier, action, code in page)
+        for code, meaning in codes.items()
+    }
 
 
 # Xid table: failure-taxonomy.md names 48, 61-64, 74, 79, 92, 94, 95, 119, 120, 144-150;
 # failure-signatures.md proposes 140 -> gpu_ecc, 46/110/143/158 -> gpu_firmware, 167 ->
 # gpu_off_bus and 8/13/31/32/43/69/109 as evidence for cuda_fault; telemetry.md section 5
 # says 156/157 behave like 63/64 and 168 (reduced memory capacity) like a memory fault.
+# `page`: telemetry.md section 5, "page" column (154 pages only with a recovery action > 0,
+# which a plain Xid event does not carry, so it does not page here).
 XIDS: dict[int, Xid] = {
-    **_xids("gpu_ecc", "hardware", {48: "double-bit ECC error", 95: "uncontained ECC error"}),
-    **_xids("gpu_ecc", "hardware", {64: "row remap failure", 140: "unrecovered ECC escape"}),
+    **_xids(
+        "gpu_ecc",
+        "hardware",
+        {48: "double-bit ECC error", 95: "uncontained ECC error"},
+        page=frozenset({48, 95}),
+    ),
+    **_xids(
+        "gpu_ecc",
+        "hardware",
+        {64: "row remap failure", 140: "unrecovered ECC escape"},
+        page=frozenset({64, 140}),
+    ),
     **_xids("gpu_ecc", "hardware", {157: "resource retirement failure"}),
     **_xids("gpu_ecc", "hardware", {168: "reduced memory capacity"}),
     # Xid 94: only that GPU's application dies; restart, cordon on repeat (signatures section 1).
@@ -195,9 +217,14 @@ XIDS: dict[int, Xid] = {
             156: "resource retirement event",
         },
     ),
-    **_xids("gpu_nvlink", "hardware", {74: "NVLink error", 155: "NVLink software error"}),
+    **_xids(
+        "gpu_nvlink",
+        "hardware",
+        {74: "NVLink error", 155: "NVLink software error"},
+        page=frozenset({74}),
+    ),
     **_xids("gpu_nvlink", "hardware", {c: "NVLink5 sub-unit error" for c in range(144, 151)}),
-    **_xids("gpu_off_bus", "hardware", {79: "GPU has fallen off the bus"}),
+    **_xids("gpu_off_bus", "hardware", {79: "GPU has fallen off the bus"}, page=frozenset({79})),
     **_xids("gpu_off_bus", "hardware", {167: "PCIe fatal timeout"}),
     **_xids(
         "gpu_firmware",
@@ -212,6 +239,7 @@ XIDS: dict[int, Xid] = {
             143: "GPU initialization error",
             158: "GPU fatal timeout",
         },
+        page=frozenset({62, 119, 120, 143}),
     ),
     # Application-class Xids never cordon a node by default (telemetry.md section 5).
     **_xids(

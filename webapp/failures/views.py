@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import timedelta
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -20,7 +21,6 @@ from webapp.failures.selectors import (
     FailureFilter,
     Reliability,
     Window,
-    checkpoint_write_s,
     evidence_in_context,
     failure_lane,
     failures_filter,
@@ -268,7 +268,7 @@ def _reliability(request: HttpRequest) -> tuple[Reliability | None, dict]:
     if name and cluster is None:
         error = error or f"cluster: unknown cluster {name!r}"
     cluster = cluster or (clusters[0] if clusters else None)
-    write_s = checkpoint_write_s()
+    write_s = settings.VIGIL_CHECKPOINT_WRITE_S
     raw = request.GET.get("ckpt_write_s", "")
     if raw:
         try:
@@ -277,7 +277,7 @@ def _reliability(request: HttpRequest) -> tuple[Reliability | None, dict]:
                 raise ValueError
         except ValueError:
             error = error or f"ckpt_write_s: {raw!r} is not a number of seconds in (0, 86400]"
-            write_s = checkpoint_write_s()
+            write_s = settings.VIGIL_CHECKPOINT_WRITE_S
     context = {
         "clusters": clusters,
         "cluster": cluster,
