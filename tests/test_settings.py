@@ -44,3 +44,12 @@ def test_malformed_boolean_is_refused():
     result = _load_settings(VIGIL_DEBUG="maybe")
     assert result.returncode != 0
     assert "VIGIL_DEBUG='maybe' is not a boolean" in result.stderr
+
+
+def test_failure_settings_refuse_what_would_break_diagnosis():
+    result = _load_settings(VIGIL_STRAGGLER_MINUTES="0")
+    assert result.returncode != 0
+    assert "VIGIL_STRAGGLER_MINUTES" in result.stderr
+    result = _load_settings(VIGIL_CHECKPOINT_WRITE_S="0")
+    assert result.returncode != 0
+    assert "VIGIL_CHECKPOINT_WRITE_S=0 is not a duration" in result.stderr
