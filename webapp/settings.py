@@ -237,7 +237,15 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
-        "vigil": {"handlers": ["console"], "level": os.environ.get("VIGIL_LOG_LEVEL", "INFO")}
+        "vigil": {"handlers": ["console"], "level": os.environ.get("VIGIL_LOG_LEVEL", "INFO")},
+        # Celery logs two INFO lines per task ("received", "succeeded"): hundreds a second
+        # from the ingest queue, and a quarter of a small task's cost. Refused batches, retries
+        # while PostgreSQL is down and failures are logged by Vigil at WARNING; the counts are
+        # in /metrics. VIGIL_TASK_LOG_LEVEL=INFO brings the per-task lines back.
+        **{
+            name: {"level": os.environ.get("VIGIL_TASK_LOG_LEVEL", "WARNING")}
+            for name in ("celery.app.trace", "celery.worker.strategy")
+        },
     },
 }
 
