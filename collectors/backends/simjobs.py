@@ -12,7 +12,8 @@ of each cluster's nodes is a pretraining lane that always runs one pretraining j
 nodes (a new run is submitted a few minutes after the last one ended, as a team restarts from
 its checkpoint). The other nodes take everything else, arriving as a Poisson stream whose rate
 is set so that the pool is offered `pool_load` of its GPUs. Sizes and durations per type are
-chosen so that each type's share of jobs and GPU time lands near Seren's (or Kalos's) figures.
+chosen so that each type's share of jobs and GPU time lands within a few points of Seren's (or
+Kalos's) figures over a simulated week (tests/collectors/test_simjobs.py).
 
 The model is event-driven and deterministic for a seed. It tells the telemetry simulator which
 GPUs are busy (`gpu_busy`): a free GPU idles, a held one works unless the job leaves it idle
@@ -63,33 +64,52 @@ class TypeModel:
     cancelled: float
 
 
-# Pool types (everything but pretraining). Sizes and durations: our fit so that per-type GPU
-# time lands near acme-workload.md section 2 on a 64-GPU pool; evaluation under 4 GPUs and
-# about 2-5 min (section 3: median job 2 min); failed+cancelled about 40-50% (section 4).
+# Pool types (everything but pretraining), Seren's. A type's share of GPU time over its share
+# of jobs fixes its GPU-seconds per job relative to evaluation's (acme-workload.md section 2:
+# SFT 4.5x, MLLM 31x, debug 9.4x, other 5.4x); sizes and medians are our fit to that, with
+# evaluation under 4 GPUs and a few minutes (section 3: median job 2 min) and failed+cancelled
+# about 40-50% (section 4). Sigmas are kept moderate for the heavy types: a few dozen MLLM jobs
+# a day with a heavier tail would swing the GPU-time shares by several points from day to day.
 POOL_TYPES = (
-    TypeModel("eval", ((1, 0.75), (2, 0.1), (4, 0.1), (8, 0.05)), 180.0, 1.4, 0.58, 0.05),
-    TypeModel("sft", ((1, 0.2), (2, 0.1), (4, 0.25), (8, 0.4), (16, 0.05)), 600.0, 1.4, 0.45, 0.1),
-    TypeModel("mllm", ((8, 0.6), (16, 0.4)), 1200.0, 1.3, 0.45, 0.1),
-    TypeModel("debug", ((1, 0.4), (2, 0.1), (4, 0.1), (8, 0.3), (16, 0.1)), 900.0, 1.3, 0.4, 0.2),
-    TypeModel("other", ((1, 0.5), (2, 0.1), (4, 0.1), (8, 0.3)), 600.0, 1.8, 0.5, 0.08),
+    TypeModel("eval", ((1, 0.75), (2, 0.1), (4, 0.1), (8, 0.05)), 210.0, 1.4, 0.58, 0.05),
+    TypeModel("sft", ((1, 0.2), (2, 0.1), (4, 0.25), (8, 0.4), (16, 0.05)), 330.0, 1.4, 0.45, 0.1),
+    TypeModel("mllm", ((8, 0.6), (16, 0.4)), 2010.0, 0.9, 0.45, 0.1),
+    TypeModel("debug", ((1, 0.4), (2, 0.1), (4, 0.1), (8, 0.3), (16, 0.1)), 790.0, 1.3, 0.4, 0.2),
+    TypeModel("other", ((1, 0.5), (2, 0.1), (4, 0.1), (8, 0.3)), 850.0, 1.1, 0.5, 0.08),
 )
 # Pretraining runs: hours long; by GPU time Acme's are mostly cancelled (loss spikes, manual
 # restarts) or failed midway (infrastructure), rarely completed (section 4: Seren completed
-# 21% / cancelled 66% / failed 12% by GPU time).
-PRETRAIN = TypeModel("pretrain", (), 7200.0, 0.8, 0.15, 0.6)
+# 21% / cancelled 66% / failed 12% by GPU time, of which the pool's jobs, mostly completed,
+# make about a sixth).
+PRETRAIN = TypeModel("pretrain", (), 7200.0, 0.8, 0.05, 0.8)
 
 # Per cluster: pool count shares by type (section 2, pretraining left out: it has its lane),
-# the share of nodes reserved for pretraining and the load offered to the pool.
+# the share of nodes reserved for pretraining and the load offered to the pool; optionally
+# the cluster's own type models. The lane's share of GPU time is about lane GPUs / (lane GPUs
+# + pool_load x pool GPUs), and pretraining's share of jobs is lane runs / (runs + pool jobs).
+# Seren: 8 of 16 nodes, pool at 0.41: pretraining 69.5% of GPU time and 0.9% of jobs.
+# Kalos: pretraining 95.5% of GPU time and 3.2% of jobs, evaluation 92.8% of jobs but 0.4% of
+# GPU time: 14 of 16 nodes pretrain in shorter runs (more restarts), and the pool's evaluation
+# trials are one-GPU and short while its debug and other jobs are long (GPU-seconds per job
+# 137x and 450x evaluation's), on at most one node (a whole-pool job would wait for hours
+# behind the trials).
 CLUSTER_MIX = {
     "seren": {
         "mix": {"eval": 64.9, "sft": 14.9, "mllm": 2.9, "debug": 1.9, "other": 14.6},
         "reserve": 0.5,
-        "pool_load": 0.55,
+        "pool_load": 0.41,
     },
     "kalos": {
         "mix": {"eval": 92.8, "debug": 2.7, "other": 1.3},
-        "reserve": 0.625,
-        "pool_load": 0.35,
+        "reserve": 0.875,
+        "pool_load": 0.31,
+        "types": (
+            TypeModel("eval", ((1, 1.0),), 95.0, 1.0, 0.58, 0.05),
+            TypeModel("debug", ((1, 0.4), (2, 0.1), (4, 0.1), (8, 0.4)), 4700.0, 0.7, 0.4, 0.2),
+            TypeModel("other", ((8, 1.0),), 9500.0, 0.6, 0.5, 0.08),
+        ),
+        # Kalos completed 31% / cancelled 61% / failed 8% of GPU time (section 4).
+        "pretrain": TypeModel("pretrain", (), 5400.0, 0.8, 0.30, 0.60),
     },
 }
 EVAL_BATCH = (4, 24)  # evaluation trials arrive together (one per dataset, section 9)
@@ -183,7 +203,9 @@ class ClusterJobs:
         self.rng = rng
         conf = CLUSTER_MIX.get(cluster.lower(), CLUSTER_MIX["seren"])
         mix = conf["mix"]
-        self.types = [t for t in POOL_TYPES if t.name in mix]
+        own = {t.name: t for t in conf.get("types", ())}
+        self.types = [own.get(t.name, t) for t in POOL_TYPES if t.name in mix]
+        self.pretrain = conf.get("pretrain", PRETRAIN)
         # An evaluation arrival is a batch of trials: weigh arrivals so that jobs match the mix.
         mean_batch = sum(EVAL_BATCH) / 2
         self.weights = [mix[t.name] / (mean_batch if t.name == "eval" else 1) for t in self.types]
@@ -267,8 +289,8 @@ class ClusterJobs:
 
     def _draw_pretrain(self, ts: float) -> SimJob:
         rng = self.rng
-        duration = _lognormal(rng, PRETRAIN.median_s, PRETRAIN.sigma)
-        state = self._final_state(rng, PRETRAIN)
+        duration = _lognormal(rng, self.pretrain.median_s, self.pretrain.sigma)
+        state = self._final_state(rng, self.pretrain)
         if state == "FAILED":
             duration *= rng.uniform(0.2, 1.0)  # infrastructure faults strike midway
         size = len(self.lane_nodes) * self.gpn

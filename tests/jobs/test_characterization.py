@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 from tests.telemetry.conftest import seed_node
 from webapp.fleet.models import Cluster
 from webapp.jobs.characterization import Window, jobs_characterize, telemetry_cdfs
 from webapp.jobs.data import reference
+from webapp.jobs.management.commands.characterize import summary_rows
 from webapp.jobs.models import Job
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -260,6 +262,25 @@ def test_characterize_json(acme, seeded):
     assert data["gpus_per_job"]["max"] == want["gpus"]["max"]
 
 
+def test_characterize_counts_the_jobs_themselves_or_repairs_the_tallies(acme, seeded):
+    """--from-jobs ignores the stored tallies; --rebuild-tallies counts them again first."""
+
+    def summary(*args: str) -> dict:
+        out = io.StringIO()
+        call_command("characterize", "--cluster", "acme", *args, stdout=out)
+        return {row[:3]: row[3] for row in summary_rows(json.loads(out.getvalue()))}
+
+    stored = summary()
+    # Floats to rounding: GPU time is summed in another order.
+    same = {k: pytest.approx(v) if isinstance(v, float) else v for k, v in stored.items()}
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM jobs_jobtally")  # as if the tallies were lost
+    assert summary()[("jobs", "all", "count")] == 0
+    assert summary("--from-jobs") == same
+    assert summary("--rebuild-tallies") == same
+    assert summary() == same
+
+
 def test_characterize_csv_with_a_window(acme, seeded):
     out = io.StringIO()
     call_command(
@@ -316,8 +337,9 @@ def test_medians_equal_postgresql_percentile_cont(acme, seeded):
     result = jobs_characterize(Window(acme))
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT job_type, percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_s), "
-            "percentile_cont(0.5) WITHIN GROUP (ORDER BY queue_s), "
+            "SELECT job_type, "
+            "percentile_cont(0.5) WITHIN GROUP (ORDER BY date_part('epoch', end_at - start_at)), "
+            "percentile_cont(0.5) WITHIN GROUP (ORDER BY date_part('epoch', start_at - submit_at)), "
             "percentile_cont(0.5) WITHIN GROUP (ORDER BY gpus_requested) "
             "FROM jobs_job WHERE cluster_id = %s AND gpus_requested > 0 "
             "GROUP BY ROLLUP (job_type)",
@@ -332,9 +354,9 @@ def test_warm_up_task_puts_every_cluster_page_in_the_cache(acme, seeded, django_
     from webapp.jobs.selectors import characterization_cached
     from webapp.jobs.tasks import warm_characterization
 
-    assert warm_characterization() == {"clusters": 2}
-    # The page's read is then one query (the newest job, for the cache key), not the pass
-    # over every job.
+    assert warm_characterization() == {"clusters": 2, "tally_rows_merged": 0}
+    # The page's read is then one query (the tally version, for the cache key), not the sum
+    # of the cluster's tallies.
     with django_assert_num_queries(1):
         cached = characterization_cached(Window(acme))
     assert cached.total.jobs == 400

@@ -10,11 +10,24 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db.models import Count, Max, Sum
+from django.db.models import Count, Max
 
+from tests.jobs.test_tallies import assert_tallies_match_jobs
 from webapp.fleet.models import Cluster
 from webapp.jobs.acmetrace import COMMON_COLUMNS, KALOS_HEADER, synthesize
-from webapp.jobs.models import Job
+from webapp.jobs.characterization import Window, jobs_characterize
+from webapp.jobs.models import Job, JobTally
+
+# AcmeTrace final states -> the paper's groups (preempted counts as cancelled; running is none).
+GROUP = {
+    "COMPLETED": "completed",
+    "CANCELLED": "cancelled",
+    "PREEMPTED": "cancelled",
+    "FAILED": "failed",
+    "TIMEOUT": "failed",
+    "NODE_FAIL": "failed",
+    "OUT_OF_MEMORY": "failed",
+}
 
 SEREN_HEADER = ",".join(COMMON_COLUMNS)
 # The example rows of the AcmeTrace README (shared/acmetrace/README.md).
@@ -77,19 +90,34 @@ def test_generated_200k_trace_imports_once(db, trace_200k):
     )
     assert max(by_type, key=by_type.get) == "eval"
 
-    # Totals agree with pandas reading the same file (the paper's notebook used pandas).
+    # The characterization agrees with pandas reading the same file (the paper's notebook used
+    # pandas), from the tallies the import stored and counting the jobs themselves alike.
     pandas = pytest.importorskip("pandas")
     frame = pandas.read_csv(trace_200k)
-    assert jobs.aggregate(Sum("gpu_time_s"))["gpu_time_s__sum"] == frame["gpu_time"].sum()
     assert dict(jobs.values_list("state").annotate(n=Count("id"))) == {
         state.lower(): n for state, n in frame["state"].value_counts().items()
     }
+    result = jobs_characterize(Window(seren))
+    assert result.total.gpu_time_s == frame["gpu_time"].sum()
+    gpu = frame[frame["gpu_num"] > 0]
+    for t in result.types:
+        mine = gpu[gpu["type"].str.lower() == t.job_type]
+        assert t.gpu_jobs == len(mine)
+        assert t.count_share == pytest.approx(len(mine) / len(gpu), rel=1e-12)
+        assert t.gpu_time_share == pytest.approx(mine["gpu_time"].sum() / gpu["gpu_time"].sum())
+        assert t.duration_median_s == mine["duration"].median()
+    assert result.total.duration_median_s == gpu["duration"].median()
+    groups = gpu["state"].map(lambda s: GROUP.get(s)).dropna()
+    for s in result.states:
+        assert s.count_share == pytest.approx((groups == s.group).mean(), rel=1e-12)
+    assert_tallies_match_jobs(seren)
 
     stamp = jobs.aggregate(Max("updated_at"))["updated_at__max"]
     out, _ = run(trace_200k)
     assert "imported 0, already present 200,000, skipped 0" in out
     assert jobs.count() == 200_000
     assert jobs.aggregate(Max("updated_at"))["updated_at__max"] == stamp
+    assert jobs_characterize(Window(seren)) == result  # the tallies did not change either
 
 
 def test_bad_rows_are_reported_by_line_and_skipped(db, tmp_path):
@@ -147,6 +175,7 @@ def test_generated_kalos_trace_imports(db, tmp_path):
     out, _ = run(path, "kalos", "--batch-size", "700")
     assert "imported 3,000, already present 0, skipped 0" in out
     assert Job.objects.filter(cluster__name="kalos", scheduler_id__startswith="dlc").count() == 3000
+    assert_tallies_match_jobs(Cluster.objects.get(name="kalos"))  # RUNNING jobs: no end
 
 
 def test_duplicate_job_ids_in_one_file_are_stored_once(db, tmp_path):
@@ -156,6 +185,79 @@ def test_duplicate_job_ids_in_one_file_are_stored_once(db, tmp_path):
     # The same again in one chunk.
     out, _ = run(path, "other")
     assert "imported 2, already present 1, skipped 0" in out
+    assert_tallies_match_jobs(Cluster.objects.get(name="other"))
+
+
+def test_a_trace_split_over_two_files_and_overlapping_imports_once(db, tmp_path):
+    """A cluster that already has some of the file's jobs (an interrupted import, a second
+    file overlapping the first): the rows already there are left alone, the rest stored."""
+    path = synthesize(tmp_path / "trace_seren.csv", 5000, seed=9)
+    lines = path.read_text().splitlines()
+    first = tmp_path / "first.csv"
+    first.write_text("\n".join([lines[0], *lines[1:1500], *lines[3000:3500]]) + "\n")
+    out, _ = run(first)
+    assert "imported 1,999, already present 0" in out
+    out, _ = run(path)
+    assert "imported 3,001, already present 1,999, skipped 0" in out
+    seren = Cluster.objects.get(name="seren")
+    assert Job.objects.filter(cluster=seren).count() == 5000
+    assert_tallies_match_jobs(seren)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parallel_writers_store_each_job_once(tmp_path, monkeypatch):
+    """Outside a transaction several writers COPY at once, each in its own connection. Job ids
+    repeated across their blocks (a writer then waits for another's, or they deadlock and one
+    gives way) are stored once, and the tallies say what the jobs say."""
+    from webapp.jobs.management.commands import import_acmetrace
+
+    monkeypatch.setattr(import_acmetrace, "BLOCK_BYTES", 3000)  # many blocks of ~25 rows
+    path = synthesize(tmp_path / "trace_seren.csv", 1200, seed=4)
+    header, *rows = path.read_text().splitlines()
+    # Every seventh row again 30 rows later, every tenth 300 rows later: repeats land in the
+    # next block (another writer's, not committed yet) or in a much later one.
+    mixed = []
+    for i, row in enumerate(rows):
+        mixed.append(row)
+        mixed.extend(
+            rows[i - lag] for lag, every in ((30, 7), (300, 10)) if i >= lag and not i % every
+        )
+    path.write_text("\n".join([header, *mixed]) + "\n")
+    out, _ = run(path, "seren", "--writers", "3", "--batch-size", "200", "--no-progress")
+    assert f"read {len(mixed):,} rows" in out
+    assert f"imported 1,200, already present {len(mixed) - 1200:,}, skipped 0" in out
+    seren = Cluster.objects.get(name="seren")
+    assert Job.objects.filter(cluster=seren).count() == 1200
+    assert_tallies_match_jobs(seren)
+    out, _ = run(path, "seren", "--writers", "2", "--no-progress")
+    assert f"imported 0, already present {len(mixed):,}" in out
+    assert_tallies_match_jobs(seren)
+
+
+def test_a_database_error_stops_the_import_in_one_line_and_keeps_nothing_of_it(
+    db, tmp_path, monkeypatch
+):
+    from webapp.jobs.management.commands import import_acmetrace
+
+    monkeypatch.setattr(import_acmetrace, "BLOCK_BYTES", 3000)
+    encode, calls = import_acmetrace._copy_data, []
+
+    def broken_third_block(*args):
+        calls.append(1)
+        data = encode(*args)
+        return data[:1] + [b"\x00\x07garbage"] if len(calls) == 3 else data
+
+    monkeypatch.setattr(import_acmetrace, "_copy_data", broken_third_block)
+    path = synthesize(tmp_path / "trace_seren.csv", 200, seed=2)
+    with pytest.raises(CommandError) as excinfo:
+        run(path)
+    assert str(excinfo.value).startswith("storing the jobs failed: ")
+    assert "\n" not in str(excinfo.value)
+    assert not Job.objects.exists()  # one transaction (--batch-size): rolled back whole
+    assert not JobTally.objects.exists()
+    monkeypatch.setattr(import_acmetrace, "_copy_data", encode)
+    out, _ = run(path)  # the caller's transaction is still usable
+    assert "imported 200," in out
 
 
 def test_long_list_of_bad_rows_is_capped_but_all_counted(db, tmp_path):
@@ -196,9 +298,16 @@ def test_quoted_fields_and_float_counts_take_the_per_row_path(db, tmp_path):
     """A file written by another tool: quoted fields, counts as "8.0". The vectorised parser
     leaves such rows to the per-row one, which accepts them with the same values."""
     quoted = SEREN_EXAMPLE.replace("5778469,u5907,1,8,128,", '"5778470","u5907",1.0,8.0,128,')
-    out, _ = run(write(tmp_path, SEREN_EXAMPLE, quoted, quoted.replace("Other", "Nope")))
+    # And one with fractional seconds ending days later (another tool's rounding).
+    fractional = SEREN_EXAMPLE.replace("5778469", "5778471").replace(
+        "2023-03-01 01:09:04+08:00", "2023-03-04 01:09:04.250001+08:00"
+    )
+    out, _ = run(
+        write(tmp_path, SEREN_EXAMPLE, quoted, quoted.replace("Other", "Nope"), fractional)
+    )
     assert "line 4: type: unknown type 'Nope'" in out
-    assert "imported 2, already present 0, skipped 1" in out
+    assert "imported 3, already present 0, skipped 1" in out
+    assert_tallies_match_jobs(Cluster.objects.get(name="seren"))
     a, b = Job.objects.filter(scheduler_id__in=["5778469", "5778470"]).order_by("scheduler_id")
     assert (b.gpus_requested, b.nodes_requested, b.submit_at) == (8, 1, a.submit_at)
     assert b.gpu_time_s == a.gpu_time_s == 21544

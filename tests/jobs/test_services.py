@@ -9,8 +9,10 @@ import pytest
 
 from collectors.schema import BatchError
 from tests.jobs.conftest import event
+from tests.jobs.test_tallies import assert_tallies_match_jobs
 from webapp.fleet.models import Gpu, Node
 from webapp.fleet.services import AuthError
+from webapp.jobs.characterization import Window, jobs_characterize
 from webapp.jobs.models import Job, JobAllocation, JobEvent, JobTypeRule
 from webapp.jobs.services import job_events_ingest, type_rules_forget
 from webapp.telemetry.models import RejectedBatch
@@ -153,6 +155,32 @@ def test_ended_before_started_from_a_late_watcher(sender, t0):
     assert job.name == "pretrain-7b"
     assert job.allocations.count() == 4
     assert set(job.allocations.values_list("start", "end")) == {(at(t0 + 30), at(t0 + 630))}
+
+
+def test_the_characterization_follows_job_events(sender, default_rules, t0):
+    """Through events (submitted, started, requeued, ended late or out of order) the cluster's
+    tallies, which the characterization page reads, stay what counting the jobs says."""
+    job_events_ingest(sender.raw(*lifecycle(t0, "a")))
+    job_events_ingest(sender.raw(*lifecycle(t0, "b")[:2]))  # b runs
+    requeued = [*lifecycle(t0, "c")[:2], event("c", "requeued", t0 + 100)]
+    job_events_ingest(sender.raw(*requeued))
+    job_events_ingest(sender.raw(lifecycle(t0, "d")[2]))  # d's end arrives first
+    cluster = Job.objects.get(scheduler_id="a").cluster
+    assert_tallies_match_jobs(cluster)
+
+    job_events_ingest(sender.raw(*lifecycle(t0, "d")[:2]))
+    job_events_ingest(
+        sender.raw(event("b", "ended", t0 + 900, end_ts=t0 + 900, state="FAILED", exit_code=1))
+    )
+    assert_tallies_match_jobs(cluster)
+    result = jobs_characterize(Window(cluster))
+    assert result.total.gpu_jobs == 4 and result.types[0].job_type == "pretrain"
+    assert {s.group: s.gpu_jobs for s in result.states} == {
+        "completed": 2,
+        "cancelled": 0,
+        "failed": 1,
+    }
+    assert result.total.gpu_time_s == 600 * 4 * 2 + 870 * 4  # a and d, then b
 
 
 def test_events_of_one_batch_in_any_order_give_the_same_job(sender, t0):

@@ -29,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 COMMON_COLUMNS = (
     "job_id",
@@ -253,8 +254,16 @@ _EPOCH_2000_S = 946_684_800  # PostgreSQL's binary timestamps count microseconds
 _DAYS_IN_MONTH = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
 # `YYYY-MM-DD HH:MM:SS+HH:MM`: digit and separator positions of the traces' time format.
 _TIME_LEN = 25
-_TIME_DIGITS = np.array([0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 23, 24])
-_TIME_SEPARATORS = {4: b"-", 7: b"-", 13: b":", 16: b":", 22: b":"}
+# Per byte of a 32-byte window, the lowest byte allowed and the lowest one above the range
+# (0x80: none): digits, the separators, anything at 10 and 19 (space or T, + or -, checked on
+# their own) and after the 25th. As the four little-endian words of the window.
+_TIME_LOW = np.frombuffer(b"0000-00-00\x0000:00:00\x0000:00".ljust(32, b"\0"), "<u8")
+_TIME_ABOVE = np.frombuffer(b"::::.::.::\x80::;::;::\x80::;::".ljust(32, b"\x80"), "<u8")
+# 0x7F on the digits' bytes (dropping the top bit _at_least-style subtraction leaves), 0 on
+# the separators'.
+_TIME_DIGITS = np.frombuffer(
+    bytes(0x7F if c == ord("0") else 0 for c in b"0000-00-00 00:00:00+00:00".ljust(32)), "<u8"
+)
 _COUNT_DIGITS = 7  # MAX_COUNT has 7 digits
 _NAME_BYTES = 16  # longer than every TYPES / STATES key
 _NUMBER_BYTES = 16  # duration, queue, gpu_time: longer ones are left to the per-row parser
@@ -296,6 +305,32 @@ class Columns:
             if name not in ("job_id", "user")
         }
         return cls(job_id=text("job_id"), user=text("user"), **plain)
+
+    def take(self, rows: np.ndarray) -> Columns:
+        """The given rows (indexes), in that order."""
+
+        def text(t: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+            flat, lens = t
+            starts = (np.cumsum(lens) - lens)[rows]
+            n = lens[rows]
+            offsets = np.cumsum(n) - n
+            return flat[np.repeat(starts - offsets, n) + np.arange(int(n.sum()))], n
+
+        plain = {
+            name: getattr(self, name)[rows]
+            for name in self.__dataclass_fields__
+            if name not in ("job_id", "user")
+        }
+        return Columns(job_id=text(self.job_id), user=text(self.user), **plain)
+
+    def job_ids(self) -> list[str]:
+        flat, lens = self.job_id
+        raw = flat.tobytes()
+        ends = np.cumsum(lens).tolist()
+        if raw.isascii():  # one decode, then slices: characters are bytes
+            text = raw.decode()
+            return [text[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        return [raw[a:b].decode() for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
     @classmethod
     def from_rows(cls, rows: list[ParsedRow]) -> Columns:
@@ -357,39 +392,46 @@ def block_parse(parser: RowParser, data: bytes, first_line: int) -> BlockResult:
     per_line = np.diff(np.searchsorted(commas, np.concatenate(([0], ends))))
     blank = starts == ends
     shaped = per_line == parser.width - 1
-    good = np.flatnonzero(shaped & ~blank)
-    # Field boundaries of the well-shaped lines: (lines, width) start and end offsets.
-    good_line = np.zeros(len(ends), bool)
-    good_line[good] = True
-    cut = commas[good_line[np.searchsorted(ends, commas)]].reshape(len(good), -1)
-    f_start = np.concatenate((starts[good, None], cut + 1), axis=1)
-    f_end = np.concatenate((cut, ends[good, None]), axis=1)
-    f_len = f_end - f_start
-    # Room to gather fixed windows before the first and after the last byte.
-    pad = max(_NUMBER_BYTES, _NAME_BYTES, _TIME_LEN)
+    good_line = shaped & ~blank
+    if good_line.all():  # the usual block: every comma belongs to a well-shaped line
+        good = np.arange(len(ends))
+        cut = commas.reshape(len(ends), -1)
+    else:
+        good = np.flatnonzero(good_line)
+        cut = commas[good_line[np.searchsorted(ends, commas)]]
+        cut = cut.reshape(len(good), parser.width - 1)
+    # Field boundaries of the well-shaped lines: (lines, width) start offsets and lengths.
+    f_start = np.empty((len(good), parser.width), np.int64)
+    f_start[:, 0] = starts[good]
+    f_start[:, 1:] = cut + 1
+    f_len = np.empty_like(f_start)
+    f_len[:, :-1] = cut - f_start[:, :-1]
+    f_len[:, -1] = ends[good] - f_start[:, -1]
+    # Padding, so that fixed windows before the first and after the last byte stay inside.
+    pad = 32  # the widest window: _times reads 32 bytes
     padded = np.concatenate((np.zeros(pad, np.uint8), buf, np.zeros(pad, np.uint8)))
     ix = parser.index
 
     def field(column: str) -> tuple[np.ndarray, np.ndarray]:
         c = ix[column]
-        return f_start[:, c] + pad, f_len[:, c]
+        return f_start[:, c], f_len[:, c]
 
     ok = np.ones(len(good), bool)
     s, n = field("job_id")
     ok &= (n >= 1) & (n <= MAX_ID)
     ok &= field("user")[1] <= MAX_ID
-    type_index, found = _lookup(padded, *field("type"), TYPE_NAMES)
+    type_index, found = _lookup(padded, pad, *field("type"), TYPE_NAMES)
     ok &= found
-    state_index, found = _lookup(padded, *field("state"), STATE_NAMES)
+    state_index, found = _lookup(padded, pad, *field("state"), STATE_NAMES)
     ok &= found
     counts = {}
     for column in ("gpu_num", "node_num", "cpu_num"):
-        counts[column], valid = _counts(padded, *field(column))
+        counts[column], valid = _counts(padded, pad, *field(column))
         ok &= valid
     times, nulls = {}, {}
     for column in ("submit_time", "start_time", "end_time"):
         s, n = field(column)
-        times[column], valid = _times(padded, s, n)
+        times[column], valid = _times(padded, pad, s, n)
         nulls[column] = n == 0
         ok &= valid | nulls[column]
     ok &= ~nulls["submit_time"]
@@ -397,7 +439,7 @@ def block_parse(parser: RowParser, data: bytes, first_line: int) -> BlockResult:
     ok &= nulls["start_time"] | (start >= submit)
     ok &= nulls["end_time"] | (end >= np.where(nulls["start_time"], submit, start))
     for column in ("duration", "queue", "gpu_time"):
-        ok &= _non_negative(padded, *field(column))
+        ok &= _non_negative(padded, pad, *field(column))
 
     keep = np.flatnonzero(ok)
 
@@ -406,7 +448,7 @@ def block_parse(parser: RowParser, data: bytes, first_line: int) -> BlockResult:
         s, n = s[keep], n[keep]
         offsets = np.cumsum(n) - n
         gather = np.repeat(s - offsets, n) + np.arange(int(n.sum()))
-        return padded[gather], n.astype(np.int64)
+        return buf[gather], n.astype(np.int64)
 
     def micros(column: str) -> np.ndarray:
         return (times[column][keep] - _EPOCH_2000_S) * 1_000_000
@@ -458,64 +500,128 @@ def _block_parse_rows(
     return BlockResult(Columns.from_rows(parsed), read, errors)
 
 
+def _windows(padded: np.ndarray, pad: int, start: np.ndarray, width: int) -> np.ndarray:
+    """(rows, width) bytes from each start offset (of the unpadded block). A row gather over a
+    sliding-window view copies `width` bytes per row: far cheaper than indexing every byte."""
+    return sliding_window_view(padded, width)[start + pad]
+
+
+# The checks below look at 8 bytes at a time: a window of a field's bytes viewed as
+# little-endian uint64 words (byte i of the window is bits 8i..8i+7), tested with arithmetic
+# that keeps bytes apart (SWAR). Far fewer NumPy operations than one per byte and column.
+_HIGH = np.uint64(0x8080808080808080)  # the top bit of every byte
+
+
+def _each_byte(value: int) -> np.uint64:
+    return np.uint64(value * 0x0101010101010101)
+
+
+def _at_least(words: np.ndarray, low: np.uint64) -> np.ndarray:
+    """The top bit of each byte set where the byte is >= the same byte of `low` (ASCII bytes,
+    `low` bytes at most 0x80; 0x80 matches nothing). With the top bit set first, no byte
+    borrows from its neighbour."""
+    return ((words | _HIGH) - low) & _HIGH
+
+
+def _digits(words: np.ndarray) -> np.ndarray:
+    return _at_least(words, _each_byte(ord("0"))) & ~_at_least(words, _each_byte(ord(":")))
+
+
+def _dots(words: np.ndarray) -> np.ndarray:
+    return _at_least(words, _each_byte(ord("."))) & ~_at_least(words, _each_byte(ord("/")))
+
+
+# Masks of a word's first (LEFT) or last (RIGHT) k bytes, k = 0..8.
+_LEFT = np.array([(1 << (8 * k)) - 1 for k in range(9)], np.uint64)
+_RIGHT = np.array([((1 << 64) - 1) ^ ((1 << (8 * (8 - k))) - 1) for k in range(9)], np.uint64)
+
+
+def _right_words(
+    padded: np.ndarray, pad: int, start: np.ndarray, length: np.ndarray, width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The `width` (8 or 16) bytes ending at each field's end as words (rows, width / 8), and
+    masks of the bytes inside the field."""
+    n_words = width // 8
+    words = _windows(padded, pad, start + length - width, width).view("<u8")
+    inside = np.empty_like(words)
+    for k in range(n_words):  # word k holds bytes 8k..8k+7; the field fills the last `length`
+        inside[:, k] = _RIGHT[np.clip(length - 8 * (n_words - 1 - k), 0, 8)]
+    return words, inside
+
+
 def _lookup(
-    padded: np.ndarray, start: np.ndarray, length: np.ndarray, names: tuple[str, ...]
+    padded: np.ndarray, pad: int, start: np.ndarray, length: np.ndarray, names: tuple[str, ...]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Index of each field in `names` (exact match) and whether it was found."""
-    window = padded[start[:, None] + np.arange(_NAME_BYTES)]
-    window[np.arange(_NAME_BYTES) >= length[:, None]] = 0
-    keys = window.view(np.dtype((np.void, _NAME_BYTES))).ravel()
+    words = _windows(padded, pad, start, _NAME_BYTES).view("<u8")  # (rows, 2)
+    first = words[:, 0] & _LEFT[np.clip(length, 0, 8)]
+    second = words[:, 1] & _LEFT[np.clip(length - 8, 0, 8)]
     index = np.full(len(start), -1, np.int64)
     for i, name in enumerate(names):
-        index[keys == np.void(name.encode().ljust(_NAME_BYTES, b"\0"))] = i
+        a, b = np.frombuffer(name.encode().ljust(_NAME_BYTES, b"\0"), "<u8")
+        index[(first == a) & (second == b)] = i
     return index, (index >= 0) & (length <= _NAME_BYTES)
 
 
-def _right_window(padded: np.ndarray, start: np.ndarray, length: np.ndarray, width: int):
-    """The `width` bytes ending at each field's end, and which of them are inside the field."""
-    end = start + length
-    window = padded[end[:, None] - width + np.arange(width)]
-    return window, np.arange(width) >= width - length[:, None]
-
-
 def _counts(
-    padded: np.ndarray, start: np.ndarray, length: np.ndarray
+    padded: np.ndarray, pad: int, start: np.ndarray, length: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Plain decimal integers of 1-7 digits up to MAX_COUNT; anything else is not valid here."""
-    window, inside = _right_window(padded, start, length, _COUNT_DIGITS)
-    digits = np.where(inside, window - np.uint8(ord("0")), 0)  # uint8: below "0" wraps to > 9
-    valid = (digits <= 9).all(axis=1) & (length >= 1) & (length <= _COUNT_DIGITS)
-    value = digits.astype(np.int64) @ (10 ** np.arange(_COUNT_DIGITS - 1, -1, -1))
+    words, inside = _right_words(padded, pad, start, length, 8)
+    word, inside = words[:, 0], inside[:, 0]
+    valid = (_digits(word) | ~inside) & _HIGH == _HIGH
+    valid &= (length >= 1) & (length <= _COUNT_DIGITS)
+    # Eight digit bytes (0 outside the field) to a number, the first byte the most significant
+    # (D. Lemire's SWAR parse of eight digits; uint64 arithmetic wraps as C's does).
+    v = (word & inside) - (_each_byte(ord("0")) & inside)
+    v = v * np.uint64(10) + (v >> np.uint64(8))
+    v = (
+        (v & np.uint64(0x000000FF000000FF)) * np.uint64(100 + (1000000 << 32))
+        + ((v >> np.uint64(16)) & np.uint64(0x000000FF000000FF)) * np.uint64(1 + (10000 << 32))
+    ) >> np.uint64(32)
+    value = v.astype(np.int64)
     return value, valid & (value <= MAX_COUNT)
 
 
-def _non_negative(padded: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+def _non_negative(
+    padded: np.ndarray, pad: int, start: np.ndarray, length: np.ndarray
+) -> np.ndarray:
     """Empty, or digits with at most one dot and at least one digit (float() accepts it and it
     is not negative)."""
-    window, inside = _right_window(padded, start, length, _NUMBER_BYTES)
-    digit = (window - np.uint8(ord("0"))) <= 9
-    dots = ((window == ord(".")) & inside).sum(axis=1)
-    plain = (digit | (window == ord(".")) | ~inside).all(axis=1)
-    return (length == 0) | (plain & (dots <= 1) & (length > dots) & (length <= _NUMBER_BYTES))
+    words, inside = _right_words(padded, pad, start, length, _NUMBER_BYTES)
+    digits, dots = _digits(words), _dots(words)
+    plain = (((digits | dots | ~inside) & _HIGH) == _HIGH).all(axis=1)
+    n_dots = np.bitwise_count(dots & inside).sum(axis=1)
+    return (length == 0) | (plain & (n_dots <= 1) & (length > n_dots) & (length <= _NUMBER_BYTES))
 
 
 def _times(
-    padded: np.ndarray, start: np.ndarray, length: np.ndarray
+    padded: np.ndarray, pad: int, start: np.ndarray, length: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Epoch seconds of `YYYY-MM-DD HH:MM:SS+HH:MM` (space or T) and whether the field is one
     that datetime.fromisoformat accepts; other shapes are left to the per-row parser."""
-    w = padded[start[:, None] + np.arange(_TIME_LEN)]
-    d = w[:, _TIME_DIGITS] - np.uint8(ord("0"))  # uint8: below "0" wraps to > 9
-    valid = (length == _TIME_LEN) & (d <= 9).all(axis=1)
-    for pos, char in _TIME_SEPARATORS.items():
-        valid &= w[:, pos] == ord(char)
-    valid &= (w[:, 10] == ord(" ")) | (w[:, 10] == ord("T"))
-    valid &= (w[:, 19] == ord("+")) | (w[:, 19] == ord("-"))
-    sign = np.where(w[:, 19] == ord("-"), -1, 1)
-    # Pairs of digits as numbers: year (two pairs), month, day, hour, minute, second, offset.
-    pairs = d.reshape(len(d), -1, 2).astype(np.int64) @ np.array([10, 1])
-    year = pairs[:, 0] * 100 + pairs[:, 1]
-    month, day, hour, minute, second, off_h, off_m = pairs[:, 2:].T
+    w = _windows(padded, pad, start, 32).view("<u8")  # (rows, 4): bytes 0-31
+    shape = np.ones(len(start), bool)
+    for k in range(4):  # every byte in its range: digits, separators; 10, 19 checked below
+        ok = _at_least(w[:, k], _TIME_LOW[k]) & ~_at_least(w[:, k], _TIME_ABOVE[k])
+        shape &= ok == _HIGH
+    b10 = (w[:, 1] >> np.uint64(16)) & np.uint64(0xFF)
+    b19 = (w[:, 2] >> np.uint64(24)) & np.uint64(0xFF)
+    valid = (length == _TIME_LEN) & shape & ((b10 == ord(" ")) | (b10 == ord("T")))
+    valid &= (b19 == ord("+")) | (b19 == ord("-"))
+    # Digit values (separators zeroed), then each byte i becomes 10 * digit i + digit i + 1:
+    # two-digit numbers start where a component starts.
+    d = ((w | _HIGH) - _each_byte(ord("0"))) & _TIME_DIGITS
+    pairs = d * np.uint64(10) + (d >> np.uint64(8))
+
+    def at(i: int) -> np.ndarray:
+        return ((pairs[:, i // 8] >> np.uint64(8 * (i % 8))) & np.uint64(0xFF)).astype(np.int64)
+
+    year = at(0) * 100 + at(2)
+    month, day, hour, minute, second, off_h = at(5), at(8), at(11), at(14), at(17), at(20)
+    off_m = ((d[:, 2] >> np.uint64(56)) * np.uint64(10) + (d[:, 3] & np.uint64(0xFF))).astype(
+        np.int64
+    )  # bytes 23 and 24 straddle two words
     leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
     month_ok = (month >= 1) & (month <= 12)
     days_in = _DAYS_IN_MONTH[np.where(month_ok, month, 0)] + ((month == 2) & leap)
@@ -527,7 +633,8 @@ def _times(
     yoe = y - era * 400
     doy = (153 * (month + np.where(month > 2, -3, 9)) + 2) // 5 + day - 1
     days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
-    epoch = days * 86400 + hour * 3600 + minute * 60 + second - sign * (off_h * 3600 + off_m * 60)
+    offset = np.where(b19 == ord("-"), -1, 1) * (off_h * 3600 + off_m * 60)
+    epoch = days * 86400 + hour * 3600 + minute * 60 + second - offset
     return np.where(valid, epoch, 0), valid
 
 

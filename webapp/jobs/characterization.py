@@ -2,13 +2,16 @@
 NSDI '24, section 3): job types by count and GPU time, duration / queueing / size CDFs, final
 states, telemetry CDFs, and a row in the columns of AcmeTrace's cluster_summary.csv.
 
-Everything is aggregated in PostgreSQL: one hashed pass over the window's jobs (sums per type,
-GPU / CPU job and final group, and the number of jobs with each distinct duration, queueing
-delay and GPU count, from which medians and CDFs follow exactly) and one over the 1-minute rollup (raw samples for windows under a day), whatever
-the number of jobs. A job belongs to the
-window when it was submitted in it (`submit_at`, served by the (cluster, submit_at) index).
-Like the paper, per-type and summary statistics are over GPU jobs (`gpus_requested > 0`);
-durations and queueing delays count only jobs that have them (started, resp. ended).
+Everything follows from the jobs' tally (webapp/jobs/tallies.py): per type and GPU / CPU job,
+the jobs and GPU time in each state, and the number of jobs with each distinct duration,
+queueing delay and GPU count, from which medians, means and CDFs follow exactly. A cluster's
+whole history (the page's default) reads the cluster's tally rows, kept by triggers and the
+trace import: a dozen rows however many jobs. A window counts its jobs in one hashed pass
+(tallies.TALLY_SQL); a job belongs to it when it was submitted in it (`submit_at`, served by
+the (cluster, submit_at) index). Telemetry CDFs read the 1-minute rollup (raw samples for
+windows under a day). Like the paper, per-type and summary statistics are over GPU jobs
+(`gpus_requested > 0`); durations and queueing delays count only jobs that have them (started,
+resp. ended).
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from django.utils import timezone
 
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobState, JobType
+from webapp.jobs.tallies import TALLY_COLUMNS, TALLY_WORK_MEM, Tally, tally_fetch, tally_sql
 
-CHARACTERIZE_WORK_MEM = "128MB"  # the hash tables of 1M jobs' distinct values fit in memory
 FINAL_GROUPS: tuple[str, ...] = ("completed", "cancelled", "failed")
 # States a job is still in; everything else is final and falls in a JobState.final_group.
 NOT_FINAL: tuple[str, ...] = (JobState.PENDING, JobState.RUNNING)
@@ -100,27 +103,6 @@ def _share(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
 
-_GPU = "gpus_requested > 0"
-_CPU = "gpus_requested = 0"
-
-# One hashed pass over the window's jobs, four grouping sets (a hash table each), counting jobs
-# per type and GPU / CPU job: per state (with their GPU time), and per distinct duration,
-# queueing delay and GPU count. Every count, sum, mean, maximum, median and CDF follows from
-# these exactly (_from_pass). Durations and delays are whole seconds in the traces and from
-# schedulers, so there are far fewer distinct values than jobs. Sorting every job per type and
-# column for percentile_cont, and two more passes for the histograms, took seconds over a
-# million jobs; so did computing a dozen aggregates per row in every grouping set.
-_PASS_SQL = f"""
-SELECT job_type, gpu, grouping(state) = 0, grouping(d) = 0, grouping(q) = 0, state, d, q, g,
-    count(*), sum(gpu_time_s)
-FROM (SELECT job_type, {_GPU} AS gpu, state, duration_s AS d, queue_s AS q,
-        gpus_requested AS g, gpu_time_s
-      FROM jobs_job WHERE {{where}}) j
-GROUP BY GROUPING SETS ((job_type, gpu, state), (job_type, gpu, d), (job_type, gpu, q),
-    (job_type, gpu, g))
-"""
-
-
 class _Dist:
     """How many jobs have each value (values sorted, counts aligned)."""
 
@@ -165,32 +147,28 @@ class _Dist:
         return out
 
 
-def _from_pass(rows: list[tuple]) -> tuple[list[tuple], list[tuple]]:
-    """The pass's rows as statistics rows (per type, then the total: is_total, job_type,
-    jobs, GPU jobs, CPU jobs, GPU time, then the GPU and CPU medians, means and maxima, then
-    per final group GPU jobs, GPU time and CPU jobs) and histogram rows (job_type,
-    by_duration, by_queue, duration bucket, queueing bucket, GPUs, jobs) of GPU jobs."""
-    # (job_type, gpu) -> [jobs, GPU time, {group: [jobs, GPU time]}]
+def _from_tally(tally: Tally) -> tuple[list[tuple], list[tuple]]:
+    """The tally as statistics rows (per type, then the total: is_total, job_type, jobs, GPU
+    jobs, CPU jobs, GPU time, then the GPU and CPU medians, means and maxima, then per final
+    group GPU jobs, GPU time and CPU jobs) and histogram rows (job_type, by_duration, by_queue,
+    duration bucket, queueing bucket, GPUs, jobs) of GPU jobs."""
+    # (job_type, gpu) -> [jobs, GPU time, {group: [jobs, GPU time]}]; job_type None: all types
     sums: dict[tuple, list] = {}
-    raw: dict[tuple, tuple[list, list]] = {}  # (job_type, gpu, column) -> (values, counts)
-    for job_type, gpu, by_state, by_d, by_q, state, d, q, g, n, gpu_time in rows:
-        if by_state:
+    dist: dict[tuple, _Dist] = {}  # (job_type, gpu, column) -> distribution
+    for (job_type, gpu), group in tally.groups.items():
+        for state, (n, gpu_time) in group.states.items():
             for key in ((job_type, gpu), (None, gpu)):
                 acc = sums.setdefault(key, [0, 0.0, {grp: [0, 0.0] for grp in FINAL_GROUPS}])
                 acc[0] += n
-                acc[1] += gpu_time or 0.0
-                if (group := _FINAL_GROUP.get(state)) is not None:
-                    acc[2][group][0] += n
-                    acc[2][group][1] += gpu_time or 0.0
-            continue
-        column, value = ("d", d) if by_d else ("q", q) if by_q else ("g", g)
-        if value is not None:  # a job without that value (not started, not ended)
-            values, counts = raw.setdefault((job_type, gpu, column), ([], []))
-            values.append(value)
-            counts.append(n)
-    dist = {
-        key: _Dist(np.array(v, np.float64), np.array(c, np.int64)) for key, (v, c) in raw.items()
-    }
+                acc[1] += gpu_time
+                if (final := _FINAL_GROUP.get(state)) is not None:
+                    acc[2][final][0] += n
+                    acc[2][final][1] += gpu_time
+        for column, hist in (("d", group.duration), ("q", group.queue), ("g", group.gpus)):
+            if len(hist):
+                dist[(job_type, gpu, column)] = _Dist(
+                    hist.values.astype(np.float64), hist.counts.astype(np.int64)
+                )
     types = sorted({t for t, _ in sums if t is not None})
     for gpu in (True, False):
         for column in ("d", "q", "g"):
@@ -246,14 +224,15 @@ def _from_pass(rows: list[tuple]) -> tuple[list[tuple], list[tuple]]:
     return stats_rows, hist
 
 
-def jobs_characterize(window: Window) -> Characterization:
-    """Type shares, per-type and overall statistics, final states and CDFs of one window."""
-    where, params = window.where()
-    with transaction.atomic(), connection.cursor() as cur:
-        # 4 MB (the default) would make PostgreSQL spill or sort the grouping sets below.
-        cur.execute(f"SET LOCAL work_mem = '{CHARACTERIZE_WORK_MEM}'")
-        cur.execute(_PASS_SQL.format(where=where), params)
-        stats_rows, hist_rows = _from_pass(cur.fetchall())
+def jobs_characterize(window: Window, *, from_jobs: bool = False) -> Characterization:
+    """Type shares, per-type and overall statistics, final states and CDFs of one window.
+
+    from_jobs: count the jobs themselves even for the whole history (the tallies' check)."""
+    if window.since is None and window.until is None and not from_jobs:
+        tally = cluster_tally(window.cluster)
+    else:
+        tally = window_tally(window)
+    stats_rows, hist_rows = _from_tally(tally)
 
     total_row = next((r for r in stats_rows if r[0]), None)
     if total_row is None:  # no job at all: GROUPING SETS still yields the () row, but be safe
@@ -345,6 +324,39 @@ def jobs_characterize(window: Window) -> Characterization:
     )
     _fill_cdfs(result, hist_rows)
     return result
+
+
+def cluster_tally(cluster: Cluster) -> Tally:
+    """The sum of the cluster's tally rows: all its jobs."""
+    connection.ensure_connection()
+    return tally_fetch(
+        connection.connection,
+        f"SELECT {TALLY_COLUMNS} FROM jobs_jobtally WHERE cluster_id = %s",
+        [cluster.id],
+    )
+
+
+def window_tally(window: Window) -> Tally:
+    """The tally of the window's jobs, counted from the jobs."""
+    where, params = window.where()
+    with transaction.atomic(), connection.cursor() as cur:
+        # 4 MB (the default) would make PostgreSQL spill or sort the grouping sets.
+        cur.execute(f"SET LOCAL work_mem = '{TALLY_WORK_MEM}'")
+        return tally_fetch(
+            connection.connection,
+            f"SELECT {TALLY_COLUMNS} FROM ({tally_sql(where)}) t",
+            params,
+        )
+
+
+def tally_version(cluster: Cluster) -> tuple[int, int]:
+    """Changes whenever the cluster's jobs do (their tally gets a row): for cache keys."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT coalesce(max(id), 0), count(*) FROM jobs_jobtally WHERE cluster_id = %s",
+            [cluster.id],
+        )
+        return cur.fetchone()
 
 
 def _cumulate(counts: dict[int, int], x_of: dict[int, float]) -> list[tuple[float, float]]:

@@ -1,13 +1,19 @@
-"""Plotly figures of the jobs pages, built server-side (plain dicts for `json_script`) and drawn
-by the vendored plotly.js, like webapp/telemetry/figures.py."""
+"""Plotly figures of the jobs pages, built server-side as plain dicts (for `json_script`) and
+drawn by the vendored plotly.js, like webapp/telemetry/figures.py.
+
+Written as the JSON plotly.js reads rather than through plotly's Python objects: those validate
+every property and copy the template into each figure, which cost the characterization page
+most of its time (0.3 s a view, 0.7 s for a new process). The look is the same: the traces and
+layout are what plotly.graph_objects produced, with the same template (TEMPLATE) and the
+subplot geometry of plotly.subplots.make_subplots (tests/jobs/test_figures.py checks both).
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 import json
 from datetime import datetime
-
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from webapp.jobs.characterization import FINAL_GROUPS, TelemetryCdfs, TypeStats
 from webapp.jobs.choices import JobType
@@ -33,71 +39,117 @@ GIB_PER_80GIB_PCT = 0.8  # AcmeTrace memory is FB_USED / 80 GiB in %: x% = 0.8 x
 _LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
 
 
-def _done(fig: go.Figure, height: int, *, subplot_titles: bool = False) -> dict:
+@functools.cache
+def template() -> dict:
+    """TEMPLATE's JSON, as plotly ships it (what plotly.io.templates[TEMPLATE] holds)."""
+    path = importlib.resources.files("plotly") / f"package_data/templates/{TEMPLATE}.json"
+    return json.loads(path.read_text())
+
+
+def _done(data: list[dict], layout: dict, height: int, *, subplot_titles: bool = False) -> dict:
     # Subplot titles sit at the top of the plot area: the legend goes above them.
     legend = {**_LEGEND, "y": 1.1} if subplot_titles else _LEGEND
-    fig.update_layout(
-        template=TEMPLATE,
-        height=height,
-        margin={"l": 10, "r": 10, "t": 90 if subplot_titles else 40, "b": 45},
-        legend=legend,
-    )
-    return json.loads(fig.to_json())
+    layout = {
+        **layout,
+        "template": template(),
+        "height": height,
+        "margin": {"l": 10, "r": 10, "t": 90 if subplot_titles else 40, "b": 45},
+        "legend": legend,
+    }
+    return {"data": data, "layout": layout}
+
+
+def _grid(
+    rows: int, cols: int, titles: list[str], *, h_spacing: float, v_spacing: float
+) -> tuple[dict, dict[tuple[int, int], tuple[str, str]]]:
+    """The layout of a rows x cols grid of plots (axes and title annotations, as
+    plotly.subplots.make_subplots lays them out) and each cell's (x axis, y axis) names for
+    traces, cells counted from 1, top left first."""
+    width = (1 - h_spacing * (cols - 1)) / cols
+    height = (1 - v_spacing * (rows - 1)) / rows
+    layout: dict = {"annotations": []}
+    axes = {}
+    for r in range(rows):
+        for c in range(cols):
+            n = r * cols + c + 1
+            suffix = "" if n == 1 else str(n)
+            x0 = c * (width + h_spacing)
+            y1 = 1 - r * (height + v_spacing)
+            layout[f"xaxis{suffix}"] = {"anchor": f"y{suffix}", "domain": [x0, x0 + width]}
+            layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}", "domain": [y1 - height, y1]}
+            axes[(r + 1, c + 1)] = (f"x{suffix}", f"y{suffix}")
+            if n <= len(titles):
+                layout["annotations"].append(
+                    {
+                        "font": {"size": 16},
+                        "showarrow": False,
+                        "text": titles[n - 1],
+                        "x": x0 + width / 2,
+                        "xanchor": "center",
+                        "xref": "paper",
+                        "y": y1,
+                        "yanchor": "bottom",
+                        "yref": "paper",
+                    }
+                )
+    return layout, axes
 
 
 def type_shares_figure(types: list[TypeStats]) -> dict:
     """Grouped bars per job type: share of GPU jobs and share of GPU time (%)."""
     labels = [t.label for t in types]
-    fig = go.Figure()
+    data = []
     for name, values, colour in (
         ("share of GPU jobs", [t.count_share for t in types], "#9ab3d9"),
         ("share of GPU time", [t.gpu_time_share for t in types], "#2458b3"),
     ):
         pct = [100 * v if v is not None else None for v in values]
-        fig.add_trace(
-            go.Bar(
-                name=name,
-                x=labels,
-                y=pct,
-                marker_color=colour,
-                text=[f"{v:.1f}%" if v is not None else "" for v in pct],
-                textposition="outside",
-                cliponaxis=False,
-                hovertemplate=f"%{{x}}: %{{y:.2f}}% {name}<extra></extra>",
-            )
+        data.append(
+            {
+                "type": "bar",
+                "name": name,
+                "x": labels,
+                "y": pct,
+                "marker": {"color": colour},
+                "text": [f"{v:.1f}%" if v is not None else "" for v in pct],
+                "textposition": "outside",
+                "cliponaxis": False,
+                "hovertemplate": f"%{{x}}: %{{y:.2f}}% {name}<extra></extra>",
+            }
         )
-    fig.update_layout(barmode="group", yaxis={"title": {"text": "%"}, "range": [0, 105]})
-    return _done(fig, 380)
+    layout = {"barmode": "group", "yaxis": {"title": {"text": "%"}, "range": [0, 105]}}
+    return _done(data, layout, 380)
 
 
 def cdf_figure(
     cdfs: dict[str, list[tuple[float, float]]], *, x_title: str, log_x: bool = True
 ) -> dict:
     """One CDF line per job type (and "all", bold); y in % of jobs."""
-    fig = go.Figure()
+    data = []
     for job_type, points in cdfs.items():
         is_all = job_type == "all"
-        fig.add_trace(
-            go.Scatter(
-                name=TYPE_LABELS.get(job_type, job_type),
-                x=[x for x, _ in points],
-                y=[100 * y for _, y in points],
-                mode="lines+markers" if len(points) < 30 else "lines",
-                marker={"size": 4},
-                line={
+        data.append(
+            {
+                "type": "scatter",
+                "name": TYPE_LABELS.get(job_type, job_type),
+                "x": [x for x, _ in points],
+                "y": [100 * y for _, y in points],
+                "mode": "lines+markers" if len(points) < 30 else "lines",
+                "marker": {"size": 4},
+                "line": {
                     "color": TYPE_COLOURS.get(job_type),
                     "width": 3 if is_all else 1.8,
                     "dash": "dot" if is_all else "solid",
                 },
-                hovertemplate=f"{TYPE_LABELS.get(job_type, job_type)}: "
+                "hovertemplate": f"{TYPE_LABELS.get(job_type, job_type)}: "
                 "%{y:.1f}% of jobs below %{x:,}<extra></extra>",
-            )
+            }
         )
-    fig.update_layout(
-        xaxis={"title": {"text": x_title}, "type": "log" if log_x else "linear"},
-        yaxis={"title": {"text": "CDF (% of GPU jobs)"}, "range": [0, 101]},
-    )
-    return _done(fig, 380)
+    layout = {
+        "xaxis": {"title": {"text": x_title}, "type": "log" if log_x else "linear"},
+        "yaxis": {"title": {"text": "CDF (% of GPU jobs)"}, "range": [0, 101]},
+    }
+    return _done(data, layout, 380)
 
 
 def states_figure(
@@ -107,13 +159,11 @@ def states_figure(
     reference: list[dict],
 ) -> dict:
     """Final states by count and by GPU time: the site beside the reference traces."""
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        subplot_titles=("share of GPU jobs", "share of GPU time"),
-        shared_yaxes=True,
-        horizontal_spacing=0.04,
+    layout, axes = _grid(
+        1, 2, ["share of GPU jobs", "share of GPU time"], h_spacing=0.04, v_spacing=0.0
     )
+    layout["yaxis2"].update(matches="y", showticklabels=False)  # shared y axes
+    data = []
     sources = [(site, count_shares, time_shares, SITE_COLOUR)]
     for row in reference:
         if row.get("complete_rate_gpu") is None:
@@ -130,25 +180,24 @@ def states_figure(
         for name, counts, times, colour in sources:
             shares = counts if pick == 1 else times
             y = [100 * shares[g] if shares.get(g) is not None else None for g in FINAL_GROUPS]
-            fig.add_trace(
-                go.Bar(
-                    name=name,
-                    x=list(FINAL_GROUPS),
-                    y=y,
-                    marker={
-                        "color": colour,
-                        "opacity": 1.0 if name == site else 0.55,
-                    },
-                    legendgroup=name,
-                    showlegend=col == 1,
-                    hovertemplate=f"{name}: %{{y:.1f}}%<extra>%{{x}}</extra>",
-                ),
-                row=1,
-                col=col,
+            xaxis, yaxis = axes[(1, col)]
+            data.append(
+                {
+                    "type": "bar",
+                    "name": name,
+                    "x": list(FINAL_GROUPS),
+                    "y": y,
+                    "marker": {"color": colour, "opacity": 1.0 if name == site else 0.55},
+                    "legendgroup": name,
+                    "showlegend": col == 1,
+                    "hovertemplate": f"{name}: %{{y:.1f}}%<extra>%{{x}}</extra>",
+                    "xaxis": xaxis,
+                    "yaxis": yaxis,
+                }
             )
-    fig.update_layout(barmode="group")
-    fig.update_yaxes(title_text="%", range=[0, 100], row=1, col=1)
-    return _done(fig, 420, subplot_titles=True)
+    layout["barmode"] = "group"
+    layout["yaxis"].update(title={"text": "%"}, range=[0, 100])
+    return _done(data, layout, 420, subplot_titles=True)
 
 
 def _prefix(group: str) -> str:
@@ -165,76 +214,76 @@ TELEMETRY_PANELS: tuple[tuple[str, str], ...] = (
 
 def telemetry_figure(site: str, cdfs: TelemetryCdfs, reference: dict[str, list[dict]]) -> dict:
     """2 x 2 CDFs (GPU util, SM activity, memory, power): the site bold, Acme curves dashed."""
-    fig = make_subplots(
-        rows=2,
-        cols=2,
-        subplot_titles=[title for _, title in TELEMETRY_PANELS],
-        vertical_spacing=0.16,
-        horizontal_spacing=0.07,
+    layout, axes = _grid(
+        2, 2, [title for _, title in TELEMETRY_PANELS], h_spacing=0.07, v_spacing=0.16
     )
+    data = []
     shown: set[str] = set()
     for i, (metric, title) in enumerate(TELEMETRY_PANELS):
-        row, col = divmod(i, 2)
+        xaxis, yaxis = axes[divmod(i, 2)[0] + 1, i % 2 + 1]
         for ref in reference.get(metric, []):
             name = ref["cluster"]
             scale = GIB_PER_80GIB_PCT if metric == "mem_used" else 1.0
-            fig.add_trace(
-                go.Scatter(
-                    name=f"{name} (Acme paper)" if name in ("Seren", "Kalos") else name,
-                    x=[v * scale for v, _ in ref["points"]],
-                    y=[p for _, p in ref["points"]],
-                    mode="lines",
-                    line={**REFERENCE_STYLE.get(name, {}), "width": 1.6},
-                    legendgroup=name,
-                    showlegend=name not in shown,
-                    hovertemplate=f"{name}: %{{y:.1f}}% ≤ %{{x:,.1f}}<extra>{title}</extra>",
-                ),
-                row=row + 1,
-                col=col + 1,
+            data.append(
+                {
+                    "type": "scatter",
+                    "name": f"{name} (Acme paper)" if name in ("Seren", "Kalos") else name,
+                    "x": [v * scale for v, _ in ref["points"]],
+                    "y": [p for _, p in ref["points"]],
+                    "mode": "lines",
+                    "line": {**REFERENCE_STYLE.get(name, {}), "width": 1.6},
+                    "legendgroup": name,
+                    "showlegend": name not in shown,
+                    "hovertemplate": f"{name}: %{{y:.1f}}% ≤ %{{x:,.1f}}<extra>{title}</extra>",
+                    "xaxis": xaxis,
+                    "yaxis": yaxis,
+                }
             )
             shown.add(name)
         points = cdfs.curves.get(metric, [])
-        fig.add_trace(
-            go.Scatter(
-                name=site,
-                x=[v for v, _ in points],
-                y=[100 * p for _, p in points],
-                mode="lines",
-                line={"color": SITE_COLOUR, "width": 3},
-                legendgroup="site",
-                showlegend=i == 0,
-                hovertemplate=f"{site}: %{{y:.1f}}% ≤ %{{x:,.1f}}<extra>{title}</extra>",
-            ),
-            row=row + 1,
-            col=col + 1,
+        data.append(
+            {
+                "type": "scatter",
+                "name": site,
+                "x": [v for v, _ in points],
+                "y": [100 * p for _, p in points],
+                "mode": "lines",
+                "line": {"color": SITE_COLOUR, "width": 3},
+                "legendgroup": "site",
+                "showlegend": i == 0,
+                "hovertemplate": f"{site}: %{{y:.1f}}% ≤ %{{x:,.1f}}<extra>{title}</extra>",
+                "xaxis": xaxis,
+                "yaxis": yaxis,
+            }
         )
-        fig.update_xaxes(title_text=title, row=row + 1, col=col + 1)
-        fig.update_yaxes(title_text="CDF (%)", range=[0, 101], row=row + 1, col=col + 1)
-    return _done(fig, 760, subplot_titles=True)
+        suffix = xaxis[1:]
+        layout[f"xaxis{suffix}"]["title"] = {"text": title}
+        layout[f"yaxis{suffix}"].update(title={"text": "CDF (%)"}, range=[0, 101])
+    return _done(data, layout, 760, subplot_titles=True)
 
 
 def allocation_timeline(allocations: list[AllocationRow], now: datetime) -> dict:
     """One bar per allocation on its node x GPU row, from start to end (open: to now)."""
-    fig = go.Figure()
     rows = [a.label for a in allocations]
-    fig.add_trace(
-        go.Bar(
-            orientation="h",
-            y=rows,
-            base=[a.start.isoformat() for a in allocations],
-            x=[((a.end or now) - a.start).total_seconds() * 1000 for a in allocations],
-            marker={"color": ["#2458b3" if a.end else "#21908d" for a in allocations]},
-            customdata=[
+    data = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "y": rows,
+            "base": [a.start.isoformat() for a in allocations],
+            "x": [((a.end or now) - a.start).total_seconds() * 1000 for a in allocations],
+            "marker": {"color": ["#2458b3" if a.end else "#21908d" for a in allocations]},
+            "customdata": [
                 [a.start.strftime("%Y-%m-%d %H:%M:%S"), a.end and a.end.strftime("%H:%M:%S")]
                 for a in allocations
             ],
-            hovertemplate="%{y}<br>%{customdata[0]} → %{customdata[1]}<extra></extra>",
-            showlegend=False,
-        )
-    )
-    fig.update_layout(
-        xaxis={"type": "date", "title": {"text": "time (UTC)"}},
-        yaxis={"type": "category", "autorange": "reversed", "automargin": True},
-        bargap=0.25,
-    )
-    return _done(fig, 90 + 26 * max(len(rows), 3))
+            "hovertemplate": "%{y}<br>%{customdata[0]} → %{customdata[1]}<extra></extra>",
+            "showlegend": False,
+        }
+    ]
+    layout = {
+        "xaxis": {"type": "date", "title": {"text": "time (UTC)"}},
+        "yaxis": {"type": "category", "autorange": "reversed", "automargin": True},
+        "bargap": 0.25,
+    }
+    return _done(data, layout, 90 + 26 * max(len(rows), 3))

@@ -1,24 +1,25 @@
-"""Jobs, which GPUs they held when (an interval table), and their events.
+"""Jobs, which GPUs they held when (an interval table), their events, and their tallies.
 
 Samples carry no job id (DESIGN.md): per-job views join samples to JobAllocation intervals at
-query time. Durations and GPU time are generated columns, so the characterization queries over
-a million jobs aggregate stored numbers instead of computing them per row.
+query time. The characterization reads JobTally (webapp/jobs/tallies.py), kept up to date by
+triggers on the jobs table, instead of aggregating a million jobs.
 """
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
-from django.db.models import F, Func
+from django.db.models.functions import Now
 
 from webapp.fleet.models import Cluster, Gpu, Node
 from webapp.jobs.choices import JobEventKind, JobSource, JobState, JobType
+from webapp.jobs.tallies import epoch_s
 
 
-class EpochSeconds(Func):
-    """Seconds of an interval as float8: date_part('epoch', ...). EXTRACT returns numeric since
-    PostgreSQL 14, and numeric arithmetic in the three generated columns was a large share of
-    the million-row trace import; both are immutable, as a generated column needs."""
-
-    template = "date_part('epoch', %(expressions)s)"
-    output_field = models.FloatField()
+def _seconds_between(start, end) -> float | None:
+    """date_part('epoch', end - start), as PostgreSQL computes it (tallies.epoch_s)."""
+    if start is None or end is None:
+        return None
+    delta = end - start
+    return epoch_s((delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds)
 
 
 class Job(models.Model):
@@ -30,12 +31,14 @@ class Job(models.Model):
         Cluster, on_delete=models.PROTECT, related_name="jobs", db_index=False, db_constraint=False
     )
     scheduler_id = models.CharField(max_length=128)
-    name = models.CharField(max_length=256, blank=True, default="")
+    # Database defaults as well (db_default) where the trace import leaves a column out of its
+    # COPY: each column COPY fills costs PostgreSQL a receive-function call per row.
+    name = models.CharField(max_length=256, blank=True, default="", db_default="")
     user = models.CharField(max_length=128, blank=True, default="")
-    team = models.CharField(max_length=128, blank=True, default="")
-    partition = models.CharField(max_length=128, blank=True, default="")
-    qos = models.CharField(max_length=128, blank=True, default="")
-    comment = models.CharField(max_length=1024, blank=True, default="")
+    team = models.CharField(max_length=128, blank=True, default="", db_default="")
+    partition = models.CharField(max_length=128, blank=True, default="", db_default="")
+    qos = models.CharField(max_length=128, blank=True, default="", db_default="")
+    comment = models.CharField(max_length=1024, blank=True, default="", db_default="")
     job_type = models.CharField(max_length=16, choices=JobType.choices, default=JobType.OTHER)
     # True when the scheduler named the type (an event's job_type, the trace's `type`): the
     # site's type rules then leave it alone.
@@ -53,40 +56,39 @@ class Job(models.Model):
     cpus_requested = models.PositiveIntegerField(default=0)
     exit_code = models.SmallIntegerField(null=True, blank=True)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
-    duration_s = models.GeneratedField(
-        expression=EpochSeconds(F("end_at") - F("start_at")),
-        output_field=models.FloatField(null=True),
-        db_persist=True,
-    )
-    queue_s = models.GeneratedField(
-        expression=EpochSeconds(F("start_at") - F("submit_at")),
-        output_field=models.FloatField(null=True),
-        db_persist=True,
-    )
-    gpu_time_s = models.GeneratedField(
-        expression=EpochSeconds(F("end_at") - F("start_at")) * F("gpus_requested"),
-        output_field=models.FloatField(null=True),
-        db_persist=True,
-    )
+    updated_at = models.DateTimeField(auto_now=True, db_default=Now())
 
     class Meta:
         ordering = ["-submit_at"]
         constraints = [
             models.UniqueConstraint(fields=["cluster", "scheduler_id"], name="job_unique_id"),
         ]
-        # Every index is paid for by each imported row (a trace has a million): none on
-        # (cluster, state), since the list filters by state while walking (cluster, submit_at)
-        # newest first and no other read filters on it.
+        # Every index is paid for by each imported row (a trace has a million; each index
+        # costs the import about 1.3 us a row, the heap row itself 3): none on (cluster, state)
+        # or user, since the list walks (cluster, submit_at) newest first filtering by them
+        # and counts the matches (a scan of the cluster's jobs either way); nothing else reads
+        # jobs by state or user.
         indexes = [
             models.Index(fields=["cluster", "submit_at"], name="job_cluster_submit"),
-            # A plain index (db_index=True would add a second, LIKE-pattern one that no query
-            # uses and that slows the trace import).
-            models.Index(fields=["user"], name="job_user"),
         ]
 
     def __str__(self) -> str:
         return f"{self.cluster_id}/{self.scheduler_id} {self.name}"
+
+    # Derived, not stored (stored generated columns cost the trace import about a quarter of its
+    # time; the characterization reads tallies). In SQL: date_part('epoch', end_at - start_at).
+    @property
+    def duration_s(self) -> float | None:
+        return _seconds_between(self.start_at, self.end_at)
+
+    @property
+    def queue_s(self) -> float | None:
+        return _seconds_between(self.submit_at, self.start_at)
+
+    @property
+    def gpu_time_s(self) -> float | None:
+        duration = self.duration_s
+        return None if duration is None else duration * self.gpus_requested
 
 
 class JobAllocation(models.Model):
@@ -129,6 +131,37 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.ts:%Y-%m-%d %H:%M:%S}"
+
+
+class JobTally(models.Model):
+    """A tally (a signed delta) of some of a cluster's jobs of one type, GPU or CPU jobs: jobs
+    and GPU time per state; jobs per duration, queueing delay and GPU count (arrays of distinct
+    values and their counts). The cluster's tally is the sum of its rows. Written by triggers
+    on the jobs table and by the trace import; merged by job_tallies_compact
+    (webapp/jobs/tallies.py has the arithmetic)."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
+    )
+    job_type = models.CharField(max_length=16, choices=JobType.choices)
+    gpu = models.BooleanField()  # gpus_requested > 0
+    states = ArrayField(models.CharField(max_length=16))
+    state_jobs = ArrayField(models.BigIntegerField())
+    state_gpu_time_s = ArrayField(models.FloatField())
+    duration_s = ArrayField(models.FloatField())
+    duration_jobs = ArrayField(models.BigIntegerField())
+    queue_s = ArrayField(models.FloatField())
+    queue_jobs = ArrayField(models.BigIntegerField())
+    gpus = ArrayField(models.BigIntegerField())
+    gpus_jobs = ArrayField(models.BigIntegerField())
+    # A merged row (one per type and GPU / CPU after a compaction), not a delta.
+    compacted = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["cluster", "id"], name="jobtally_cluster_id")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}/{self.job_type}{'' if self.gpu else ' (CPU)'}"
 
 
 class JobTypeRule(models.Model):

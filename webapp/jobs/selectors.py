@@ -15,11 +15,16 @@ from datetime import datetime, timedelta
 
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Max, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from webapp.fleet.models import Cluster, Node
-from webapp.jobs.characterization import Characterization, Window, jobs_characterize
+from webapp.jobs.characterization import (
+    Characterization,
+    Window,
+    jobs_characterize,
+    tally_version,
+)
 from webapp.jobs.models import Job
 from webapp.telemetry.selectors import SERIES_METRICS, Series
 
@@ -46,26 +51,24 @@ def jobs_filter(
 
 # --- Characterization, cached ------------------------------------------------------------------
 
-# Over a million jobs the characterization takes seconds of database time (medians sort every
-# job of the window), so a computed window is kept this long; a newly submitted job in the
-# cluster (a later max submit_at, one step down the (cluster, submit_at) index) makes a new key.
+# A computed window is kept this long. Any change to the cluster's jobs adds a tally row, which
+# makes a new key (tally_version); so does a compaction.
 CHARACTERIZATION_TTL_S = 300
 
 
 def characterization_cached(window: Window, *, keep: bool = False) -> Characterization:
-    """jobs_characterize(window), from the cache when the cluster has had no new job since.
+    """jobs_characterize(window), from the cache when the cluster's jobs have not changed since.
 
     keep: also restart the cached entry's lifetime (the warm-up task, so that the page never
     finds it expired)."""
-    newest = Job.objects.filter(cluster=window.cluster).aggregate(m=Max("submit_at"))["m"]
     key = ":".join(
         str(p)
         for p in (
-            "vigil:jobs:characterize:v1",
+            "vigil:jobs:characterize:v2",
             window.cluster.id,
             window.since.isoformat() if window.since else "",
             window.until.isoformat() if window.until else "",
-            newest.isoformat() if newest else "",
+            *tally_version(window.cluster),
         )
     )
     result = cache.get(key)

@@ -32,7 +32,15 @@ from collectors.schema import BatchError, JobEventBatch, JobEventIn, parse_job_e
 from webapp.fleet.models import Gpu, Node
 from webapp.fleet.services import AuthenticatedNode, node_authenticate
 from webapp.jobs.choices import SCHEDULER_STATES, JobEventKind, JobSource, JobState
-from webapp.jobs.models import Job, JobAllocation, JobTypeRule
+from webapp.jobs.models import Job, JobAllocation, JobTally, JobTypeRule
+from webapp.jobs.tallies import (
+    TALLY_COLUMNS,
+    TALLY_WORK_MEM,
+    Tally,
+    tally_fetch,
+    tally_sql,
+    tally_store,
+)
 from webapp.jobs.typing_rules import (
     DEFAULT_RULES,
     CompiledRule,
@@ -352,3 +360,63 @@ class _Applier:
                 f"job {job_id}: ends ({job.end_at:%Y-%m-%d %H:%M:%S}Z) before it starts "
                 f"({job.start_at:%Y-%m-%d %H:%M:%S}Z) (end before start)",
             )
+
+
+# --- Job tallies -------------------------------------------------------------------------
+#
+# The characterization's per-cluster summary (webapp/jobs/tallies.py). Triggers on jobs_job add
+# a delta row per changed job; the trace import adds one per transaction. Readers sum the rows;
+# compaction merges them into one row per type and GPU / CPU.
+
+
+def job_tallies_add(cluster_id: int, tally: Tally, *, compacted: bool = False) -> int:
+    """Store `tally` (of jobs just written without the trigger) as rows of the cluster."""
+    connection.ensure_connection()
+    return tally_store(connection.connection, cluster_id, tally, compacted)
+
+
+def job_tallies_compact(cluster_id: int) -> int:
+    """Merge the cluster's tally rows into one per type and GPU / CPU; the rows merged.
+
+    Safe beside writers: rows they add meanwhile are not deleted (not yet visible), and a
+    concurrent compaction deletes (and merges) only the rows it got first."""
+    with transaction.atomic():
+        connection.ensure_connection()
+        rows = connection.connection.execute(
+            "SELECT count(*) FROM jobs_jobtally WHERE cluster_id = %s", [cluster_id]
+        ).fetchone()[0]
+        tally = tally_fetch(
+            connection.connection,
+            f"DELETE FROM jobs_jobtally WHERE cluster_id = %s RETURNING {TALLY_COLUMNS}",
+            [cluster_id],
+        )
+        job_tallies_add(cluster_id, tally, compacted=True)
+    return rows
+
+
+# Delta rows a cluster may gather before the warm-up task merges them: the page sums them in
+# Python at about 3 us a row, so this many cost it about 30 ms.
+TALLY_DELTAS_MAX = 10_000
+
+
+def job_tallies_compact_if_due(cluster_id: int) -> int:
+    """job_tallies_compact when the cluster has more than TALLY_DELTAS_MAX delta rows."""
+    deltas = JobTally.objects.filter(cluster_id=cluster_id, compacted=False)[
+        : TALLY_DELTAS_MAX + 1
+    ].count()
+    return job_tallies_compact(cluster_id) if deltas > TALLY_DELTAS_MAX else 0
+
+
+def job_tallies_rebuild(cluster_id: int) -> None:
+    """Count the cluster's tallies again from its jobs (a repair: after writes that bypassed
+    the triggers). Writers of jobs wait meanwhile: the table lock keeps their deltas out until
+    the new counts, which include their changes or not, are in."""
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(f"SET LOCAL work_mem = '{TALLY_WORK_MEM}'")
+        cur.execute("LOCK TABLE jobs_jobtally IN SHARE ROW EXCLUSIVE MODE")
+        cur.execute("DELETE FROM jobs_jobtally WHERE cluster_id = %s", [cluster_id])
+        cur.execute(
+            f"INSERT INTO jobs_jobtally (cluster_id, {TALLY_COLUMNS}, compacted) "
+            f"SELECT *, true FROM ({tally_sql('cluster_id = %s')}) t",
+            [cluster_id],
+        )

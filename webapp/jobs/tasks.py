@@ -11,7 +11,7 @@ from webapp.fleet.models import Cluster
 from webapp.ingest import DURABLE_TASK, batch_run
 from webapp.jobs.characterization import Window
 from webapp.jobs.selectors import characterization_cached
-from webapp.jobs.services import job_events_ingest
+from webapp.jobs.services import job_events_ingest, job_tallies_compact_if_due
 
 log = logging.getLogger("vigil.jobs")
 
@@ -30,10 +30,11 @@ def ingest_events(self, raw: str) -> dict:
 @shared_task(name="vigil.jobs.warm_characterization", ignore_result=True)
 def warm_characterization() -> dict:
     """Keep every cluster's characterization page (all its jobs, the page's default window)
-    in the shared cache: computed when the cluster has new jobs, kept alive otherwise. Over a
-    million jobs the computation takes seconds; the page then reads the cache."""
-    clusters = 0
+    in the shared cache, computed when the cluster's jobs changed, kept alive otherwise; and
+    merge a cluster's tally rows once job changes have added many (each is read by the page)."""
+    clusters = merged = 0
     for cluster in Cluster.objects.order_by("name"):
+        merged += job_tallies_compact_if_due(cluster.id)
         characterization_cached(Window(cluster), keep=True)
         clusters += 1
-    return {"clusters": clusters}
+    return {"clusters": clusters, "tally_rows_merged": merged}

@@ -8,11 +8,17 @@ added again (PostgreSQL computes them for the stored rows).
 import django.db.models.expressions
 from django.db import migrations, models
 
-import webapp.jobs.models
+
+class EpochSeconds(models.Func):
+    """date_part('epoch', ...) as float8 (was webapp.jobs.models.EpochSeconds, gone with the
+    generated columns in 0005)."""
+
+    template = "date_part('epoch', %(expressions)s)"
+    output_field = models.FloatField()
 
 
 def _epoch(a: str, b: str):
-    return webapp.jobs.models.EpochSeconds(
+    return EpochSeconds(
         django.db.models.expressions.CombinedExpression(models.F(a), "-", models.F(b))
     )
 

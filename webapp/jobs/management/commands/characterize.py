@@ -1,5 +1,6 @@
-"""`manage.py characterize --cluster NAME [--since ISO] [--until ISO] [--format json|csv]`:
-the workload summary of one cluster and window, as the characterization page computes it."""
+"""`manage.py characterize --cluster NAME [--since ISO] [--until ISO] [--format json|csv]
+[--from-jobs] [--rebuild-tallies]`: the workload summary of one cluster and window, as the
+characterization page computes it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from webapp.fleet.models import Cluster
 from webapp.jobs.characterization import Characterization, jobs_characterize, window_parse
+from webapp.jobs.services import job_tallies_rebuild
 
 
 def summary_dict(result: Characterization) -> dict:
@@ -72,6 +74,16 @@ class Command(BaseCommand):
         parser.add_argument("--since", help="jobs submitted at or after (ISO 8601, UTC if naive)")
         parser.add_argument("--until", help="jobs submitted before (ISO 8601, UTC if naive)")
         parser.add_argument("--format", choices=("json", "csv"), default="json")
+        parser.add_argument(
+            "--from-jobs",
+            action="store_true",
+            help="count the jobs themselves, not the cluster's tallies (a check; slower)",
+        )
+        parser.add_argument(
+            "--rebuild-tallies",
+            action="store_true",
+            help="first count the cluster's tallies again from its jobs (a repair)",
+        )
 
     def handle(self, *args, **opts) -> None:
         cluster = Cluster.objects.filter(name=opts["cluster"]).first()
@@ -84,7 +96,9 @@ class Command(BaseCommand):
             window = window_parse(cluster, opts["since"], opts["until"])
         except ValueError as exc:
             raise CommandError(f"--{exc}") from None
-        summary = summary_dict(jobs_characterize(window))
+        if opts["rebuild_tallies"]:
+            job_tallies_rebuild(cluster.id)
+        summary = summary_dict(jobs_characterize(window, from_jobs=opts["from_jobs"]))
         if opts["format"] == "json":
             self.stdout.write(json.dumps(summary, indent=2))
             return

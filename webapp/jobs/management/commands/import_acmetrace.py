@@ -1,38 +1,51 @@
 """Load an AcmeTrace job trace (the paper's public CSV) into Job rows of one cluster.
 
     manage.py import_acmetrace --cluster seren trace_seren.csv [--batch-size 100000]
+        [--writers 2]
 
-Streams the file in blocks (a progress bar in bytes on stderr), validates every row
+Streams the file in 4 MB blocks (a progress bar in bytes on stderr), validates every row
 (webapp/jobs/acmetrace.py: vectorised, with the per-row parser for anything doubtful), skips bad
-rows reporting `line N: <reason>`, and writes good rows in chunks, one transaction each, as
-binary COPY data built with NumPy. Into a cluster without jobs the COPY goes straight into
-jobs_job; otherwise (and when a chunk holds a job id twice) into a temp table, then INSERT ...
-ON CONFLICT (cluster, scheduler_id) DO NOTHING, so importing the same file again changes
-nothing. Imported jobs have source `acmetrace` and no allocations (the traces do not say which
-GPUs a job held).
+rows reporting `line N: <reason>`, and stores the good rows of each block with one binary COPY
+(data built with NumPy) straight into jobs_job, by writer threads while the main thread parses
+the next blocks. A writer groups blocks into transactions of at least --batch-size rows: an
+interrupted import keeps whole transactions (never part of a row or of a block), and running it
+again completes it.
+
+Idempotent: a block whose COPY meets a job id already stored (or one twice in the block) is
+rolled back to its savepoint and stored again without those rows (the first of a repeated id
+wins; with several writers, the first stored), so importing the same file again changes
+nothing. The jobs' tallies (the characterization's summary, webapp/jobs/tallies.py) are
+computed from the parsed columns and stored in the same transaction; the tally trigger, a call
+per row, is off for the import's own COPY. Imported jobs have source `acmetrace` and no
+allocations (the traces do not say which GPUs a job held).
+
+Where a million-row import's time goes (2 cores): PostgreSQL's heap and index work, about
+3 us a row for the heap and 1.3 us for each of the three indexes, is most of it, split over
+the writers; parsing and encoding with NumPy take about 3.5 us a row in the main thread.
 """
 
 from __future__ import annotations
 
 import csv
+import queue
 import re
+import threading
 import time
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, suppress
 from pathlib import Path
 
 import numpy as np
 import psycopg
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection, transaction
-from django.utils import timezone
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from numpy.lib.stride_tricks import sliding_window_view
 from tqdm import tqdm
 
 from collectors.schema import NAME_PATTERN
 from webapp.fleet.models import Cluster
 from webapp.jobs.acmetrace import (
-    _EPOCH_2000_S,
     STATE_NAMES,
     STATES,
     TYPE_NAMES,
@@ -42,24 +55,36 @@ from webapp.jobs.acmetrace import (
     block_parse,
 )
 from webapp.jobs.choices import JobSource
-from webapp.jobs.models import Job
+from webapp.jobs.services import job_tallies_add, job_tallies_compact
+from webapp.jobs.tallies import Tally
 
-BLOCK_BYTES = 4 << 20  # read size; about 34,000 rows of the Seren trace
+BLOCK_BYTES = 4 << 20  # read size and COPY size: about 34,000 rows of the Seren trace
 SHOW_ERRORS = 20  # bad rows listed by line; all are counted
+# Writers (database connections) of an import outside a transaction: one PostgreSQL process
+# each. Two keep both cores of a small machine busy with the index and heap work (the main
+# thread's parsing takes a third as long); more wait on each other's index pages.
+WRITERS = 2
+# Statistics target of the ANALYZE after an import (PostgreSQL's default: 100): samples of
+# 300 x target rows; 9,000 give the planner the row counts, value ranges and common values of
+# every column. Later autovacuum analyses use the default.
+ANALYZE_TARGET = 30
 
-# COPY's column order: fixed-width fields first, then the nullable times, then text.
+# COPY's column order (and _row_dtype's). The others take their database defaults (the empty
+# name, team, partition, QOS and comment; updated_at now()).
 _COLUMNS = (
-    "cluster_id, job_type_explicit, source, name, team, partition, qos, comment, submit_at, "
-    "updated_at, gpus_requested, nodes_requested, cpus_requested, start_at, end_at, "
-    'scheduler_id, "user", job_type, state'
+    "cluster_id, job_type_explicit, source, submit_at, gpus_requested, nodes_requested, "
+    'cpus_requested, start_at, end_at, scheduler_id, "user", job_type, state'
 )
-_COPY_DIRECT = f"COPY jobs_job ({_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+_COPY = f"COPY jobs_job ({_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+_EXISTING = "SELECT scheduler_id FROM jobs_job WHERE cluster_id = %b AND scheduler_id = ANY(%b)"
+# The last resort when rows stored by another writer meanwhile still collide: a temp table,
+# then INSERT ... ON CONFLICT (with the tally trigger on, as for any other writer); the first
+# of a repeated id wins (the temp table is read in the order written).
 _TEMP = """
 CREATE TEMP TABLE IF NOT EXISTS vigil_import_job (
-    cluster_id int8, job_type_explicit bool, source text, name text, team text, partition text,
-    qos text, comment text, submit_at timestamptz, updated_at timestamptz, gpus_requested int4,
-    nodes_requested int4, cpus_requested int4, start_at timestamptz, end_at timestamptz,
-    scheduler_id text, "user" text, job_type text, state text
+    cluster_id int8, job_type_explicit bool, source text, submit_at timestamptz,
+    gpus_requested int4, nodes_requested int4, cpus_requested int4, start_at timestamptz,
+    end_at timestamptz, scheduler_id text, "user" text, job_type text, state text
 ) ON COMMIT DELETE ROWS
 """
 _COPY_TEMP = f"COPY vigil_import_job ({_COLUMNS}) FROM STDIN (FORMAT BINARY)"
@@ -67,6 +92,13 @@ _INSERT_SAFE = f"""
 INSERT INTO jobs_job ({_COLUMNS}) SELECT {_COLUMNS} FROM vigil_import_job
 ON CONFLICT (cluster_id, scheduler_id) DO NOTHING
 """
+# The tally trigger's switch (migration 0005), local to the transaction.
+_TALLY_TRIGGER = "SELECT set_config('vigil.job_tally', %s, true)"
+_SAVEPOINT = "vigil_import_block"
+# A block's rows may meet stored ones, or another writer's not committed yet (waiting for them,
+# possibly in a circle, which PostgreSQL breaks by failing one statement).
+_COLLISIONS = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
+_ATTEMPTS = 4  # of a colliding block: three COPYs of the rows not stored yet, then ON CONFLICT
 _SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # binary COPY header: flags 0, no extension
 _TRAILER = b"\xff\xff"
 _TYPE_VALUES = [TYPES[n].encode() for n in TYPE_NAMES]
@@ -80,15 +112,29 @@ class Command(BaseCommand):
         parser.add_argument("--cluster", required=True, help="cluster name, e.g. seren")
         parser.add_argument("file", help="the trace CSV (trace_seren.csv, trace_kalos.csv)")
         parser.add_argument(
-            "--batch-size", type=int, default=100_000, help="rows per transaction (default 100000)"
+            "--batch-size",
+            type=int,
+            default=100_000,
+            help="rows per transaction, at least (whole 4 MB blocks; default 100000)",
+        )
+        parser.add_argument(
+            "--writers",
+            type=int,
+            default=WRITERS,
+            help=f"database connections storing in parallel (default {WRITERS}; "
+            "one inside a transaction)",
         )
         parser.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
 
-    def handle(self, *args, cluster: str, file: str, batch_size: int, **options) -> None:
+    def handle(
+        self, *args, cluster: str, file: str, batch_size: int, writers: int, **options
+    ) -> None:
         if not re.fullmatch(NAME_PATTERN, cluster):
             raise CommandError(f"--cluster: {cluster!r} is not a valid cluster name")
         if batch_size < 1:
             raise CommandError("--batch-size: must be at least 1")
+        if writers < 1:
+            raise CommandError("--writers: must be at least 1")
         path = Path(file)
         if not path.is_file():
             raise CommandError(f"{file}: no such file")
@@ -103,7 +149,7 @@ class Command(BaseCommand):
             cluster_obj, _ = Cluster.objects.get_or_create(name=cluster)
             size = path.stat().st_size
             with (
-                _Import(self, parser, cluster_obj.id, batch_size) as stats,
+                _Import(self, parser, cluster_obj.id, batch_size, writers) as stats,
                 tqdm(
                     total=size,
                     initial=len(header_line),
@@ -124,45 +170,75 @@ class Command(BaseCommand):
 
 
 class _Import:
-    """Parse blocks, buffer good rows, write them a chunk at a time; count everything.
+    """Parse blocks in the main thread; hand them to writer threads, which store each block
+    with one COPY and commit a transaction per chunk of blocks; count everything.
 
-    One transaction per chunk: an interrupted import keeps whole chunks, and running it again
-    completes it. A chunk's COPY runs in a helper thread on the same connection while the main
-    thread parses the next chunk (NumPy and psycopg's waits release the GIL; the other core
-    runs PostgreSQL); nothing else uses the connection meanwhile.
+    Inside a caller's transaction (an atomic block, a test's) one writer uses the caller's
+    connection, shared with its thread, and its chunks are savepoints of the caller's
+    transaction; the main thread leaves the connection alone meanwhile. Otherwise WRITERS
+    writers each open a connection of their own: PostgreSQL then works on every block with
+    as many processes (the index and heap work per row is most of an import's cost).
     """
 
-    def __init__(self, command: BaseCommand, parser: RowParser, cluster_id: int, chunk: int):
+    def __init__(
+        self, command: BaseCommand, parser: RowParser, cluster_id: int, chunk: int, writers: int
+    ):
         self.command = command
         self.parser = parser
         self.cluster_id = cluster_id
         self.chunk = chunk
         self.line = 2  # the first row's line (line 1 is the header)
-        self.read = self.imported = self.present = 0
+        self.read = 0
         self.skipped: Counter[str] = Counter()
         self.errors: list[str] = []
-        self.parts: list[Columns] = []
-        self.buffered = 0
-        self.pending: tuple[ExitStack, Future, bytes, int] | None = None
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="import-copy")
-        # A cluster without jobs (the usual first import) takes COPY straight into jobs_job;
-        # a job id seen twice then fails its chunk, which is redone with ON CONFLICT.
-        self.fresh = not Job.objects.filter(cluster_id=cluster_id).exists()
+        shared = connections[DEFAULT_DB_ALIAS] if connection.in_atomic_block else None
+        count = 1 if shared is not None else writers
+        self.queue: queue.Queue = queue.Queue(maxsize=2 * count)  # blocks parsed ahead
+        self.writers = [_Writer(self, shared) for _ in range(count)]
+        if shared is not None:
+            shared.inc_thread_sharing()
+        self.shared = shared
+        self.stopped = False
+        for writer in self.writers:
+            writer.start()
+
+    @property
+    def imported(self) -> int:
+        return sum(w.imported for w in self.writers)
+
+    @property
+    def present(self) -> int:
+        return sum(w.present for w in self.writers)
 
     def __enter__(self) -> _Import:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.pending is not None:  # interrupted: wait for the COPY, then roll it back
-            stack, future, _, _ = self.pending
-            self.pending = None
-            with suppress(psycopg.Error):
-                future.result()
-            if exc[0] is None:
-                stack.close()
-            else:
-                stack.__exit__(*exc)
-        self.pool.shutdown()
+        self._stop(abort=exc[0] is not None)
+
+    def _stop(self, abort: bool = False) -> None:
+        """Let the writers finish (roll back when aborting); once."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for writer in self.writers:
+            writer.abort = writer.abort or abort
+        for _ in self.writers:
+            self.queue.put(None)
+        for writer in self.writers:
+            writer.join()
+        if self.shared is not None:
+            self.shared.dec_thread_sharing()
+
+    def _check(self) -> None:
+        for writer in self.writers:
+            if writer.error is not None:
+                self._stop(abort=True)
+                exc = writer.error
+                if isinstance(exc, psycopg.Error):
+                    message = exc.diag.message_primary or str(exc).strip().splitlines()[0]
+                    raise CommandError(f"storing the jobs failed: {message}") from None
+                raise exc
 
     def block(self, data: bytes) -> None:
         result = block_parse(self.parser, data, self.line)
@@ -172,81 +248,27 @@ class _Import:
             self.skipped[exc.code] += 1
             if len(self.errors) < SHOW_ERRORS:
                 self.errors.append(f"line {line}: {exc.message}")
-        if len(result.columns):
-            self.parts.append(result.columns)
-            self.buffered += len(result.columns)
-        if self.buffered >= self.chunk:
-            self._write(final=False)
+        columns = result.columns
+        if not len(columns):
+            return
+        data = _copy_data(columns, self.cluster_id)
+        tally = Tally.of_columns(columns)
+        self._check()
+        self.queue.put((data, columns, tally))
 
     def flush(self) -> None:
-        """Write everything buffered, then wait for the last chunk."""
-        self._write(final=True)
-        self._finish()
+        """Commit the last chunks; merge the cluster's tallies; refresh the planner's view."""
+        self._stop()
+        self._check()
         if self.imported:
-            # Fresh statistics for the planner right away (autovacuum comes within minutes):
-            # without them the reads of a million new jobs get plans made for a few hundred.
-            with connection.cursor() as cur:
-                cur.execute("ANALYZE jobs_job")
-
-    def _write(self, final: bool) -> None:
-        if not self.parts:
-            return
-        columns = Columns.concat(self.parts)
-        self.parts, self.buffered = [], 0
-        stop = len(columns) if final else len(columns) - len(columns) % self.chunk
-        for i in range(0, stop, self.chunk):
-            part = _slice(columns, i, min(i + self.chunk, len(columns)))
-            data = _copy_data(part, self.cluster_id, timezone.now())
-            self._finish()
-            self._start(data, len(part))
-        if stop < len(columns):
-            self.parts, self.buffered = [_slice(columns, stop, len(columns))], len(columns) - stop
-
-    def _start(self, data: bytes, rows: int) -> None:
-        stack = ExitStack()
-        try:
-            stack.enter_context(transaction.atomic())
-            connection.ensure_connection()
-            raw = connection.connection
-            if not self.fresh:
-                with connection.cursor() as cur:
-                    self._temp(cur)
-            if not self.fresh:
-                future = self.pool.submit(_copy, raw, _COPY_TEMP, data, _INSERT_SAFE)
-            else:
-                future = self.pool.submit(_copy, raw, _COPY_DIRECT, data)
-        except BaseException:
-            stack.close()
-            raise
-        self.pending = (stack, future, data, rows)
-
-    def _finish(self) -> None:
-        if self.pending is None:
-            return
-        stack, future, data, rows = self.pending
-        self.pending = None
-        try:
-            inserted = future.result()
-        except psycopg.errors.UniqueViolation as exc:
-            # A job id twice in the chunk (or stored meanwhile): redo it with ON CONFLICT.
-            stack.__exit__(type(exc), exc, exc.__traceback__)  # roll back
+            job_tallies_compact(self.cluster_id)
+            # Statistics for the planner right away: without them the reads of a million new
+            # jobs get plans made for a few hundred. A small sample (ANALYZE_TARGET) is enough
+            # for that and costs a twentieth of the default one, which visits most of a
+            # million-row table's pages.
             with transaction.atomic(), connection.cursor() as cur:
-                self._temp(cur)
-                inserted = _copy(connection.connection, _COPY_TEMP, data, _INSERT_SAFE)
-        except psycopg.Error as exc:
-            stack.__exit__(type(exc), exc, exc.__traceback__)
-            raise CommandError(f"storing a chunk failed: {str(exc).strip()}") from None
-        else:
-            stack.close()  # commit
-        self.imported += inserted
-        self.present += rows - inserted
-
-    @staticmethod
-    def _temp(cur) -> None:
-        # Emptied explicitly: inside an outer transaction (a test, a caller's atomic block)
-        # ON COMMIT never comes between chunks.
-        cur.execute(_TEMP)
-        cur.execute("TRUNCATE vigil_import_job")
+                cur.execute(f"SET LOCAL default_statistics_target = {ANALYZE_TARGET}")
+                cur.execute("ANALYZE jobs_job")
 
     def report(self, seconds: float) -> None:
         out = self.command.stdout
@@ -265,116 +287,277 @@ class _Import:
             out.write(f"skipped by reason: {reasons}")
 
 
-def _copy(raw: psycopg.Connection, sql: str, data: bytes, then: str | None = None) -> int:
-    """COPY `data`, then run `then`; the rows that stored (all of them for a plain COPY)."""
-    with raw.cursor() as cur:
-        with cur.copy(sql) as copy:
-            copy.write(data)
-        rows = cur.rowcount
-        if then:
-            cur.execute(then)
-            rows = cur.rowcount
-    return rows
+class _Writer(threading.Thread):
+    """Stores blocks from the import's queue (None: the end) in transactions of at least a
+    chunk of rows, each block with one COPY in a savepoint of its own."""
+
+    def __init__(self, imp: _Import, shared: BaseDatabaseWrapper | None) -> None:
+        super().__init__(name="import-writer", daemon=True)
+        self.imp = imp
+        self.shared = shared
+        self.imported = self.present = 0
+        self.error: BaseException | None = None
+        self.abort = False
+        self.tx: ExitStack | None = None
+        self.tx_rows = 0
+        self.tallies: list[Tally] = []
+
+    def run(self) -> None:
+        if self.shared is not None:
+            connections[DEFAULT_DB_ALIAS] = self.shared  # this thread's "connection"
+        try:
+            while (item := self.imp.queue.get()) is not None:
+                if self.error is None and not self.abort:
+                    try:
+                        self._store(*item)
+                    except BaseException as exc:
+                        self.error = exc
+                        self._rollback(exc)
+            if self.tx is not None:
+                if self.error is None and not self.abort:
+                    try:
+                        self._commit()
+                    except BaseException as exc:
+                        self.error = exc
+                        self._rollback(exc)
+                else:
+                    self._rollback(self.error or CommandError("import interrupted"))
+        finally:
+            if self.shared is None:
+                connections.close_all()
+
+    def _store(self, data: list, columns: Columns, tally: Tally) -> None:
+        if self.tx is None:
+            self._begin()
+        stored, own = self._copy_block(data, columns)
+        self.imported += stored
+        self.present += len(columns) - stored
+        self.tallies.append(tally if own is None else own)
+        self.tx_rows += len(columns)
+        if self.tx_rows >= self.imp.chunk:
+            self._commit()
+
+    def _begin(self) -> None:
+        stack = ExitStack()
+        stack.enter_context(transaction.atomic())
+        try:
+            with connection.cursor() as cur:
+                cur.execute(_TALLY_TRIGGER, ["off"])
+                if self.shared is None:
+                    # Commit without waiting for the WAL flush: a crash during the import may
+                    # lose the last chunks, whole, and importing again stores them (a caller's
+                    # transaction keeps its own setting). Nothing is reported before flush()'s
+                    # ordinary commits, which flush the WAL of every chunk before them.
+                    cur.execute("SET LOCAL synchronous_commit = off")
+        except BaseException:
+            stack.close()
+            raise
+        self.tx, self.tx_rows, self.tallies = stack, 0, []
+
+    def _commit(self) -> None:
+        with connection.cursor() as cur:
+            # Back on: inside a caller's transaction the setting would outlive this chunk.
+            cur.execute(_TALLY_TRIGGER, ["on"])
+        job_tallies_add(self.imp.cluster_id, Tally.sum(self.tallies))
+        stack, self.tx = self.tx, None
+        stack.close()  # commit (a release, inside a caller's transaction)
+
+    def _rollback(self, exc: BaseException) -> None:
+        stack, self.tx = self.tx, None
+        if stack is not None:
+            with suppress(Exception):
+                stack.__exit__(type(exc), exc, exc.__traceback__)
+
+    def _copy_block(self, data: list, columns: Columns) -> tuple[int, Tally | None]:
+        """COPY one block; (rows stored, their tally when it is not the block's own)."""
+        raw = connection.connection
+        with raw.cursor() as cur:
+            cur.execute(f"SAVEPOINT {_SAVEPOINT}")
+            try:
+                _copy(cur, _COPY, data)
+            except _COLLISIONS:
+                cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+                cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+            else:
+                cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+                return len(columns), None
+        # Some of these jobs are stored already, or being stored by another writer, which may
+        # be waiting for rows this transaction holds: commit those first, so that no writer
+        # waits for another in a circle while this block is sorted out.
+        if self.tx_rows:
+            self._commit()
+            self._begin()
+        return self._store_new(raw, columns)
+
+    def _store_new(self, raw: psycopg.Connection, columns: Columns) -> tuple[int, Tally]:
+        """The block without the jobs already stored and with each job id once (the first).
+        Tried again while another writer's rows still collide (it commits meanwhile); then
+        INSERT ... ON CONFLICT, which skips them whatever they are (its rows tallied by the
+        trigger, as any other writer's)."""
+        ids = columns.job_ids()
+        error: Exception | None = None
+        for attempt in range(_ATTEMPTS):
+            with raw.cursor() as cur:
+                cur.execute(f"SAVEPOINT {_SAVEPOINT}")
+                try:
+                    if attempt == _ATTEMPTS - 1:
+                        stored = self._insert_safe(cur, columns), Tally()
+                    else:
+                        stored = self._copy_new(raw, cur, columns, ids)
+                except _COLLISIONS as exc:
+                    error = exc
+                    cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+                    cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+                    continue
+                cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+                return stored
+        raise error
+
+    def _copy_new(
+        self, raw: psycopg.Connection, cur: psycopg.Cursor, columns: Columns, ids: list[str]
+    ) -> tuple[int, Tally]:
+        cluster_id = self.imp.cluster_id
+        # Server-side binding: the ids travel as one binary array, not quoted into the SQL.
+        with psycopg.Cursor(raw) as lookup:
+            lookup.execute(_EXISTING, [cluster_id, ids], binary=True)
+            seen = {row[0] for row in lookup.fetchall()}
+        keep = []
+        for i, job_id in enumerate(ids):
+            if job_id not in seen:
+                seen.add(job_id)
+                keep.append(i)
+        if not keep:
+            return 0, Tally()
+        new = columns.take(np.array(keep))
+        _copy(cur, _COPY, _copy_data(new, cluster_id))
+        return len(new), Tally.of_columns(new)
+
+    def _insert_safe(self, cur: psycopg.Cursor, columns: Columns) -> int:
+        cur.execute(_TALLY_TRIGGER, ["on"])
+        cur.execute(_TEMP)
+        cur.execute("TRUNCATE vigil_import_job")
+        _copy(cur, _COPY_TEMP, _copy_data(columns, self.imp.cluster_id))
+        cur.execute(_INSERT_SAFE)
+        inserted = cur.rowcount
+        cur.execute(_TALLY_TRIGGER, ["off"])
+        return inserted
 
 
-def _slice(c: Columns, a: int, b: int) -> Columns:
-    def text(t: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        flat, lens = t
-        ends = np.cumsum(lens)
-        lo = int(ends[a - 1]) if a else 0
-        return flat[lo : int(ends[b - 1]) if b else 0], lens[a:b]
-
-    plain = {
-        name: getattr(c, name)[a:b]
-        for name in Columns.__dataclass_fields__
-        if name not in ("job_id", "user")
-    }
-    return Columns(job_id=text(c.job_id), user=text(c.user), **plain)
+def _copy(cur: psycopg.Cursor, sql: str, data: list) -> None:
+    with cur.copy(sql) as copy:
+        for part in data:
+            copy.write(part)
 
 
-# The first 13 fields have the same width in every row: one big-endian record each, with
-# the field count and every field's length word (binary COPY's row layout).
-_PREFIX = np.dtype(
-    [
-        ("fields", ">i2"),
-        ("cluster_len", ">i4"),
-        ("cluster_id", ">i8"),
-        ("explicit_len", ">i4"),
-        ("explicit", "u1"),
-        ("source_len", ">i4"),
-        ("source", f"S{len(JobSource.ACMETRACE.value)}"),
-        *((f"empty{i}_len", ">i4") for i in range(5)),  # name, team, partition, qos, comment
-        ("submit_len", ">i4"),
-        ("submit_at", ">i8"),
-        ("updated_len", ">i4"),
-        ("updated_at", ">i8"),
-        ("gpus_len", ">i4"),
-        ("gpus", ">i4"),
-        ("nodes_len", ">i4"),
-        ("nodes", ">i4"),
-        ("cpus_len", ">i4"),
-        ("cpus", ">i4"),
-    ]
-)
-_FIELDS = 19
+# --- Binary COPY data ------------------------------------------------------------------------
+#
+# Each row is built as a fixed-width record (a NumPy structured array: every field's length
+# word and a slot as wide as the chunk's widest value), then the bytes that are not part of the
+# value (the rest of a shorter text's slot, a NULL time's slot) are dropped in one boolean
+# compaction: the rows come out back to back, in order, as binary COPY lays them out. Far
+# cheaper than placing each field of each row by byte offsets.
 
 
-def _prefix(c: Columns, cluster_id: int, updated_us: int) -> np.ndarray:
-    rec = np.zeros(len(c), _PREFIX)
-    rec["fields"] = _FIELDS
-    rec["cluster_len"], rec["cluster_id"] = 8, cluster_id
-    rec["explicit_len"], rec["explicit"] = 1, 1  # job_type_explicit: the trace names the type
-    rec["source_len"], rec["source"] = len(JobSource.ACMETRACE.value), JobSource.ACMETRACE.value
-    rec["submit_len"], rec["submit_at"] = 8, c.submit_us
-    rec["updated_len"], rec["updated_at"] = 8, updated_us
-    for name, values in (("gpus", c.gpus), ("nodes", c.nodes), ("cpus", c.cpus)):
-        rec[f"{name}_len"], rec[name] = 4, values
-    return rec.view(np.uint8).reshape(len(c), _PREFIX.itemsize)
+def _row_dtype(text_widths: tuple[int, int], source: bytes) -> np.dtype:
+    job_id_w, user_w = text_widths
+    type_w = max(len(v) for v in _TYPE_VALUES)
+    state_w = max(len(v) for v in _STATE_VALUES)
+    return np.dtype(
+        [
+            ("fields", ">i2"),
+            ("cluster_len", ">i4"),
+            ("cluster_id", ">i8"),
+            ("explicit_len", ">i4"),
+            ("explicit", "u1"),
+            ("source_len", ">i4"),
+            ("source", f"S{len(source)}"),
+            ("submit_len", ">i4"),
+            ("submit_at", ">i8"),
+            ("gpus_len", ">i4"),
+            ("gpus", ">i4"),
+            ("nodes_len", ">i4"),
+            ("nodes", ">i4"),
+            ("cpus_len", ">i4"),
+            ("cpus", ">i4"),
+            ("start_len", ">i4"),
+            ("start_at", ">i8"),
+            ("end_len", ">i4"),
+            ("end_at", ">i8"),
+            ("job_id_len", ">i4"),
+            ("job_id", "u1", (job_id_w,)),
+            ("user_len", ">i4"),
+            ("user", "u1", (user_w,)),
+            ("type_len", ">i4"),
+            ("job_type", "u1", (type_w,)),
+            ("state_len", ">i4"),
+            ("state", "u1", (state_w,)),
+        ]
+    )
 
 
-def _fixed(values: np.ndarray, null: np.ndarray):
-    """(lengths, bytes) of a nullable int8 column; -1 marks NULL."""
-    return np.where(null, -1, 8), values[~null].astype(">i8").view(np.uint8)
+_FIELDS = 13
 
 
-def _text(column: tuple[np.ndarray, np.ndarray]):
+def _slots(column: tuple[np.ndarray, np.ndarray], width: int) -> np.ndarray:
+    """(rows, width) bytes: each text left-aligned (followed by whatever comes next)."""
     flat, lens = column
-    return lens, flat
+    padded = np.concatenate((flat, np.zeros(width, np.uint8)))
+    return sliding_window_view(padded, width)[np.cumsum(lens) - lens]
 
 
-def _category(index: np.ndarray, values: list[bytes]):
-    width = max(len(v) for v in values)
-    table = np.array([list(v.ljust(width, b"\0")) for v in values], np.uint8)
-    lens = np.array([len(v) for v in values], np.int64)[index]
-    return lens, table[index][np.arange(width) < lens[:, None]]
+def _table(values: list[bytes], width: int) -> tuple[np.ndarray, np.ndarray]:
+    return (
+        np.array([list(v.ljust(width, b"\0")) for v in values], np.uint8),
+        np.array([len(v) for v in values], np.int64),
+    )
 
 
-def _copy_data(c: Columns, cluster_id: int, now) -> bytes:
-    """The chunk as one binary COPY stream (signature, rows, trailer), in _COLUMNS order."""
+def _copy_data(c: Columns, cluster_id: int) -> list:
+    """The rows as a binary COPY stream in _COLUMNS order: signature, rows, trailer (buffers
+    to write one after the other)."""
     n = len(c)
-    updated_us = round((now.timestamp() - _EPOCH_2000_S) * 1e6)
-    prefix = _prefix(c, cluster_id, updated_us)
-    fields = [
-        _fixed(c.start_us, c.start_null),
-        _fixed(c.end_us, c.end_null),
-        _text(c.job_id),
-        _text(c.user),
-        _category(c.type_index, _TYPE_VALUES),
-        _category(c.state_index, _STATE_VALUES),
+    source = JobSource.ACMETRACE.value.encode()
+    widths = (max(int(c.job_id[1].max()), 1), max(int(c.user[1].max()), 1))
+    dt = _row_dtype(widths, source)
+    # The values every row shares, written once into a template row.
+    template = np.zeros(1, dt)
+    template["fields"] = _FIELDS
+    template["cluster_len"], template["cluster_id"] = 8, cluster_id
+    template["explicit_len"], template["explicit"] = 1, 1  # the trace names the type
+    template["source_len"], template["source"] = len(source), source
+    for name in ("submit", "start", "end"):
+        template[f"{name}_len"] = 8
+    for name in ("gpus", "nodes", "cpus"):
+        template[f"{name}_len"] = 4
+    rec = np.empty(n, dt)
+    rows = rec.view(np.uint8).reshape(n, dt.itemsize)
+    rows[:] = template.view(np.uint8)
+    rec["submit_at"] = c.submit_us
+    rec["gpus"], rec["nodes"], rec["cpus"] = c.gpus, c.nodes, c.cpus
+    rec["start_at"], rec["end_at"] = c.start_us, c.end_us
+    rec["start_len"] = np.where(c.start_null, -1, 8)
+    rec["end_len"] = np.where(c.end_null, -1, 8)
+    keep = np.ones((n, dt.itemsize), bool)
+    variable: list[tuple[str, np.ndarray]] = [
+        ("start_at", np.where(c.start_null, 0, 8)),
+        ("end_at", np.where(c.end_null, 0, 8)),
     ]
-    sizes = [np.maximum(lens, 0) for lens, _ in fields]
-    row_len = prefix.shape[1] + 4 * len(fields) + np.sum(sizes, axis=0)
-    out = np.empty(len(_SIGNATURE) + int(row_len.sum()) + len(_TRAILER), np.uint8)
-    out[: len(_SIGNATURE)] = np.frombuffer(_SIGNATURE, np.uint8)
-    out[-len(_TRAILER) :] = 0xFF
-    pos = np.cumsum(row_len) - row_len + len(_SIGNATURE)
-    out[pos[:, None] + np.arange(prefix.shape[1])] = prefix
-    pos = pos + prefix.shape[1]
-    for (lens, data), size in zip(fields, sizes, strict=True):
-        out[pos[:, None] + np.arange(4)] = lens.astype(">i4").view(np.uint8).reshape(n, 4)
-        pos += 4
-        if data.size:
-            offsets = np.cumsum(size) - size
-            out[np.repeat(pos - offsets, size) + np.arange(data.size)] = data
-        pos += size
-    return out.tobytes()
+    for name, column, width in (
+        ("job_id", c.job_id, widths[0]),
+        ("user", c.user, widths[1]),
+    ):
+        rec[f"{name}_len"] = column[1]
+        rec[name] = _slots(column, width)
+        variable.append((name, column[1]))
+    for name, len_name, index, values in (
+        ("job_type", "type_len", c.type_index, _TYPE_VALUES),
+        ("state", "state_len", c.state_index, _STATE_VALUES),
+    ):
+        table, lens = _table(values, dt[name].shape[0])
+        rec[len_name] = lens[index]
+        rec[name] = table[index]
+        variable.append((name, lens[index]))
+    for name, lens in variable:
+        offset, width = dt.fields[name][1], dt[name].itemsize
+        keep[:, offset : offset + width] = np.arange(width) < lens[:, None]
+    return [_SIGNATURE, memoryview(rows[keep]), _TRAILER]
