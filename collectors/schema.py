@@ -126,10 +126,25 @@ NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"  # cluster and node names
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 
 
-class GpuInfo(BaseModel):
-    """A GPU as the node sees it; the server registers it on first contact (keyed by UUID)."""
+class _Wire(BaseModel):
+    """Every wire model: unknown keys are refused, parsed values are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Envelope(_Wire):
+    """What every batch carries: version, id, sender (authenticated by its token), send time."""
+
+    v: Literal[1] = SCHEMA_VERSION
+    batch_id: uuid.UUID
+    cluster: Name
+    node: Name
+    token: Annotated[str, StringConstraints(min_length=16, max_length=256)]
+    sent_at: Timestamp
+
+
+class GpuInfo(_Wire):
+    """A GPU as the node sees it; the server registers it on first contact (keyed by UUID)."""
 
     index: GpuIndex
     uuid: Annotated[str, StringConstraints(min_length=4, max_length=96)]
@@ -139,17 +154,9 @@ class GpuInfo(BaseModel):
     serial: Annotated[str, StringConstraints(max_length=64)] | None = None
 
 
-class Batch(BaseModel):
+class Batch(_Envelope):
     """One node's samples for one or more intervals."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    v: Literal[1] = SCHEMA_VERSION
-    batch_id: uuid.UUID
-    cluster: Name
-    node: Name
-    token: Annotated[str, StringConstraints(min_length=16, max_length=256)]
-    sent_at: Timestamp
     source: Literal["nvml", "dcgm", "simulated", "replay"] = "nvml"
     gpus: list[GpuInfo] = Field(default_factory=list, max_length=1024)
     samples: list[GpuRow] = Field(default_factory=list)  # type: ignore[valid-type]
@@ -188,19 +195,15 @@ JOB_END_STATES = (
 )
 
 
-class JobGpus(BaseModel):
+class JobGpus(_Wire):
     """The GPUs a job holds on one node (indices as the node's NVML numbers them)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     node: Name
     gpu_indices: list[GpuIndex] = Field(default_factory=list, max_length=1024)
 
 
-class JobEventIn(BaseModel):
+class JobEventIn(_Wire):
     """One change of one job: submitted, started (with its GPUs), requeued, or ended."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     job_id: Annotated[str, StringConstraints(min_length=1, max_length=128)]
     kind: Literal["submitted", "started", "requeued", "ended"]
@@ -235,17 +238,9 @@ class JobEventIn(BaseModel):
         return self
 
 
-class JobEventBatch(BaseModel):
+class JobEventBatch(_Envelope):
     """Job events from one sender (a node's watcher or a scheduler integration)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    v: Literal[1] = SCHEMA_VERSION
-    batch_id: uuid.UUID
-    cluster: Name
-    node: Name  # the sending node (its token authenticates the batch)
-    token: Annotated[str, StringConstraints(min_length=16, max_length=256)]
-    sent_at: Timestamp
     source: Literal["slurm", "kubernetes", "http", "simulated", "replay"] = "slurm"
     events: list[JobEventIn] = Field(default_factory=list, max_length=100_000)
 
@@ -325,13 +320,11 @@ MAX_WINDOW_LINES = 400  # lines of one shipped log window (the error and its con
 MAX_LINE_CHARS = 4096
 
 
-class GpuErrorEventIn(BaseModel):
+class GpuErrorEventIn(_Wire):
     """A GPU error seen on the node: an Xid (NVML event or kernel line) or a counter increase.
 
     Identical events within 5 s are coalesced by the collector; `count` says how many.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     ts: Timestamp
     kind: Literal[
@@ -354,10 +347,8 @@ class GpuErrorEventIn(BaseModel):
         return self
 
 
-class LogWindowIn(BaseModel):
+class LogWindowIn(_Wire):
     """Lines around an error in a running job's stdout/stderr (not the whole log)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     job_id: Annotated[str, StringConstraints(min_length=1, max_length=128)]
     ts: Timestamp
@@ -369,17 +360,9 @@ class LogWindowIn(BaseModel):
     trigger: Annotated[str, StringConstraints(max_length=256)] = ""
 
 
-class NodeEventBatch(BaseModel):
+class NodeEventBatch(_Envelope):
     """GPU error events and job log windows from one node."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    v: Literal[1] = SCHEMA_VERSION
-    batch_id: uuid.UUID
-    cluster: Name
-    node: Name
-    token: Annotated[str, StringConstraints(min_length=16, max_length=256)]
-    sent_at: Timestamp
     gpu_events: list[GpuErrorEventIn] = Field(default_factory=list, max_length=100_000)
     log_windows: list[LogWindowIn] = Field(default_factory=list, max_length=10_000)
 
