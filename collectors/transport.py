@@ -114,13 +114,10 @@ def reuse_redis_clients() -> None:
     """Make every Celery/kombu Redis connection of this process use `_ReusingRedisChannel`.
 
     The transport is chosen from the URL scheme, so the class attribute that names its
-    channel class is the one place to plug it in. Idempotent; the collector (below) and the
-    server's Celery app (webapp/celery.py) both call it.
+    channel class is the one place to plug it in. Idempotent; the collector (make_celery) and
+    the server's Celery app (webapp/celery.py) both call it.
     """
     kombu_redis.Transport.Channel = _ReusingRedisChannel
-
-
-reuse_redis_clients()
 
 # Batches travel zlib-compressed (Celery's `compression`; workers decompress by the message's
 # content type, whatever the level). Level 1, not zlib's default 6: a 92 KB batch shrinks to
@@ -134,6 +131,7 @@ kombu.compression.register(
 
 def make_celery(broker_url: str) -> Celery:
     """A Celery app that can only publish: no Django, no result backend, no retries."""
+    reuse_redis_clients()
     app = Celery("vigil-collector", broker=broker_url, set_as_current=False)
     app.conf.update(
         broker_connection_timeout=CONNECT_TIMEOUT_S,

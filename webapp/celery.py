@@ -9,7 +9,7 @@ from collectors.transport import reuse_redis_clients
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
-reuse_redis_clients()  # kombu makes a redis-py client per command otherwise (a tenth of ingest)
+reuse_redis_clients()  # one redis-py client per pool, not one per command
 app = Celery("vigil")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
