@@ -128,7 +128,7 @@ def _gpu_errors_store(node_id: int, batch: NodeEventBatch) -> list[GpuErrorEvent
     by_index: dict[int, tuple] = {}
     for g in sorted(gpus, key=lambda g: g[0]):  # the most recently registered holds the slot
         by_index[g[1]] = g
-    cols: list[list] = [[] for _ in range(10)]
+    rows = []
     for e in batch.gpu_events:
         gpu = (
             (by_uuid.get(e.gpu_uuid) if e.gpu_uuid else None)
@@ -138,8 +138,7 @@ def _gpu_errors_store(node_id: int, batch: NodeEventBatch) -> list[GpuErrorEvent
         index = e.gpu_index if e.gpu_index is not None else (gpu[1] if gpu else None)
         pci = e.pci_bus_id or (gpu[3] if gpu else "") or ""
         xid = e.xid if e.xid is not None else KIND_XID.get(e.kind, 0)
-        for col, value in zip(
-            cols,
+        rows.append(
             (
                 node_id,
                 gpu[0] if gpu else None,
@@ -151,10 +150,8 @@ def _gpu_errors_store(node_id: int, batch: NodeEventBatch) -> list[GpuErrorEvent
                 e.count,
                 e.source,
                 e.message,
-            ),
-            strict=True,
-        ):
-            col.append(value)
+            )
+        )
     with connection.cursor() as cur:
         cur.execute(
             """
@@ -166,7 +163,7 @@ def _gpu_errors_store(node_id: int, batch: NodeEventBatch) -> list[GpuErrorEvent
             ON CONFLICT DO NOTHING
             RETURNING id
             """,
-            cols,
+            [list(column) for column in zip(*rows, strict=True)],  # one array per column
         )
         ids = [r[0] for r in cur.fetchall()]
     return list(GpuErrorEvent.objects.filter(id__in=ids).order_by("ts", "id"))
@@ -194,23 +191,19 @@ def _log_windows_store(node_id: int, cluster_id: int, batch: NodeEventBatch) -> 
             cluster_id=cluster_id, scheduler_id__in={w.job_id for w in batch.log_windows}
         ).values_list("scheduler_id", "id")
     )
-    cols: list[list] = [[] for _ in range(8)]
-    for w in batch.log_windows:
-        for col, value in zip(
-            cols,
-            (
-                job_ids.get(w.job_id),
-                w.job_id,
-                node_id,
-                _dt(w.ts),
-                w.path,
-                w.first_line_no,
-                json.dumps(w.lines),
-                w.trigger,
-            ),
-            strict=True,
-        ):
-            col.append(value)
+    rows = [
+        (
+            job_ids.get(w.job_id),
+            w.job_id,
+            node_id,
+            _dt(w.ts),
+            w.path,
+            w.first_line_no,
+            json.dumps(w.lines),
+            w.trigger,
+        )
+        for w in batch.log_windows
+    ]
     with connection.cursor() as cur:
         cur.execute(
             """
@@ -221,7 +214,7 @@ def _log_windows_store(node_id: int, cluster_id: int, batch: NodeEventBatch) -> 
             ON CONFLICT DO NOTHING
             RETURNING coalesce(job_id, -1)
             """,
-            cols,
+            [list(column) for column in zip(*rows, strict=True)],  # one array per column
         )
         return [r[0] for r in cur.fetchall()]
 
