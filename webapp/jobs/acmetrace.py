@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from webapp.jobs.choices import SCHEDULER_STATES
+
 COMMON_COLUMNS = (
     "job_id",
     "user",
@@ -78,19 +80,10 @@ TYPES = {
     "Debug": "debug",
     "Other": "other",
 }
-# AcmeTrace `state` (Slurm's names) -> JobState value. RUNNING: 3 Kalos jobs still ran when the
-# trace was cut; PENDING is accepted for the same reason.
-STATES = {
-    "COMPLETED": "completed",
-    "CANCELLED": "cancelled",
-    "FAILED": "failed",
-    "TIMEOUT": "timeout",
-    "NODE_FAIL": "node_fail",
-    "PREEMPTED": "preempted",
-    "OUT_OF_MEMORY": "out_of_memory",
-    "RUNNING": "running",
-    "PENDING": "pending",
-}
+# AcmeTrace `state` (Slurm's names) -> JobState value, as the scheduler adapters map them
+# (plain strings: the import encodes them). RUNNING: 3 Kalos jobs still ran when the trace was
+# cut; PENDING is accepted for the same reason.
+STATES = {name: str(state) for name, state in SCHEDULER_STATES.items()}
 MAX_COUNT = 1_000_000  # nodes, GPUs or CPUs of one job; the largest in AcmeTrace is 1,024 GPUs
 MAX_ID = 128  # Job.scheduler_id / Job.user length
 
