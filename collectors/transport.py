@@ -119,6 +119,7 @@ def reuse_redis_clients() -> None:
     """
     kombu_redis.Transport.Channel = _ReusingRedisChannel
 
+
 # Batches travel zlib-compressed (Celery's `compression`; workers decompress by the message's
 # content type, whatever the level). Level 1, not zlib's default 6: a 92 KB batch shrinks to
 # about 25 KB in 0.7 ms instead of 22 KB in 3.5 ms, and every later copy of the message
