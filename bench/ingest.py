@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -46,6 +47,9 @@ def main() -> None:
     for var in ("DATABASE_URL", "CELERY_BROKER_URL"):
         os.environ.pop(var, None)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+    # Production settings, as a deployed worker runs (no DEBUG cursor wrapper, no query log).
+    os.environ.setdefault("VIGIL_DEBUG", "false")
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
 
     import django
 

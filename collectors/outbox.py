@@ -1,40 +1,61 @@
-"""The outbox: a copy of every published batch in Redis until a worker has stored it.
+"""The outbox: every published batch waits in Redis until a worker has finished it.
 
 Why: kombu's Redis transport takes a message off the queue with BRPOP and only then records
 it as unacknowledged. A worker killed between the two (SIGKILL, OOM kill, power loss) loses
 the message for good (celery/kombu#1733 describes the same window at shutdown). The outbox
-closes that hole at the application level:
+closes that hole at the application level, and it carries the batch itself, so the batch
+crosses Redis once instead of in every copy of the message:
 
-1. the collector writes the batch to the hash `vigil:outbox` (batch id -> task, time, JSON)
-   just before publishing it;
-2. the worker removes the entry once the task has finished (stored, or refused for good);
-3. a beat task re-publishes entries older than the broker's visibility timeout plus a margin.
-   A re-published batch that was in fact stored is a no-op (natural keys), so at-least-once
-   becomes "nothing the broker accepted is lost".
+1. the collector stores the batch (zlib level 1) in the hash `vigil:outbox` under its batch
+   id, and the publish time in the sorted set `vigil:outbox:since`, in one transaction;
+2. it publishes the task with a reference, `outbox:<batch id>`, as the only argument: a
+   message of a few hundred bytes, where the batch text would be about 100 KB in every copy
+   (the queue, kombu's unacknowledged record, each redelivery);
+3. the worker reads the batch by its reference and removes the entry once the task has
+   finished (stored, or refused for good). A reference whose entry is gone was finished
+   before (a redelivery after success) and is a no-op;
+4. a beat task re-publishes the references of entries older than the broker's visibility
+   timeout plus a margin. A batch re-published after it was stored is a no-op (natural keys),
+   so at-least-once becomes "nothing the broker accepted is lost".
 
-Only for Redis brokers; with RabbitMQ (real consumer acknowledgements) it is not needed and
-these functions do nothing. Shared by the collector and the server, so it imports nothing
-of `webapp`.
+Only for Redis brokers; with RabbitMQ (real consumer acknowledgements) there is no outbox and
+the batch text travels in the message. Tasks accept both forms. Shared by the collector and
+the server, so it imports nothing of `webapp`.
 """
 
 from __future__ import annotations
 
 import re
 import time
+import zlib
 from urllib.parse import urlsplit
 
 import redis
 
-OUTBOX_KEY = "vigil:outbox"
+OUTBOX_KEY = "vigil:outbox"  # batch id -> b"<task>\n" + zlib(batch JSON text)
+SINCE_KEY = "vigil:outbox:since"  # batch id -> when it was last (re)published, epoch s
+REFERENCE_PREFIX = "outbox:"
 
 # The collector writes "batch_id" among the first keys; a regex over the head of the text is
 # far cheaper than parsing a 100 KB batch again.
 _BATCH_ID = re.compile(r'"batch_id"\s*:\s*"([0-9a-fA-F-]{32,36})"')
+_REFERENCE = re.compile(r"outbox:([0-9a-fA-F-]{32,36})")
 
 
 def batch_id_of(text: str) -> str | None:
     """The batch id of a wire batch (JSON text), or None if it has none near the start."""
     m = _BATCH_ID.search(text, 0, 400)
+    return m.group(1) if m else None
+
+
+def reference(batch_id: str) -> str:
+    """The task argument that stands for the batch stored under `batch_id`."""
+    return f"{REFERENCE_PREFIX}{batch_id}"
+
+
+def reference_id(arg: str) -> str | None:
+    """The batch id if `arg` is an outbox reference; None if it is anything else (a batch)."""
+    m = _REFERENCE.fullmatch(arg) if arg.startswith(REFERENCE_PREFIX) else None
     return m.group(1) if m else None
 
 
@@ -49,25 +70,48 @@ def client_for(broker_url: str) -> redis.Redis | None:
 
 
 def outbox_put(client: redis.Redis, batch_id: str, task: str, text: str) -> None:
-    client.hset(OUTBOX_KEY, batch_id, f"{task}\n{time.time():.3f}\n{text}")
+    """Store a batch for `task` (level 1: a 92 KB batch becomes 25 KB in under a ms)."""
+    entry = task.encode() + b"\n" + zlib.compress(text.encode(), 1)
+    pipe = client.pipeline(transaction=True)
+    pipe.hset(OUTBOX_KEY, batch_id, entry)
+    pipe.zadd(SINCE_KEY, {batch_id: time.time()})
+    pipe.execute()
+
+
+def outbox_get(client: redis.Redis, batch_id: str) -> tuple[str, str] | None:
+    """(task, batch JSON text) stored under `batch_id`, or None if there is no entry."""
+    entry = client.hget(OUTBOX_KEY, batch_id)
+    if entry is None:
+        return None
+    task, _, packed = entry.partition(b"\n")
+    return task.decode(), zlib.decompress(packed).decode()
 
 
 def outbox_done(client: redis.Redis, batch_id: str) -> None:
-    client.hdel(OUTBOX_KEY, batch_id)
+    pipe = client.pipeline(transaction=True)
+    pipe.hdel(OUTBOX_KEY, batch_id)
+    pipe.zrem(SINCE_KEY, batch_id)
+    pipe.execute()
 
 
 def outbox_due(
-    client: redis.Redis, older_than_s: float, now: float | None = None
-) -> list[tuple[str, str, str]]:
-    """(batch id, task, text) of the entries published more than `older_than_s` ago."""
+    client: redis.Redis, older_than_s: float, now: float | None = None, limit: int = 10_000
+) -> list[tuple[str, str]]:
+    """(batch id, task) of up to `limit` entries last published more than `older_than_s` ago,
+    oldest first. Restarts their clock: the caller re-publishes them now."""
     now = time.time() if now is None else now
+    ids = [
+        i.decode()
+        for i in client.zrangebyscore(SINCE_KEY, "-inf", now - older_than_s, start=0, num=limit)
+    ]
+    if not ids:
+        return []
     due = []
-    for key, value in client.hscan_iter(OUTBOX_KEY, count=500):
-        task, at, text = value.decode().split("\n", 2)
-        if now - float(at) >= older_than_s:
-            due.append((key.decode(), task, text))
+    for batch_id, entry in zip(ids, client.hmget(OUTBOX_KEY, ids), strict=True):
+        if entry is None:  # finished between the two reads
+            client.zrem(SINCE_KEY, batch_id)
+            continue
+        due.append((batch_id, entry.partition(b"\n")[0].decode()))
+    if due:
+        client.zadd(SINCE_KEY, {batch_id: now for batch_id, _ in due}, xx=True)
     return due
-
-
-def outbox_size(client: redis.Redis) -> int:
-    return int(client.hlen(OUTBOX_KEY))

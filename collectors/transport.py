@@ -10,9 +10,9 @@ the broker answers again. A spooled batch for another task than `INGEST_TASK` ca
 task name in its file name (`<seq>-<batch id>~<task>.json`), so replay publishes it to the
 same task. A spool file is deleted only after its publish succeeded, so a
 crash in between sends a batch twice at worst; the server's natural key (gpu, ts) makes that
-a no-op. With a Redis broker each batch is also written to the outbox
-(collectors/outbox.py) just before it is published, so a worker that dies holding it cannot
-lose it.
+a no-op. With a Redis broker the batch itself goes to the outbox (collectors/outbox.py) and
+the task's argument is its reference, so a worker that dies holding it cannot lose it and
+the batch crosses Redis once; other brokers get the batch text, compressed, in the message.
 """
 
 from __future__ import annotations
@@ -120,10 +120,10 @@ def reuse_redis_clients() -> None:
     kombu_redis.Transport.Channel = _ReusingRedisChannel
 
 
-# Batches travel zlib-compressed (Celery's `compression`; workers decompress by the message's
-# content type, whatever the level). Level 1, not zlib's default 6: a 92 KB batch shrinks to
-# about 25 KB in 0.7 ms instead of 22 KB in 3.5 ms, and every later copy of the message
-# (base64, Redis, the worker's unacked record) is a quarter the size.
+# Batches that travel inside the message (brokers other than Redis) are zlib-compressed
+# (Celery's `compression`; workers decompress by the message's content type, whatever the
+# level). Level 1, not zlib's default 6: a 92 KB batch shrinks to about 25 KB in 0.7 ms
+# instead of 22 KB in 3.5 ms, and every later copy of the message is a quarter the size.
 COMPRESSION = "zlib"
 kombu.compression.register(
     lambda body: zlib.compress(body, 1), zlib.decompress, "application/x-gzip", aliases=["zlib"]
@@ -178,12 +178,16 @@ class Transport:
                 self._producer = self.app.amqp.Producer(conn)
             batch_id = outbox.batch_id_of(batch_json) if self._outbox is not None else None
             if batch_id is not None:
+                # The batch waits in the outbox; the message carries its reference.
                 outbox.outbox_put(self._outbox, batch_id, task, batch_json)
+                args, compression = [outbox.reference(batch_id)], None
+            else:
+                args, compression = [batch_json], COMPRESSION
             self.app.send_task(
                 task,
-                args=[batch_json],
+                args=args,
                 queue=INGEST_QUEUE,
-                compression=COMPRESSION,
+                compression=compression,
                 producer=self._producer,
                 retry=False,
                 ignore_result=True,

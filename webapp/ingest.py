@@ -52,10 +52,17 @@ def db_down(task) -> None:
     )
 
 
-def batch_run(task, raw: str, ingest: Callable[[str], dict]) -> dict:
-    """Run `ingest(raw)` under the policy above; a refused batch returns {"rejected": reason}."""
+def batch_run(task, arg: str, ingest: Callable[[str], dict]) -> dict:
+    """Run `ingest(text)` under the policy above, where `arg` is the batch text or its outbox
+    reference (webapp/outbox.py); a refused batch returns {"rejected": reason}."""
+    from webapp.outbox import batch_text
     from webapp.telemetry.services import batch_reject
 
+    raw = batch_text(arg)
+    if raw is None:
+        # Its outbox entry is gone: the batch was finished, and this is a redelivery.
+        log.info("%s: %s was finished before; nothing to do", task.name, arg)
+        return {"finished_before": arg}
     try:
         return ingest(raw)
     except (BatchError, AuthError) as exc:

@@ -1,5 +1,6 @@
-"""Server side of the outbox (collectors/outbox.py): clear entries of finished batches and
-re-publish the ones a dead worker took off the queue without recording them."""
+"""Server side of the outbox (collectors/outbox.py): read a batch by its reference, clear
+the entries of finished batches, and re-publish the ones a dead worker took off the queue
+without recording them."""
 
 from __future__ import annotations
 
@@ -25,16 +26,31 @@ def _client() -> redis.Redis | None:
     return outbox.client_for(settings.CELERY_BROKER_URL)
 
 
+def batch_text(arg: str) -> str | None:
+    """The batch JSON text a batch task was given: `arg` itself, or the outbox entry `arg`
+    refers to; None for a reference whose entry is gone (the batch was finished before)."""
+    batch_id = outbox.reference_id(arg)
+    if batch_id is None:
+        return arg
+    client = _client()
+    if client is None:
+        raise RuntimeError(f"{arg!r} refers to the outbox, but the broker is not Redis")
+    entry = outbox.outbox_get(client, batch_id)
+    return None if entry is None else entry[1]
+
+
 @task_postrun.connect
 def _batch_finished(sender=None, args=None, state=None, **kwargs) -> None:
-    """A batch task returned (stored, or refused for good): its outbox copy can go.
+    """A batch task returned (stored, or refused for good): its outbox entry can go.
 
     A task that will be retried (state RETRY) keeps its entry until the retry finishes.
     """
     if sender is None or sender.name not in BATCH_TASKS or state != "SUCCESS" or not args:
         return
     client = _client()
-    batch_id = outbox.batch_id_of(args[0]) if client is not None else None
+    if client is None:
+        return
+    batch_id = outbox.reference_id(args[0]) or outbox.batch_id_of(args[0])
     if batch_id is None:
         return
     try:
@@ -58,9 +74,8 @@ def outbox_redeliver(older_than_s: float | None = None) -> int:
     if older_than_s is None:
         older_than_s = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] + 60
     due = outbox.outbox_due(client, older_than_s)
-    for batch_id, task, text in due:
-        outbox.outbox_put(client, batch_id, task, text)  # restart its clock
-        app.send_task(task, args=[text], queue=INGEST_QUEUE)
+    for batch_id, task in due:
+        app.send_task(task, args=[outbox.reference(batch_id)], queue=INGEST_QUEUE)
     if due:
         log.warning("re-published %d batch(es) that no worker finished", len(due))
     return len(due)

@@ -4,24 +4,32 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 
 import kombu.compression
 
+from collectors import outbox
 from collectors.schema import INGEST_QUEUE, INGEST_TASK
 from collectors.transport import Spool, Transport
 
 
-def queued(server) -> list[tuple[str, list]]:
-    """(task name, args) of the messages waiting in the ingest queue, oldest first."""
+def queued(server, resolve: bool = True) -> list[tuple[str, list]]:
+    """(task name, args) of the messages waiting in the ingest queue, oldest first; with
+    `resolve`, an outbox reference is replaced by the batch text it stands for."""
     # kombu's Redis transport LPUSHes and workers BRPOP: the oldest message is last.
-    raw = server.client().lrange(INGEST_QUEUE, 0, -1)
+    client = server.client()
     out = []
-    for item in reversed(raw):
+    for item in reversed(client.lrange(INGEST_QUEUE, 0, -1)):
         message = json.loads(item)
         body = base64.b64decode(message["body"])
         if "compression" in message["headers"]:
             body = kombu.compression.decompress(body, message["headers"]["compression"])
         args, _kwargs, _embed = json.loads(body)
+        batch_id = outbox.reference_id(args[0])
+        if resolve and batch_id is not None:
+            task, text = outbox.outbox_get(client, batch_id)
+            assert task == message["headers"]["task"]
+            args = [text]
         out.append((message["headers"]["task"], args))
     return out
 
@@ -42,16 +50,40 @@ def test_batches_become_one_ingest_task_each_with_the_json_text_as_only_argument
     assert list((tmp_path / "spool").iterdir()) == []
 
 
-def test_batches_travel_compressed(private_redis, tmp_path):
-    """A real-sized batch takes a fraction of its size in Redis (and in every copy after)."""
+def real_sized_batch(batch_id: str | None) -> str:
+    samples = [[i % 8, 1.7e9 + i, 97.0, 41.0, 312.5] for i in range(2000)]
+    head = {"batch_id": batch_id} if batch_id else {}
+    return json.dumps({**head, "samples": samples})
+
+
+def test_batches_travel_compressed_once_in_the_outbox_with_a_reference_in_the_message(
+    private_redis, tmp_path
+):
+    """A real-sized batch is stored once, compressed, and the message only names it."""
     private_redis.start()
-    text = json.dumps({"samples": [[i % 8, 1.7e9 + i, 97.0, 41.0, 312.5] for i in range(2000)]})
+    batch_id = str(uuid.uuid4())
+    text = real_sized_batch(batch_id)
+    transport = Transport(private_redis.url, tmp_path / "spool")
+    assert transport.send(text, batch_id) is True
+    transport.close()
+    client = private_redis.client()
+    [item] = client.lrange(INGEST_QUEUE, 0, -1)
+    assert len(item) < 2000  # Celery's headers and the reference, not the batch
+    assert queued(private_redis, resolve=False) == [(INGEST_TASK, [f"outbox:{batch_id}"])]
+    assert client.hstrlen(outbox.OUTBOX_KEY, batch_id) < len(text) / 2
+    assert queued(private_redis) == [(INGEST_TASK, [text])]
+
+
+def test_a_batch_without_an_id_travels_compressed_in_the_message(private_redis, tmp_path):
+    private_redis.start()
+    text = real_sized_batch(None)
     transport = Transport(private_redis.url, tmp_path / "spool")
     assert transport.send(text, "big") is True
     transport.close()
     [item] = private_redis.client().lrange(INGEST_QUEUE, 0, -1)
     assert len(item) < len(text) / 2
-    assert queued(private_redis) == [(INGEST_TASK, [text])]
+    assert private_redis.client().hlen(outbox.OUTBOX_KEY) == 0
+    assert queued(private_redis, resolve=False) == [(INGEST_TASK, [text])]
 
 
 def test_broker_down_spools_then_replays_oldest_first_before_new_batches(private_redis, tmp_path):

@@ -148,6 +148,27 @@ def test_batch_lost_between_pop_and_record_is_republished(
     assert outbox_redeliver(older_than_s=0) == 0
 
 
+def test_a_reference_redelivered_after_its_batch_finished_changes_nothing(
+    committed_node_token, worker_factory, broker
+):
+    """A worker that stored a batch and died before its ack: the broker delivers the
+    reference again, but the outbox entry is gone; the task finishes quietly."""
+    from webapp.telemetry.models import RejectedBatch
+
+    worker = worker_factory()
+    batch = make_batch(*committed_node_token, intervals=2)
+    publish(batch)
+    wait_for(lambda: stored_samples() == 16 and broker.hlen(OUTBOX_KEY) == 0)
+
+    app.send_task(INGEST_TASK, args=[f"outbox:{batch['batch_id']}"], queue=INGEST_QUEUE)
+    publish(make_batch(*committed_node_token, t0=batch["sent_at"], intervals=1))
+    wait_for(lambda: stored_samples() == 24)  # the batch after it is stored ...
+    wait_for(lambda: "was finished before" in worker.log())  # ... the reference was a no-op
+    assert distinct_samples() == 24
+    assert RejectedBatch.objects.count() == 0
+    assert worker.proc.poll() is None
+
+
 @pytest.mark.skipif(
     not settings.VIGIL_EMBEDDED_POSTGRES,
     reason="restarts the embedded PostgreSQL; DATABASE_URL points at a server tests do not own",
