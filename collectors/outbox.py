@@ -6,7 +6,7 @@ the message for good (celery/kombu#1733 describes the same window at shutdown). 
 closes that hole at the application level, and it carries the batch itself, so the batch
 crosses Redis once instead of in every copy of the message:
 
-1. the collector stores the batch (zlib level 1) in the hash `vigil:outbox` under its batch
+1. the collector stores the batch (Zstandard level 1) in the hash `vigil:outbox` under its batch
    id, and the publish time in the sorted set `vigil:outbox:since`, in one transaction;
 2. it publishes the task with a reference, `outbox:<batch id>`, as the only argument: a
    message of a few hundred bytes, where the batch text would be about 100 KB in every copy
@@ -26,13 +26,18 @@ the server, so it imports nothing of `webapp`.
 from __future__ import annotations
 
 import re
+import sys
 import time
-import zlib
 from urllib.parse import urlsplit
 
 import redis
 
-OUTBOX_KEY = "vigil:outbox"  # batch id -> b"<task>\n" + zlib(batch JSON text)
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:
+    from backports import zstd
+
+OUTBOX_KEY = "vigil:outbox"  # batch id -> b"<task>\n" + zstd(batch JSON text)
 SINCE_KEY = "vigil:outbox:since"  # batch id -> when it was last (re)published, epoch s
 REFERENCE_PREFIX = "outbox:"
 
@@ -70,8 +75,9 @@ def client_for(broker_url: str) -> redis.Redis | None:
 
 
 def outbox_put(client: redis.Redis, batch_id: str, task: str, text: str) -> None:
-    """Store a batch for `task` (level 1: a 92 KB batch becomes 25 KB in under a ms)."""
-    entry = task.encode() + b"\n" + zlib.compress(text.encode(), 1)
+    """Store a batch for `task`. Zstandard level 1 makes a 92 KB batch 20 KB in 0.4 ms and
+    gives it back in 0.2 ms (zlib level 1: 26 KB, 1.0 and 0.45 ms)."""
+    entry = task.encode() + b"\n" + zstd.compress(text.encode(), level=1)
     pipe = client.pipeline(transaction=True)
     pipe.hset(OUTBOX_KEY, batch_id, entry)
     pipe.zadd(SINCE_KEY, {batch_id: time.time()})
@@ -84,7 +90,7 @@ def outbox_get(client: redis.Redis, batch_id: str) -> tuple[str, str] | None:
     if entry is None:
         return None
     task, _, packed = entry.partition(b"\n")
-    return task.decode(), zlib.decompress(packed).decode()
+    return task.decode(), zstd.decompress(packed).decode()
 
 
 def outbox_done(client: redis.Redis, batch_id: str) -> None:

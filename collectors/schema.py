@@ -171,9 +171,9 @@ class Batch(_Envelope):
         if len(set(uuids)) != len(uuids):
             raise ValueError("gpus: the same uuid is listed twice")
         known = set(indices)
-        for i, row in enumerate(self.samples):
-            if row[0] not in known:
-                raise ValueError(f"samples[{i}]: GPU index {row[0]} is not listed in gpus")
+        if not {row[0] for row in self.samples} <= known:  # one set, not a loop, when valid
+            i, row = next((i, row) for i, row in enumerate(self.samples) if row[0] not in known)
+            raise ValueError(f"samples[{i}]: GPU index {row[0]} is not listed in gpus")
         return self
 
 
