@@ -9,11 +9,18 @@ import time
 import pytest
 from django.db import connection
 
-from collectors.schema import GPU_FIELD_NAMES, BatchError
+from collectors.schema import GPU_FIELD_NAMES, NODE_FIELD_NAMES, BatchError
 from tests.helpers import make_batch
+from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Gpu, Node
 from webapp.fleet.services import AuthError
-from webapp.telemetry.models import GpuRollup1m, GpuSample, NodeSample, RejectedBatch
+from webapp.telemetry.models import (
+    GpuRollup1m,
+    GpuSample,
+    NodeSample,
+    RejectedBatch,
+    RollupDirty,
+)
 from webapp.telemetry.services import batch_reject, rollups_refresh, samples_ingest
 
 
@@ -75,6 +82,56 @@ def test_overlapping_batch_stores_only_new_samples(node_token):
 
     assert overlap.samples_stored == 16  # intervals 2 and 3 were stored already
     assert GpuSample.objects.count() == 48
+
+
+def test_node_samples_keep_values_nulls_and_the_time_of_the_gpu_samples(node_token):
+    cluster, node, token = node_token
+    batch = make_batch(cluster, node, token, intervals=2)
+    batch["node_samples"][1][1 + NODE_FIELD_NAMES.index("net_rx_bytes_s")] = 1.5e9
+    batch["node_samples"][1][1 + NODE_FIELD_NAMES.index("gpu_count")] = None
+    # Beyond the range of real: stored as infinity, as in a GPU row, not a failed batch.
+    batch["node_samples"][1][1 + NODE_FIELD_NAMES.index("server_power_w")] = 1e39
+    samples_ingest(json.dumps(batch))
+
+    first, second = NodeSample.objects.order_by("ts")
+    assert (first.cpu_util, first.mem_util, first.gpu_count) == (20.0, 30.0, 8)
+    assert first.net_rx_bytes_s is None and first.server_power_w is None
+    assert (second.net_rx_bytes_s, second.gpu_count) == (1.5e9, None)
+    assert second.server_power_w == math.inf
+    assert first.ts == GpuSample.objects.filter(gpu__index=0).order_by("ts").first().ts
+
+
+def test_batch_with_stored_node_samples_stores_its_new_gpu_samples(node_token):
+    cluster, node, token = node_token
+    t0 = time.time() - 600
+    first = make_batch(cluster, node, token, t0=t0, intervals=3)
+    samples_ingest(json.dumps(first))
+    later = make_batch(cluster, node, token, t0=t0 + 30, intervals=3)
+    result = samples_ingest(json.dumps(dict(later, node_samples=first["node_samples"])))
+
+    assert (result.samples_stored, result.node_samples_stored) == (24, 0)
+    assert (GpuSample.objects.count(), NodeSample.objects.count()) == (48, 3)
+    assert RollupDirty.objects.count() == 2  # the new minutes wait for the rollup
+    rollups_refresh()
+    assert sum(GpuRollup1m.objects.values_list("n", flat=True)) == 48
+    assert abs(Node.objects.get(hostname=node).last_seen.timestamp() - (t0 + 50)) < 1e-3
+
+
+def test_batch_with_stored_gpu_samples_stores_its_new_node_samples(node_token):
+    cluster, node, token = node_token
+    t0 = time.time() - 600
+    first = make_batch(cluster, node, token, t0=t0, intervals=3)
+    samples_ingest(json.dumps(first))
+    Node.objects.filter(hostname=node).update(state=NodeState.DRAINING)
+    later = make_batch(cluster, node, token, t0=t0 + 30, intervals=3)
+    result = samples_ingest(json.dumps(dict(later, samples=first["samples"])))
+
+    assert (result.samples_stored, result.node_samples_stored) == (0, 3)
+    assert (GpuSample.objects.count(), NodeSample.objects.count()) == (24, 6)
+    assert RollupDirty.objects.count() == 1  # no new GPU sample, nothing new to roll up
+    seen = Node.objects.get(hostname=node)
+    assert abs(seen.last_seen.timestamp() - (t0 + 50)) < 1e-3
+    assert seen.state == NodeState.DRAINING  # reporting does not undrain a node
 
 
 def test_rollup_holds_min_mean_max_per_gpu_and_minute(node_token):

@@ -126,23 +126,23 @@ def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
     return mapping
 
 
-def node_seen(node_id: int, at: datetime, source: str) -> None:
-    """Record that the node reported; a registered or stale node becomes up.
+# A node reported: a registered or stale node becomes up, and last_seen never moves backwards,
+# so replaying a spool of old batches does not make a live node look stale. Ingest runs this
+# inside its own statement (telemetry.services), one per batch; the rules live here once.
+NODE_SEEN_UPDATE = f"""
+UPDATE fleet_node SET
+    last_seen = greatest(last_seen, %(seen_at)s),
+    source = %(seen_source)s,
+    state = CASE WHEN state IN ('{NodeState.DRAINING}', '{NodeState.DOWN}')
+        THEN state ELSE '{NodeState.UP}' END
+WHERE id = %(seen_node)s
+"""
 
-    One statement per batch (it is on the ingest path). last_seen never moves backwards, so
-    replaying a spool of old batches does not make a live node look stale.
-    """
+
+def node_seen(node_id: int, at: datetime, source: str) -> None:
+    """Record that the node reported; a registered or stale node becomes up."""
     with connection.cursor() as cur:
-        cur.execute(
-            """
-            UPDATE fleet_node SET
-                last_seen = greatest(last_seen, %s),
-                source = %s,
-                state = CASE WHEN state IN (%s, %s) THEN state ELSE %s END
-            WHERE id = %s
-            """,
-            [at, source, NodeState.DRAINING, NodeState.DOWN, NodeState.UP, node_id],
-        )
+        cur.execute(NODE_SEEN_UPDATE, {"seen_node": node_id, "seen_at": at, "seen_source": source})
 
 
 def nodes_mark_stale(older_than: datetime) -> int:

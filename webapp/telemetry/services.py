@@ -3,10 +3,11 @@
 The path per batch, in one transaction:
   1. binary COPY of the GPU rows straight into the day-partitioned `telemetry_gpusample`
      (psycopg 3 `cursor.copy`). If any row is already stored (a redelivered batch; the natural
-     key is gpu + ts), the COPY's savepoint is rolled back and the rows go through a temp table
+     key is gpu + ts), the transaction is rolled back and the rows go through a temp table
      with ON CONFLICT DO NOTHING, so a redelivery adds nothing;
-  2. the same for node samples;
-  3. one `RollupDirty` row names the GPUs and minutes that changed; the node is marked seen.
+  2. one prepared statement for the rest: the node samples (natural key node + ts; the retry
+     of a redelivered batch skips stored ones), one `RollupDirty` row naming the GPUs and
+     minutes that changed, and the node marked seen.
 `rollups_refresh` (a beat task, every 15 s) then recomputes exactly those rollup cells in
 bulk, which costs far less than folding every batch into the rollup on the hot path.
 A batch that fails validation or authentication is refused whole and logged in RejectedBatch.
@@ -16,23 +17,34 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from itertools import chain, repeat
 from operator import itemgetter
 
 import psycopg
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from psycopg.adapt import Dumper
 
 from collectors.schema import (
     GPU_FIELD_NAMES,
     GPU_FIELDS,
     NODE_FIELD_NAMES,
     NODE_FIELDS,
+    Batch,
     BatchError,
     parse_batch,
 )
-from webapp.fleet.services import AuthError, gpus_register, node_authenticate, node_seen
+from webapp.fleet.services import (
+    NODE_SEEN_UPDATE,
+    AuthError,
+    gpus_register,
+    node_authenticate,
+)
 from webapp.telemetry.models import ROLLUP_METRICS, RejectedBatch
 from webapp.telemetry.partitions import oldest_kept, partition_ensure
 
@@ -41,21 +53,62 @@ log = logging.getLogger("vigil.ingest")
 _PG_TYPE = {"float": "real", "int": "bigint"}
 _GPU_COLS = ", ".join(GPU_FIELD_NAMES)
 _NODE_COLS = ", ".join(NODE_FIELD_NAMES)
-_GPU_COPY_TYPES = ["int8", "float8", *(_PG_TYPE[m.kind] for m in GPU_FIELDS)]
-_NODE_COPY_TYPES = ["int8", "float8", *(_PG_TYPE[m.kind] for m in NODE_FIELDS)]
+# Type OIDs, not names: set_types() would look each of the 36 names up again on every COPY.
+_GPU_COPY_TYPES = [
+    psycopg.postgres.types[name].oid
+    for name in ("int8", "timestamptz", *(_PG_TYPE[m.kind] for m in GPU_FIELDS))
+]
+_COPY_GPU_ROWS = f"COPY telemetry_gpusample (gpu_id, ts, {_GPU_COLS}) FROM STDIN (FORMAT BINARY)"
 
-# Temp tables take the epoch seconds as sent; to_timestamp() runs in the INSERT, so Python
-# never builds a datetime per row.
-_TEMP_TABLES = f"""
-CREATE TEMP TABLE IF NOT EXISTS vigil_ingest_gpu (
-    gpu_id bigint, ts double precision,
-    {", ".join(f"{m.name} {_PG_TYPE[m.kind]}" for m in GPU_FIELDS)}
-) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS vigil_ingest_node (
-    node_id bigint, ts double precision,
-    {", ".join(f"{m.name} {_PG_TYPE[m.kind]}" for m in NODE_FIELDS)}
-) ON COMMIT DELETE ROWS;
+# Duplicates (a redelivered batch) take this path: the same rows COPY into a temp table, then
+# ON CONFLICT DO NOTHING moves what is new.
+_TEMP_GPU_ROWS = """
+CREATE TEMP TABLE IF NOT EXISTS vigil_ingest_gpu_rows (LIKE telemetry_gpusample)
+ON COMMIT DELETE ROWS
 """
+_COPY_TEMP_GPU_ROWS = (
+    f"COPY vigil_ingest_gpu_rows (gpu_id, ts, {_GPU_COLS}) FROM STDIN (FORMAT BINARY)"
+)
+_MOVE_GPU_ROWS = f"""
+INSERT INTO telemetry_gpusample (gpu_id, ts, {_GPU_COLS})
+SELECT gpu_id, ts, {_GPU_COLS} FROM vigil_ingest_gpu_rows
+ON CONFLICT DO NOTHING
+"""
+
+# The rest of a batch, after its GPU rows, in one statement: the node samples from one binary
+# array per column, the RollupDirty row when `mark` says GPU rows were stored, and the node
+# marked seen (its rules live with `node_seen`). A missing value travels as NaN in a float
+# column (the schema refuses NaN, so a sample never is one) and as -1 in an int column (all
+# are counts, never negative); nullif() makes either NULL again. The first try inserts node
+# samples plainly, so a stored one raises as a stored GPU row does; the retry of a redelivered
+# batch skips them (ON CONFLICT costs PostgreSQL about 4 us a row, so only the retry pays it).
+_MISSING = {"float": "'NaN'", "int": "-1"}
+_NODE_VALUES = ", ".join(f"nullif({m.name}, {_MISSING[m.kind]})" for m in NODE_FIELDS)
+_NODE_ARRAYS = ", ".join(f"%({m.name})s::{_PG_TYPE[m.kind]}[]" for m in NODE_FIELDS)
+_STORE_REST = """
+WITH node_rows AS (
+    INSERT INTO telemetry_nodesample (node_id, ts, {node_cols})
+    SELECT %(seen_node)s, ts, {node_values}
+    FROM unnest(%(ts)s::timestamptz[], {node_arrays}) AS u(ts, {node_cols})
+    {on_conflict}
+    RETURNING 1
+), dirty AS (
+    INSERT INTO telemetry_rollupdirty (gpu_ids, lo, hi, created_at)
+    SELECT %(gpu_ids)s::bigint[], %(lo)s::timestamptz, %(hi)s::timestamptz, now()
+    WHERE %(mark)s
+), seen AS ({seen})
+SELECT count(*) FROM node_rows
+"""
+_STORE_REST_FIRST, _STORE_REST_NEW = (
+    _STORE_REST.format(
+        node_cols=_NODE_COLS,
+        node_values=_NODE_VALUES,
+        node_arrays=_NODE_ARRAYS,
+        on_conflict=on_conflict,
+        seen=NODE_SEEN_UPDATE,
+    )
+    for on_conflict in ("", "ON CONFLICT DO NOTHING")
+)
 
 _ROLLUP_COLS = ", ".join(f"{m}_min, {m}_max, {m}_sum, {m}_cnt" for m in ROLLUP_METRICS)
 _ROLLUP_AGGS = ", ".join(f"min({m}), max({m}), sum({m}), count({m})" for m in ROLLUP_METRICS)
@@ -63,13 +116,6 @@ _ROLLUP_SET = ", ".join(
     f"{col} = excluded.{col}"
     for col in ["n", "energy_mj_min", "energy_mj_max", *_ROLLUP_COLS.split(", ")]
 )
-
-# Duplicates (a redelivered batch) take this path: ON CONFLICT DO NOTHING from a temp table.
-_MOVE_GPU_ROWS = f"""
-INSERT INTO telemetry_gpusample (gpu_id, ts, {_GPU_COLS})
-SELECT gpu_id, to_timestamp(ts), {_GPU_COLS} FROM vigil_ingest_gpu
-ON CONFLICT DO NOTHING
-"""
 
 # Recompute the rollup cells (gpu, minute) named by claimed RollupDirty rows from the raw
 # rows of those minutes: exact whatever was redelivered, and cheap because only changed
@@ -103,12 +149,6 @@ SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM upserted)
 _LOCK_ROLLUP = "SELECT pg_try_advisory_xact_lock(2, 0)"
 ROLLUP_CLAIM_LIMIT = 2000  # dirty rows (batches) per statement, to bound one transaction
 
-_MOVE_NODE_ROWS = f"""
-INSERT INTO telemetry_nodesample (node_id, ts, {_NODE_COLS})
-SELECT node_id, to_timestamp(ts), {_NODE_COLS} FROM vigil_ingest_node
-ON CONFLICT DO NOTHING
-"""
-
 
 @dataclass(frozen=True)
 class IngestResult:
@@ -124,6 +164,9 @@ class IngestResult:
 
 
 _EPOCH = date(1970, 1, 1)
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # binary timestamps count microseconds from it
+_MICROSECOND = timedelta(microseconds=1)
+_MINUTE = timedelta(minutes=1)
 _pk = itemgetter(0, 1)  # (gpu id, ts) of a GPU row
 
 
@@ -149,89 +192,140 @@ def samples_ingest(raw: str | bytes) -> IngestResult:
         partition_ensure("telemetry_gpurollup1m", day)
 
     stamps = {t: datetime.fromtimestamp(t, UTC) for t in times}
+    gpu_rows = [(gpu_ids[row[0]], stamps[row[1]]) + row[2:] for row in batch.samples]
     # In primary-key order (gpu, ts): each GPU's rows then land next to each other in the
     # index, which makes PostgreSQL's side of the COPY about a fifth cheaper than the
-    # time-major order a node samples in (the collector already sends this order).
-    gpu_rows = sorted(
-        [(gpu_ids[row[0]], stamps[row[1]]) + row[2:] for row in batch.samples], key=_pk
-    )
-    node_rows = [(node.id, stamps[row[0]]) + row[1:] for row in batch.node_samples]
+    # time-major order a node samples in. The collector already sends GPU-major order, so the
+    # sort (which costs as much as checking the whole order) is skipped when the first two
+    # rows are of one GPU: the order changes PostgreSQL's cost, never what is stored.
+    if len(gpu_rows) > 1 and gpu_rows[0][0] != gpu_rows[1][0]:
+        gpu_rows.sort(key=_pk)
     last = stamps[max(times)] if times else datetime.fromtimestamp(batch.sent_at, UTC)
-    dirty = None
+    rest = _rest_params(batch, node.id, stamps, last)
     if gpu_times:
-        dirty = (
-            sorted({gpu_ids[i] for i in {row[0] for row in batch.samples}}),
-            stamps[min(gpu_times)],
-            stamps[max(gpu_times)],
-        )
+        rest["gpu_ids"] = sorted({gpu_ids[i] for i in {row[0] for row in batch.samples}})
+        rest["lo"] = stamps[min(gpu_times)].replace(second=0, microsecond=0)
+        rest["hi"] = stamps[max(gpu_times)].replace(second=0, microsecond=0) + _MINUTE
     try:
-        # Common case, one transaction (one commit): COPY straight into the partitioned tables.
+        # Common case, one transaction (one commit): COPY straight into the partitioned table,
+        # then one statement for the rest.
         with transaction.atomic(), connection.cursor() as cur:
-            stored = _copy(cur, "telemetry_gpusample", "gpu_id", gpu_rows)
-            node_stored = _copy(cur, "telemetry_nodesample", "node_id", node_rows)
-            _rollup_mark(cur, dirty)
-            node_seen(node.id, last, batch.source)
+            stored = _copy(cur, _COPY_GPU_ROWS, gpu_rows)
+            node_stored = _store_rest(_STORE_REST_FIRST, rest, gpu_rows_stored=stored)
     except (IntegrityError, psycopg.errors.UniqueViolation):
         # Some rows were stored before (a redelivered or overlapping batch): the first
         # transaction rolled back whole; store only what is new.
         with transaction.atomic(), connection.cursor() as cur:
-            stored = _copy_new(cur, "gpu_id", gpu_rows)
-            node_stored = _copy_new(cur, "node_id", node_rows)
-            if stored:
-                _rollup_mark(cur, dirty)
-            node_seen(node.id, last, batch.source)
+            stored = _copy_new(cur, gpu_rows)
+            node_stored = _store_rest(_STORE_REST_NEW, rest, gpu_rows_stored=stored)
     return IngestResult(str(batch.batch_id), batch.node, len(batch.samples), stored, node_stored)
 
 
-def _copy(cur, table: str, key: str, rows: list[tuple]) -> int:
-    """Binary COPY of (id, ts, values...) rows into `table`; raises UniqueViolation on a
-    row that is already stored."""
+def _rest_params(batch: Batch, node_id: int, stamps: dict[float, datetime], last: datetime) -> dict:
+    """Parameters of _STORE_REST: the node samples as one array per column, and the node seen
+    at `last`; the caller adds the GPUs and minutes a RollupDirty row would name."""
+    return {
+        **_node_arrays(batch.node_samples, stamps),
+        "gpu_ids": None,
+        "lo": None,
+        "hi": None,
+        "seen_node": node_id,
+        "seen_at": last,
+        "seen_source": batch.source,
+    }
+
+
+class _Binary(bytes):
+    """A parameter already in PostgreSQL's binary form; a cast in the SQL names its type."""
+
+
+class _BinaryDumper(Dumper):
+    format = psycopg.pq.Format.BINARY
+    oid = 0  # unknown: the server takes the type from the cast
+
+    def dump(self, obj: _Binary) -> bytes:
+        return obj
+
+
+# Node samples go as PostgreSQL binary arrays (a header, then a length word and the big-endian
+# value per element), one struct.pack() per column: psycopg adapts a list element by element in
+# Python (about 1 us apiece), and a text array costs a repr() per float.
+_ARRAY_HEADER = ">iiiii"  # dimensions, has-nulls flag, element type, size, lower bound
+_ARRAY_ELEMENT = {  # SQL type: (element type, struct code, width)
+    name: (psycopg.postgres.types[name].oid, code, width)
+    for name, code, width in (("real", "f", 4), ("bigint", "q", 8), ("timestamptz", "q", 8))
+}
+_NAN = float("nan")
+
+
+def _node_arrays(rows: list[tuple], stamps: dict[float, datetime]) -> dict[str, _Binary]:
+    """The node rows (ts, values...) as one binary array per column, named as in the SQL."""
+    columns = list(zip(*rows, strict=True)) or [()] * (1 + len(NODE_FIELDS))
+    arrays = {
+        "ts": _binary_array(
+            "timestamptz", [(stamps[t] - _PG_EPOCH) // _MICROSECOND for t in columns[0]]
+        )
+    }
+    for metric, column in zip(NODE_FIELDS, columns[1:], strict=True):
+        if None in column:
+            missing = _NAN if metric.kind == "float" else -1
+            column = [missing if v is None else v for v in column]
+        arrays[metric.name] = _binary_array(_PG_TYPE[metric.kind], column)
+    return arrays
+
+
+def _binary_array(sql_type: str, values: Sequence[float | int]) -> _Binary:
+    """A PostgreSQL binary array of `sql_type` holding `values` (no NULL)."""
+    oid, code, width = _ARRAY_ELEMENT[sql_type]
+    if not values:
+        return _Binary(struct.pack(">iii", 0, 0, oid))
+    items = chain.from_iterable(zip(repeat(width), values))
+    layout = _ARRAY_HEADER + ("i" + code) * len(values)
+    try:
+        return _Binary(struct.pack(layout, 1, 0, oid, len(values), 1, *items))
+    except OverflowError:
+        # A float beyond real's range, which struct refuses: made infinity by C's cast, as
+        # the binary COPY of a GPU row makes it.
+        return _binary_array(sql_type, array(code, values).tolist())
+
+
+def _store_rest(sql: str, params: dict, *, gpu_rows_stored: int) -> int:
+    """Node samples, the RollupDirty row (only if GPU rows were stored), node seen, in the
+    caller's transaction; how many node samples were new."""
+    raw = connection.connection
+    # Prepared once per connection: planning this statement costs PostgreSQL more than running
+    # it. Django turns psycopg's preparing off for the connection (prepare_threshold None);
+    # this statement turns it on for itself only.
+    threshold, raw.prepare_threshold = raw.prepare_threshold, 0
+    try:
+        with psycopg.Cursor(raw) as cur:  # server-side binding: binary parameters
+            cur.adapters.register_dumper(_Binary, _BinaryDumper)
+            cur.execute(sql, {**params, "mark": gpu_rows_stored > 0}, prepare=True)
+            return cur.fetchone()[0]
+    finally:
+        raw.prepare_threshold = threshold
+
+
+def _copy(cur, sql: str, rows: list[tuple]) -> int:
+    """Binary COPY of GPU rows (gpu id, ts, values...); raises UniqueViolation on a row that
+    is already stored."""
     if not rows:
         return 0
-    names = GPU_FIELD_NAMES if key == "gpu_id" else NODE_FIELD_NAMES
-    types = _GPU_COPY_TYPES if key == "gpu_id" else _NODE_COPY_TYPES
-    with cur.copy(
-        f"COPY {table} ({key}, ts, {', '.join(names)}) FROM STDIN (FORMAT BINARY)"
-    ) as copy:
-        copy.set_types(["int8", "timestamptz", *types[2:]])
+    with cur.copy(sql) as copy:
+        copy.set_types(_GPU_COPY_TYPES)
         for row in rows:
             copy.write_row(row)
     return len(rows)
 
 
-def _copy_new(cur, key: str, rows: list[tuple]) -> int:
-    """Store only the rows not stored yet (temp table, ON CONFLICT DO NOTHING); how many."""
+def _copy_new(cur, rows: list[tuple]) -> int:
+    """Store only the GPU rows not stored yet (temp table, ON CONFLICT DO NOTHING); how many."""
     if not rows:
         return 0
-    names = GPU_FIELD_NAMES if key == "gpu_id" else NODE_FIELD_NAMES
-    types = _GPU_COPY_TYPES if key == "gpu_id" else _NODE_COPY_TYPES
-    temp = "vigil_ingest_gpu" if key == "gpu_id" else "vigil_ingest_node"
-    cur.execute(_TEMP_TABLES)
-    with cur.copy(
-        f"COPY {temp} ({key}, ts, {', '.join(names)}) FROM STDIN (FORMAT BINARY)"
-    ) as copy:
-        copy.set_types(types)
-        for row in rows:
-            copy.write_row((row[0], row[1].timestamp(), *row[2:]))
-    cur.execute(_MOVE_GPU_ROWS if key == "gpu_id" else _MOVE_NODE_ROWS)
+    cur.execute(_TEMP_GPU_ROWS)
+    _copy(cur, _COPY_TEMP_GPU_ROWS, rows)
+    cur.execute(_MOVE_GPU_ROWS)
     return cur.rowcount
-
-
-def _rollup_mark(cur, dirty: tuple[list[int], datetime, datetime] | None) -> None:
-    """Name the GPUs and minutes (GPU ids, first and last sample time) a batch touched, for
-    the next rollup refresh."""
-    if dirty is None:
-        return
-    gpu_ids, first, last = dirty
-    cur.execute(
-        "INSERT INTO telemetry_rollupdirty (gpu_ids, lo, hi, created_at) "
-        "VALUES (%s, %s, %s, now())",
-        [
-            gpu_ids,
-            first.replace(second=0, microsecond=0),
-            last.replace(second=0, microsecond=0) + timedelta(minutes=1),
-        ],
-    )
 
 
 def rollups_refresh(max_rounds: int = 50) -> tuple[int, int]:
