@@ -201,11 +201,7 @@ def samples_ingest(raw: str | bytes) -> IngestResult:
     if len(gpu_rows) > 1 and gpu_rows[0][0] != gpu_rows[1][0]:
         gpu_rows.sort(key=_pk)
     last = stamps[max(times)] if times else datetime.fromtimestamp(batch.sent_at, UTC)
-    rest = _rest_params(batch, node.id, stamps, last)
-    if gpu_times:
-        rest["gpu_ids"] = sorted({gpu_ids[i] for i in {row[0] for row in batch.samples}})
-        rest["lo"] = stamps[min(gpu_times)].replace(second=0, microsecond=0)
-        rest["hi"] = stamps[max(gpu_times)].replace(second=0, microsecond=0) + _MINUTE
+    rest = _rest_params(batch, node.id, gpu_ids, gpu_times, stamps, last)
     try:
         # Common case, one transaction (one commit): COPY straight into the partitioned table,
         # then one statement for the rest.
@@ -221,14 +217,26 @@ def samples_ingest(raw: str | bytes) -> IngestResult:
     return IngestResult(str(batch.batch_id), batch.node, len(batch.samples), stored, node_stored)
 
 
-def _rest_params(batch: Batch, node_id: int, stamps: dict[float, datetime], last: datetime) -> dict:
-    """Parameters of _STORE_REST: the node samples as one array per column, and the node seen
-    at `last`; the caller adds the GPUs and minutes a RollupDirty row would name."""
+def _rest_params(
+    batch: Batch,
+    node_id: int,
+    gpu_ids: dict[int, int],
+    gpu_times: set[float],
+    stamps: dict[float, datetime],
+    last: datetime,
+) -> dict:
+    """Parameters of _STORE_REST: the node samples as one array per column, the GPUs and
+    minutes a RollupDirty row names (None without GPU samples), and the node seen at `last`."""
+    dirty = {"gpu_ids": None, "lo": None, "hi": None}
+    if gpu_times:
+        dirty = {
+            "gpu_ids": sorted({gpu_ids[i] for i in {row[0] for row in batch.samples}}),
+            "lo": stamps[min(gpu_times)].replace(second=0, microsecond=0),
+            "hi": stamps[max(gpu_times)].replace(second=0, microsecond=0) + _MINUTE,
+        }
     return {
         **_node_arrays(batch.node_samples, stamps),
-        "gpu_ids": None,
-        "lo": None,
-        "hi": None,
+        **dirty,
         "seen_node": node_id,
         "seen_at": last,
         "seen_source": batch.source,
