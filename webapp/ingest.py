@@ -4,7 +4,9 @@ events) or must not lose its work when PostgreSQL restarts.
 Acknowledged late and rejected on worker loss (a killed worker's task is redelivered), and
 retried with backoff, forever, while the database is unreachable (the batch is never
 dropped). A batch that fails validation or authentication is refused whole: recorded in
-RejectedBatch, logged, and acknowledged.
+RejectedBatch, logged, and acknowledged. A batch given by its outbox reference that cannot be
+read (Redis failing under the worker) fails the task; its outbox entry stays, and the beat
+task re-publishes it (webapp/outbox.py).
 """
 
 from __future__ import annotations
