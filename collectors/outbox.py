@@ -7,7 +7,8 @@ closes that hole at the application level, and it carries the batch itself, so t
 crosses Redis once instead of in every copy of the message:
 
 1. the collector stores the batch (Zstandard level 1) in the hash `vigil:outbox` under its batch
-   id, and the publish time in the sorted set `vigil:outbox:since`, in one transaction;
+   id, and "<task>\n<batch id>" with the publish time in the sorted set
+   `vigil:outbox:since`, in one transaction;
 2. it publishes the task with a reference, `outbox:<batch id>`, as the only argument: a
    message of a few hundred bytes, where the batch text would be about 100 KB in every copy
    (the queue, kombu's unacknowledged record, each redelivery);
@@ -15,7 +16,7 @@ crosses Redis once instead of in every copy of the message:
    finished (stored, or refused for good). A reference whose entry is gone was finished
    before (a redelivery after success) and is a no-op;
 4. a beat task re-publishes the references of entries older than the broker's visibility
-   timeout plus a margin. A batch re-published after it was stored is a no-op (natural keys),
+   timeout plus a margin, reading only the sorted set (never a payload). A batch re-published after it was stored is a no-op (natural keys),
    so at-least-once becomes "nothing the broker accepted is lost".
 
 Only for Redis brokers; with RabbitMQ (real consumer acknowledgements) there is no outbox and
@@ -37,8 +38,8 @@ if sys.version_info >= (3, 14):
 else:
     from backports import zstd
 
-OUTBOX_KEY = "vigil:outbox"  # batch id -> b"<task>\n" + zstd(batch JSON text)
-SINCE_KEY = "vigil:outbox:since"  # batch id -> when it was last (re)published, epoch s
+OUTBOX_KEY = "vigil:outbox"  # batch id -> zstd(batch JSON text)
+SINCE_KEY = "vigil:outbox:since"  # "<task>\n<batch id>" -> when last (re)published, epoch s
 REFERENCE_PREFIX = "outbox:"
 
 # The collector writes "batch_id" among the first keys; a regex over the head of the text is
@@ -77,26 +78,22 @@ def client_for(broker_url: str) -> redis.Redis | None:
 def outbox_put(client: redis.Redis, batch_id: str, task: str, text: str) -> None:
     """Store a batch for `task`. Zstandard level 1 makes a 92 KB batch 20 KB in 0.4 ms and
     gives it back in 0.2 ms (zlib level 1: 26 KB, 1.0 and 0.45 ms)."""
-    entry = task.encode() + b"\n" + zstd.compress(text.encode(), level=1)
     pipe = client.pipeline(transaction=True)
-    pipe.hset(OUTBOX_KEY, batch_id, entry)
-    pipe.zadd(SINCE_KEY, {batch_id: time.time()})
+    pipe.hset(OUTBOX_KEY, batch_id, zstd.compress(text.encode(), level=1))
+    pipe.zadd(SINCE_KEY, {_since_member(task, batch_id): time.time()})
     pipe.execute()
 
 
-def outbox_get(client: redis.Redis, batch_id: str) -> tuple[str, str] | None:
-    """(task, batch JSON text) stored under `batch_id`, or None if there is no entry."""
-    entry = client.hget(OUTBOX_KEY, batch_id)
-    if entry is None:
-        return None
-    task, _, packed = entry.partition(b"\n")
-    return task.decode(), zstd.decompress(packed).decode()
+def outbox_get(client: redis.Redis, batch_id: str) -> str | None:
+    """The batch JSON text stored under `batch_id`, or None if there is no entry."""
+    packed = client.hget(OUTBOX_KEY, batch_id)
+    return None if packed is None else zstd.decompress(packed).decode()
 
 
-def outbox_done(client: redis.Redis, batch_id: str) -> None:
+def outbox_done(client: redis.Redis, batch_id: str, task: str) -> None:
     pipe = client.pipeline(transaction=True)
     pipe.hdel(OUTBOX_KEY, batch_id)
-    pipe.zrem(SINCE_KEY, batch_id)
+    pipe.zrem(SINCE_KEY, _since_member(task, batch_id))
     pipe.execute()
 
 
@@ -104,20 +101,19 @@ def outbox_due(
     client: redis.Redis, older_than_s: float, now: float | None = None, limit: int = 10_000
 ) -> list[tuple[str, str]]:
     """(batch id, task) of up to `limit` entries last published more than `older_than_s` ago,
-    oldest first. Restarts their clock: the caller re-publishes them now."""
+    oldest first. Restarts their clock: the caller re-publishes them now. An entry finished
+    meanwhile stays finished (a reference without an entry is a no-op for the worker)."""
     now = time.time() if now is None else now
-    ids = [
-        i.decode()
-        for i in client.zrangebyscore(SINCE_KEY, "-inf", now - older_than_s, start=0, num=limit)
-    ]
-    if not ids:
+    members = client.zrangebyscore(SINCE_KEY, "-inf", now - older_than_s, start=0, num=limit)
+    if not members:
         return []
+    client.zadd(SINCE_KEY, dict.fromkeys(members, now), xx=True)
     due = []
-    for batch_id, entry in zip(ids, client.hmget(OUTBOX_KEY, ids), strict=True):
-        if entry is None:  # finished between the two reads
-            client.zrem(SINCE_KEY, batch_id)
-            continue
-        due.append((batch_id, entry.partition(b"\n")[0].decode()))
-    if due:
-        client.zadd(SINCE_KEY, {batch_id: now for batch_id, _ in due}, xx=True)
+    for member in members:
+        task, _, batch_id = member.decode().partition("\n")
+        due.append((batch_id, task))
     return due
+
+
+def _since_member(task: str, batch_id: str) -> str:
+    return f"{task}\n{batch_id}"

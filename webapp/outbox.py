@@ -35,8 +35,7 @@ def batch_text(arg: str) -> str | None:
     client = _client()
     if client is None:
         raise RuntimeError(f"{arg!r} refers to the outbox, but the broker is not Redis")
-    entry = outbox.outbox_get(client, batch_id)
-    return None if entry is None else entry[1]
+    return outbox.outbox_get(client, batch_id)
 
 
 @task_postrun.connect
@@ -54,7 +53,7 @@ def _batch_finished(sender=None, args=None, state=None, **kwargs) -> None:
     if batch_id is None:
         return
     try:
-        outbox.outbox_done(client, batch_id)
+        outbox.outbox_done(client, batch_id, sender.name)
     except redis.RedisError as exc:
         # The entry stays; the redelivery finds the batch stored and changes nothing.
         log.warning("outbox entry of batch %s not cleared: %s", batch_id, exc)

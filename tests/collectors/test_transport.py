@@ -27,9 +27,7 @@ def queued(server, resolve: bool = True) -> list[tuple[str, list]]:
         args, _kwargs, _embed = json.loads(body)
         batch_id = outbox.reference_id(args[0])
         if resolve and batch_id is not None:
-            task, text = outbox.outbox_get(client, batch_id)
-            assert task == message["headers"]["task"]
-            args = [text]
+            args = [outbox.outbox_get(client, batch_id)]
         out.append((message["headers"]["task"], args))
     return out
 
