@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Collection
 from urllib.parse import urlsplit
 
 import redis
@@ -90,10 +91,21 @@ def outbox_get(client: redis.Redis, batch_id: str) -> str | None:
     return None if packed is None else zstd.decompress(packed).decode()
 
 
-def outbox_done(client: redis.Redis, batch_id: str, task: str) -> None:
+def outbox_get_many(client: redis.Redis, batch_ids: list[str]) -> list[str | None]:
+    """`outbox_get` of several batches in one round trip, in the order asked."""
+    if not batch_ids:
+        return []
+    packed = client.hmget(OUTBOX_KEY, batch_ids)
+    return [None if p is None else zstd.decompress(p).decode() for p in packed]
+
+
+def outbox_done(client: redis.Redis, task: str, batch_ids: Collection[str]) -> None:
+    """Remove the entries of finished batches of `task`, all in one transaction."""
+    if not batch_ids:
+        return
     pipe = client.pipeline(transaction=True)
-    pipe.hdel(OUTBOX_KEY, batch_id)
-    pipe.zrem(SINCE_KEY, _since_member(task, batch_id))
+    pipe.hdel(OUTBOX_KEY, *batch_ids)
+    pipe.zrem(SINCE_KEY, *(_since_member(task, batch_id) for batch_id in batch_ids))
     pipe.execute()
 
 

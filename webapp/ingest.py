@@ -16,6 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+import redis
+from celery.utils.time import get_exponential_backoff_interval
 from django.db import InterfaceError, OperationalError, connection
 
 from collectors.schema import BatchError
@@ -42,16 +44,20 @@ DURABLE_TASK: dict[str, Any] = {
 
 def db_down(task) -> None:
     """Before a retry: drop the dead connection so the retry opens a new one."""
-    from webapp.telemetry.partitions import known_forget
-
-    connection.close_if_unusable_or_obsolete()
-    connection.close()
-    known_forget()  # partitions made in a transaction that never committed
+    _db_forget()
     log.warning(
         "database unavailable; %s will be retried (attempt %s)",
         task.name,
         task.request.retries + 1,
     )
+
+
+def _db_forget() -> None:
+    from webapp.telemetry.partitions import known_forget
+
+    connection.close_if_unusable_or_obsolete()
+    connection.close()
+    known_forget()  # partitions made in a transaction that never committed
 
 
 def batch_run(task, arg: str, ingest: Callable[[str], dict]) -> dict:
@@ -73,3 +79,54 @@ def batch_run(task, arg: str, ingest: Callable[[str], dict]) -> dict:
     except DB_DOWN:
         db_down(task)
         raise
+
+
+def batches_run(task, requests: list, ingest_many: Callable[[list[str]], list]) -> None:
+    """The policy above for a task that takes its calls several at a time (celery-batches:
+    `requests` are the buffered calls, each with the batch text or its outbox reference as
+    its one argument). `ingest_many(texts)` stores the valid batches together and returns, in
+    order, what became of each: a result, or the BatchError / AuthError that refused it.
+
+    celery-batches acknowledges every request once this returns, whatever happened, so the
+    policy cannot leave a message unacknowledged to have it redelivered. Instead:
+    - database unreachable: each batch is published again with the task's backoff and its
+      retry count, as Celery's own retry does, and its outbox entry stays;
+    - Redis cannot be read: the outbox entries stay, and the beat task re-publishes them;
+    - a killed worker never returns here: its unacknowledged messages come back.
+    """
+    from webapp.outbox import batch_texts, batches_finished
+    from webapp.telemetry.services import batch_reject
+
+    args = [request.args[0] for request in requests]
+    try:
+        texts = batch_texts(args)
+    except redis.RedisError as exc:
+        log.warning(
+            "%s: %d batch(es) not read (%s); the outbox keeps them", task.name, len(args), exc
+        )
+        return
+    todo = [i for i, text in enumerate(texts) if text is not None]
+    for i in set(range(len(args))) - set(todo):
+        # Its outbox entry is gone: the batch was finished, and this is a redelivery.
+        log.info("%s: %s was finished before; nothing to do", task.name, args[i])
+    try:
+        outcomes = ingest_many([texts[i] for i in todo])
+        for i, outcome in zip(todo, outcomes, strict=True):
+            if isinstance(outcome, BatchError | AuthError):
+                batch_reject(texts[i], outcome)
+    except DB_DOWN:
+        _db_forget()
+        for i in todo:
+            retries = requests[i].request_dict.get("retries", 0)
+            countdown = get_exponential_backoff_interval(
+                DURABLE_TASK["retry_backoff"],
+                retries,
+                DURABLE_TASK["retry_backoff_max"],
+                DURABLE_TASK["retry_jitter"],
+            )
+            task.apply_async(args=[args[i]], countdown=countdown, retries=retries + 1)
+        log.warning(
+            "database unavailable; %d batch(es) of %s will be retried", len(todo), task.name
+        )
+        return
+    batches_finished(task.name, [args[i] for i in todo])

@@ -12,12 +12,12 @@ from celery.signals import task_postrun
 from django.conf import settings
 
 from collectors import outbox
-from collectors.schema import INGEST_QUEUE, INGEST_TASK, JOB_EVENTS_TASK, NODE_EVENTS_TASK
+from collectors.schema import INGEST_QUEUE, JOB_EVENTS_TASK, NODE_EVENTS_TASK
 
 log = logging.getLogger("vigil.ingest")
 
 # Tasks whose single argument is a wire batch that may have an outbox entry.
-BATCH_TASKS = frozenset({INGEST_TASK, JOB_EVENTS_TASK, NODE_EVENTS_TASK})
+BATCH_TASKS = frozenset({JOB_EVENTS_TASK, NODE_EVENTS_TASK})
 
 
 @cache
@@ -29,34 +29,54 @@ def _client() -> redis.Redis | None:
 def batch_text(arg: str) -> str | None:
     """The batch JSON text a batch task was given: `arg` itself, or the outbox entry `arg`
     refers to; None for a reference whose entry is gone (the batch was finished before)."""
-    batch_id = outbox.reference_id(arg)
-    if batch_id is None:
-        return arg
+    return batch_texts([arg])[0]
+
+
+def batch_texts(args: list[str]) -> list[str | None]:
+    """`batch_text` of several task arguments, with one Redis round trip for all references.
+    Raises redis.RedisError when Redis cannot be read (the entries stay)."""
+    ids = {i: batch_id for i, arg in enumerate(args) if (batch_id := outbox.reference_id(arg))}
+    if not ids:
+        return list(args)
     client = _client()
     if client is None:
-        raise RuntimeError(f"{arg!r} refers to the outbox, but the broker is not Redis")
-    return outbox.outbox_get(client, batch_id)
+        raise RuntimeError(
+            f"{args[next(iter(ids))]!r} refers to the outbox, but the broker is not Redis"
+        )
+    found = dict(zip(ids, outbox.outbox_get_many(client, list(ids.values())), strict=True))
+    return [found.get(i, arg) for i, arg in enumerate(args)]
+
+
+def batches_finished(task: str, args: list[str]) -> None:
+    """Batches of `task` were finished (stored, or refused for good): their outbox entries
+    can go. A failure to say so is only logged: the entry stays, and its redelivery finds the
+    batch stored and changes nothing."""
+    client = _client()
+    if client is None:
+        return
+    ids = [
+        batch_id
+        for arg in args
+        if (batch_id := outbox.reference_id(arg) or outbox.batch_id_of(arg))
+    ]
+    try:
+        outbox.outbox_done(client, task, ids)
+    except redis.RedisError as exc:
+        log.warning("outbox entries of %d batch(es) not cleared: %s", len(ids), exc)
 
 
 @task_postrun.connect
 def _batch_finished(sender=None, args=None, state=None, **kwargs) -> None:
-    """A batch task returned (stored, or refused for good): its outbox entry can go.
+    """A single-batch task returned (stored, or refused for good): its outbox entry can go.
 
     A task that will be retried (state RETRY) keeps its entry until the retry finishes.
+    GPU sample batches are buffered several to a call (webapp/telemetry/tasks.py), whose
+    policy clears their entries itself.
     """
     if sender is None or sender.name not in BATCH_TASKS or state != "SUCCESS" or not args:
         return
-    client = _client()
-    if client is None:
-        return
-    batch_id = outbox.reference_id(args[0]) or outbox.batch_id_of(args[0])
-    if batch_id is None:
-        return
-    try:
-        outbox.outbox_done(client, batch_id, sender.name)
-    except redis.RedisError as exc:
-        # The entry stays; the redelivery finds the batch stored and changes nothing.
-        log.warning("outbox entry of batch %s not cleared: %s", batch_id, exc)
+    if isinstance(args[0], str):
+        batches_finished(sender.name, [args[0]])
 
 
 def outbox_redeliver(older_than_s: float | None = None) -> int:

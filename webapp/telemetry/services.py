@@ -1,13 +1,14 @@
 """Ingest: validate a wire batch, write it with binary COPY, keep the 1-minute rollup current.
 
-The path per batch, in one transaction:
-  1. binary COPY of the GPU rows straight into the day-partitioned `telemetry_gpusample`
-     (psycopg 3 `cursor.copy`). If any row is already stored (a redelivered batch; the natural
-     key is gpu + ts), the transaction is rolled back and the rows go through a temp table
-     with ON CONFLICT DO NOTHING, so a redelivery adds nothing;
-  2. one prepared statement for the rest: the node samples (natural key node + ts; the retry
-     of a redelivered batch skips stored ones), one `RollupDirty` row naming the GPUs and
-     minutes that changed, and the node marked seen.
+The path of a group of batches (a worker takes several at a time), in one transaction:
+  1. one binary COPY of all their GPU rows straight into the day-partitioned
+     `telemetry_gpusample` (psycopg 3 `cursor.copy`). If any row is already stored (a
+     redelivered batch; the natural key is gpu + ts), the transaction is rolled back and each
+     batch goes again alone, its rows through a temp table with ON CONFLICT DO NOTHING, so a
+     redelivery adds nothing;
+  2. per batch, one prepared statement for the rest: the node samples (natural key node +
+     ts; the retry of a redelivered batch skips stored ones), one `RollupDirty` row naming
+     the GPUs and minutes that changed, and the node marked seen.
 `rollups_refresh` (a beat task, every 15 s) then recomputes exactly those rollup cells in
 bulk, which costs far less than folding every batch into the rollup on the hot path.
 A batch that fails validation or authentication is refused whole and logged in RejectedBatch.
@@ -170,8 +171,41 @@ _MINUTE = timedelta(minutes=1)
 _pk = itemgetter(0, 1)  # (gpu id, ts) of a GPU row
 
 
+@dataclass(frozen=True)
+class _Ready:
+    """A validated batch, made ready to store: its GPU rows for COPY and the rest's params."""
+
+    batch_id: str
+    node: str
+    gpu_rows: list[tuple]
+    rest: dict
+
+
 def samples_ingest(raw: str | bytes) -> IngestResult:
     """Validate and store one wire batch. Raises BatchError or AuthError to refuse it whole."""
+    return _store([_ready(raw)])[0]
+
+
+def samples_ingest_many(raws: Sequence[str | bytes]) -> list[IngestResult | BatchError | AuthError]:
+    """Validate several wire batches and store the valid ones together: one transaction and
+    one COPY for all their GPU rows, which costs far less per batch than one each (a round
+    trip to PostgreSQL per statement, a commit per batch). In order, what became of each
+    batch: its result, or the error that refused it (the caller records refusals)."""
+    outcomes: list[IngestResult | BatchError | AuthError | None] = []
+    ready: list[_Ready] = []
+    for raw in raws:
+        try:
+            ready.append(_ready(raw))
+            outcomes.append(None)
+        except (BatchError, AuthError) as exc:
+            outcomes.append(exc)
+    results = iter(_store(ready))
+    return [next(results) if outcome is None else outcome for outcome in outcomes]
+
+
+def _ready(raw: str | bytes) -> _Ready:
+    """Validate and authenticate a batch, register its GPUs and partitions, and build what
+    _store writes. Raises BatchError or AuthError to refuse it whole."""
     batch = parse_batch(raw, max_future_s=settings.VIGIL_MAX_FUTURE_SKEW_S)
     node = node_authenticate(batch.cluster, batch.node, batch.token)
     # Per-batch work runs over the distinct timestamps (all GPUs of a node share each one),
@@ -202,19 +236,37 @@ def samples_ingest(raw: str | bytes) -> IngestResult:
         gpu_rows.sort(key=_pk)
     last = stamps[max(times)] if times else datetime.fromtimestamp(batch.sent_at, UTC)
     rest = _rest_params(batch, node.id, gpu_ids, gpu_times, stamps, last)
+    return _Ready(str(batch.batch_id), batch.node, gpu_rows, rest)
+
+
+def _store(ready: list[_Ready]) -> list[IngestResult]:
+    """Store ready batches; their results in order."""
+    if not ready:
+        return []
     try:
-        # Common case, one transaction (one commit): COPY straight into the partitioned table,
-        # then one statement for the rest.
+        # Common case, one transaction (one commit): one COPY of every batch's GPU rows
+        # straight into the partitioned table, then one statement per batch for the rest.
         with transaction.atomic(), connection.cursor() as cur:
-            stored = _copy(cur, _COPY_GPU_ROWS, gpu_rows)
-            node_stored = _store_rest(_STORE_REST_FIRST, rest, gpu_rows_stored=stored)
+            _copy(cur, _COPY_GPU_ROWS, [row for r in ready for row in r.gpu_rows])
+            return [
+                _result(r, len(r.gpu_rows), _store_rest(_STORE_REST_FIRST, r.rest, len(r.gpu_rows)))
+                for r in ready
+            ]
     except (IntegrityError, psycopg.errors.UniqueViolation):
-        # Some rows were stored before (a redelivered or overlapping batch): the first
-        # transaction rolled back whole; store only what is new.
+        pass
+    # Some rows were stored before (a redelivered or overlapping batch, or one batch twice
+    # in this group): the transaction rolled back whole; each batch now stores only what is
+    # new, in its own transaction, so a later batch sees what an earlier one stored.
+    results = []
+    for r in ready:
         with transaction.atomic(), connection.cursor() as cur:
-            stored = _copy_new(cur, gpu_rows)
-            node_stored = _store_rest(_STORE_REST_NEW, rest, gpu_rows_stored=stored)
-    return IngestResult(str(batch.batch_id), batch.node, len(batch.samples), stored, node_stored)
+            stored = _copy_new(cur, r.gpu_rows)
+            results.append(_result(r, stored, _store_rest(_STORE_REST_NEW, r.rest, stored)))
+    return results
+
+
+def _result(ready: _Ready, stored: int, node_stored: int) -> IngestResult:
+    return IngestResult(ready.batch_id, ready.node, len(ready.gpu_rows), stored, node_stored)
 
 
 def _rest_params(
@@ -297,7 +349,7 @@ def _binary_array(sql_type: str, values: Sequence[float | int]) -> _Binary:
         return _binary_array(sql_type, array(code, values).tolist())
 
 
-def _store_rest(sql: str, params: dict, *, gpu_rows_stored: int) -> int:
+def _store_rest(sql: str, params: dict, gpu_rows_stored: int) -> int:
     """Node samples, the RollupDirty row (only if GPU rows were stored), node seen, in the
     caller's transaction; how many node samples were new."""
     raw = connection.connection

@@ -3,23 +3,34 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery_batches import Batches
+from django.conf import settings
 
 from collectors.schema import INGEST_TASK
-from webapp.ingest import DURABLE_TASK, batch_run
+from webapp.ingest import batches_run
 from webapp.outbox import outbox_redeliver
 from webapp.telemetry.partitions import partitions_maintain
-from webapp.telemetry.services import rollups_refresh, samples_ingest
+from webapp.telemetry.services import rollups_refresh, samples_ingest_many
 
 
-@shared_task(name=INGEST_TASK, **DURABLE_TASK)
-def ingest_batch(self, raw: str) -> dict:
-    """Store one collector batch (wire schema v1, JSON text); refuse it whole if invalid."""
+@shared_task(
+    name=INGEST_TASK,
+    base=Batches,
+    bind=True,
+    acks_late=True,
+    ignore_result=True,
+    flush_every=settings.VIGIL_INGEST_GROUP,
+    flush_interval=settings.VIGIL_INGEST_GROUP_WAIT_S,
+)
+def ingest_batch(self, requests: list) -> None:
+    """Store collector batches (wire schema v1: each call's one argument is the JSON text or
+    its outbox reference); refuse each invalid one whole.
 
-    def store(text: str) -> dict:
-        result = samples_ingest(text)
-        return {"stored": result.samples_stored, "duplicates": result.duplicates}
-
-    return batch_run(self, raw, store)
+    Calls are taken several at a time (celery-batches): up to VIGIL_INGEST_GROUP waiting
+    calls, or what has come within VIGIL_INGEST_GROUP_WAIT_S, go to PostgreSQL in one
+    transaction. Publishers still send one task per batch, by name.
+    """
+    batches_run(self, requests, samples_ingest_many)
 
 
 @shared_task(name="vigil.telemetry.maintain_partitions", ignore_result=True)
