@@ -5,7 +5,8 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY webapp ./webapp
 COPY collectors ./collectors
-RUN pip install .
+# celery-batches declares celery<5.7 (it predates 5.7); see pyproject.toml.
+RUN pip install . && pip install --no-deps 'celery-batches==0.11'
 COPY manage.py ./
 COPY templates ./templates
 COPY static ./static

@@ -10,6 +10,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	# celery-batches declares celery<5.7 (it predates 5.7); see pyproject.toml.
+	$(PY) -m pip install -q --no-deps 'celery-batches==0.11'
 	touch $(STAMP)
 
 install: $(STAMP)

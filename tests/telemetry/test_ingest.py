@@ -21,7 +21,12 @@ from webapp.telemetry.models import (
     RejectedBatch,
     RollupDirty,
 )
-from webapp.telemetry.services import batch_reject, rollups_refresh, samples_ingest
+from webapp.telemetry.services import (
+    batch_reject,
+    rollups_refresh,
+    samples_ingest,
+    samples_ingest_many,
+)
 
 
 def _count(table: str) -> int:
@@ -68,6 +73,52 @@ def test_same_batch_twice_is_stored_once(node_token):
 
     assert first.samples_stored == 40
     assert second.samples_stored == 0 and second.duplicates == 40
+    assert GpuSample.objects.count() == 40
+    assert NodeSample.objects.count() == 5
+    rollups_refresh()
+    assert sum(GpuRollup1m.objects.values_list("n", flat=True)) == 40
+
+
+def test_batches_stored_together_each_keep_their_own_outcome(node_token):
+    """A worker stores the batches it has taken in one transaction: a refused one refuses
+    only itself, and the rest are stored whole, with their rollup marks."""
+    cluster, node, token = node_token
+    t0 = time.time() - 600
+    first = make_batch(cluster, node, token, t0=t0, intervals=2)
+    wrong_token = make_batch(cluster, node, "wrong-token-" + "x" * 30, t0=t0 + 20, intervals=2)
+    malformed = make_batch(cluster, node, token, t0=t0 + 40, intervals=2)
+    malformed["samples"][0][2] = "busy"
+    last = make_batch(cluster, node, token, t0=t0 + 60, intervals=3)
+
+    outcomes = samples_ingest_many([json.dumps(b) for b in (first, wrong_token, malformed, last)])
+
+    assert [type(o).__name__ for o in outcomes] == [
+        "IngestResult",
+        "AuthError",
+        "BatchError",
+        "IngestResult",
+    ]
+    assert outcomes[0].batch_id == first["batch_id"] and outcomes[0].samples_stored == 16
+    assert outcomes[3].batch_id == last["batch_id"] and outcomes[3].samples_stored == 24
+    assert (outcomes[1].reason, outcomes[2].reason) == ("bad_token", "malformed")
+    assert GpuSample.objects.count() == 40
+    assert NodeSample.objects.count() == 5
+    rollups_refresh()
+    assert sum(GpuRollup1m.objects.values_list("n", flat=True)) == 40
+
+
+def test_a_batch_twice_in_one_group_is_stored_once(node_token):
+    """A redelivered batch can meet its first copy in the same group: the group's COPY fails
+    on the duplicate, and each batch then stores only what is new."""
+    cluster, node, token = node_token
+    t0 = time.time() - 600
+    raw = json.dumps(make_batch(cluster, node, token, t0=t0, intervals=3))
+    other = json.dumps(make_batch(cluster, node, token, t0=t0 + 30, intervals=2))
+
+    first, again, later = samples_ingest_many([raw, raw, other])
+
+    assert (first.samples_stored, again.samples_stored, later.samples_stored) == (24, 0, 16)
+    assert again.duplicates == 24 and again.node_samples_stored == 0
     assert GpuSample.objects.count() == 40
     assert NodeSample.objects.count() == 5
     rollups_refresh()

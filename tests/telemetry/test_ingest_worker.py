@@ -96,6 +96,32 @@ def test_invalid_batch_is_rejected_and_worker_keeps_going(committed_node_token, 
     assert "rejected batch" in worker.log()
 
 
+def test_a_backlog_is_stored_in_groups_with_refusals_and_redeliveries_sorted_out(
+    committed_node_token, worker_factory, broker
+):
+    """Batches waiting when a worker starts are taken several at a time: refused ones are
+    recorded, a batch sent twice is stored once, and every outbox entry is cleared."""
+    from webapp.telemetry.models import RejectedBatch
+
+    cluster, node, token = committed_node_token
+    batches = many_batches(committed_node_token, 12, intervals=3)
+    for i, b in enumerate(batches):
+        publish(b)
+        if i == 4:
+            publish(b)  # the same batch again, as a broker redelivery would
+        if i in (2, 7):
+            publish(make_batch(cluster, node, "wrong-token-" + "x" * 30, t0=b["sent_at"]))
+    assert broker.llen("ingest") == 15
+
+    worker_factory()
+    wait_for(lambda: broker.llen("ingest") == 0 and broker.hlen("unacked") == 0, timeout=60)
+    wait_for(lambda: RejectedBatch.objects.count() == 2)
+    assert stored_samples() == distinct_samples() == 12 * 24
+    assert rollup_total() == 12 * 24
+    assert set(RejectedBatch.objects.values_list("reason", flat=True)) == {"bad_token"}
+    wait_for(lambda: broker.hlen(OUTBOX_KEY) == 0)
+
+
 def test_sigkilled_worker_loses_nothing_and_duplicates_nothing(
     committed_node_token, worker_factory, broker
 ):
