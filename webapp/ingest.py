@@ -7,6 +7,9 @@ dropped). A batch that fails validation or authentication is refused whole: reco
 RejectedBatch, logged, and acknowledged. A batch given by its outbox reference that cannot be
 read (Redis failing under the worker) fails the task; its outbox entry stays, and the beat
 task re-publishes it (webapp/outbox.py).
+
+GPU sample batches, the bulk of the traffic, are taken several at a time and stored in one
+transaction (`batches_run`); the policy is the same, carried out per batch.
 """
 
 from __future__ import annotations
@@ -105,10 +108,13 @@ def batches_run(task, requests: list, ingest_many: Callable[[list[str]], list]) 
             "%s: %d batch(es) not read (%s); the outbox keeps them", task.name, len(args), exc
         )
         return
-    todo = [i for i, text in enumerate(texts) if text is not None]
-    for i in set(range(len(args))) - set(todo):
-        # Its outbox entry is gone: the batch was finished, and this is a redelivery.
-        log.info("%s: %s was finished before; nothing to do", task.name, args[i])
+    todo = []
+    for i, text in enumerate(texts):
+        if text is None:
+            # Its outbox entry is gone: the batch was finished, and this is a redelivery.
+            log.info("%s: %s was finished before; nothing to do", task.name, args[i])
+        else:
+            todo.append(i)
     try:
         outcomes = ingest_many([texts[i] for i in todo])
         for i, outcome in zip(todo, outcomes, strict=True):
