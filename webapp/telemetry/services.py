@@ -248,10 +248,9 @@ def _store(ready: list[_Ready]) -> list[IngestResult]:
         # straight into the partitioned table, then one statement per batch for the rest.
         with transaction.atomic(), connection.cursor() as cur:
             _copy(cur, _COPY_GPU_ROWS, [row for r in ready for row in r.gpu_rows])
-            return [
-                _result(r, len(r.gpu_rows), _store_rest(_STORE_REST_FIRST, r.rest, len(r.gpu_rows)))
-                for r in ready
-            ]
+            stored = [len(r.gpu_rows) for r in ready]
+            node_stored = _store_rests(_STORE_REST_FIRST, [r.rest for r in ready], stored)
+            return list(map(_result, ready, stored, node_stored))
     except (IntegrityError, psycopg.errors.UniqueViolation):
         pass
     # Some rows were stored before (a redelivered or overlapping batch, or one batch twice
@@ -261,7 +260,8 @@ def _store(ready: list[_Ready]) -> list[IngestResult]:
     for r in ready:
         with transaction.atomic(), connection.cursor() as cur:
             stored = _copy_new(cur, r.gpu_rows)
-            results.append(_result(r, stored, _store_rest(_STORE_REST_NEW, r.rest, stored)))
+            [node_stored] = _store_rests(_STORE_REST_NEW, [r.rest], [stored])
+            results.append(_result(r, stored, node_stored))
     return results
 
 
@@ -349,19 +349,27 @@ def _binary_array(sql_type: str, values: Sequence[float | int]) -> _Binary:
         return _binary_array(sql_type, array(code, values).tolist())
 
 
-def _store_rest(sql: str, params: dict, gpu_rows_stored: int) -> int:
-    """Node samples, the RollupDirty row (only if GPU rows were stored), node seen, in the
-    caller's transaction; how many node samples were new."""
+def _store_rests(sql: str, params: list[dict], gpu_rows_stored: list[int]) -> list[int]:
+    """Per batch: node samples, the RollupDirty row (only if GPU rows were stored), node
+    seen, in the caller's transaction; how many node samples were new, per batch."""
     raw = connection.connection
     # Prepared once per connection: planning this statement costs PostgreSQL more than running
     # it. Django turns psycopg's preparing off for the connection (prepare_threshold None);
-    # this statement turns it on for itself only.
+    # this statement turns it on for itself only. executemany sends every batch's statement
+    # in one round trip (libpq pipeline mode).
     threshold, raw.prepare_threshold = raw.prepare_threshold, 0
     try:
         with psycopg.Cursor(raw) as cur:  # server-side binding: binary parameters
             cur.adapters.register_dumper(_Binary, _BinaryDumper)
-            cur.execute(sql, {**params, "mark": gpu_rows_stored > 0}, prepare=True)
-            return cur.fetchone()[0]
+            cur.executemany(
+                sql,
+                [{**p, "mark": n > 0} for p, n in zip(params, gpu_rows_stored, strict=True)],
+                returning=True,
+            )
+            counts = [cur.fetchone()[0]]
+            while cur.nextset():
+                counts.append(cur.fetchone()[0])
+            return counts
     finally:
         raw.prepare_threshold = threshold
 
