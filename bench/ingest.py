@@ -9,8 +9,8 @@ nodes, then:
   1. e2e: the collector's simulated source and agent build batches (8 GPUs x --intervals
      timestamps per node; built before the clock starts, bench/collector.py measures that
      part) and the collector's transport publishes them by task name to Redis; real Celery
-     worker processes validate and COPY them; the clock stops when the last row is
-     committed. The rollup refresh that follows is timed separately.
+     worker processes validate and COPY them, up to VIGIL_INGEST_GROUP batches per
+     transaction; the clock stops when the last row is committed. The rollup refresh that follows is timed separately.
   2. baseline: the same number of rows, binary COPY straight into telemetry_gpusample, one
      commit per batch-sized chunk, from one connection.
 Last line: JSON with e2e_samples_per_s, raw_copy_rows_per_s, ratio, and the CPU microseconds
@@ -54,6 +54,7 @@ def main() -> None:
     import django
 
     django.setup()
+    from django.conf import settings
     from django.core.management import call_command
     from django.db import connection
 
@@ -148,6 +149,7 @@ def main() -> None:
             "cpu_us_per_sample": cpu_us,
             "machine_busy_pct": round(100 * busy_pct),
             "worker_processes": args.workers,
+            "ingest_group": settings.VIGIL_INGEST_GROUP,
             "pool": args.pool,
             "cpus": os.cpu_count(),
         }
