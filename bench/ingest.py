@@ -10,7 +10,8 @@ nodes, then:
      timestamps per node; built before the clock starts, bench/collector.py measures that
      part) and the collector's transport publishes them by task name to Redis; real Celery
      worker processes validate and COPY them, up to VIGIL_INGEST_GROUP batches per
-     transaction; the clock stops when the last row is committed. The rollup refresh that follows is timed separately.
+     transaction; the clock stops when the last row is committed. The rollup refresh that
+     follows is timed separately.
   2. baseline: the same number of rows, binary COPY straight into telemetry_gpusample, one
      commit per batch-sized chunk, from one connection.
 Last line: JSON with e2e_samples_per_s, raw_copy_rows_per_s, ratio, and the CPU microseconds
