@@ -46,6 +46,7 @@ EXIT_DISABLED = 3  # systemd: RestartPreventExitStatus=3 stops restart loops on 
 MIN_TOKEN_LEN = 16  # collectors/schema.py Batch.token
 # --stdout needs some token to build a valid batch; the server refuses this one.
 STDOUT_TOKEN = "not-set-stdout-only"
+HISTORY_STEP_S = 30.0  # --history-minutes: a round every 30 s of the past
 
 
 class _Parser(argparse.ArgumentParser):
@@ -131,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=_positive_float, default=10.0, help="seconds per round")
     p.add_argument("--intervals-per-batch", type=_positive_int, default=1)
     p.add_argument("--count", type=_positive_int, help="stop after N rounds")
+    p.add_argument(
+        "--history-minutes",
+        type=_positive_int,
+        help="simulated: first send the last N minutes (30 s apart, 20 rounds to a batch), "
+        "then sample live from the same state, jobs still running",
+    )
     p.add_argument("--stdout", action="store_true", help="print batches as JSON lines")
     p.add_argument("--spool-dir", type=Path, default=_default_spool_dir())
     p.add_argument("--dcgm-url", default=None, help="dcgm-exporter /metrics URL")
@@ -308,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     for pattern in args.job_log_glob:
         if not os.path.isabs(pattern):
             parser.error(f"--job-log-glob {pattern!r}: give an absolute path pattern")
+    if args.history_minutes and args.source != "simulated":
+        parser.error("--history-minutes only applies to --source simulated")
+    if args.history_minutes and args.count:
+        parser.error("--history-minutes runs live afterwards: it does not go with --count")
     backfill = args.source == "simulated" and args.count is not None
 
     # Every configuration error is reported before any backend starts.
@@ -443,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
         "stdout" if args.stdout else args.broker,
     )
     try:
+        if args.history_minutes:
+            rounds = agent.replay_history(args.history_minutes * 60, HISTORY_STEP_S, 20)
+            log.info("history sent: %d rounds of the last %d minutes", rounds, args.history_minutes)
         agent.run(args.count, backfill=backfill)
     except BrokenPipeError:
         # `vigil-collector --stdout | head` closed the pipe: a normal way to stop. Point stdout

@@ -131,6 +131,25 @@ class Agent:
         finally:
             self.flush()
 
+    def replay_history(self, seconds: float, step_s: float, rounds_per_batch: int) -> int:
+        """Sample the last `seconds` at once, `step_s` apart and `rounds_per_batch` rounds to a
+        batch, and send it; how many rounds. For a simulated source: `run()` then carries on
+        live from the same state, so the jobs running at the end of the history are still
+        running (a separate `--count` run would end them, and a new simulator would start
+        from an empty cluster)."""
+        rounds = int(seconds // step_s)
+        t0 = time.time() - rounds * step_s
+        live, self.intervals_per_batch = self.intervals_per_batch, rounds_per_batch
+        try:
+            for k in range(rounds):
+                if self.stop_event.is_set():
+                    return k
+                self.round(t0 + k * step_s)
+        finally:
+            self.intervals_per_batch = live
+            self._emit_pending()
+        return rounds
+
     def _run_realtime(self, count: int | None) -> None:
         next_tick = time.monotonic()
         done = 0
@@ -209,6 +228,11 @@ class Agent:
         if pending.rounds >= self.intervals_per_batch:
             self._emit(key, pending)
 
+    def _emit_pending(self) -> None:
+        for key, pending in list(self._pending.items()):
+            if pending.rounds:
+                self._emit(key, pending)
+
     def _emit(self, key: tuple[str, str], pending: _Pending) -> None:
         cluster, node = key
         batch_id, text = batch_json(
@@ -228,9 +252,7 @@ class Agent:
 
     def flush(self) -> None:
         """Send every partly filled batch (at the end of a run), and watchers' last words."""
-        for key, pending in list(self._pending.items()):
-            if pending.rounds:
-                self._emit(key, pending)
+        self._emit_pending()
         for watcher in self.watchers:
             finish = getattr(watcher, "finish", None)  # the simulator ends its jobs in flight
             if finish is not None:

@@ -50,6 +50,8 @@ def collector(*args: str, env: dict | None = None, timeout: float = 60):
         (["--source", "simulated", "--jobs", "slurm", "--stdout"], "--jobs slurm watches"),
         (["--source", "simulated", "--stdout", "--kernel-log", "kmsg"], "--kernel-log does not"),
         (["--stdout", "--cluster", "c", "--job-log-glob", "jobs/*.log"], "absolute path pattern"),
+        (["--stdout", "--cluster", "c", "--history-minutes", "5"], "--history-minutes only"),
+        (["--source", "simulated", "--stdout", "--history-minutes", "5", "--count", "2"], "not go"),
     ],
 )
 def test_bad_flags_give_one_clear_line_and_exit_2(args, says):

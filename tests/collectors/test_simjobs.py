@@ -149,3 +149,37 @@ def test_backfill_sends_job_history_in_the_past_and_ends_what_is_in_flight():
     started = {e.job_id for e in events if e.kind == "started"}
     ended = {e.job_id for e in events if e.kind == "ended"}
     assert started and started <= ended  # the run's end cancels the jobs in flight
+
+
+def test_history_then_live_carries_on_with_the_jobs_of_the_history():
+    """`make demo` sends an hour of history, then samples live from the same simulator: the
+    fleet is as busy live as at the end of the history, not emptied by it."""
+    backend = SimulatedBackend(["seren"], 4, 8, seed=5)
+    telemetry, jobs = [], []
+    agent = Agent(
+        backend,
+        lambda c, n: f"token-of-{n}",
+        lambda _i, t: telemetry.append(json.loads(t)),
+        interval_s=0.01,
+        watchers=[backend.jobs.watcher(lambda c, n: f"token-of-{n}")],
+        job_sink=lambda _i, t: jobs.append(t),
+    )
+    assert agent.replay_history(3600, step_s=30, rounds_per_batch=20) == 120
+    history = len(telemetry)
+    assert history == 4 * 6  # 120 rounds / 20 to a batch, per node
+    events = [e for t in jobs for e in JobEventBatch.model_validate_json(t).events]
+    running = {e.job_id for e in events if e.kind == "started"} - {
+        e.job_id for e in events if e.kind == "ended"
+    }
+    assert running  # the history leaves jobs in flight (the pretraining lane at least)
+
+    def busy_share(batches) -> float:
+        last_ts = max(row[1] for b in batches for row in b["samples"])
+        rows = [row for b in batches for row in b["samples"] if row[1] == last_ts]
+        return sum(row[GPU_POS["gpu_util"]] > 50 for row in rows) / len(rows)
+
+    at_end = busy_share(telemetry)
+    agent.run(3)  # live rounds, 0.01 s apart
+    live = telemetry[history:]
+    assert len(live) == 3 * 4 and busy_share(live) == pytest.approx(at_end, abs=0.15)
+    assert at_end > 0.3

@@ -87,10 +87,11 @@ class Command(BaseCommand):
             "--seed", "1",
         ]  # fmt: skip
         # History only on a fresh database: a second run must not write a different past
-        # over the first run's samples.
-        backfill_rounds = int(opts["backfill_minutes"] * 60 / 30)
-        if backfill_rounds and GpuSample.objects.exists():
-            backfill_rounds = 0
+        # over the first run's samples. The live collector sends it first and carries on from
+        # it, so the jobs running at the end of the history are still running live.
+        history = opts["backfill_minutes"]
+        if history and GpuSample.objects.exists():
+            history = 0
         commands = {
             "worker": [py, "-m", "celery", "-A", "webapp", "worker", "-Q", "ingest,default",
                        "-c", "2", "-l", "WARNING", "--without-gossip", "--without-mingle"],
@@ -125,14 +126,15 @@ class Command(BaseCommand):
         try:
             for name, command in commands.items():
                 start(name, command)
-            if backfill_rounds:
-                self.stdout.write(f"Simulating the last {opts['backfill_minutes']} minutes ...")
-                subprocess.run(
-                    [py, "-m", "collectors", *sim, "--interval", "30",
-                     "--intervals-per-batch", "20", "--count", str(backfill_rounds)],
-                    cwd=root, env=env, check=True,
-                )  # fmt: skip
-            start("collectors", [py, "-m", "collectors", *sim, "--interval", str(opts["interval"])])
+            live = [py, "-m", "collectors", *sim, "--interval", str(opts["interval"])]
+            collector_log = logs / "collectors.log"
+            seen = collector_log.stat().st_size if collector_log.exists() else 0  # earlier runs
+            if history:
+                self.stdout.write(f"Simulating the last {history} minutes ...")
+                live += ["--history-minutes", str(history)]
+            start("collectors", live)
+            if history:
+                self._wait_for_history(procs["collectors"], collector_log, seen)
             gpus = len(clusters) * opts["nodes_per_cluster"] * opts["gpus_per_node"]
             self.stdout.write(
                 self.style.SUCCESS(
@@ -172,6 +174,15 @@ class Command(BaseCommand):
             if "postgres" in embedded.started_here:
                 embedded.postgres_stop()
             self.stdout.write("Stopped.")
+
+    def _wait_for_history(self, collector: subprocess.Popen, log: Path, offset: int) -> None:
+        """Until the collector says (in `log`, after `offset`) that it has sent the history."""
+        while b"history sent" not in log.read_bytes()[offset:]:
+            if collector.poll() is not None:
+                raise CommandError(
+                    f"the collector exited with code {collector.returncode}; see {log}"
+                )
+            time.sleep(0.5)
 
     def _demo_user(self) -> str:
         password = os.environ.get("VIGIL_DEMO_PASSWORD") or secrets.token_urlsafe(9)
