@@ -46,7 +46,9 @@ EXIT_DISABLED = 3  # systemd: RestartPreventExitStatus=3 stops restart loops on 
 MIN_TOKEN_LEN = 16  # collectors/schema.py Batch.token
 # --stdout needs some token to build a valid batch; the server refuses this one.
 STDOUT_TOKEN = "not-set-stdout-only"
-HISTORY_STEP_S = 30.0  # --history-minutes: a round every 30 s of the past
+# --history-minutes: a round every 30 s of the past, 20 rounds (10 minutes) to a batch.
+HISTORY_STEP_S = 30.0
+HISTORY_ROUNDS_PER_BATCH = 20
 
 
 class _Parser(argparse.ArgumentParser):
@@ -135,8 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--history-minutes",
         type=_positive_int,
-        help="simulated: first send the last N minutes (30 s apart, 20 rounds to a batch), "
-        "then sample live from the same state, jobs still running",
+        help=f"simulated: first send the last N minutes ({HISTORY_STEP_S:g} s apart, "
+        f"{HISTORY_ROUNDS_PER_BATCH} rounds to a batch), then sample live from the same state, "
+        "jobs still running",
     )
     p.add_argument("--stdout", action="store_true", help="print batches as JSON lines")
     p.add_argument("--spool-dir", type=Path, default=_default_spool_dir())
@@ -455,7 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         if args.history_minutes:
-            rounds = agent.replay_history(args.history_minutes * 60, HISTORY_STEP_S, 20)
+            rounds = agent.replay_history(
+                args.history_minutes * 60, HISTORY_STEP_S, HISTORY_ROUNDS_PER_BATCH
+            )
             log.info("history sent: %d rounds of the last %d minutes", rounds, args.history_minutes)
         agent.run(args.count, backfill=backfill)
     except BrokenPipeError:

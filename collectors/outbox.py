@@ -16,8 +16,9 @@ crosses Redis once instead of in every copy of the message:
    finished (stored, or refused for good). A reference whose entry is gone was finished
    before (a redelivery after success) and is a no-op;
 4. a beat task re-publishes the references of entries older than the broker's visibility
-   timeout plus a margin, reading only the sorted set (never a payload). A batch re-published after it was stored is a no-op (natural keys),
-   so at-least-once becomes "nothing the broker accepted is lost".
+   timeout plus a margin, reading only the sorted set (never a payload). A batch
+   re-published after it was stored is a no-op (natural keys), so at-least-once becomes
+   "nothing the broker accepted is lost".
 
 Only for Redis brokers; with RabbitMQ (real consumer acknowledgements) there is no outbox and
 the batch text travels in the message. Tasks accept both forms. Shared by the collector and
@@ -87,8 +88,7 @@ def outbox_put(client: redis.Redis, batch_id: str, task: str, text: str) -> None
 
 def outbox_get(client: redis.Redis, batch_id: str) -> str | None:
     """The batch JSON text stored under `batch_id`, or None if there is no entry."""
-    packed = client.hget(OUTBOX_KEY, batch_id)
-    return None if packed is None else zstd.decompress(packed).decode()
+    return outbox_get_many(client, [batch_id])[0]
 
 
 def outbox_get_many(client: redis.Redis, batch_ids: list[str]) -> list[str | None]:

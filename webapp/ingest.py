@@ -63,16 +63,26 @@ def _db_forget() -> None:
     known_forget()  # partitions made in a transaction that never committed
 
 
+def _texts(task, args: list[str]) -> list[str | None]:
+    """The batch texts of a task's arguments (webapp/outbox.py `batch_texts`); None, logged,
+    for a reference whose outbox entry is gone: that batch was finished, and this is a
+    redelivery."""
+    from webapp.outbox import batch_texts
+
+    texts = batch_texts(args)
+    for arg, text in zip(args, texts, strict=True):
+        if text is None:
+            log.info("%s: %s was finished before; nothing to do", task.name, arg)
+    return texts
+
+
 def batch_run(task, arg: str, ingest: Callable[[str], dict]) -> dict:
     """Run `ingest(text)` under the policy above, where `arg` is the batch text or its outbox
     reference (webapp/outbox.py); a refused batch returns {"rejected": reason}."""
-    from webapp.outbox import batch_text
     from webapp.telemetry.services import batch_reject
 
-    raw = batch_text(arg)
+    [raw] = _texts(task, [arg])
     if raw is None:
-        # Its outbox entry is gone: the batch was finished, and this is a redelivery.
-        log.info("%s: %s was finished before; nothing to do", task.name, arg)
         return {"finished_before": arg}
     try:
         return ingest(raw)
@@ -97,24 +107,18 @@ def batches_run(task, requests: list, ingest_many: Callable[[list[str]], list]) 
     - Redis cannot be read: the outbox entries stay, and the beat task re-publishes them;
     - a killed worker never returns here: its unacknowledged messages come back.
     """
-    from webapp.outbox import batch_texts, batches_finished
+    from webapp.outbox import batches_finished
     from webapp.telemetry.services import batch_reject
 
     args = [request.args[0] for request in requests]
     try:
-        texts = batch_texts(args)
+        texts = _texts(task, args)
     except redis.RedisError as exc:
         log.warning(
             "%s: %d batch(es) not read (%s); the outbox keeps them", task.name, len(args), exc
         )
         return
-    todo = []
-    for i, text in enumerate(texts):
-        if text is None:
-            # Its outbox entry is gone: the batch was finished, and this is a redelivery.
-            log.info("%s: %s was finished before; nothing to do", task.name, args[i])
-        else:
-            todo.append(i)
+    todo = [i for i, text in enumerate(texts) if text is not None]
     try:
         outcomes = ingest_many([texts[i] for i in todo])
         for i, outcome in zip(todo, outcomes, strict=True):

@@ -26,15 +26,11 @@ def _client() -> redis.Redis | None:
     return outbox.client_for(settings.CELERY_BROKER_URL)
 
 
-def batch_text(arg: str) -> str | None:
-    """The batch JSON text a batch task was given: `arg` itself, or the outbox entry `arg`
-    refers to; None for a reference whose entry is gone (the batch was finished before)."""
-    return batch_texts([arg])[0]
-
-
 def batch_texts(args: list[str]) -> list[str | None]:
-    """`batch_text` of several task arguments, with one Redis round trip for all references.
-    Raises redis.RedisError when Redis cannot be read (the entries stay)."""
+    """The batch JSON texts batch tasks were given: each argument itself, or the outbox entry
+    it refers to (one Redis round trip for all references); None for a reference whose entry
+    is gone (the batch was finished before). Raises redis.RedisError when Redis cannot be read
+    (the entries stay)."""
     ids = {i: batch_id for i, arg in enumerate(args) if (batch_id := outbox.reference_id(arg))}
     if not ids:
         return list(args)
@@ -75,8 +71,7 @@ def _batch_finished(sender=None, args=None, state=None, **kwargs) -> None:
     """
     if sender is None or sender.name not in BATCH_TASKS or state != "SUCCESS" or not args:
         return
-    if isinstance(args[0], str):
-        batches_finished(sender.name, [args[0]])
+    batches_finished(sender.name, [args[0]])
 
 
 def outbox_redeliver(older_than_s: float | None = None) -> int:
