@@ -290,6 +290,17 @@ def test_token_rotation_locks_out_the_old_token(node_token):
     assert samples_ingest(json.dumps(make_batch(cluster, node, new_token))).samples_stored == 8
 
 
+def test_issued_tokens_work_as_a_collector_argument(node_token):
+    """An operator pastes the token after --token; none may read as an option."""
+    from collectors.__main__ import build_parser
+    from webapp.fleet.services import node_token_issue
+
+    cluster, node, _token = node_token
+    for _ in range(200):  # a base64 token starts with "-" one time in 64
+        token = node_token_issue(cluster, node)
+        assert build_parser().parse_args(["--token", token]).token == token
+
+
 def test_gpu_moved_to_another_node_keeps_its_identity(db):
     from webapp.fleet.services import node_token_issue
 

@@ -32,7 +32,9 @@ def token_hash(token: str) -> str:
 
 def node_token_issue(cluster_name: str, hostname: str) -> str:
     """Create the node if needed and give it a new token (the old one stops working)."""
-    token = secrets.token_urlsafe(32)
+    # 256 random bits as hex: a token pasted after `--token` or into a shell never starts
+    # with "-" (a URL-safe base64 token does one time in 64, and argparse takes it for a flag).
+    token = secrets.token_hex(32)
     with transaction.atomic():
         cluster, _ = Cluster.objects.get_or_create(name=cluster_name)
         node, created = Node.objects.get_or_create(
