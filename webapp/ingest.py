@@ -94,11 +94,11 @@ def batch_run(task, arg: str, ingest: Callable[[str], dict]) -> dict:
         raise
 
 
-def batches_run(task, requests: list, ingest_many: Callable[[list[str]], list]) -> None:
+def batches_run(task, requests: list, ingest_many: Callable[[list[str]], object]) -> None:
     """The policy above for a task that takes its calls several at a time (celery-batches:
     `requests` are the buffered calls, each with the batch text or its outbox reference as
-    its one argument). `ingest_many(texts)` stores the valid batches together and returns, in
-    order, what became of each: a result, or the BatchError / AuthError that refused it.
+    its one argument). `ingest_many(texts)` stores the valid batches and records the refused
+    ones, in one transaction, so every batch of the group is finished at once.
 
     celery-batches acknowledges every request once this returns, whatever happened, so the
     policy cannot leave a message unacknowledged to have it redelivered. Instead:
@@ -108,7 +108,6 @@ def batches_run(task, requests: list, ingest_many: Callable[[list[str]], list]) 
     - a killed worker never returns here: its unacknowledged messages come back.
     """
     from webapp.outbox import batches_finished
-    from webapp.telemetry.services import batch_reject
 
     args = [request.args[0] for request in requests]
     try:
@@ -120,10 +119,7 @@ def batches_run(task, requests: list, ingest_many: Callable[[list[str]], list]) 
         return
     todo = [i for i, text in enumerate(texts) if text is not None]
     try:
-        outcomes = ingest_many([texts[i] for i in todo])
-        for i, outcome in zip(todo, outcomes, strict=True):
-            if isinstance(outcome, BatchError | AuthError):
-                batch_reject(texts[i], outcome)
+        ingest_many([texts[i] for i in todo])
     except DB_DOWN:
         _db_forget()
         for i in todo:

@@ -186,21 +186,24 @@ def samples_ingest(raw: str | bytes) -> IngestResult:
     return _store([_ready(raw)])[0]
 
 
-def samples_ingest_many(raws: Sequence[str | bytes]) -> list[IngestResult | BatchError | AuthError]:
-    """Validate several wire batches and store the valid ones together: one transaction and
-    one COPY for all their GPU rows, which costs far less per batch than one each (a round
-    trip to PostgreSQL per statement, a commit per batch). In order, what became of each
-    batch: its result, or the error that refused it (the caller records refusals)."""
-    outcomes: list[IngestResult | BatchError | AuthError | None] = []
+def samples_ingest_many(raws: Sequence[str | bytes]) -> list[IngestResult | RejectedBatch]:
+    """Validate several wire batches, store the valid ones and record the refused ones, all
+    in one transaction with one COPY for all GPU rows: far cheaper per batch than one each (a
+    round trip to PostgreSQL per statement, a commit per batch), and every batch of the group
+    is finished at the same moment. In order, what became of each batch."""
     ready: list[_Ready] = []
+    refused: list[tuple[str | bytes, BatchError | AuthError]] = []
+    valid: list[bool] = []
     for raw in raws:
         try:
             ready.append(_ready(raw))
-            outcomes.append(None)
+            valid.append(True)
         except (BatchError, AuthError) as exc:
-            outcomes.append(exc)
-    results = iter(_store(ready))
-    return [next(results) if outcome is None else outcome for outcome in outcomes]
+            refused.append((raw, exc))
+            valid.append(False)
+    outcomes = _store(ready, refused)
+    stored, rejected = iter(outcomes[: len(ready)]), iter(outcomes[len(ready) :])
+    return [next(stored) if ok else next(rejected) for ok in valid]
 
 
 def _ready(raw: str | bytes) -> _Ready:
@@ -239,18 +242,23 @@ def _ready(raw: str | bytes) -> _Ready:
     return _Ready(str(batch.batch_id), batch.node, gpu_rows, rest)
 
 
-def _store(ready: list[_Ready]) -> list[IngestResult]:
-    """Store ready batches; their results in order."""
-    if not ready:
-        return []
+def _store(
+    ready: list[_Ready], refused: Sequence[tuple[str | bytes, BatchError | AuthError]] = ()
+) -> list[IngestResult | RejectedBatch]:
+    """Store ready batches and record refused ones; the results of the ready ones, then the
+    RejectedBatch rows, each in the order given."""
     try:
         # Common case, one transaction (one commit): one COPY of every batch's GPU rows
-        # straight into the partitioned table, then one statement per batch for the rest.
+        # straight into the partitioned table, one statement per batch for the rest, then
+        # the refusals.
         with transaction.atomic(), connection.cursor() as cur:
-            _copy(cur, _COPY_GPU_ROWS, [row for r in ready for row in r.gpu_rows])
-            stored = [len(r.gpu_rows) for r in ready]
-            node_stored = _store_rests(_STORE_REST_FIRST, [r.rest for r in ready], stored)
-            return list(map(_result, ready, stored, node_stored))
+            results = []
+            if ready:
+                _copy(cur, _COPY_GPU_ROWS, [row for r in ready for row in r.gpu_rows])
+                stored = [len(r.gpu_rows) for r in ready]
+                node_stored = _store_rests(_STORE_REST_FIRST, [r.rest for r in ready], stored)
+                results = list(map(_result, ready, stored, node_stored))
+            return results + [batch_reject(raw, exc) for raw, exc in refused]
     except (IntegrityError, psycopg.errors.UniqueViolation):
         pass
     # Some rows were stored before (a redelivered or overlapping batch, or one batch twice
@@ -262,7 +270,8 @@ def _store(ready: list[_Ready]) -> list[IngestResult]:
             stored = _copy_new(cur, r.gpu_rows)
             [node_stored] = _store_rests(_STORE_REST_NEW, [r.rest], [stored])
             results.append(_result(r, stored, node_stored))
-    return results
+    with transaction.atomic():
+        return results + [batch_reject(raw, exc) for raw, exc in refused]
 
 
 def _result(ready: _Ready, stored: int, node_stored: int) -> IngestResult:
