@@ -53,5 +53,5 @@ format:
 	$(PY) -m ruff check --fix .
 
 clean:
-	-$(PY) -c "from webapp import embedded; embedded.stop_all()" 2>/dev/null
+	-$(PY) -c "from webapp.core import embedded; embedded.stop_all()" 2>/dev/null
 	rm -rf .vigil

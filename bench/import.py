@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from webapp.core.windows import Window
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -51,7 +53,7 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
 
-    from webapp import embedded
+    from webapp.core import embedded
     from webapp.jobs.acmetrace import synthesize
     from webapp.jobs.management.commands.import_acmetrace import WRITERS
     from webapp.jobs.models import Job
@@ -135,7 +137,7 @@ def _characterization(cluster: str) -> dict:
     from django.test.utils import setup_test_environment
 
     from webapp.fleet.models import Cluster
-    from webapp.jobs.characterization import Window, jobs_characterize
+    from webapp.jobs.characterization import jobs_characterize
 
     window = Window(Cluster.objects.get(name=cluster))
     start = time.perf_counter()

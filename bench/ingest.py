@@ -60,7 +60,7 @@ def main() -> None:
     from django.db import connection
 
     from tests.helpers import WorkerProcess
-    from webapp import embedded
+    from webapp.core import embedded
 
     try:
         call_command("migrate", verbosity=0)

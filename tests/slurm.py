@@ -14,10 +14,8 @@ fixture is session-scoped), or by hand:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -26,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from webapp.core.embedded import process_stop
 
 SLURMCTLD = "/usr/sbin/slurmctld"
 SLURMD = "/usr/sbin/slurmd"
@@ -184,23 +184,7 @@ class SlurmCluster:
         for name in ("slurmd", "slurmctld"):
             pid = self._pids.pop(name, None)
             if pid is not None:
-                _terminate(pid)
-
-
-def _terminate(pid: int, timeout: float = 15.0) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+                process_stop(pid)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connection
 
 from tests.helpers import ROOT, wait_for
-from webapp import embedded
+from webapp.core import embedded
 
 pytestmark = pytest.mark.integration
 

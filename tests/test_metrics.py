@@ -7,8 +7,8 @@ import json
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import make_batch
-from webapp.fleet.services import AuthError
-from webapp.telemetry.services import batch_reject, samples_ingest
+from webapp.core.refusals import AuthError, batch_reject
+from webapp.telemetry.services import samples_ingest
 
 
 def _families(text: str) -> dict[str, dict[tuple, float]]:

@@ -14,7 +14,7 @@ Path(os.environ["VIGIL_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
 
 def pytest_unconfigure(config) -> None:
     """Stop the embedded servers this test run started (none if they were already up)."""
-    from webapp import embedded
+    from webapp.core import embedded
 
     if "redis" in embedded.started_here:
         embedded.redis_stop()

@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django.contrib.postgres",
+    "webapp.core",
     "webapp.fleet",
     "webapp.telemetry",
     "webapp.jobs",
@@ -124,7 +125,7 @@ if VIGIL_OFFLINE:
     os.environ.setdefault("CELERY_BROKER_URL", "memory://")
 VIGIL_EMBEDDED_POSTGRES = not os.environ.get("DATABASE_URL")
 if VIGIL_EMBEDDED_POSTGRES:
-    from webapp import embedded
+    from webapp.core import embedded
 
     os.environ["DATABASE_URL"] = embedded.postgres_url()
 DATABASES = {
@@ -135,7 +136,7 @@ DATABASES = {
 
 VIGIL_EMBEDDED_REDIS = not os.environ.get("CELERY_BROKER_URL")
 if VIGIL_EMBEDDED_REDIS:
-    from webapp import embedded
+    from webapp.core import embedded
 
     os.environ["CELERY_BROKER_URL"] = embedded.broker_url()
 CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]

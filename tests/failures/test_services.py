@@ -11,13 +11,13 @@ import pytest
 
 from collectors.schema import GPU_FIELD_NAMES, BatchError
 from tests.failures.conftest import nccl_window, xid_event
+from webapp.core.refusals import AuthError
 from webapp.failures.models import FailureEvent, GpuErrorEvent, JobLogWindow
 from webapp.failures.services import (
     breaker_apply,
     failure_diagnose,
     node_events_ingest,
 )
-from webapp.fleet.services import AuthError
 from webapp.jobs.models import Job
 
 pytestmark = pytest.mark.django_db

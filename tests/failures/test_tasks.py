@@ -9,8 +9,8 @@ from collectors.schema import JOB_EVENTS_TASK, NODE_EVENTS_TASK
 from tests.failures.conftest import nccl_window, xid_event
 from tests.helpers import wait_for
 from webapp.celery import app
+from webapp.core.models import RejectedBatch
 from webapp.failures.models import FailureEvent, GpuErrorEvent
-from webapp.telemetry.models import RejectedBatch
 
 
 def _diagnosed(job_id: str, cause: str):

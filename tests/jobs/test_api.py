@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tests.jobs.conftest import event
+from webapp.core.models import RejectedBatch
 from webapp.jobs.models import Job, JobAllocation, JobEvent
-from webapp.telemetry.models import RejectedBatch
 
 URL = "/api/v1/job-events"
 

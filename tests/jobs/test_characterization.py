@@ -16,8 +16,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from tests.telemetry.conftest import seed_node
+from webapp.core.windows import Window
 from webapp.fleet.models import Cluster
-from webapp.jobs.characterization import Window, jobs_characterize, telemetry_cdfs
+from webapp.jobs.characterization import jobs_characterize, telemetry_cdfs
 from webapp.jobs.data import reference
 from webapp.jobs.management.commands.characterize import summary_rows
 from webapp.jobs.models import Job

@@ -13,9 +13,10 @@ from django.core.management import CommandError, call_command
 from django.db.models import Count, Max
 
 from tests.jobs.test_tallies import assert_tallies_match_jobs
+from webapp.core.windows import Window
 from webapp.fleet.models import Cluster
 from webapp.jobs.acmetrace import COMMON_COLUMNS, KALOS_HEADER, synthesize
-from webapp.jobs.characterization import Window, jobs_characterize
+from webapp.jobs.characterization import jobs_characterize
 from webapp.jobs.models import Job, JobTally
 
 # AcmeTrace final states -> the paper's groups (preempted counts as cancelled; running is none).

@@ -10,13 +10,13 @@ import pytest
 from collectors.schema import BatchError
 from tests.jobs.conftest import event
 from tests.jobs.test_tallies import assert_tallies_match_jobs
+from webapp.core.models import RejectedBatch
+from webapp.core.refusals import AuthError, batch_reject
+from webapp.core.windows import Window
 from webapp.fleet.models import Gpu, Node
-from webapp.fleet.services import AuthError
-from webapp.jobs.characterization import Window, jobs_characterize
+from webapp.jobs.characterization import jobs_characterize
 from webapp.jobs.models import Job, JobAllocation, JobEvent, JobTypeRule
 from webapp.jobs.services import job_events_ingest, type_rules_forget
-from webapp.telemetry.models import RejectedBatch
-from webapp.telemetry.services import batch_reject
 
 
 def at(ts: float) -> datetime:

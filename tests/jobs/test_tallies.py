@@ -10,9 +10,10 @@ import pytest
 from django.db import connection
 
 from tests.jobs.test_characterization import make_jobs
+from webapp.core.windows import Window
 from webapp.fleet.models import Cluster
 from webapp.jobs import services
-from webapp.jobs.characterization import Window, cluster_tally, jobs_characterize, window_tally
+from webapp.jobs.characterization import cluster_tally, jobs_characterize, window_tally
 from webapp.jobs.models import Job, JobTally
 from webapp.jobs.services import job_tallies_compact, job_tallies_rebuild
 from webapp.jobs.tallies import Tally, epoch_s

@@ -11,18 +11,12 @@ from django.db import connection
 
 from collectors.schema import GPU_FIELD_NAMES, NODE_FIELD_NAMES, BatchError
 from tests.helpers import make_batch
+from webapp.core.models import RejectedBatch
+from webapp.core.refusals import AuthError, batch_reject
 from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Gpu, Node
-from webapp.fleet.services import AuthError
-from webapp.telemetry.models import (
-    GpuRollup1m,
-    GpuSample,
-    NodeSample,
-    RejectedBatch,
-    RollupDirty,
-)
+from webapp.telemetry.models import GpuRollup1m, GpuSample, NodeSample, RollupDirty
 from webapp.telemetry.services import (
-    batch_reject,
     rollups_refresh,
     samples_ingest,
     samples_ingest_many,

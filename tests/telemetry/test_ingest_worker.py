@@ -20,9 +20,9 @@ from collectors.outbox import OUTBOX_KEY
 from collectors.schema import INGEST_QUEUE, INGEST_TASK
 from collectors.transport import Transport
 from tests.helpers import make_batch, wait_for
-from webapp import embedded
 from webapp.celery import app
-from webapp.outbox import outbox_redeliver
+from webapp.core import embedded
+from webapp.core.outbox import outbox_redeliver
 from webapp.telemetry.services import rollups_refresh
 
 pytestmark = pytest.mark.integration
@@ -81,7 +81,7 @@ def test_redelivered_batch_is_stored_once(committed_node_token, worker_factory):
 
 
 def test_invalid_batch_is_rejected_and_worker_keeps_going(committed_node_token, worker_factory):
-    from webapp.telemetry.models import RejectedBatch
+    from webapp.core.models import RejectedBatch
 
     worker = worker_factory()
     cluster, node, token = committed_node_token
@@ -101,7 +101,7 @@ def test_a_backlog_is_stored_in_groups_with_refusals_and_redeliveries_sorted_out
 ):
     """Batches waiting when a worker starts are taken several at a time: refused ones are
     recorded, a batch sent twice is stored once, and every outbox entry is cleared."""
-    from webapp.telemetry.models import RejectedBatch
+    from webapp.core.models import RejectedBatch
 
     cluster, node, token = committed_node_token
     batches = many_batches(committed_node_token, 12, intervals=3)
@@ -179,7 +179,7 @@ def test_a_reference_redelivered_after_its_batch_finished_changes_nothing(
 ):
     """A worker that stored a batch and died before its ack: the broker delivers the
     reference again, but the outbox entry is gone; the task finishes quietly."""
-    from webapp.telemetry.models import RejectedBatch
+    from webapp.core.models import RejectedBatch
 
     worker = worker_factory()
     batch = make_batch(*committed_node_token, intervals=2)

@@ -29,8 +29,8 @@ def _urls(fleet) -> list[str]:
         reverse("telemetry:node_csv", args=[fleet.a01.id]),
         reverse("telemetry:gpu", args=[gpu.id]),
         reverse("telemetry:gpu_csv", args=[gpu.id]),
-        reverse("fleet:nodes", args=["alpha"]),
-        reverse("fleet:nodes_csv", args=["alpha"]),
+        reverse("telemetry:nodes", args=["alpha"]),
+        reverse("telemetry:nodes_csv", args=["alpha"]),
     ]
 
 

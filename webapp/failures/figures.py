@@ -9,9 +9,9 @@ from datetime import datetime
 
 import plotly.graph_objects as go
 
+from webapp.core.charts import TEMPLATE
 from webapp.failures import taxonomy
 from webapp.failures.models import FailureEvent, GpuErrorEvent
-from webapp.telemetry.figures import TEMPLATE
 
 # One colour per category on every failure figure (infrastructure red: it costs the most GPU
 # time, Acme Table 3).

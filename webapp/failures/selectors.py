@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from webapp.core.windows import Window
 from webapp.failures import taxonomy
 from webapp.failures.models import (
     CheckpointSeen,
@@ -25,7 +26,7 @@ from webapp.failures.models import (
     FailureKind,
     GpuErrorEvent,
 )
-from webapp.fleet.models import Cluster, Node
+from webapp.fleet.models import Node
 from webapp.jobs.choices import JobState, JobType
 from webapp.jobs.models import Job, JobAllocation
 
@@ -141,17 +142,6 @@ def xid_meaning(code: int) -> str:
 
 
 # --- Reliability -----------------------------------------------------------------------------
-
-
-@dataclass
-class Window:
-    cluster: Cluster
-    since: datetime
-    until: datetime
-
-    @property
-    def hours(self) -> float:
-        return max((self.until - self.since).total_seconds(), 1.0) / 3600
 
 
 @dataclass

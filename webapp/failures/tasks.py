@@ -5,8 +5,8 @@ from __future__ import annotations
 from celery import shared_task
 
 from collectors.schema import NODE_EVENTS_TASK
+from webapp.core.ingest import DB_DOWN, DURABLE_TASK, batch_run, db_down
 from webapp.failures.services import failure_diagnose, node_events_ingest, stragglers_detect
-from webapp.ingest import DB_DOWN, DURABLE_TASK, batch_run, db_down
 
 
 @shared_task(name=NODE_EVENTS_TASK, **DURABLE_TASK)

@@ -14,13 +14,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 
-from webapp.exports import csv_response
+from webapp.core.exports import csv_response
+from webapp.core.windows import Window
 from webapp.failures import figures, taxonomy
 from webapp.failures.models import FailureEvent, FailureKind
 from webapp.failures.selectors import (
     FailureFilter,
     Reliability,
-    Window,
     evidence_in_context,
     failure_lane,
     failures_filter,

@@ -12,17 +12,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from collectors.schema import GpuInfo
+from webapp.core.refusals import AuthError
 from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Cluster, Gpu, Node
-
-
-class AuthError(Exception):
-    """A batch or request that names an unknown node or carries the wrong token."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 def token_hash(token: str) -> str:

@@ -18,9 +18,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from collectors.schema import BatchError
-from webapp.fleet.services import AuthError
+from webapp.core.refusals import AuthError, batch_reject
 from webapp.jobs.services import job_events_ingest
-from webapp.telemetry.services import batch_reject
 
 
 def _error(status: int, message: str) -> JsonResponse:

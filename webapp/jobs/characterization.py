@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import numpy as np
 from django.db import connection, transaction
 from django.utils import timezone
 
+from webapp.core.units import GIB
+from webapp.core.windows import Window
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobState, JobType
 from webapp.jobs.tallies import TALLY_COLUMNS, TALLY_WORK_MEM, Tally, tally_fetch, tally_sql
@@ -39,23 +41,6 @@ _FINAL_GROUP: dict[str, str] = {
 # Histogram edges: durations 2^0..2^21 s and queueing 2^0..2^15 s, as the paper's CDFs
 # (reference/acme-workload.md section 8), extended to 2^24 s (194 days) so nothing overflows.
 LOG2_EDGES: tuple[float, ...] = tuple(float(2**k) for k in range(25))
-
-
-@dataclass(frozen=True)
-class Window:
-    """One cluster's jobs submitted in [since, until) (an open end is unbounded)."""
-
-    cluster: Cluster
-    since: datetime | None = None
-    until: datetime | None = None
-
-    def where(self) -> tuple[str, list]:
-        sql, params = "cluster_id = %s", [self.cluster.id]
-        if self.since is not None:
-            sql, params = sql + " AND submit_at >= %s", [*params, self.since]
-        if self.until is not None:
-            sql, params = sql + " AND submit_at < %s", [*params, self.until]
-        return sql, params
 
 
 @dataclass(frozen=True)
@@ -404,7 +389,6 @@ def _fill_cdfs(result: Characterization, rows: list[tuple]) -> None:
 
 # --- Telemetry distributions -----------------------------------------------------------------
 
-GIB = 2**30
 # Metric -> (SQL over the rollup's sums and counts, SQL over raw samples), in display units:
 # GPU util %, SM active % (stored as a ratio), memory used GiB, power W.
 TELEMETRY_METRICS: dict[str, tuple[str, str]] = {
@@ -503,26 +487,3 @@ def cluster_gpu_count(cluster: Cluster) -> int:
             [cluster.id],
         )
         return cur.fetchone()[0]
-
-
-def when_parse(text: str, name: str) -> datetime:
-    """An ISO 8601 date or date-time ("2026-03-01", "2026-03-01T08:00:00+08:00"); naive
-    values are UTC. Raises ValueError naming the parameter."""
-    try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(
-            f"{name}: {text!r} is not an ISO 8601 date or date-time (e.g. 2026-03-01)"
-        ) from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value
-
-
-def window_parse(cluster: Cluster, since: str | None, until: str | None) -> Window:
-    """A Window from the `since` / `until` texts (empty = unbounded); ValueError when bad."""
-    start = when_parse(since, "since") if since else None
-    end = when_parse(until, "until") if until else None
-    if start and end and start >= end:
-        raise ValueError(f"since ({start.isoformat()}) must be before until ({end.isoformat()})")
-    return Window(cluster, start, end)

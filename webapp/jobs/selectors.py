@@ -18,13 +18,10 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from webapp.core.units import mj_to_kwh
+from webapp.core.windows import Window
 from webapp.fleet.models import Cluster, Node
-from webapp.jobs.characterization import (
-    Characterization,
-    Window,
-    jobs_characterize,
-    tally_version,
-)
+from webapp.jobs.characterization import Characterization, jobs_characterize, tally_version
 from webapp.jobs.models import Job
 from webapp.telemetry.selectors import SERIES_METRICS, Series
 
@@ -232,8 +229,6 @@ FROM (
 GROUP BY alloc_id
 """
 
-MJ_PER_KWH = 3.6e9  # 1 kWh = 3.6e6 J = 3.6e9 mJ
-
 
 @dataclass(frozen=True)
 class GpuEnergy:
@@ -244,7 +239,7 @@ class GpuEnergy:
 
     @property
     def kwh(self) -> float:
-        return self.energy_mj / MJ_PER_KWH
+        return mj_to_kwh(self.energy_mj)
 
 
 @dataclass

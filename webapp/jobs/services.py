@@ -22,13 +22,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 
 from collectors.schema import BatchError, JobEventBatch, JobEventIn, parse_job_events
+from webapp.core.units import epoch_to_utc
 from webapp.fleet.models import Gpu, Node
 from webapp.fleet.services import AuthenticatedNode, node_authenticate
 from webapp.jobs.choices import SCHEDULER_STATES, JobEventKind, JobSource, JobState
@@ -129,10 +130,6 @@ class JobEventsResult:
         return self.events - self.applied
 
 
-def _dt(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC)
-
-
 def job_events_ingest(raw: str | bytes) -> JobEventsResult:
     """Validate, authenticate and apply one job-event batch. Raises BatchError or AuthError
     to refuse it whole (nothing stored)."""
@@ -213,7 +210,7 @@ class _Applier:
         }
 
     def _apply(self, i: int, event: JobEventIn, job: Job, rules: list[CompiledRule]) -> bool:
-        ts = _dt(event.ts)
+        ts = epoch_to_utc(event.ts)
         new = self._event_record(job, event, ts)
         if event.kind == JobEventKind.STARTED:
             # Even a re-sent start may name GPUs not recorded yet (one watcher per node
@@ -226,31 +223,31 @@ class _Applier:
         is_latest = current is None or (ts, _EVENT_RANK[event.kind]) >= current
         if event.kind == JobEventKind.SUBMITTED:
             if job.submit_at is None:
-                job.submit_at = _dt(event.submit_ts) or ts
+                job.submit_at = epoch_to_utc(event.submit_ts) or ts
             if current is None:
                 job.state, job.state_at = JobState.PENDING, ts
         elif event.kind == JobEventKind.STARTED:
             if is_latest:
                 job.state, job.state_at = JobState.RUNNING, ts
-                job.start_at = _dt(event.start_ts) or ts
+                job.start_at = epoch_to_utc(event.start_ts) or ts
                 job.end_at = None
                 job.exit_code = None
             elif job.start_at is None:
-                job.start_at = _dt(event.start_ts) or ts
+                job.start_at = epoch_to_utc(event.start_ts) or ts
         elif event.kind == JobEventKind.REQUEUED:
             self._allocations_close(job, ts)
             if is_latest:
                 job.state, job.state_at = JobState.PENDING, ts
                 job.end_at = None
         elif event.kind == JobEventKind.ENDED:
-            end = _dt(event.end_ts) or ts
+            end = epoch_to_utc(event.end_ts) or ts
             self._allocations_close(job, end)
             if is_latest:
                 job.state, job.state_at = SCHEDULER_STATES[event.state], ts
                 job.end_at = end
                 job.exit_code = event.exit_code
                 if job.start_at is None and event.start_ts is not None:
-                    job.start_at = _dt(event.start_ts)
+                    job.start_at = epoch_to_utc(event.start_ts)
         return True
 
     def _event_record(self, job: Job, event: JobEventIn, ts: datetime) -> bool:
@@ -280,7 +277,7 @@ class _Applier:
             if value:
                 setattr(job, field, value)
         if event.submit_ts is not None:
-            job.submit_at = _dt(event.submit_ts)
+            job.submit_at = epoch_to_utc(event.submit_ts)
         if event.gpus_requested is not None:
             job.gpus_requested = event.gpus_requested
         elif event.allocation and not job.gpus_requested:
@@ -290,7 +287,7 @@ class _Applier:
         elif event.allocation and not job.nodes_requested:
             job.nodes_requested = len({g.node for g in event.allocation})
         if event.last_checkpoint_ts is not None:
-            at = _dt(event.last_checkpoint_ts)
+            at = epoch_to_utc(event.last_checkpoint_ts)
             if job.last_checkpoint_at is None or at > job.last_checkpoint_at:
                 job.last_checkpoint_at = at
         if event.job_type is not None:
@@ -305,7 +302,7 @@ class _Applier:
         closing event if one is already known (an `ended` that arrived first), else open."""
         if not event.allocation:
             return
-        start = _dt(event.start_ts) or ts
+        start = epoch_to_utc(event.start_ts) or ts
         # The run ends at the first later requeue, end or restart already on record.
         end = (
             job.events.filter(

@@ -7,9 +7,9 @@ import logging
 from celery import shared_task
 
 from collectors.schema import JOB_EVENTS_TASK
+from webapp.core.ingest import DURABLE_TASK, batch_run
+from webapp.core.windows import Window
 from webapp.fleet.models import Cluster
-from webapp.ingest import DURABLE_TASK, batch_run
-from webapp.jobs.characterization import Window
 from webapp.jobs.selectors import characterization_cached
 from webapp.jobs.services import job_events_ingest, job_tallies_compact_if_due
 

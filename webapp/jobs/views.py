@@ -13,7 +13,9 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from webapp.exports import csv_response
+from webapp.core.exports import csv_response
+from webapp.core.units import iso_utc
+from webapp.core.windows import window_parse
 from webapp.fleet.models import Cluster
 from webapp.jobs import figures
 from webapp.jobs.characterization import (
@@ -21,7 +23,6 @@ from webapp.jobs.characterization import (
     Characterization,
     TelemetryCdfs,
     telemetry_cdfs,
-    window_parse,
 )
 from webapp.jobs.choices import JobState, JobType
 from webapp.jobs.data.reference import reference_cdfs, reference_summary_rows, summary_columns
@@ -284,10 +285,6 @@ _LIST_HEADER = [
 ]
 
 
-def _iso(value) -> str | None:
-    return value.isoformat() if value else None
-
-
 @login_required
 def job_list_csv(request: HttpRequest) -> HttpResponse:
     qs = jobs_filter(**_list_filters(request))[:CSV_MAX_ROWS]
@@ -304,9 +301,9 @@ def job_list_csv(request: HttpRequest) -> HttpResponse:
                 j.job_type,
                 j.state,
                 j.exit_code,
-                _iso(j.submit_at),
-                _iso(j.start_at),
-                _iso(j.end_at),
+                iso_utc(j.submit_at),
+                iso_utc(j.start_at),
+                iso_utc(j.end_at),
                 j.queue_s,
                 j.duration_s,
                 j.gpus_requested,

@@ -13,15 +13,15 @@ from datetime import datetime
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from webapp.core.charts import (
+    ERROR_COLOUR,
+    GPU_COLOURS,
+    NO_DATA_COLOUR,
+    TEMPLATE,
+    UTIL_COLOURSCALE,
+)
+from webapp.core.units import GIB
 from webapp.telemetry.selectors import ERRORING, STALE, LatestGpu, Series
-
-TEMPLATE = "plotly_white"
-# Cells with no utilization to show (stale, or a GPU that does not report it).
-NO_DATA_COLOUR = "#b9bec7"
-ERROR_COLOUR = "#d62728"
-UTIL_COLOURSCALE = "Viridis"
-
-GIB = 2**30
 
 # Metric name -> (axis title with unit, conversion from the stored unit).
 SERIES_AXES: dict[str, tuple[str, Callable[[float], float]]] = {
@@ -184,18 +184,6 @@ def overview_heatmap(
 
 
 # Colours per GPU index on the series figures, so GPU 3 has one colour on every panel.
-GPU_COLOURS = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-)
 
 
 def series_figure(

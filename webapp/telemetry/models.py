@@ -102,21 +102,3 @@ class RollupDirty(models.Model):
 
     def __str__(self) -> str:
         return f"{len(self.gpu_ids)} GPUs {self.lo:%H:%M}-{self.hi:%H:%M}"
-
-
-class RejectedBatch(models.Model):
-    """A batch refused whole, with the reason; the count per reason is the rejection counter."""
-
-    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    reason = models.CharField(max_length=32, db_index=True)
-    detail = models.TextField()
-    cluster = models.CharField(max_length=128, blank=True, default="")
-    node = models.CharField(max_length=128, blank=True, default="")
-    batch_id = models.CharField(max_length=64, blank=True, default="")
-    size_bytes = models.IntegerField(default=0)
-
-    class Meta:
-        ordering = ["-received_at"]
-
-    def __str__(self) -> str:
-        return f"{self.reason} {self.cluster}/{self.node}"

@@ -8,15 +8,19 @@ prunes every partition but today's). Series of a day or more read only the 1-min
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Count
 from django.utils import timezone
 
 from collectors.schema import GPU_FIELD_NAMES
-from webapp.fleet.models import Cluster
+from webapp.fleet.choices import NodeState
+from webapp.fleet.models import Cluster, Node
+from webapp.fleet.selectors import node_state_now
 
 # Status of a GPU on the overview. Exactly one applies, checked in this order.
 STALE = "stale"  # no sample within VIGIL_STALE_AFTER_S
@@ -134,6 +138,41 @@ def gpus_latest(
         values = dict(zip(GPU_FIELD_NAMES, row[9:], strict=True)) if ts is not None else {}
         out.append(LatestGpu(*row[:8], ts=ts, values=values))
     return out
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    id: int
+    hostname: str
+    state: str
+    state_label: str
+    last_seen: datetime | None
+    gpus: int
+    busy: int
+
+
+def cluster_nodes(cluster: Cluster) -> list[NodeRow]:
+    """Every node of the cluster with its GPU count and busy GPUs now (two queries)."""
+    now = timezone.now()
+    nodes = (
+        Node.objects.filter(cluster=cluster).annotate(gpu_count=Count("gpus")).order_by("hostname")
+    )
+    busy = Counter(g.node_id for g in gpus_latest(cluster) if g.status == BUSY)
+    rows = []
+    for n in nodes:
+        state = node_state_now(n.state, n.last_seen, now)
+        rows.append(
+            NodeRow(
+                id=n.id,
+                hostname=n.hostname,
+                state=state,
+                state_label=NodeState(state).label,
+                last_seen=n.last_seen,
+                gpus=n.gpu_count,
+                busy=busy[n.id],
+            )
+        )
+    return rows
 
 
 @dataclass(frozen=True)

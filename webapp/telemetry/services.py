@@ -16,7 +16,6 @@ A batch that fails validation or authentication is refused whole and logged in R
 
 from __future__ import annotations
 
-import json
 import logging
 import struct
 from array import array
@@ -40,13 +39,10 @@ from collectors.schema import (
     BatchError,
     parse_batch,
 )
-from webapp.fleet.services import (
-    NODE_SEEN_UPDATE,
-    AuthError,
-    gpus_register,
-    node_authenticate,
-)
-from webapp.telemetry.models import ROLLUP_METRICS, RejectedBatch
+from webapp.core.models import RejectedBatch
+from webapp.core.refusals import AuthError, batch_reject
+from webapp.fleet.services import NODE_SEEN_UPDATE, gpus_register, node_authenticate
+from webapp.telemetry.models import ROLLUP_METRICS
 from webapp.telemetry.partitions import oldest_kept, partition_ensure
 
 log = logging.getLogger("vigil.ingest")
@@ -424,36 +420,3 @@ def rollups_refresh(max_rounds: int = 50) -> tuple[int, int]:
         if claimed < ROLLUP_CLAIM_LIMIT:
             break
     return batches, cells
-
-
-def batch_reject(raw: str | bytes, error: BatchError | AuthError) -> RejectedBatch:
-    """Record a refused batch (reason, detail, who claimed to send it) and log it."""
-    claimed: dict = {}
-    try:
-        parsed = json.loads(raw)
-        if isinstance(parsed, dict):
-            claimed = parsed
-    except (ValueError, TypeError, UnicodeDecodeError):
-        pass
-
-    def text(key: str) -> str:
-        value = claimed.get(key)
-        return str(value)[:128] if isinstance(value, str | int) else ""
-
-    rejected = RejectedBatch.objects.create(
-        reason=error.reason,
-        detail=error.detail[:2000],
-        cluster=text("cluster"),
-        node=text("node"),
-        batch_id=text("batch_id")[:64],
-        size_bytes=len(raw),
-    )
-    log.warning(
-        "rejected batch %s from %s/%s: %s: %s",
-        rejected.batch_id or "?",
-        rejected.cluster or "?",
-        rejected.node or "?",
-        error.reason,
-        error.detail,
-    )
-    return rejected

@@ -7,8 +7,8 @@ from celery_batches import Batches
 from django.conf import settings
 
 from collectors.schema import INGEST_TASK
-from webapp.ingest import batches_run
-from webapp.outbox import outbox_redeliver
+from webapp.core.ingest import batches_run
+from webapp.core.outbox import outbox_redeliver
 from webapp.telemetry.partitions import partitions_maintain
 from webapp.telemetry.services import rollups_refresh, samples_ingest_many
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import wraps
 
 from django.conf import settings
@@ -14,9 +14,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from collectors.schema import GPU_FIELDS, Metric
-from webapp.exports import csv_response
+from webapp.core.exports import csv_response
+from webapp.core.units import GIB, iso_utc, mj_to_kwh
 from webapp.fleet.choices import NodeState
-from webapp.fleet.models import Gpu, Node
+from webapp.fleet.models import Cluster, Gpu, Node
 from webapp.fleet.selectors import node_state_now
 from webapp.telemetry import figures
 from webapp.telemetry.selectors import (
@@ -26,6 +27,7 @@ from webapp.telemetry.selectors import (
     ClusterSummary,
     LatestGpu,
     TimeRange,
+    cluster_nodes,
     clusters_overview,
     gpu_problems,
     gpu_sample_latest,
@@ -162,7 +164,7 @@ def _gpu_table_row(g: LatestGpu) -> list:
         g.ts.isoformat() if g.ts else None,
         g.value("gpu_util"),
         round(sm * 100, 1) if sm is not None else None,
-        round(mem / figures.GIB, 2) if mem is not None else None,
+        round(mem / GIB, 2) if mem is not None else None,
         g.value("power_w"),
         g.value("gpu_temp_c"),
     ]
@@ -215,11 +217,11 @@ def _format_metric(metric: Metric, value: float | int | None, model: str) -> str
     if unit == "ratio":
         return f"{value * 100:.1f} %"
     if unit == "B":
-        return f"{value / figures.GIB:,.1f} GiB"
+        return f"{value / GIB:,.1f} GiB"
     if unit == "B/s":
         return f"{value / 1e6:,.1f} MB/s"
     if unit == "mJ":
-        return f"{value / 3.6e9:,.3f} kWh"  # 1 kWh = 3.6e9 mJ
+        return f"{mj_to_kwh(value):,.3f} kWh"
     if unit == "bitmask":
         return f"0x{int(value):x}"
     if unit == "flag":
@@ -266,10 +268,6 @@ def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
     )
 
 
-def _iso(ts: datetime) -> str:
-    return ts.isoformat()
-
-
 @login_required
 def gpu_csv(request: HttpRequest, gpu_id: int) -> HttpResponse:
     gpu = get_object_or_404(Gpu.objects.select_related("node"), id=gpu_id)
@@ -279,5 +277,34 @@ def gpu_csv(request: HttpRequest, gpu_id: int) -> HttpResponse:
     return csv_response(
         f"vigil-{gpu.node.hostname}-gpu{gpu.index}-{time_range.key}.csv",
         ["ts_utc", *SERIES_METRICS],
-        ([_iso(ts), *row] for ts, *row in zip(series.ts, *columns, strict=True)),
+        ([iso_utc(ts), *row] for ts, *row in zip(series.ts, *columns, strict=True)),
+    )
+
+
+@login_required
+def nodes(request: HttpRequest, cluster: str) -> HttpResponse:
+    cluster_obj = get_object_or_404(Cluster, name=cluster)
+    return render(
+        request,
+        "telemetry/nodes.html",
+        {
+            "cluster": cluster_obj,
+            "nodes": cluster_nodes(cluster_obj),
+            "now": timezone.now(),
+            "busy_util_pct": settings.VIGIL_BUSY_UTIL_PCT,
+            "stale_after_s": settings.VIGIL_STALE_AFTER_S,
+        },
+    )
+
+
+@login_required
+def nodes_csv(request: HttpRequest, cluster: str) -> HttpResponse:
+    cluster_obj = get_object_or_404(Cluster, name=cluster)
+    return csv_response(
+        f"vigil-{cluster_obj.name}-nodes.csv",
+        ["hostname", "state", "last_seen_utc", "gpus", "busy_gpus"],
+        (
+            [n.hostname, n.state, n.last_seen.isoformat() if n.last_seen else None, n.gpus, n.busy]
+            for n in cluster_nodes(cluster_obj)
+        ),
     )

@@ -9,8 +9,9 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from webapp.core.windows import window_parse
 from webapp.fleet.models import Cluster
-from webapp.jobs.characterization import Characterization, jobs_characterize, window_parse
+from webapp.jobs.characterization import Characterization, jobs_characterize
 from webapp.jobs.services import job_tallies_rebuild
 
 

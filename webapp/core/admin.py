@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from webapp.telemetry.models import RejectedBatch
+from webapp.core.models import RejectedBatch
 
 
 @admin.register(RejectedBatch)

@@ -6,7 +6,7 @@ retried with backoff, forever, while the database is unreachable (the batch is n
 dropped). A batch that fails validation or authentication is refused whole: recorded in
 RejectedBatch, logged, and acknowledged. A batch given by its outbox reference that cannot be
 read (Redis failing under the worker) fails the task; its outbox entry stays, and the beat
-task re-publishes it (webapp/outbox.py).
+task re-publishes it (webapp/core/outbox.py).
 
 GPU sample batches, the bulk of the traffic, are taken several at a time and stored in one
 transaction (`batches_run`); the policy is the same, carried out per batch.
@@ -24,7 +24,7 @@ from celery.utils.time import get_exponential_backoff_interval
 from django.db import InterfaceError, OperationalError, connection
 
 from collectors.schema import BatchError
-from webapp.fleet.services import AuthError
+from webapp.core.refusals import AuthError, batch_reject
 
 log = logging.getLogger("vigil.ingest")
 
@@ -55,19 +55,29 @@ def db_down(task) -> None:
     )
 
 
-def _db_forget() -> None:
-    from webapp.telemetry.partitions import known_forget
+# What apps cache about the database that a lost connection may have made wrong (telemetry:
+# partitions made in a transaction that never committed). Apps add theirs when they load.
+_on_db_lost: list[Callable[[], None]] = []
 
+
+def on_db_lost(forget: Callable[[], None]) -> None:
+    """Have `forget()` called whenever ingest drops a dead database connection."""
+    if forget not in _on_db_lost:
+        _on_db_lost.append(forget)
+
+
+def _db_forget() -> None:
     connection.close_if_unusable_or_obsolete()
     connection.close()
-    known_forget()  # partitions made in a transaction that never committed
+    for forget in _on_db_lost:
+        forget()
 
 
 def _texts(task, args: list[str]) -> list[str | None]:
-    """The batch texts of a task's arguments (webapp/outbox.py `batch_texts`); None, logged,
+    """The batch texts of a task's arguments (webapp/core/outbox.py `batch_texts`); None, logged,
     for a reference whose outbox entry is gone: that batch was finished, and this is a
     redelivery."""
-    from webapp.outbox import batch_texts
+    from webapp.core.outbox import batch_texts
 
     texts = batch_texts(args)
     for arg, text in zip(args, texts, strict=True):
@@ -78,9 +88,7 @@ def _texts(task, args: list[str]) -> list[str | None]:
 
 def batch_run(task, arg: str, ingest: Callable[[str], dict]) -> dict:
     """Run `ingest(text)` under the policy above, where `arg` is the batch text or its outbox
-    reference (webapp/outbox.py); a refused batch returns {"rejected": reason}."""
-    from webapp.telemetry.services import batch_reject
-
+    reference (webapp/core/outbox.py); a refused batch returns {"rejected": reason}."""
     [raw] = _texts(task, [arg])
     if raw is None:
         return {"finished_before": arg}
@@ -107,7 +115,7 @@ def batches_run(task, requests: list, ingest_many: Callable[[list[str]], object]
     - Redis cannot be read: the outbox entries stay, and the beat task re-publishes them;
     - a killed worker never returns here: its unacknowledged messages come back.
     """
-    from webapp.outbox import batches_finished
+    from webapp.core.outbox import batches_finished
 
     args = [request.args[0] for request in requests]
     try:

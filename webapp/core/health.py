@@ -16,7 +16,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 from kombu import Connection
 
-from webapp.keyauth import key_refusal
+from webapp.core.keyauth import key_refusal
 
 # A load balancer probes every few seconds; a check slower than this counts as down.
 BROKER_TIMEOUT_S = 2.0

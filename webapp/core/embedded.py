@@ -9,7 +9,9 @@ Redis runs with an append-only file so a broker restart loses no queued batch.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -183,16 +185,31 @@ def redis_stop() -> None:
         return
     try:
         pid = int(pidfile.read_text().strip())
-        os.kill(pid, 15)
-    except (ValueError, ProcessLookupError):
+    except ValueError:
         return
-    deadline = time.monotonic() + 10
+    # No SIGKILL: a Redis still writing its append-only file is left to finish.
+    process_stop(pid, timeout_s=10, kill=False)
+
+
+def process_stop(pid: int, timeout_s: float = 15.0, *, kill: bool = True) -> bool:
+    """SIGTERM `pid` and wait up to `timeout_s` for it to exit; then SIGKILL it if `kill`.
+    True if it is gone."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return
-        time.sleep(0.05)
+            return True
+        time.sleep(0.02)
+    if kill:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return True
+    return False
 
 
 def broker_url() -> str:

@@ -3,11 +3,16 @@
 Starts (embedded PostgreSQL and Redis come from settings when no URL is configured), migrates,
 creates the demo login, issues node tokens, then runs the web server, a Celery worker, beat
 and the simulated collectors as child processes until Ctrl-C, which stops everything it
-started.
+started. It drives the apps through their management commands only (core imports no app).
+
+Start-up handshake: the live collector writes its `--ready-file` once the history it was
+asked for has been handed to the broker (or at once without history); the demo waits for
+that file, not for a line in a log.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import secrets
@@ -24,10 +29,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from collectors.backends.simulated import DEFAULT_CLUSTERS, node_name
-from webapp import embedded
-from webapp.fleet.services import node_token_issue
-from webapp.telemetry.models import GpuSample
-from webapp.telemetry.partitions import partitions_maintain
+from webapp.core import embedded
 
 DEMO_USER = "demo"
 
@@ -65,13 +67,14 @@ class Command(BaseCommand):
 
         self.stdout.write("Preparing the database ...")
         call_command("migrate", verbosity=0)
-        partitions_maintain()
+        call_command("telemetry_partitions", stdout=io.StringIO())
         password = self._demo_user()
-        tokens = {
-            node_name(c, n): node_token_issue(c, node_name(c, n))
-            for c in clusters
-            for n in range(1, opts["nodes_per_cluster"] + 1)
-        }
+        tokens: dict[str, str] = {}
+        for c in clusters:
+            out = io.StringIO()
+            hosts = [node_name(c, n) for n in range(1, opts["nodes_per_cluster"] + 1)]
+            call_command("issue_node_token", "--cluster", c, "--json", *hosts, stdout=out)
+            tokens.update(json.loads(out.getvalue()))
         token_file = state / "tokens.json"
         token_file.write_text(json.dumps(tokens))
         token_file.chmod(0o600)
@@ -86,12 +89,13 @@ class Command(BaseCommand):
             "--broker", settings.CELERY_BROKER_URL, "--spool-dir", str(state / "spool"),
             "--seed", "1",
         ]  # fmt: skip
-        # History only on a fresh database: a second run must not write a different past
-        # over the first run's samples. The live collector sends it first and carries on from
-        # it, so the jobs running at the end of the history are still running live.
-        history = opts["backfill_minutes"]
-        if history and GpuSample.objects.exists():
-            history = 0
+        # History only on a fresh demo: a second run must not write a different past over
+        # the first run's samples. The live collector sends it first and carries on from it,
+        # so the jobs running at the end of the history are still running live.
+        history_done = state / "history-sent"
+        history = 0 if history_done.exists() else opts["backfill_minutes"]
+        ready = state / "collector-ready"
+        ready.unlink(missing_ok=True)
         commands = {
             "worker": [py, "-m", "celery", "-A", "webapp", "worker", "-Q", "ingest,default",
                        "-c", "2", "-l", "WARNING", "--without-gossip", "--without-mingle"],
@@ -127,14 +131,14 @@ class Command(BaseCommand):
             for name, command in commands.items():
                 start(name, command)
             live = [py, "-m", "collectors", *sim, "--interval", str(opts["interval"])]
-            collector_log = logs / "collectors.log"
-            seen = collector_log.stat().st_size if collector_log.exists() else 0  # earlier runs
+            live += ["--ready-file", str(ready)]
             if history:
                 self.stdout.write(f"Simulating the last {history} minutes ...")
                 live += ["--history-minutes", str(history)]
             start("collectors", live)
+            self._wait_until_ready(procs["collectors"], ready, logs / "collectors.log")
             if history:
-                self._wait_for_history(procs["collectors"], collector_log, seen)
+                history_done.touch()
             gpus = len(clusters) * opts["nodes_per_cluster"] * opts["gpus_per_node"]
             self.stdout.write(
                 self.style.SUCCESS(
@@ -175,9 +179,9 @@ class Command(BaseCommand):
                 embedded.postgres_stop()
             self.stdout.write("Stopped.")
 
-    def _wait_for_history(self, collector: subprocess.Popen, log: Path, offset: int) -> None:
-        """Until the collector says (in `log`, after `offset`) that it has sent the history."""
-        while b"history sent" not in log.read_bytes()[offset:]:
+    def _wait_until_ready(self, collector: subprocess.Popen, ready: Path, log: Path) -> None:
+        """Until the collector has written its ready file (history handed to the broker)."""
+        while not ready.exists():
             if collector.poll() is not None:
                 raise CommandError(
                     f"the collector exited with code {collector.returncode}; see {log}"

@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class CoreConfig(AppConfig):
+    """What every app shares (DESIGN.md: core imports no app; apps plug into it)."""
+
+    name = "webapp.core"
+    label = "core"
+    verbose_name = "Vigil core"

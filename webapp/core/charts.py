@@ -1,0 +1,23 @@
+"""The one chart theme: every app's Plotly figures use these, so pages look alike."""
+
+from __future__ import annotations
+
+TEMPLATE = "plotly_white"
+
+# One colour per GPU index (eight per node) and per job type: Plotly's default qualitative
+# palette, which keeps neighbouring lines apart.
+GPU_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+)
+
+# Cells with no utilization to show (stale, or a GPU that does not report it).
+NO_DATA_COLOUR = "#b9bec7"
+ERROR_COLOUR = "#d62728"
+UTIL_COLOURSCALE = "Viridis"

@@ -1,0 +1,25 @@
+from django.db import models
+
+
+class RejectedBatch(models.Model):
+    """A batch refused whole, with the reason; the count per reason is the rejection counter.
+
+    Every ingest path records its refusals here (samples, node events, job events over the
+    broker or the HTTP API), so the table lives in core. Its table keeps the name it had when
+    it belonged to telemetry, so upgrading moves no data.
+    """
+
+    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    reason = models.CharField(max_length=32, db_index=True)
+    detail = models.TextField()
+    cluster = models.CharField(max_length=128, blank=True, default="")
+    node = models.CharField(max_length=128, blank=True, default="")
+    batch_id = models.CharField(max_length=64, blank=True, default="")
+    size_bytes = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "telemetry_rejectedbatch"
+        ordering = ["-received_at"]
+
+    def __str__(self) -> str:
+        return f"{self.reason} {self.cluster}/{self.node}"

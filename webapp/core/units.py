@@ -1,0 +1,28 @@
+"""Unit conversions, defined once (STYLE.md: names say what and in which unit)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+GIB = 2**30  # bytes in a GiB
+
+# NVML's energy counter is in millijoules: 1 kWh = 3.6e6 J = 3.6e9 mJ.
+MJ_PER_KWH = 3.6e9
+
+
+def mj_to_kwh(energy_mj: float) -> float:
+    return energy_mj / MJ_PER_KWH
+
+
+def bytes_to_gib(value_bytes: float) -> float:
+    return value_bytes / GIB
+
+
+def epoch_to_utc(ts: float | None) -> datetime | None:
+    """A wire timestamp (seconds since the epoch) as a timezone-aware UTC datetime."""
+    return None if ts is None else datetime.fromtimestamp(ts, UTC)
+
+
+def iso_utc(ts: datetime | None) -> str | None:
+    """ISO 8601 in UTC with an explicit +00:00 offset (None stays None), for JSON and CSV."""
+    return None if ts is None else ts.astimezone(UTC).isoformat()
