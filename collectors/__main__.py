@@ -141,6 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"{HISTORY_ROUNDS_PER_BATCH} rounds to a batch), then sample live from the same state, "
         "jobs still running",
     )
+    p.add_argument(
+        "--ready-file",
+        type=Path,
+        help="write this file once the --history-minutes history is handed over (at once "
+        "without history): a start-up handshake for supervisors such as `manage.py demo`",
+    )
     p.add_argument("--stdout", action="store_true", help="print batches as JSON lines")
     p.add_argument("--spool-dir", type=Path, default=_default_spool_dir())
     p.add_argument("--dcgm-url", default=None, help="dcgm-exporter /metrics URL")
@@ -462,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.history_minutes * 60, HISTORY_STEP_S, HISTORY_ROUNDS_PER_BATCH
             )
             log.info("history sent: %d rounds of the last %d minutes", rounds, args.history_minutes)
+        if args.ready_file is not None:
+            _ready_file_write(args.ready_file)
         agent.run(args.count, backfill=backfill)
     except BrokenPipeError:
         # `vigil-collector --stdout | head` closed the pipe: a normal way to stop. Point stdout
@@ -486,6 +494,13 @@ def main(argv: list[str] | None = None) -> int:
         agent.event_batches,
     )
     return 0
+
+
+def _ready_file_write(path: Path) -> None:
+    """Create `path` whole (written aside, then renamed), so a reader never sees half of it."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(f"{os.getpid()}\n")
+    partial.replace(path)
 
 
 if __name__ == "__main__":
