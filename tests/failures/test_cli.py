@@ -68,3 +68,22 @@ def test_manage_py_diagnose_needs_no_database_or_broker(tmp_path):
     assert (data["cause"], data["blamed_node"]) == ("gpu_off_bus", "node-03")
     assert not (tmp_path / "data" / "pg").exists()  # no embedded PostgreSQL was started
     assert not (tmp_path / "data" / "redis").exists()  # nor Redis
+
+
+def test_an_operators_combined_capture_still_counts_its_kernel_lines(tmp_path):
+    """Offline, the operator hands over the file: an Xid line inside it is kernel evidence
+    (the live path ignores the same text inside a job's own log: test_services.py)."""
+    capture = tmp_path / "job-900.out"
+    capture.write_text(
+        "gpu-node-02 kernel: NVRM: Xid (PCI:0000:23:00): 79, pid=48213, GPU has fallen off the "
+        "bus.\n"
+        "srun: error: gpu-node-02: task 0: Exited with exit code 1\n"
+    )
+    status, out, _ = _run(str(capture), "--json")
+    assert status == 0
+    data = json.loads(out)
+    assert (data["cause"], data["category"], data["blamed_node"]) == (
+        "gpu_off_bus",
+        "infrastructure",
+        "gpu-node-02",
+    )

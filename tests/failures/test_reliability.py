@@ -12,8 +12,9 @@ import pytest
 
 from tests.failures.conftest import nccl_window, xid_event
 from webapp.failures.models import FailureEvent
+from webapp.failures.node_events import node_events_ingest
 from webapp.failures.selectors import young_daly_s
-from webapp.failures.services import failure_diagnose, node_events_ingest
+from webapp.failures.services import failure_diagnose
 from webapp.jobs.models import Job
 
 pytestmark = pytest.mark.django_db

@@ -1,131 +1,24 @@
-"""Failures services against real PostgreSQL: node-event ingest, job failures diagnosed from
-log windows plus kernel Xids, the circuit breaker and GPU-hours lost."""
+"""Failures services against real PostgreSQL: job failures diagnosed from log windows plus
+kernel Xids and the scheduler's end line, GPU-hours lost, and the trust boundary: a
+kernel-looking line a job prints in its own log is never hardware evidence."""
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime
 
 import pytest
 
-from collectors.schema import GPU_FIELD_NAMES, BatchError
 from tests.failures.conftest import nccl_window, xid_event
-from webapp.core.refusals import AuthError
-from webapp.failures.models import FailureEvent, GpuErrorEvent, JobLogWindow
-from webapp.failures.services import (
-    breaker_apply,
-    failure_diagnose,
-    node_events_ingest,
-)
-from webapp.jobs.models import Job
+from webapp.failures.models import FailureEvent
+from webapp.failures.node_events import node_events_ingest
+from webapp.failures.services import failure_diagnose
 
 pytestmark = pytest.mark.django_db
 
 
 def _now() -> float:
     return float(int(time.time()))
-
-
-# --- Ingest ----------------------------------------------------------------------------------
-
-
-def test_ingest_stores_gpu_errors_and_windows_and_a_redelivery_adds_nothing(fleet):
-    t = _now() - 600
-    fleet.run_job("100", t - 3600, None)
-    raw = fleet.node_batch(
-        "gpu-node-02",
-        gpu_events=[
-            xid_event(t, 79, index=3, message="GPU has fallen off the bus."),
-            {
-                "ts": t + 1,
-                "kind": "ecc_sbe",
-                "source": "counter",
-                "gpu_uuid": "GPU-gpu-node-02-05",
-                "delta": 3,
-            },
-        ],
-        log_windows=[nccl_window("100", t + 5), nccl_window("999", t + 5)],
-    )
-    first = node_events_ingest(raw)
-    assert (first.gpu_events_stored, first.log_windows_stored) == (2, 2)
-    again = node_events_ingest(raw)
-    assert (again.gpu_events_stored, again.log_windows_stored, again.failures_opened) == (0, 0, 0)
-    assert GpuErrorEvent.objects.count() == 2
-    xid = GpuErrorEvent.objects.get(xid=79)
-    # Resolved to the node's GPU by PCI bus id / index; the counter event by UUID.
-    assert (xid.node.hostname, xid.gpu.index, xid.gpu.uuid) == (
-        "gpu-node-02",
-        3,
-        "GPU-gpu-node-02-03",
-    )
-    sbe = GpuErrorEvent.objects.get(kind="ecc_sbe")
-    assert sbe.gpu.index == 5
-    windows = {w.job_scheduler_id: w for w in JobLogWindow.objects.all()}
-    assert windows["100"].job == Job.objects.get(scheduler_id="100")
-    assert windows["999"].job is None  # not known yet: kept with its scheduler id
-    # The Xid 79 is page-worthy: one gpu_error failure, diagnosed gpu_off_bus on that node.
-    failure = FailureEvent.objects.get(kind="gpu_error")
-    failure_diagnose(failure.pk)
-    failure.refresh_from_db()
-    assert (failure.cause, failure.blamed_node.hostname, failure.blamed_gpu.index) == (
-        "gpu_off_bus",
-        "gpu-node-02",
-        3,
-    )
-
-
-def test_a_burst_of_xids_is_one_gpu_error_failure(fleet):
-    t = _now() - 600
-    node_events_ingest(
-        fleet.node_batch(
-            "gpu-node-01",
-            gpu_events=[xid_event(t + i * 20, 48, index=i, node_no=1) for i in range(4)],
-        )
-    )
-    assert GpuErrorEvent.objects.count() == 4
-    assert FailureEvent.objects.filter(kind="gpu_error").count() == 1
-
-
-def test_non_critical_xids_open_no_failure(fleet):
-    t = _now() - 600
-    node_events_ingest(fleet.node_batch("gpu-node-01", gpu_events=[xid_event(t, 13, node_no=1)]))
-    assert GpuErrorEvent.objects.count() == 1
-    assert not FailureEvent.objects.exists()
-
-
-@pytest.mark.parametrize(
-    ("change", "reason"),
-    [
-        ({"token": "x" * 32}, "bad_token"),
-        ({"node": "nope-01"}, "unknown_node"),
-        ({"gpu_events": [{"ts": 1.0, "kind": "xid", "source": "kmsg"}]}, "malformed"),
-        (
-            {
-                "log_windows": [
-                    {
-                        "job_id": "1",
-                        "ts": time.time() + 3600,
-                        "path": "/x",
-                        "first_line_no": 1,
-                        "lines": [],
-                    }
-                ]
-            },
-            "future_timestamp",
-        ),
-    ],
-)
-def test_bad_batches_are_refused_whole(fleet, change, reason):
-    batch = json.loads(fleet.node_batch("gpu-node-01", gpu_events=[xid_event(_now(), 79)]))
-    batch.update(change)
-    with pytest.raises((BatchError, AuthError)) as exc:
-        node_events_ingest(json.dumps(batch))
-    assert exc.value.reason == reason
-    assert not GpuErrorEvent.objects.exists()
-
-
-# --- Job failures ----------------------------------------------------------------------------
 
 
 def test_nccl_timeout_with_an_xid_79_on_one_node_is_gpu_off_bus_blaming_that_node(fleet):
@@ -218,133 +111,12 @@ def test_late_log_window_triggers_a_new_diagnosis(fleet, django_capture_on_commi
     )
 
 
-# --- Circuit breaker -------------------------------------------------------------------------
-
-
-def test_breaker_rules_over_plain_data():
-    assert breaker_apply("restart", "n1", []) == ("restart", "")
-    assert breaker_apply("restart", "n1", ["n1"])[0] == "cordon_restart"
-    assert breaker_apply("retry", "n1", ["n2", "n3"])[0] == "notify"
-    # Hardware faults on different nodes are independent: no change.
-    assert breaker_apply("cordon_restart", "n1", ["n2"]) == ("cordon_restart", "")
-    assert breaker_apply("restart", "n1", [], restarts_in_a_row=3)[0] == "notify"
-
-
-def _cuda_fault_job(fleet, job_id: str, node: str, end: float) -> FailureEvent:
-    fleet.run_job(job_id, end - 3600, None, nodes=(node,))
-    node_events_ingest(
-        fleet.node_batch(
-            node,
-            log_windows=[
-                {
-                    "job_id": job_id,
-                    "ts": end - 5,
-                    "path": f"/logs/{job_id}.err",
-                    "first_line_no": 10,
-                    "lines": [
-                        f"{node}: RuntimeError: CUDA error: an illegal memory access was "
-                        "encountered"
-                    ],
-                }
-            ],
-        )
-    )
-    fleet.run_job(job_id, end - 3600, end, nodes=(node,))
-    failure = FailureEvent.objects.get(job__scheduler_id=job_id)
-    failure_diagnose(failure.pk)
-    failure.refresh_from_db()
-    return failure
-
-
-def test_circuit_breaker_same_node_twice_cordons_and_other_nodes_notify(fleet):
-    now = _now()
-    first = _cuda_fault_job(fleet, "500", "gpu-node-01", now - 5 * 3600)
-    assert (first.cause, first.action, first.breaker) == ("cuda_fault", "restart", "")
-    second = _cuda_fault_job(fleet, "501", "gpu-node-01", now - 3 * 3600)
-    assert second.action == "cordon_restart"
-    assert second.default_action == "restart"
-    assert "gpu-node-01 twice within 24 h" in second.breaker
-    third = _cuda_fault_job(fleet, "502", "gpu-node-02", now - 1 * 3600)
-    assert third.action == "notify"
-    assert "other nodes" in third.breaker
-
-
-def test_breaker_forgets_after_24_hours(fleet):
-    now = _now()
-    _cuda_fault_job(fleet, "600", "gpu-node-01", now - 30 * 3600)
-    later = _cuda_fault_job(fleet, "601", "gpu-node-01", now - 3600)
-    assert later.action == "restart"
-
-
 def test_occurred_at_is_the_job_end(fleet):
     end = _now() - 100
     fleet.run_job("700", end - 60, end, nodes=("gpu-node-01",))
     failure = FailureEvent.objects.get()
     assert failure.occurred_at == datetime.fromtimestamp(end, UTC)
     assert failure.cluster.name == "testcluster"
-
-
-# --- Stragglers ------------------------------------------------------------------------------
-
-
-def test_straggler_rule_over_plain_data():
-    from datetime import timedelta
-
-    from webapp.failures.services import stragglers_find
-
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    minutes = [t0 + timedelta(minutes=k) for k in range(3)]
-
-    def series(slow: list[float]) -> dict:
-        return {
-            g: {m: {"sm_active": (slow[k] if g == 2 else 0.8)} for k, m in enumerate(minutes)}
-            for g in range(4)
-        }
-
-    found = stragglers_find(series([0.3, 0.3, 0.3]), minutes)
-    assert set(found) == {2} and found[2]["sm_active"][0] == (0.3, 0.8)
-    assert stragglers_find(series([0.3, 0.79, 0.3]), minutes) == {}  # recovered one minute
-
-
-def test_straggling_gpu_of_a_running_job_is_a_performance_event(fleet, operator_client):
-    from tests.helpers import make_batch
-    from webapp.telemetry.services import rollups_refresh, samples_ingest
-
-    now = _now()
-    t0 = (now // 60) * 60 - 15 * 60
-    fleet.run_job("800", t0 - 60, None, nodes=("gpu-node-01",))
-    batch = make_batch(
-        "testcluster",
-        "gpu-node-01",
-        fleet.tokens["gpu-node-01"],
-        t0=t0,
-        intervals=15 * 4,
-        step_s=15,
-        uuid_prefix="GPU-gpu-node-01",
-    )
-    sm = 2 + GPU_FIELD_NAMES.index("sm_active")  # wire row: index, ts, then the fields
-    for row in batch["samples"]:
-        row[sm] = 0.2 if row[0] == 5 else 0.7
-    samples_ingest(json.dumps(batch))
-    rollups_refresh()
-    from webapp.failures.services import stragglers_detect
-
-    assert stragglers_detect() == 1
-    assert stragglers_detect() == 0  # once per job run and GPU
-    event = FailureEvent.objects.get(kind="performance")
-    assert (event.job.scheduler_id, event.gpu.index, event.blamed_node.hostname) == (
-        "800",
-        5,
-        "gpu-node-01",
-    )
-    assert "sm_active" in event.detail
-    assert event.evidence[0]["text"].endswith("vs job median 0.7")
-    page = operator_client.get(f"/failures/{event.pk}/").content.decode()
-    assert "straggler" in page and "vs job median 0.7" in page
-    timeline = operator_client.get("/failures/").context["figures"]["timeline"]
-    assert [t["name"] for t in timeline["data"]] == ["performance"]
-    # Not a failure: reliability does not count it.
-    assert operator_client.get("/failures/reliability/").context["r"].failures == 0
 
 
 def test_node_fail_of_a_multi_node_job_blames_the_down_node_or_none(fleet):
@@ -369,3 +141,75 @@ def test_xid_just_before_the_start_explains_a_job_that_died_at_once(fleet):
     fleet.run_job("210", end - 60, end)
     failure = failure_diagnose(FailureEvent.objects.get(kind="job_failure").pk)
     assert (failure.cause, failure.blamed_host) == ("gpu_off_bus", "gpu-node-02")
+
+
+# --- Trust boundary: kernel evidence comes from the kernel log and NVML only -----------------
+
+FAKE_XID = "NVRM: Xid (PCI:0000:23:00): 79, pid=48213, GPU has fallen off the bus."
+
+
+def _window(job_id: str, ts: float, lines: list[str]) -> dict:
+    return {
+        "job_id": job_id,
+        "ts": ts,
+        "path": f"/home/mallory/logs/{job_id}.out",
+        "first_line_no": 1,
+        "lines": lines,
+    }
+
+
+def _printed_xid_job(fleet, job_id: str, end: float) -> FailureEvent:
+    """A job on gpu-node-02 whose own log prints kernel lines; no GPU error was reported."""
+    fleet.run_job(job_id, end - 3600, None, nodes=("gpu-node-02",))
+    printed = [
+        f"gpu-node-02 kernel: {FAKE_XID}",
+        f"[Tue May  7 03:12:44 2024] {FAKE_XID}",
+        FAKE_XID,
+        "gpu-node-02 kernel: mlx5_core 0000:0c:00.0: Port: 1 Link DOWN",
+    ]
+    node_events_ingest(
+        fleet.node_batch("gpu-node-02", log_windows=[_window(job_id, end - 5, printed)])
+    )
+    fleet.run_job(job_id, end - 3600, end, nodes=("gpu-node-02",))
+    return failure_diagnose(FailureEvent.objects.get(job__scheduler_id=job_id).pk)
+
+
+def test_a_job_printing_an_xid_line_gets_no_hardware_diagnosis_and_trips_no_breaker(fleet):
+    from webapp.fleet.models import Node
+
+    state_before = Node.objects.get(hostname="gpu-node-02").state
+    now = _now()
+    first = _printed_xid_job(fleet, "900", now - 3 * 3600)
+    assert first.cause == "unknown"  # the exit code alone: no rule explains it
+    assert first.category != "infrastructure"
+    assert (first.blamed_host, first.blamed_node, first.blamed_gpu) == ("", None, None)
+    assert first.action not in ("cordon_restart", "drain")
+    # The log's last lines are shown as context of an unknown, but no rule took them.
+    assert not [e for e in first.evidence if e["rule_id"]]
+    assert any("kernel-looking line(s)" in n for n in first.inputs["notes"])
+    assert first.inputs["kernel_streams"] == ["scheduler"]
+    # Printed twice on the same node within 24 h: still no cordon (the breaker sees no cause).
+    second = _printed_xid_job(fleet, "901", now - 3600)
+    assert (second.cause, second.breaker, second.blamed_node) == ("unknown", "", None)
+    assert second.action != "cordon_restart"
+    assert Node.objects.get(hostname="gpu-node-02").state == state_before  # not drained
+    assert not FailureEvent.objects.filter(kind="gpu_error").exists()
+
+
+def test_printed_xid_lines_do_not_crowd_out_the_real_kernel_event(fleet):
+    end = _now() - 300
+    fleet.run_job("902", end - 3600, None, nodes=("gpu-node-02",))
+    # More printed Xid lines than the engine keeps per rule, then the node's real Xid 79.
+    spam = [f"[rank0]: {FAKE_XID.replace('23:00', '21:00')}"] * 250
+    node_events_ingest(fleet.node_batch("gpu-node-02", log_windows=[_window("902", end - 5, spam)]))
+    node_events_ingest(
+        fleet.node_batch("gpu-node-02", gpu_events=[xid_event(end - 60, 79, index=3)])
+    )
+    fleet.run_job("902", end - 3600, end, nodes=("gpu-node-02",))
+    failure = failure_diagnose(FailureEvent.objects.get(job__scheduler_id="902").pk)
+    assert (failure.cause, failure.blamed_host, failure.blamed_gpu.index) == (
+        "gpu_off_bus",
+        "gpu-node-02",
+        3,
+    )
+    assert all("21:00" not in e["text"] for e in failure.evidence)

@@ -10,7 +10,7 @@ from tests.failures.conftest import nccl_window, xid_event
 from tests.helpers import wait_for
 from webapp.celery import app
 from webapp.core.models import RejectedBatch
-from webapp.failures.models import FailureEvent, GpuErrorEvent
+from webapp.failures.models import FailureEvent, GpuErrorEvent, JobLogWindow
 
 
 def _diagnosed(job_id: str, cause: str):
@@ -105,3 +105,25 @@ def test_worker_refuses_a_bad_batch_and_records_it(committed_fleet, worker_facto
     rejected = wait_for(lambda: RejectedBatch.objects.filter(reason="bad_token").first())
     assert rejected.node == "gpu-node-01"
     assert not GpuErrorEvent.objects.exists()
+
+
+def test_worker_ignores_an_xid_line_a_job_prints_in_its_own_log(committed_fleet, worker_factory):
+    """Through the node agent's task and the worker: a job log window with a kernel-looking
+    Xid 79 line and no GPU error event is no hardware failure and blames no node."""
+    worker_factory()
+    fleet = committed_fleet
+    end = float(int(time.time())) - 120
+    fleet.run_job("4444", end - 3600, None, nodes=("gpu-node-02",))
+    printed = {
+        "job_id": "4444",
+        "ts": end - 5,
+        "path": "/home/mallory/logs/4444.out",
+        "first_line_no": 1,
+        "lines": ["gpu-node-02 kernel: NVRM: Xid (PCI:0000:23:00): 79, pid=1, GPU has fallen off"],
+    }
+    app.send_task(NODE_EVENTS_TASK, args=[fleet.node_batch("gpu-node-02", log_windows=[printed])])
+    wait_for(lambda: JobLogWindow.objects.filter(job_scheduler_id="4444").exists(), timeout=30)
+    fleet.run_job("4444", end - 3600, end, nodes=("gpu-node-02",))  # committed: diagnosed
+    failure = wait_for(_diagnosed("4444", "unknown"), timeout=60)
+    assert (failure.blamed_host, failure.blamed_node, failure.action) == ("", None, "notify")
+    assert not FailureEvent.objects.filter(kind="gpu_error").exists()

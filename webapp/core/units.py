@@ -23,6 +23,7 @@ def epoch_to_utc(ts: float | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC)
 
 
-def iso_utc(ts: datetime | None) -> str | None:
-    """ISO 8601 in UTC with an explicit +00:00 offset (None stays None), for JSON and CSV."""
-    return None if ts is None else ts.astimezone(UTC).isoformat()
+def iso_utc(ts: datetime | None, timespec: str = "auto") -> str | None:
+    """ISO 8601 in UTC with an explicit +00:00 offset (None stays None), for JSON, CSV and
+    log lines (`timespec="seconds"`, as a kernel or scheduler prints them)."""
+    return None if ts is None else ts.astimezone(UTC).isoformat(timespec=timespec)

@@ -6,7 +6,10 @@ from celery import shared_task
 
 from collectors.schema import NODE_EVENTS_TASK
 from webapp.core.ingest import DB_DOWN, DURABLE_TASK, batch_run, db_down
-from webapp.failures.services import failure_diagnose, node_events_ingest, stragglers_detect
+from webapp.failures.dispatch import DIAGNOSE_TASK
+from webapp.failures.node_events import node_events_ingest
+from webapp.failures.services import failure_diagnose
+from webapp.failures.stragglers import stragglers_detect
 
 
 @shared_task(name=NODE_EVENTS_TASK, **DURABLE_TASK)
@@ -24,7 +27,7 @@ def ingest_node_events(self, raw: str) -> dict:
     return batch_run(self, raw, store)
 
 
-@shared_task(name="vigil.failures.diagnose", **DURABLE_TASK)
+@shared_task(name=DIAGNOSE_TASK, **DURABLE_TASK)
 def diagnose(self, failure_id: int) -> dict:
     """Diagnose one failure event (idempotent: the same evidence gives the same answer)."""
     try:

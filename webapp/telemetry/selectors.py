@@ -313,3 +313,29 @@ def gpu_sample_latest(gpu_id: int) -> tuple[datetime | None, dict[str, float | i
     if row is None:
         return None, {}
     return row[0], dict(zip(GPU_FIELD_NAMES, row[1:], strict=True))
+
+
+def gpus_minute_means(
+    gpu_ids: list[int], first: datetime, last: datetime, metrics: tuple[str, ...]
+) -> dict[int, dict[datetime, dict[str, float | None]]]:
+    """{gpu: {minute: {metric: mean of its samples in that minute, None if none}}} from the
+    1-minute rollup, for the minutes first..last (both included)."""
+    from webapp.telemetry.models import ROLLUP_METRICS
+
+    unknown = [m for m in metrics if m not in ROLLUP_METRICS]
+    if unknown:
+        raise ValueError(f"not a rolled-up GPU metric: {unknown[0]!r}")
+    if not gpu_ids or not metrics:
+        return {}
+    means = ", ".join(f"{m}_sum / NULLIF({m}_cnt, 0)" for m in metrics)
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT gpu_id, minute, {means} FROM telemetry_gpurollup1m "
+            "WHERE gpu_id = ANY(%s) AND minute BETWEEN %s AND %s",
+            [list(gpu_ids), first, last],
+        )
+        rows = cur.fetchall()
+    out: dict[int, dict[datetime, dict[str, float | None]]] = {}
+    for gpu_id, minute, *values in rows:
+        out.setdefault(gpu_id, {})[minute] = dict(zip(metrics, values, strict=True))
+    return out

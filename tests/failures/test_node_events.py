@@ -1,0 +1,118 @@
+"""Node-event ingest against real PostgreSQL: GPU errors and job log windows stored once, bursts
+of critical Xids opening one gpu_error failure, bad batches refused whole."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from collectors.schema import BatchError
+from tests.failures.conftest import nccl_window, xid_event
+from webapp.core.refusals import AuthError
+from webapp.failures.models import FailureEvent, GpuErrorEvent, JobLogWindow
+from webapp.failures.node_events import node_events_ingest
+from webapp.failures.services import failure_diagnose
+from webapp.jobs.models import Job
+
+pytestmark = pytest.mark.django_db
+
+
+def _now() -> float:
+    return float(int(time.time()))
+
+
+def test_ingest_stores_gpu_errors_and_windows_and_a_redelivery_adds_nothing(fleet):
+    t = _now() - 600
+    fleet.run_job("100", t - 3600, None)
+    raw = fleet.node_batch(
+        "gpu-node-02",
+        gpu_events=[
+            xid_event(t, 79, index=3, message="GPU has fallen off the bus."),
+            {
+                "ts": t + 1,
+                "kind": "ecc_sbe",
+                "source": "counter",
+                "gpu_uuid": "GPU-gpu-node-02-05",
+                "delta": 3,
+            },
+        ],
+        log_windows=[nccl_window("100", t + 5), nccl_window("999", t + 5)],
+    )
+    first = node_events_ingest(raw)
+    assert (first.gpu_events_stored, first.log_windows_stored) == (2, 2)
+    again = node_events_ingest(raw)
+    assert (again.gpu_events_stored, again.log_windows_stored, again.failures_opened) == (0, 0, 0)
+    assert GpuErrorEvent.objects.count() == 2
+    xid = GpuErrorEvent.objects.get(xid=79)
+    # Resolved to the node's GPU by PCI bus id / index; the counter event by UUID.
+    assert (xid.node.hostname, xid.gpu.index, xid.gpu.uuid) == (
+        "gpu-node-02",
+        3,
+        "GPU-gpu-node-02-03",
+    )
+    sbe = GpuErrorEvent.objects.get(kind="ecc_sbe")
+    assert sbe.gpu.index == 5
+    windows = {w.job_scheduler_id: w for w in JobLogWindow.objects.all()}
+    assert windows["100"].job == Job.objects.get(scheduler_id="100")
+    assert windows["999"].job is None  # not known yet: kept with its scheduler id
+    # The Xid 79 is page-worthy: one gpu_error failure, diagnosed gpu_off_bus on that node.
+    failure = FailureEvent.objects.get(kind="gpu_error")
+    failure_diagnose(failure.pk)
+    failure.refresh_from_db()
+    assert (failure.cause, failure.blamed_node.hostname, failure.blamed_gpu.index) == (
+        "gpu_off_bus",
+        "gpu-node-02",
+        3,
+    )
+
+
+def test_a_burst_of_xids_is_one_gpu_error_failure(fleet):
+    t = _now() - 600
+    node_events_ingest(
+        fleet.node_batch(
+            "gpu-node-01",
+            gpu_events=[xid_event(t + i * 20, 48, index=i, node_no=1) for i in range(4)],
+        )
+    )
+    assert GpuErrorEvent.objects.count() == 4
+    assert FailureEvent.objects.filter(kind="gpu_error").count() == 1
+
+
+def test_non_critical_xids_open_no_failure(fleet):
+    t = _now() - 600
+    node_events_ingest(fleet.node_batch("gpu-node-01", gpu_events=[xid_event(t, 13, node_no=1)]))
+    assert GpuErrorEvent.objects.count() == 1
+    assert not FailureEvent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"token": "x" * 32}, "bad_token"),
+        ({"node": "nope-01"}, "unknown_node"),
+        ({"gpu_events": [{"ts": 1.0, "kind": "xid", "source": "kmsg"}]}, "malformed"),
+        (
+            {
+                "log_windows": [
+                    {
+                        "job_id": "1",
+                        "ts": time.time() + 3600,
+                        "path": "/x",
+                        "first_line_no": 1,
+                        "lines": [],
+                    }
+                ]
+            },
+            "future_timestamp",
+        ),
+    ],
+)
+def test_bad_batches_are_refused_whole(fleet, change, reason):
+    batch = json.loads(fleet.node_batch("gpu-node-01", gpu_events=[xid_event(_now(), 79)]))
+    batch.update(change)
+    with pytest.raises((BatchError, AuthError)) as exc:
+        node_events_ingest(json.dumps(batch))
+    assert exc.value.reason == reason
+    assert not GpuErrorEvent.objects.exists()

@@ -1,0 +1,178 @@
+"""Deterministic failure diagnosis: logs in, one Diagnosis out. Plain functions, no Django.
+
+Pipeline (failure-taxonomy.md "Ordering"), one module per step:
+- catalogue.py: rules.yaml validated and compiled; the first rule a message matches;
+- lines.py: one line stripped of its prefixes (time, host, rank, program);
+- events.py: a matched line becomes an event (cause, tier, node, GPU, rank, time);
+- scan.py: each input streamed in chunks through a literal prefilter, only the lines worth
+  parsing decoded; whether an input may carry kernel evidence is a property of the input;
+- decide.py: window, coalescing, ordering, blame and confidence over what the scan found.
+
+Empty or binary input gets `unknown` with a reason. This module holds the entry points and
+re-exports the public names of the others, so callers import from `webapp.failures.diagnosis`.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from webapp.failures.diagnosis.catalogue import (
+    BLAMES,
+    KINDS,
+    RULES_PATH,
+    Catalogue,
+    Rule,
+    RuleError,
+    catalogue_load,
+    catalogue_parse,
+    grep_patterns,
+    required_literal,
+)
+from webapp.failures.diagnosis.decide import (
+    COALESCE_S,
+    EVIDENCE_LINES,
+    LOSS_BASELINE_STEPS,
+    LOSS_SPIKE_FACTOR,
+    LOSS_SPIKE_STEPS,
+    MAX_CONFIDENCE,
+    NONFINITE_LOSS_CONFIDENCE,
+    REPEATED_CAUSE_BONUS,
+    RIVAL_CAUSE_FACTOR,
+    WINDOW_AFTER_S,
+    WINDOW_BEFORE_S,
+    Diagnosis,
+    decide,
+)
+from webapp.failures.diagnosis.events import (
+    DETAIL_CHARS,
+    EVIDENCE_TEXT_CHARS,
+    EXCEPTIONS_IGNORED,
+    FRAMEWORK_PACKAGES,
+    NAME_ONLY_CONFIDENCE,
+    NON_HARDWARE_XID_CONFIDENCE,
+    Event,
+    Evidence,
+    classify,
+)
+from webapp.failures.diagnosis.lines import Line, Stamp, is_kernel_line, parse_line
+from webapp.failures.diagnosis.scan import (
+    BINARY_CONTROL_SHARE,
+    CHUNK_BYTES,
+    FRAME_LOOKBACK_BYTES,
+    FRAME_LOOKBACK_LINES,
+    MAX_EVENTS_PER_RULE,
+    MAX_FRAME_LOOKUPS,
+    MAX_LINE_BYTES,
+    SEEN_LINE_CHARS,
+    SEEN_LINES,
+    TAIL_BYTES,
+    LogStream,
+    Scan,
+)
+
+__all__ = [
+    "BINARY_CONTROL_SHARE",
+    "BLAMES",
+    "CHUNK_BYTES",
+    "COALESCE_S",
+    "DETAIL_CHARS",
+    "EVIDENCE_LINES",
+    "EVIDENCE_TEXT_CHARS",
+    "EXCEPTIONS_IGNORED",
+    "FRAMEWORK_PACKAGES",
+    "FRAME_LOOKBACK_BYTES",
+    "FRAME_LOOKBACK_LINES",
+    "KINDS",
+    "LOSS_BASELINE_STEPS",
+    "LOSS_SPIKE_FACTOR",
+    "LOSS_SPIKE_STEPS",
+    "MAX_CONFIDENCE",
+    "MAX_EVENTS_PER_RULE",
+    "MAX_FRAME_LOOKUPS",
+    "MAX_LINE_BYTES",
+    "NAME_ONLY_CONFIDENCE",
+    "NONFINITE_LOSS_CONFIDENCE",
+    "NON_HARDWARE_XID_CONFIDENCE",
+    "REPEATED_CAUSE_BONUS",
+    "RIVAL_CAUSE_FACTOR",
+    "RULES_PATH",
+    "SEEN_LINES",
+    "SEEN_LINE_CHARS",
+    "TAIL_BYTES",
+    "WINDOW_AFTER_S",
+    "WINDOW_BEFORE_S",
+    "Catalogue",
+    "Diagnosis",
+    "Event",
+    "Evidence",
+    "Line",
+    "LogStream",
+    "Rule",
+    "RuleError",
+    "Scan",
+    "Stamp",
+    "catalogue_load",
+    "catalogue_parse",
+    "classify",
+    "decide",
+    "diagnose_paths",
+    "diagnose_streams",
+    "diagnose_text",
+    "grep_patterns",
+    "is_kernel_line",
+    "parse_line",
+    "required_literal",
+]
+
+
+def diagnose_streams(
+    streams: Iterable[LogStream | tuple[str, BinaryIO]],
+    job_nodes: Iterable[str] | None = None,
+    catalogue: Catalogue | None = None,
+) -> Diagnosis:
+    """Diagnose the inputs in order (the job log first, then e.g. kernel logs).
+
+    A plain (name, binary stream) pair is a LogStream that may carry kernel evidence.
+    """
+    scan = Scan(catalogue or catalogue_load())
+    for index, stream in enumerate(streams):
+        name, data, kernel_evidence = LogStream(*stream)
+        scan.scan(data, index, name, kernel_evidence)
+    return decide(scan, job_nodes)
+
+
+def diagnose_paths(
+    log: str | os.PathLike[str],
+    kernel_logs: Iterable[str | os.PathLike[str]] = (),
+    job_nodes: Iterable[str] | None = None,
+) -> Diagnosis:
+    """Diagnose log files an operator names; raises OSError (naming the file) when one cannot
+    be read. Every file may carry kernel evidence: a combined capture of ranks, scheduler and
+    kernel lines diagnoses exactly like a job log plus `--kernel-log`."""
+    paths = [Path(log), *(Path(p) for p in kernel_logs)]
+    handles = []
+    try:
+        for p in paths:
+            if p.is_dir():
+                raise IsADirectoryError(f"{p} is a directory, not a log file")
+            handles.append(LogStream(p.name, open(p, "rb")))  # noqa: SIM115 - closed below
+        return diagnose_streams(handles, job_nodes)
+    finally:
+        for h in handles:
+            h.data.close()
+
+
+def diagnose_text(text: str | bytes, kernel_log: str | bytes | None = None, **kw: Any) -> Diagnosis:
+    """Diagnose in-memory logs (tests, the LLM hook's replay), as diagnose_paths would."""
+
+    def raw(t: str | bytes) -> bytes:
+        return t.encode("utf-8") if isinstance(t, str) else t
+
+    streams = [LogStream("log", io.BytesIO(raw(text)))]
+    if kernel_log is not None:
+        streams.append(LogStream("kernel-log", io.BytesIO(raw(kernel_log))))
+    return diagnose_streams(streams, **kw)

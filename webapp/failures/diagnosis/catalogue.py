@@ -1,0 +1,206 @@
+"""The rule catalogue (rules.yaml): validated, compiled, and the first rule a message matches.
+
+A rule file's text becomes a `Catalogue`: its anchors (the literal prefilter the scan runs
+first, see scan.py) and its ordered rules, each with its patterns compiled once. The first
+rule whose pattern matches a line's message decides what that line is.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webapp.failures import taxonomy
+
+RULES_PATH = Path(__file__).resolve().parent.parent / "rules.yaml"
+
+
+class RuleError(ValueError):
+    """rules.yaml is malformed (names the rule and the field)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    cause: str  # a taxonomy cause, "by_xid" or "by_exception"
+    kind: str  # cause | symptom | outcome | ignore
+    tier: str  # a taxonomy tier or "by_xid"
+    patterns: tuple[str, ...]
+    regex: re.Pattern[str]
+    # (literal every match must contain, lowercased, or "" if none; compiled pattern) pairs:
+    # an `in` test on the lowercased message skips most patterns before any regex runs.
+    checks: tuple[tuple[str, re.Pattern[str]], ...]
+    at_start: bool
+    blame: str  # line | peer | none
+    confidence: float
+    detail: str | None
+    per_line: bool
+    source: str
+    examples: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: a cache key, compared cheaply
+class Catalogue:
+    anchors: tuple[bytes, ...]
+    rules: tuple[Rule, ...]
+    line_rules: tuple[Rule, ...]
+    loss: Rule
+
+
+KINDS = ("cause", "symptom", "outcome", "ignore")
+BLAMES = ("line", "peer", "none")
+
+
+def _rule(raw: dict[str, Any]) -> Rule:
+    rid = raw.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise RuleError(f"rule without an id: {raw!r}")
+
+    def need(key: str, ok: Callable[[Any], bool], what: str) -> Any:
+        value = raw.get(key)
+        if not ok(value):
+            raise RuleError(f"rule {rid}: {key} must be {what}, got {value!r}")
+        return value
+
+    cause = need(
+        "cause", lambda v: v in taxonomy.CAUSES or v in ("by_xid", "by_exception"), "a cause"
+    )
+    kind = need("kind", lambda v: v in KINDS, "one of " + ", ".join(KINDS))
+    tier = need("tier", lambda v: v in taxonomy.TIER_RANK or v == "by_xid", "a tier")
+    patterns = need("patterns", lambda v: isinstance(v, list) and v, "a non-empty list")
+    blame = need("blame", lambda v: v in BLAMES, "one of " + ", ".join(BLAMES))
+    confidence = need("confidence", lambda v: isinstance(v, int | float) and 0 <= v <= 1, "0..1")
+    try:
+        regex = re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
+    except re.error as exc:
+        raise RuleError(f"rule {rid}: bad pattern: {exc}") from exc
+    return Rule(
+        id=rid,
+        cause=cause,
+        kind=kind,
+        tier=tier,
+        patterns=tuple(patterns),
+        regex=regex,
+        checks=tuple((required_literal(p), re.compile(p, re.IGNORECASE)) for p in patterns),
+        at_start=bool(raw.get("at_start", False)),
+        blame=blame,
+        confidence=float(confidence),
+        detail=raw.get("detail"),
+        per_line=bool(raw.get("per_line", True)),
+        source=str(raw.get("source", "")),
+        examples=tuple(raw.get("examples") or ()),
+    )
+
+
+def required_literal(pattern: str) -> str:
+    """The longest run of plain characters every match of `pattern` contains (lowercased).
+
+    Only text outside groups and classes counts, and a character followed by a quantifier is
+    dropped; a top-level alternation has no required literal ("").
+    """
+    runs, run, depth, i = [], "", 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if nxt.isalnum():
+                runs.append(run)
+                run = ""
+            elif depth == 0:
+                run += nxt
+            i += 2
+            continue
+        if c == "[":
+            j = pattern.index("]", i + 2 if pattern[i + 1 : i + 2] in ("]", "^") else i + 1)
+            runs.append(run)
+            run, i = "", j + 1
+            continue
+        if c in "?*{":
+            run = run[:-1]
+            runs.append(run)
+            run = ""
+        elif c == "+":
+            runs.append(run)
+            run = ""
+        elif c == "(":
+            depth += 1
+            runs.append(run)
+            run = ""
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            return ""
+        elif c in ".^$":
+            runs.append(run)
+            run = ""
+        elif depth == 0:
+            run += c
+        i += 1
+    runs.append(run)
+    return max(runs, key=len).lower()
+
+
+def _matches(rule: Rule, msg: str, low: str) -> re.Match[str] | None:
+    for literal, regex in rule.checks:
+        if literal and literal not in low:
+            continue
+        m = regex.match(msg) if rule.at_start else regex.search(msg)
+        if m:
+            return m
+    return None
+
+
+@functools.lru_cache(maxsize=8192)
+def first_rule(cat: Catalogue, msg: str) -> Rule | None:
+    """The first rule matching a message (cached: logs repeat the same messages a lot)."""
+    low = msg.lower()
+    for rule in cat.line_rules:
+        if _matches(rule, msg, low):
+            return rule
+    return None
+
+
+def catalogue_parse(text: str) -> Catalogue:
+    """Validate and compile a rule file's text."""
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict) or not data.get("rules") or not data.get("anchors"):
+        raise RuleError("rules file needs 'anchors' and 'rules' lists")
+    rules = tuple(_rule(r) for r in data["rules"])
+    seen: set[str] = set()
+    for rule in rules:
+        if rule.id in seen:
+            raise RuleError(f"rule id {rule.id} is used twice")
+        seen.add(rule.id)
+    line_rules = tuple(r for r in rules if r.per_line)
+    loss = [r for r in rules if not r.per_line and r.cause == "loss_nan"]
+    if len(loss) != 1:
+        raise RuleError("exactly one per_line: false rule (the loss curve) is expected")
+    anchors = tuple(str(a).lower() for a in data["anchors"])
+    bad = [a for a in anchors if not a.isascii() or "\n" in a or not a]
+    if bad:
+        # The scan folds ASCII case only (as bytes.lower() does); a line break never matches.
+        raise RuleError(f"anchors must be non-empty ASCII text on one line: {bad[0]!r}")
+    return Catalogue(
+        anchors=tuple(a.encode() for a in anchors),
+        rules=rules,
+        line_rules=line_rules,
+        loss=loss[0],
+    )
+
+
+@functools.cache
+def catalogue_load(path: str = str(RULES_PATH)) -> Catalogue:
+    """The rule catalogue (parsed once per process)."""
+    return catalogue_parse(Path(path).read_text(encoding="utf-8"))
+
+
+def grep_patterns(cat: Catalogue | None = None) -> list[str]:
+    """Every pattern of the catalogue (for `grep -E -i -f`: the benchmark's baseline)."""
+    cat = cat or catalogue_load()
+    return [p for r in cat.rules if r.kind != "ignore" for p in r.patterns]

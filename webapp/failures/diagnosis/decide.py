@@ -1,0 +1,376 @@
+"""The decision: what a scan found becomes one Diagnosis (failure-taxonomy.md "Ordering").
+
+Keep the events inside the window [failure - 15 min, failure + 2 min], coalesce repeats of one
+(node, GPU, signature) within 5 s, take the highest-priority tier and the earliest event in it
+(causes before symptoms), blame its node/GPU (or the rank with the lowest "last completed NCCL
+work", or the peer host named in a socket error), and say how sure that is.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from webapp.failures import taxonomy
+from webapp.failures.diagnosis.catalogue import Catalogue
+from webapp.failures.diagnosis.events import EVIDENCE_TEXT_CHARS, Event, Evidence
+from webapp.failures.diagnosis.lines import Stamp, folded, kernel_hint, parse_line
+from webapp.failures.diagnosis.scan import Scan
+
+EVIDENCE_LINES = 12  # evidence lines kept per diagnosis: the chosen event, then the others
+# Window: failure-taxonomy.md step 1 ([failure - 15 min, failure + 2 min]); widened to the
+# NCCL timeout + 5 min when the watchdog reports a longer timeout (PyTorch defaults to 10 min,
+# older code 30 min, failure-signatures.md section 2), so the cause of a long hang stays in.
+WINDOW_BEFORE_S = 15 * 60
+WINDOW_AFTER_S = 2 * 60
+COALESCE_S = 5.0  # failure-taxonomy.md step 2
+# Loss spike: failure-signatures.md section 4 (InternEvo alerts at > 1.5x the previous loss);
+# "no recovery in W steps" with W = 5 printed values, baseline = median of the 50 before.
+LOSS_SPIKE_FACTOR = 1.5
+LOSS_SPIKE_STEPS = 5
+LOSS_BASELINE_STEPS = 50
+# Confidence: a rule's own (rules.yaml) is adjusted by what else the window holds. These are
+# Vigil's own calibration, not measured values: a diagnosis shows its confidence, and no
+# ordering, action or threshold depends on it.
+# Another cause of the same tier in the window: earliest-first chose between two explanations
+# the catalogue ranks equal, so the choice is less sure. x0.85 keeps a contested 0.95 rule
+# (0.81) above an uncontested 0.75 one, and brings a contested 0.75 one (0.64) near the 0.6 of
+# a cause told by a name alone (events.NAME_ONLY_CONFIDENCE).
+RIVAL_CAUSE_FACTOR = 0.85
+# The chosen cause seen more than once (repeats, other ranks or nodes): corroboration, worth
+# less than one step of the 0.05 grid rules.yaml is written in, so that repeats never lift an
+# event above a rule one step more confident.
+REPEATED_CAUSE_BONUS = 0.03
+# Never certain: a log can be cut or lose lines, and the cause may sit in a log not given.
+MAX_CONFIDENCE = 0.99
+# A NaN or inf loss at the very end of the log is the loss-curve rule's strongest form (the
+# spike needs a baseline, a non-finite value does not): as sure as an explicit NaN line
+# (rule loss-nan-grad-norm, 0.9).
+NONFINITE_LOSS_CONFIDENCE = 0.9
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    cause: str
+    category: str
+    action: str
+    acme_alias: str | None
+    detail: str
+    blamed_node: str | None
+    blamed_gpu: str | None
+    blamed_rank: int | None
+    confidence: float
+    evidence: tuple[Evidence, ...]
+    rule_id: str | None
+    symptoms: tuple[str, ...] = ()
+    bytes_scanned: int = 0
+    lines_scanned: int = 0
+    notes: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, keys in a fixed order."""
+        return {
+            "cause": self.cause,
+            "category": self.category,
+            "action": self.action,
+            "acme_alias": self.acme_alias,
+            "detail": self.detail,
+            "blamed_node": self.blamed_node,
+            "blamed_gpu": self.blamed_gpu,
+            "blamed_rank": self.blamed_rank,
+            "confidence": self.confidence,
+            "rule_id": self.rule_id,
+            "evidence": [
+                {"file": e.file, "line": e.line, "text": e.text, "rule_id": e.rule_id}
+                for e in self.evidence
+            ],
+            "symptoms": list(self.symptoms),
+            "bytes_scanned": self.bytes_scanned,
+            "lines_scanned": self.lines_scanned,
+            "notes": list(self.notes),
+        }
+
+
+def _resolve_stamp(stamp: Stamp | None, year: int) -> tuple[float, str] | None:
+    if stamp is None:
+        return None
+    style, y, mo, d, hh, mi, ss, frac = stamp
+    try:
+        base = datetime(y or year, mo, d, hh, mi, ss, tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+    return base + frac, style
+
+
+def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> list[Event]:
+    """loss_nan from the loss curve at the end of each file: NaN/inf last, or a spike."""
+    events = []
+    value = re.compile(r"[-+]?(nan|inf|\d*\.?\d+(?:e[-+]?\d+)?)\s*$", re.I)
+    for file_index, name, last_line, tail in tails:
+        if b"loss" not in tail.lower():
+            continue
+        lines = tail.decode("utf-8", "replace").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        first = last_line - len(lines) + 1
+        # The checks below read at most the last LOSS_SPIKE_STEPS + LOSS_BASELINE_STEPS values
+        # and the run of non-finite ones at the end: read the lines backwards until both are
+        # known (the first tail line may be cut, so it never counts).
+        series: list[tuple[int, float, str]] = []
+        finite = False
+        for i in range(len(lines) - 1, 0, -1):
+            m = cat.loss.regex.search(lines[i])
+            vm = value.search(m.group(0)) if m else None
+            if vm:
+                series.append((first + i, float(vm.group(0)), lines[i]))
+                finite = finite or math.isfinite(series[-1][1])
+                if finite and len(series) >= LOSS_SPIKE_STEPS + LOSS_BASELINE_STEPS:
+                    break
+        series.reverse()
+        if not series:
+            continue
+        run = 0
+        while run < len(series) and not math.isfinite(series[-1 - run][1]):
+            run += 1
+        hit, detail, conf = None, None, cat.loss.confidence
+        if run:
+            hit = series[-run]
+            detail = f"loss {hit[1]} at the end of the log"
+            conf = max(conf, NONFINITE_LOSS_CONFIDENCE)
+        elif len(series) >= LOSS_SPIKE_STEPS + 20:
+            recent = [v for _, v, _ in series[-LOSS_SPIKE_STEPS:]]
+            base = statistics.median(
+                v for _, v, _ in series[-LOSS_SPIKE_STEPS - LOSS_BASELINE_STEPS : -LOSS_SPIKE_STEPS]
+            )
+            if base > 0 and min(recent) > LOSS_SPIKE_FACTOR * base:
+                hit = series[-LOSS_SPIKE_STEPS]
+                detail = f"loss spike: {hit[1]:g} vs median {base:g} of the previous steps"
+        if hit:
+            parsed = parse_line(hit[2])
+            events.append(
+                Event(
+                    file_index=file_index,
+                    file=name,
+                    line_no=hit[0],
+                    text=hit[2].strip()[:EVIDENCE_TEXT_CHARS],
+                    rule=cat.loss,
+                    cause="loss_nan",
+                    tier=cat.loss.tier,
+                    kind="cause",
+                    confidence=conf,
+                    detail=detail,
+                    host=parsed.host,
+                    rank=parsed.rank,
+                    stamp=parsed.stamp,
+                )
+            )
+    return events
+
+
+def _tail_stamps(tails: list[tuple[int, str, int, bytes]]) -> list[Stamp]:
+    stamps = []
+    for _, _, _, tail in tails:
+        for text in tail[-32768:].decode("utf-8", "replace").split("\n")[1:]:
+            parsed = parse_line(text)
+            if parsed.stamp and parsed.program != "kernel" and not kernel_hint(folded(text)):
+                stamps.append(parsed.stamp)
+    return stamps
+
+
+def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
+    """Apply the window, coalescing, ordering and blame rules to what a scan found."""
+    events = scan.events + _loss_events(scan.cat, scan.tails)
+    notes = list(scan.notes)
+    if scan.kernel_lines_ignored:
+        notes.append(
+            f"{scan.kernel_lines_ignored} kernel-looking line(s) in the job's own log not taken "
+            "as evidence: kernel evidence comes from the kernel log and NVML"
+        )
+    tail_stamps = _tail_stamps(scan.tails)
+    stamps = [e.stamp for e in events if e.stamp] + tail_stamps
+    years = [s[1] for s in stamps if s[1]]
+    year = min(years) if years else 2000
+    for e in events:
+        resolved = _resolve_stamp(e.stamp, year)
+        if resolved:
+            e.ts, e.ts_style = resolved
+
+    # Window around the failure: the last dated job/scheduler line (not kernel lines, whose
+    # clock may run on after the job).
+    job_times: dict[str, list[float]] = {}
+    for s in [e.stamp for e in events if e.stamp and not e.is_kernel] + tail_stamps:
+        resolved = _resolve_stamp(s, year)
+        if resolved:
+            job_times.setdefault(resolved[1], []).append(resolved[0])
+    timeouts = [e.timeout_ms / 1000 for e in events if e.timeout_ms]
+    before = max([WINDOW_BEFORE_S] + [t + 300 for t in timeouts])
+    after = WINDOW_AFTER_S
+    if any(e.tier == "hang" and e.ts is None for e in events):
+        # Undated watchdog lines: the job's last dated line may be the last step before the
+        # hang, so the cause can come up to one NCCL timeout (default 10 min) after it.
+        after += max([600.0] + timeouts) + 300
+    failure_at = {style: max(ts) for style, ts in job_times.items()}
+    nodes = set(job_nodes or ())
+    kept = []
+    for e in events:
+        end = failure_at.get(e.ts_style or "")
+        if e.ts is not None and end is not None and not end - before <= e.ts <= end + after:
+            continue
+        if nodes and e.is_kernel and e.host and e.host not in nodes:
+            continue
+        kept.append(e)
+    if len(kept) < len(events):
+        notes.append(
+            f"{len(events) - len(kept)} event(s) outside the failure window or the job's nodes"
+        )
+    events = _coalesce(sorted(kept, key=lambda e: e.seq))
+
+    if not events:
+        return _unknown(scan, notes)
+    best = _pick(events)
+    return _diagnosis(best, events, scan, notes)
+
+
+def _coalesce(events: list[Event]) -> list[Event]:
+    """One event per (node, GPU, signature) burst within COALESCE_S (taxonomy step 2)."""
+    out: list[Event] = []
+    last: dict[tuple, Event] = {}
+    for e in events:
+        key = (e.host, e.gpu, e.rule.id, e.cause, e.detail, e.rank)
+        prev = last.get(key)
+        if prev is not None and (
+            e.ts is None or prev.ts is None or abs(e.ts - prev.ts) <= COALESCE_S
+        ):
+            prev.count += 1
+            continue
+        last[key] = e
+        out.append(e)
+    return out
+
+
+def _pick(events: list[Event]) -> Event:
+    """Causes before symptoms and outcomes; then tier; then the earliest in that tier."""
+
+    def group(e: Event) -> tuple[int, int]:
+        return (0 if e.kind == "cause" else 1, taxonomy.TIER_RANK[e.tier])
+
+    top = min(group(e) for e in events)
+    tied = [e for e in events if group(e) == top]
+    styles = {e.ts_style for e in tied}
+    if len(styles) == 1 and None not in styles:
+        return min(tied, key=lambda e: (e.ts, e.seq))
+    return min(tied, key=lambda e: e.seq)
+
+
+def _diagnosis(best: Event, events: list[Event], scan: Scan, notes: list[str]) -> Diagnosis:
+    cause = taxonomy.CAUSES[best.cause]
+    node, gpu, rank = best.host, best.gpu, best.rank
+    if best.rule.blame == "none":
+        node = gpu = rank = None
+    elif best.rule.blame == "peer":
+        peers = [e.peer for e in events if e.peer and e.tier == best.tier]
+        node, gpu, rank = (peers[0] if peers else None), None, None
+        if node is None:
+            notes.append("no peer host named: run the pairwise NCCL test to locate the node")
+    if best.cause == "nccl_timeout" and best.kind != "cause":
+        # Blame rule 4: the rank with the lowest "last completed NCCL work".
+        progress = [(e.last_completed, e.rank) for e in events if e.last_completed is not None]
+        lowest = min((p for p in progress if p[1] is not None), default=None)
+        if lowest and sum(1 for p in progress if p[0] == lowest[0]) == 1:
+            rank, node, gpu = lowest[1], None, None
+        else:
+            node = gpu = rank = None
+    if best.rule.blame != "none" and node is None and rank is not None:
+        node = scan.rank_host.get(rank)
+    if best.rule.blame == "line" and node is None:
+        # "The rank/node that errored first": the earliest event of this cause naming a node.
+        named = [e for e in events if e.cause == best.cause and e.host]
+        if named and best.cause not in ("nccl_timeout",):
+            node = min(named, key=lambda e: e.seq).host
+    action = best.action or cause.action.value
+
+    confidence = best.confidence
+    rivals = {e.cause for e in events if e.kind == "cause" and e.tier == best.tier} - {best.cause}
+    if best.kind == "cause" and rivals:
+        confidence *= RIVAL_CAUSE_FACTOR
+        notes.append("other causes in the same tier: " + ", ".join(sorted(rivals)))
+    if sum(e.count for e in events if e.cause == best.cause) > 1:
+        confidence += REPEATED_CAUSE_BONUS
+    confidence = round(min(confidence, MAX_CONFIDENCE), 2)
+
+    others = sorted(
+        (e for e in events if e is not best), key=lambda e: (taxonomy.TIER_RANK[e.tier], e.seq)
+    )
+    evidence, seen = [best], {(best.rule.id, best.host, best.cause)}
+    for e in others:
+        key = (e.rule.id, e.host, e.cause)
+        if key not in seen and len(evidence) < EVIDENCE_LINES:
+            seen.add(key)
+            evidence.append(e)
+    detail = best.detail or ""
+    if best.cause == "ib_link" and best.peer:
+        detail = f"{detail} (peer {best.peer})"
+    return Diagnosis(
+        cause=cause.name,
+        category=cause.category.value,
+        action=action,
+        acme_alias=taxonomy.acme_alias(cause.name, best.detail),
+        detail=detail,
+        blamed_node=node,
+        blamed_gpu=gpu,
+        blamed_rank=rank,
+        confidence=confidence,
+        evidence=tuple(Evidence(e.file, e.line_no, _counted(e), e.rule.id) for e in evidence),
+        rule_id=best.rule.id,
+        symptoms=tuple(sorted({e.cause for e in events} - {best.cause})),
+        bytes_scanned=scan.bytes_total,
+        lines_scanned=scan.lines_total,
+        notes=tuple(notes),
+    )
+
+
+def _counted(e: Event) -> str:
+    return e.text if e.count == 1 else f"{e.text} [x{e.count}]"
+
+
+def _unknown(scan: Scan, notes: list[str]) -> Diagnosis:
+    cause = taxonomy.CAUSES["unknown"]
+    if scan.bytes_total == 0:
+        detail = "empty log: nothing to diagnose"
+    elif scan.binary_bytes > scan.bytes_total // 2:
+        detail = (
+            f"not a text log: {scan.binary_bytes} of {scan.bytes_total} bytes look binary; "
+            "nothing to diagnose"
+        )
+    else:
+        detail = "no rule matched"
+    evidence = []
+    for _, name, last_line, tail in scan.tails:
+        lines = [t for t in tail[-4096:].decode("utf-8", "replace").split("\n")[1:]]
+        while lines and not lines[-1].strip():
+            lines.pop()
+        for i, text in enumerate(lines[-5:]):
+            if text.strip():
+                line_no = last_line - len(lines[-5:]) + 1 + i
+                evidence.append(Evidence(name, line_no, text.strip()[:EVIDENCE_TEXT_CHARS], ""))
+    return Diagnosis(
+        cause=cause.name,
+        category=cause.category.value,
+        action=cause.action.value,
+        acme_alias=None,
+        detail=detail,
+        blamed_node=None,
+        blamed_gpu=None,
+        blamed_rank=None,
+        confidence=0.0,
+        evidence=tuple(evidence[-EVIDENCE_LINES:]),
+        rule_id=None,
+        bytes_scanned=scan.bytes_total,
+        lines_scanned=scan.lines_total,
+        notes=tuple(notes),
+    )

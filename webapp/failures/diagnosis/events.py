@@ -1,0 +1,278 @@
+"""A matched line becomes an Event: its cause and tier (the Xid table or the traceback decide
+for the rules that defer), the node, GPU, rank, peer and time it names.
+
+Plain data over plain text: classify() reads one line, the scan (scan.py) calls event_of()
+for every line a rule matched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from webapp.failures import taxonomy
+from webapp.failures.diagnosis.catalogue import Catalogue, Rule, catalogue_load, first_rule
+from webapp.failures.diagnosis.lines import Line, Stamp, folded, kernel_hint, parse_line
+
+EVIDENCE_TEXT_CHARS = 300  # an evidence line is cut here (the detail page shows it whole)
+DETAIL_CHARS = 120  # a detail is one line of the failure list
+# An Xid outside the hardware tier (13 graphics exception, 31 MMU fault, 43 stopped channel:
+# taxonomy.XIDS) is as often the job's own bug as the GPU's: capped at the confidence of a
+# cause told by a name alone (below).
+NON_HARDWARE_XID_CONFIDENCE = 0.6
+# An exception with no traceback frame to look at: its name alone decides framework vs script
+# (taxonomy.EXCEPTION_DEFAULT_CAUSE), a guess, so it stays under every exception-tier rule of
+# rules.yaml (0.7 to 0.95) that names its cause from the line itself.
+NAME_ONLY_CONFIDENCE = 0.6
+
+EXCEPTIONS_IGNORED = frozenset(
+    {"KeyboardInterrupt", "SystemExit", "GeneratorExit", "StopIteration"}
+)
+# Innermost frame in one of these packages = framework (failure-taxonomy.md: "a frame in
+# site-packages (torch, megatron, deepspeed, transformers, ...) means framework"). Megatron and
+# InternEvo usually run from a git checkout, not site-packages, hence the package names.
+FRAMEWORK_PACKAGES = frozenset(
+    {
+        "torch",
+        "megatron",
+        "deepspeed",
+        "transformers",
+        "apex",
+        "accelerate",
+        "internevo",
+        "internlm",
+        "colossalai",
+        "flash_attn",
+        "datasets",
+        "tokenizers",
+        "vllm",
+        "lightning",
+        "pytorch_lightning",
+        "fairscale",
+        "triton",
+        "peft",
+        "trl",
+        "nemo",
+        "transformer_engine",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    file: str
+    line: int
+    text: str
+    rule_id: str
+
+
+@dataclass
+class Event:
+    file_index: int
+    file: str
+    line_no: int
+    text: str
+    rule: Rule
+    cause: str
+    tier: str
+    kind: str
+    confidence: float
+    detail: str | None = None
+    host: str | None = None
+    rank: int | None = None
+    gpu: str | None = None
+    peer: str | None = None
+    stamp: Stamp | None = None
+    is_kernel: bool = False
+    action: str | None = None
+    last_completed: int | None = None
+    timeout_ms: int | None = None
+    count: int = 1
+    ts: float | None = None  # resolved after the scan
+    ts_style: str | None = None
+
+    @property
+    def seq(self) -> tuple[int, int]:
+        return (self.file_index, self.line_no)
+
+
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d+)", re.I)
+
+
+@dataclass(frozen=True)
+class _Find:
+    """A case-insensitive pattern, and literals (folded) one of which every match contains.
+
+    re has no fast path for an IGNORECASE search: over a long line one costs 3-40 us, the `in`
+    tests on the folded line well under 1, so the search runs only where it can match.
+    """
+
+    rx: re.Pattern[str]
+    needles: tuple[str, ...]
+
+    def search(self, text: str, low: str) -> re.Match[str] | None:
+        return self.rx.search(text) if any(n in low for n in self.needles) else None
+
+
+_NVRM_BDF = _Find(
+    re.compile(r"NVRM: (?:The NVIDIA )?GPU (?:at PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F:.]+)", re.I),
+    ("nvrm: ",),
+)
+_EXC_NAME = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)*([A-Za-z_][A-Za-z0-9_]*)")
+_PEER = _Find(
+    re.compile(
+        r"(?:remote peer|from peer|Call to recv from|connect to|peer) \(?\[?([A-Za-z0-9][\w.:-]*?)\]?(?:<\d+>|:\d+|,|\)|\s|$)",
+        re.I,
+    ),
+    ("peer", "call to recv from", "connect to"),
+)
+_SLURM_NODE = _Find(
+    re.compile(
+        r"Node failure on ([\w.-]+)|srun: error: ([\w.-]+): task|Nodes? ([\w.-]+) not responding|"
+        r"^error: ([\w.-]+): task|, node: ([\w.-]+)",
+        re.I,
+    ),
+    ("node", "error: "),
+)
+_GPU_INDEX = _Find(
+    re.compile(r"\(GPU (\d+);|GPU (\d+) has a total capacity|Device: (\d+)|cuda:(\d+)", re.I),
+    ("gpu ", "device: ", "cuda:"),
+)
+_LAST_COMPLETED = _Find(
+    re.compile(r"last completed NCCL work: (-?\d+)", re.I), ("last completed nccl work: ",)
+)
+_TIMEOUT_MS = _Find(re.compile(r"Timeout\(ms\)=(\d+)", re.I), ("timeout(ms)=",))
+_CANCELLED_AT = re.compile(r"CANCELLED AT (\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")
+# Location noise at the start of a message, dropped from the detail: Slurm's "error: ",
+# NCCL's "[2] transport/net_ib.cc:1712 NCCL WARN ", torch's "[E socket.cpp:957] ".
+_DETAIL_NOISE = re.compile(
+    r"^(?:error: |\[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:WARN|INFO) |\[[EWI] [\w./-]+:\d+\] )+"
+)
+_FRAME = re.compile(r'File "([^"]+)", line \d+')
+
+
+def _frame_is_library(path: str) -> bool | None:
+    """True: framework frame; False: user frame; None: stdlib or frozen (look further out)."""
+    p = path.replace("\\", "/")
+    if "site-packages/" in p or "dist-packages/" in p:
+        return True
+    if p.startswith("<") or re.search(r"/lib/python\d[.\d]*/", p):
+        return None
+    parts = p.split("/")
+    return any(part in FRAMEWORK_PACKAGES for part in parts[:-1])
+
+
+def classify(
+    text: str, cat: Catalogue | None = None, before: Callable[[], list[str]] | None = None
+) -> tuple[Event | None, Line] | None:
+    """The event one line stands for (None for noise), with the parsed line.
+
+    `before` returns the preceding lines (nearest first), used to find the innermost
+    traceback frame of a Python exception.
+    """
+    cat = cat or catalogue_load()
+    line = parse_line(text)
+    rule = first_rule(cat, line.message)
+    if rule is None or rule.kind == "ignore":
+        return None, line
+    return event_of(text, line, rule, before), line
+
+
+def event_of(
+    text: str, line: Line, rule: Rule, before: Callable[[], list[str]] | None
+) -> Event | None:
+    """The event of a line that `rule` (not an ignore rule) matched; None if it is noise."""
+    msg = line.message
+    cause, tier, detail, action = rule.cause, rule.tier, rule.detail, None
+    confidence, gpu = rule.confidence, None
+    if cause == "by_xid":
+        xm = _XID.search(msg)
+        if not xm:
+            return None
+        xid = taxonomy.xid_info(int(xm.group(2)))
+        if xid.cause is None:
+            return None
+        cause, tier, gpu = xid.cause, xid.tier, xm.group(1)
+        detail = f"Xid {xid.code}: {xid.meaning}"
+        action = xid.action.value if xid.action else None
+        if xid.tier != "hardware":
+            confidence = min(confidence, NON_HARDWARE_XID_CONFIDENCE)
+    elif cause == "by_exception":
+        name = _EXC_NAME.match(msg).group(1)  # at_start matched, so this matches too
+        if name in EXCEPTIONS_IGNORED:
+            return None
+        detail = name
+        library = _innermost_frame(line, before) if before else None
+        if library is None:
+            cause = taxonomy.EXCEPTION_DEFAULT_CAUSE.get(
+                taxonomy.EXCEPTION_ALIAS.get(name, name), "framework_exception"
+            )
+            confidence = NAME_ONLY_CONFIDENCE
+        else:
+            cause = "framework_exception" if library else "user_exception"
+    if detail is None:
+        detail = _DETAIL_NOISE.sub("", msg.strip())[:DETAIL_CHARS]
+    low = folded(msg)
+    if gpu is None:
+        bm = _NVRM_BDF.search(msg, low)
+        gm = _GPU_INDEX.search(msg, low)
+        gpu = bm.group(1) if bm else next((g for g in gm.groups() if g), None) if gm else None
+    host = line.host
+    sm = _SLURM_NODE.search(msg, low)
+    if sm:
+        host = next(g for g in sm.groups() if g)
+    peer = None
+    if rule.blame == "peer" or cause == "ib_link":
+        pm = _PEER.search(msg, low)
+        peer = pm.group(1) if pm else None
+    stamp = line.stamp
+    if stamp is None:
+        am = _CANCELLED_AT.search(msg)
+        if am:
+            stamp = parse_line(am.group(1) + " x").stamp
+    lc = _LAST_COMPLETED.search(msg, low)
+    tm = _TIMEOUT_MS.search(msg, low)
+    event = Event(
+        file_index=0,
+        file="",
+        line_no=0,
+        text=text.strip()[:EVIDENCE_TEXT_CHARS],
+        rule=rule,
+        cause=cause,
+        tier=tier,
+        kind=rule.kind,
+        confidence=confidence,
+        detail=detail,
+        host=host,
+        rank=line.rank,
+        gpu=gpu,
+        peer=peer,
+        stamp=stamp,
+        is_kernel=line.program == "kernel" or kernel_hint(low),  # is_kernel_line(), folded once
+        action=action,
+        last_completed=int(lc.group(1)) if lc else None,
+        timeout_ms=int(tm.group(1)) if tm else None,
+    )
+    return event
+
+
+def _innermost_frame(exc: Line, before: Callable[[], list[str]]) -> bool | None:
+    """Walk back from an exception line to its innermost non-stdlib frame (same host/rank)."""
+    for text in before():
+        prev = parse_line(text)
+        if (prev.host, prev.rank) != (exc.host, exc.rank):
+            continue
+        msg = prev.message
+        if msg.startswith("Traceback (most recent call last)"):
+            return None
+        fm = _FRAME.match(msg)
+        if fm:
+            library = _frame_is_library(fm.group(1))
+            if library is not None:
+                return library
+        elif _EXC_NAME.fullmatch(msg.split(":", 1)[0]) and msg.split(":", 1)[0].endswith(
+            ("Error", "Exception")
+        ):
+            return None  # an earlier exception of a chain: its frames are not ours
+    return None

@@ -1,0 +1,237 @@
+"""One log line: its prefixes stripped (timestamps, host, rank, program), what is left is the
+message the rules read.
+
+Kernel, scheduler and rank lines go through the same parser whichever file they come from;
+whether a stream may carry kernel evidence at all is the scan's business (scan.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import NamedTuple
+
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1
+    )
+}
+_TS_ISO = (
+    r"\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?"
+    r"(Z|[+-]\d{2}:?\d{2})?\]?[ :|]\s*"
+)
+_MONTH_NAME = "(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+# "node-12 kernel: " after a journal/syslog timestamp: host then program.
+_HOST_PROGRAM = re.compile(
+    r"([A-Za-z0-9][\w.-]*) (kernel|slurm\w*|srun|sbatch|systemd|nv-fabricmanager|[\w.-]+\[\d+\]): "
+)
+_NOT_HOSTS = re.compile(r"(ib|ibp|eth|en|em|bond|nvme|sd|loop|md|dm|veth|lo|mlx)\d", re.I)
+# The prefixes parse_line strips, in the order they are tried at the start of what is left
+# (the first that matches wins): (name, pattern, the ASCII characters a match can start with,
+# whether its first group must be a host name). A host that is really an interface (ib0) or
+# localhost fails its branch: the branches after it are tried.
+_PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
+    ("pri", r"<\d{1,3}>", "<", False),
+    ("iso", _TS_ISO, r"[\[0-9]", False),
+    (
+        "dmesg_t",
+        r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) "
+        r"(\d{4})\]\s*",
+        r"\[",
+        False,
+    ),
+    (
+        "syslog",
+        _MONTH_NAME + r" +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.\d+)? ",
+        "[JFMASOND]",
+        False,
+    ),
+    ("uptime", r"\[\s*\d+\.\d+\]\s*", r"\[", False),
+    ("rank", r"\[[Rr]ank ?(\d+)\]:?\s*", r"\[", False),
+    (
+        "c10",
+        r"\[[EWIF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.\d+ (?:\d+ )?[\w./-]+:\d+\]\s*",
+        r"\[",
+        False,
+    ),
+    ("c10_short", r"\[[EWIF] [\w./-]+:\d+\]\s*", r"\[", False),
+    ("host_program", _HOST_PROGRAM.pattern, "[A-Za-z0-9]", True),
+    (
+        "program",
+        r"(kernel|slurmstepd|slurmd|slurmctld|srun|sbatch|salloc)(?:\[\d+\])?: ",
+        "[ks]",
+        False,
+    ),
+    ("host_pid_tid", r"([A-Za-z][\w.-]*):(\d+):(\d+) ", "[A-Za-z]", True),
+    ("host", r"([a-z][a-z0-9.-]*[0-9][a-z0-9.-]*|[a-z][a-z0-9]*-[a-z0-9.-]+): ", "[a-z]", True),
+    ("task", r"(\d{1,5}): ", "[0-9]", False),
+)
+
+
+@functools.cache
+def _alternation(
+    branches: tuple[int, ...],
+) -> tuple[re.Pattern[str], dict[int, tuple[int, int]], tuple[int, ...]]:
+    """The branches as one pattern, {outer group: (branch, its first group)}, the branches.
+
+    Python's re tries alternatives left to right and keeps the first that matches, so one
+    match() answers what a loop of match() calls over the branches would, several times faster.
+    """
+    parts, branch_at, group = [], {}, 1
+    for k in branches:
+        pattern = _PREFIXES[k][1]
+        parts.append(f"({pattern})")
+        branch_at[group] = (k, group + 1)
+        group += 1 + re.compile(pattern).groups
+    return re.compile("|".join(parts) or "(?!)"), branch_at, branches
+
+
+# Only the branches that can start with a line's first character are tried (a character
+# outside ASCII, a Unicode digit say, tries them all).
+_PREFIX_FOR: dict[str, tuple[re.Pattern[str], dict[int, tuple[int, int]], tuple[int, ...]]] = {
+    c: _alternation(tuple(k for k, p in enumerate(_PREFIXES) if re.fullmatch(p[2], c)))
+    for c in map(chr, range(128))
+}
+_PREFIX_ANY = _alternation(tuple(range(len(_PREFIXES))))
+_RANK_IN_MSG = re.compile(r"\[(?:PG \d+ )?Rank (\d+)\]|\bRank (\d+):", re.I)
+
+# A time without a year ("May 07 03:12:44", torch's "E0507 03:12:44"): resolved after the scan
+# with the year of the log's dated lines, so the answer never depends on today's date.
+Stamp = tuple[str, int, int, int, int, int, int, float]  # (style, y/0, mon, d, h, m, s, frac)
+
+
+class Line(NamedTuple):  # a tuple: immutable, and cheap to build for every parsed line
+    text: str
+    message: str
+    host: str | None = None
+    rank: int | None = None
+    program: str | None = None
+    stamp: Stamp | None = None
+
+
+def _prefix(rest: str) -> tuple[str, re.Match[str], int] | None:
+    """The first prefix at the start of `rest`: (branch name, match, index of its group 1)."""
+    rx, branch_at, branches = _PREFIX_FOR.get(rest[:1], _PREFIX_ANY)
+    while branches:
+        m = rx.match(rest)
+        if m is None:
+            return None
+        k, g = branch_at[m.lastindex]
+        name, _, _, needs_host = _PREFIXES[k]
+        if needs_host and not _host(m.group(g)):
+            rx, branch_at, branches = _alternation(branches[branches.index(k) + 1 :])
+            continue
+        return name, m, g
+    return None
+
+
+def parse_line(text: str) -> Line:
+    """Strip the usual prefixes (timestamps, host, [rankN]:, srun labels, program names)."""
+    rest = text.strip()
+    host = rank = program = stamp = None
+    for _ in range(10):
+        found = _prefix(rest)
+        if found is None:
+            break
+        kind, m, g = found
+        end = m.end()
+        if kind == "host_pid_tid":
+            host = host or m.group(g)
+            rest = rest[end:]
+        elif kind == "iso" or kind == "syslog":
+            if kind == "iso":
+                y, mo, d, hh, mi, ss, frac, tz = m.group(
+                    g, g + 1, g + 2, g + 3, g + 4, g + 5, g + 6, g + 7
+                )
+                style = "aware" if tz else "naive"
+                secs = float("0." + frac) if frac else 0.0
+                if tz and tz != "Z":
+                    sign = 1 if tz[0] == "+" else -1
+                    off = int(tz[1:3]) * 3600 + int(tz[-2:]) * 60
+                    secs -= sign * off  # seconds east of UTC: subtract to get UTC
+                stamp = stamp or (style, int(y), int(mo), int(d), int(hh), int(mi), int(ss), secs)
+            else:
+                mon, d, hh, mi, ss = m.group(g, g + 1, g + 2, g + 3, g + 4)
+                month = _MONTHS[mon.lower()]
+                stamp = stamp or ("naive", 0, month, int(d), int(hh), int(mi), int(ss), 0.0)
+            rest = rest[end:]
+            hm = _HOST_PROGRAM.match(rest)
+            if hm:
+                host = host or _host(hm.group(1))
+                program = program or hm.group(2).split("[")[0]
+                rest = rest[hm.end() :]
+        elif kind == "rank" or kind == "task":
+            rank = int(m.group(g)) if rank is None else rank
+            rest = rest[end:].lstrip()
+        elif kind == "host":
+            host = host or m.group(g)
+            rest = rest[end:].lstrip()
+        elif kind == "host_program":
+            host = host or m.group(g)
+            program = program or m.group(g + 1).split("[")[0]
+            rest = rest[end:]
+        elif kind == "program":
+            program = program or m.group(g)
+            rest = rest[end:]
+        elif kind == "uptime":
+            program = program or "kernel"
+            rest = rest[end:]
+        elif kind == "c10":
+            mo, d, hh, mi, ss = (int(x) for x in m.group(g, g + 1, g + 2, g + 3, g + 4))
+            stamp = stamp or ("naive", 0, mo, d, hh, mi, ss, 0.0)
+            rest = rest[end:]
+        elif kind == "dmesg_t":
+            mon, d, hh, mi, ss, y = m.group(g, g + 1, g + 2, g + 3, g + 4, g + 5)
+            month = _MONTHS.get(mon.lower(), 1)
+            stamp = stamp or ("naive", int(y), month, int(d), int(hh), int(mi), int(ss), 0.0)
+            rest = rest[end:]
+        else:  # pri, c10_short: nothing to keep
+            rest = rest[end:]
+    # "rank" in the lowercased message is necessary for a match (a cheap test first: the
+    # search has no literal to skip ahead with and most messages name no rank).
+    if rank is None and "rank" in rest.lower():
+        m = _RANK_IN_MSG.search(rest)
+        if m:
+            rank = int(m.group(1) or m.group(2))
+    return Line(text, rest, host, rank, program, stamp)
+
+
+def _host(name: str) -> str | None:
+    """A host name, or None for what only looks like one (an interface: ib0, nvme0n1)."""
+    if _NOT_HOSTS.match(name) or name.lower() in ("localhost",):
+        return None
+    return name
+
+
+# The characters outside ASCII that re.IGNORECASE matches with an ASCII letter (all of them:
+# found by trying every code point). Folded, then lowercased, a text holds an ASCII literal
+# exactly when a case-insensitive search for that literal would find it.
+_CASE_FOLD = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
+
+
+def folded(text: str) -> str:
+    """`text` lowercased for `in` tests of ASCII literals (see _CASE_FOLD)."""
+    return (text if text.isascii() else text.translate(_CASE_FOLD)).lower()
+
+
+# Kernel messages that reach a log without their "kernel:" prefix (folded).
+_KERNEL_HINTS = (
+    "nvrm:",
+    "mlx5_core",
+    "lost carrier",
+    "out of memory: killed",
+    "blocked for more than",
+    "ext4-fs",
+    "memory cgroup",
+)
+
+
+def kernel_hint(folded_text: str) -> bool:
+    """Whether a folded message reads like a kernel message (even without "kernel:")."""
+    return any(hint in folded_text for hint in _KERNEL_HINTS)
+
+
+def is_kernel_line(line: Line) -> bool:
+    """Whether a parsed line reads as the kernel's: its program, or a kernel message."""
+    return line.program == "kernel" or kernel_hint(folded(line.message))

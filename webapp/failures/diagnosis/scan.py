@@ -1,0 +1,281 @@
+"""The streaming scan: each input read in binary chunks, only the lines worth parsing decoded.
+
+A cheap literal prefilter (one RE2 pass over the chunk for the anchors of rules.yaml, ASCII
+case folded) yields the few lines worth parsing; only those are decoded (UTF-8, errors
+replaced), stripped of their prefixes and matched against the ordered rules (first match
+wins); a line repeated verbatim is parsed once. Memory stays bounded (a chunk, a 256 KiB tail,
+capped events and parsed lines) whatever the size; binary chunks are skipped.
+
+Each input is a `LogStream` that says whether it may carry kernel evidence. A job's own log
+may not: a line in it that looks like a kernel line (`NVRM: Xid ...`, `kernel: ...`) is text
+the job printed, and it never becomes an event, so a user cannot get a node blamed by
+printing one. The kernel log, the node agent's NVML and kernel watchers and a combined
+capture an operator hands to `manage.py diagnose` may.
+
+RE2, NumPy and google-re2's private match binding (with its public fallback) are used here
+alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator
+from typing import Any, BinaryIO, NamedTuple
+
+import numpy as np
+import re2
+
+from webapp.failures.diagnosis.catalogue import Catalogue, Rule, first_rule
+from webapp.failures.diagnosis.events import Event, event_of
+from webapp.failures.diagnosis.lines import Line, is_kernel_line, parse_line
+
+CHUNK_BYTES = 8 << 20  # read size; large enough that per-chunk overhead is negligible
+TAIL_BYTES = 256 << 10  # end of the log kept for the loss curve and the failure time
+MAX_LINE_BYTES = 8192  # a longer line is cut before decoding (binary junk, base64 blobs)
+MAX_EVENTS_PER_RULE = 200  # first occurrences kept per rule: the earliest decide
+# Parsed lines remembered per diagnosis for verbatim repeats (then all forgotten at once);
+# only short ones, so that the memory stays small (a few MB) whatever the log.
+SEEN_LINES = 2048
+SEEN_LINE_CHARS = 512
+MAX_FRAME_LOOKUPS = 500  # traceback look-backs per file (pathological logs stay linear)
+FRAME_LOOKBACK_BYTES = 16384
+FRAME_LOOKBACK_LINES = 120
+# A chunk whose sample has more than 10% control bytes is binary (text, UTF-8 included, has
+# almost none; random bytes have 13%).
+BINARY_CONTROL_SHARE = 0.10
+
+
+class LogStream(NamedTuple):
+    """One input of a diagnosis: its name (quoted in the evidence), its bytes, and whether its
+    kernel-looking lines count as kernel evidence (False for a job's own log)."""
+
+    name: str
+    data: BinaryIO
+    kernel_evidence: bool = True
+
+
+@functools.cache
+def line_pattern(cat: Catalogue) -> Any:
+    """RE2 pattern whose matches are the whole lines (without the newline) holding an anchor.
+
+    One pass over a chunk yields the lines worth parsing, in order, with no Python work between
+    them. Latin-1 mode makes every byte but \\n a line byte (invalid UTF-8 included); case
+    folding in that mode is ASCII-only for ASCII anchors, as bytes.lower() is.
+    """
+    options = re2.Options()
+    options.encoding = re2.Options.Encoding.LATIN1
+    options.case_sensitive = False
+    alternation = b"|".join(re.escape(a) for a in cat.anchors)
+    return re2.compile(b"[^\\n]*(?:" + alternation + b")[^\\n]*", options)
+
+
+class Scan:
+    """State of one diagnosis over one or more files (bounded whatever the input size)."""
+
+    def __init__(self, cat: Catalogue) -> None:
+        self.cat = cat
+        self.line_rx = line_pattern(cat)
+        self.events: list[Event] = []
+        self.per_rule: dict[str, int] = {}
+        self.rank_host: dict[int, str] = {}
+        self.bytes_total = 0
+        self.binary_bytes = 0
+        self.lines_total = 0
+        self.frame_lookups = 0
+        self.tails: list[tuple[int, str, int, bytes]] = []  # (file index, name, last line, tail)
+        self.notes: list[str] = []
+        # Lines already parsed, with the rule their message matched: logs repeat lines
+        # verbatim (retries, per-step warnings), and parsing is most of a line's cost.
+        self.seen: dict[str, tuple[Line, Rule | None]] = {}
+        # Whether the stream being read may carry kernel evidence (LogStream.kernel_evidence),
+        # and the kernel-looking lines of streams that may not, which made no event.
+        self.kernel_evidence = True
+        self.kernel_lines_ignored = 0
+
+    # Reading -------------------------------------------------------------------------------
+
+    def scan(
+        self, stream: BinaryIO, file_index: int, name: str, kernel_evidence: bool = True
+    ) -> None:
+        """Read one input to its end, recording the events of its lines."""
+        self.kernel_evidence = kernel_evidence
+        line_no = 1  # number of the first line of the next piece
+        carry = b""
+        tail = b""
+        context = b""  # end of the previous piece, for traceback look-back across chunks
+        while True:
+            block = stream.read(CHUNK_BYTES)
+            if not block:
+                if carry:
+                    piece = carry + b"\n"
+                    _, lines = self._piece(piece, len(piece), line_no, file_index, name, context)
+                    tail = (tail + piece)[-TAIL_BYTES:] if not self._binary(piece) else tail
+                    line_no += lines
+                break
+            self.bytes_total += len(block)
+            buf = carry + block if carry else block
+            cut = buf.rfind(b"\n")
+            if cut == -1 and len(buf) < CHUNK_BYTES:
+                carry = buf
+                continue
+            if cut == -1:  # an 8 MiB "line": binary or broken; cut it anyway
+                piece, end, carry = buf + b"\n", len(buf) + 1, b""
+            else:  # the piece is buf[:end], scanned in place (a slice would copy the chunk)
+                piece, end, carry = buf, cut + 1, buf[cut + 1 :]
+            binary, lines = self._piece(piece, end, line_no, file_index, name, context)
+            line_no += lines
+            if not binary:
+                tail = (tail + piece[max(0, end - TAIL_BYTES) : end])[-TAIL_BYTES:]
+                context = piece[max(0, end - FRAME_LOOKBACK_BYTES) : end]
+        self.lines_total += line_no - 1
+        self.tails.append((file_index, name, line_no - 1, tail))
+
+    def _binary(self, piece: bytes, end: int | None = None) -> bool:
+        end = len(piece) if end is None else end
+        for sample in (piece[: min(end, 65536)], piece[max(0, end - 65536) : end]):
+            controls = len(sample.translate(None, _NON_CONTROL))
+            if controls <= BINARY_CONTROL_SHARE * len(sample):
+                return False
+        return True
+
+    def _piece(
+        self,
+        piece: bytes,
+        end: int,
+        first_line: int,
+        file_index: int,
+        name: str,
+        context: bytes,
+    ) -> tuple[bool, int]:
+        """Scan piece[:end] (whole lines): (is it binary, its number of lines)."""
+        if self._binary(piece, end):
+            # NUL padding (sparse or preallocated files, a crash mid-write) around text: drop
+            # the NULs (newlines stay, so line numbers do) and read the text that is left.
+            text = piece[:end].translate(None, b"\0")
+            if len(text) < 2 or self._binary(text):
+                self.binary_bytes += end
+                return True, piece.count(b"\n", 0, end)
+            self.binary_bytes += end - len(text)
+            piece, end = text, len(text)
+        # One RE2 pass (a DFA over the anchors) yields the lines that hold an anchor, whole
+        # and in order; only those are decoded and parsed.
+        cat, seen, rank_host = self.cat, self.seen, self.rank_host
+        line_no, counted = first_line, 0
+        for start, stop in _spans(self.line_rx, piece, end):
+            text = piece[start : min(stop, start + MAX_LINE_BYTES)].decode("utf-8", "replace")
+            text = text.rstrip("\r")
+            known = seen.get(text)
+            if known is None:
+                line = parse_line(text)
+                known = (line, first_rule(cat, line.message))
+                if len(text) <= SEEN_LINE_CHARS:
+                    if len(seen) >= SEEN_LINES:
+                        seen.clear()
+                    seen[text] = known
+            line, rule = known
+            if line.host and line.rank is not None:
+                rank_host.setdefault(line.rank, line.host)
+            if rule is None or rule.kind == "ignore":
+                continue
+            # Lines are numbered only where an event may be made, and counted in one pass.
+            line_no += _newlines(piece, counted, start)
+            counted = start
+            self._line(text, line, rule, line_no, file_index, name, piece, start, context)
+        return False, line_no - first_line + _newlines(piece, counted, end)
+
+    # Classifying ---------------------------------------------------------------------------
+
+    def _line(
+        self,
+        text: str,
+        line: Line,
+        rule: Rule,
+        line_no: int,
+        file_index: int,
+        name: str,
+        piece: bytes,
+        start: int,
+        context: bytes,
+    ) -> None:
+        """Record the event of a line that `rule` (not an ignore rule) matched."""
+        if not self.kernel_evidence and is_kernel_line(line):
+            # Text a job printed, not what its node's kernel said: no event, and it counts
+            # toward no rule's cap (that would crowd out the real kernel lines read later).
+            self.kernel_lines_ignored += 1
+            return
+        count = self.per_rule.get(rule.id, 0)
+        if count >= MAX_EVENTS_PER_RULE and rule.cause not in ("by_xid", "by_exception"):
+            # Past the cap an event would be dropped: skip building it (a rule that always
+            # yields an event counts the line as building it would).
+            self.per_rule[rule.id] = count + 1
+            return
+        before = None
+        if rule.cause == "by_exception" and self.frame_lookups < MAX_FRAME_LOOKUPS:
+            before = functools.partial(_lines_before, piece, start, context)
+        ev = event_of(text, line, rule, before)
+        if ev is None:
+            return
+        if rule.cause == "by_exception":
+            self.frame_lookups += 1
+        self.per_rule[rule.id] = count + 1
+        if count >= MAX_EVENTS_PER_RULE:
+            return
+        ev.file_index, ev.file, ev.line_no = file_index, name, line_no
+        self.events.append(ev)
+
+
+def _newlines(buf: bytes, lo: int, hi: int) -> int:
+    """buf.count(b"\\n", lo, hi). A long span is counted by numpy, 256 KiB at a time (bytes.count
+    tests one byte per step; numpy compares 32, and the block stays in the cache)."""
+    if hi - lo < _NEWLINE_BLOCK:
+        return buf.count(b"\n", lo, hi)
+    data = np.frombuffer(buf, np.uint8, hi - lo, lo)
+    return sum(
+        int(np.count_nonzero(data[i : i + _NEWLINE_BLOCK] == 10))
+        for i in range(0, hi - lo, _NEWLINE_BLOCK)
+    )
+
+
+_NEWLINE_BLOCK = 1 << 18
+
+
+_RE2_ANCHOR = getattr(re2, "_Anchor", None)  # private in google-re2: see _spans
+
+
+def _spans(rx: Any, buf: bytes, end: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of each match of an RE2 pattern in buf[:end].
+
+    google-re2's finditer() builds a Match object per hit in Python; its binding's Match()
+    returns the spans alone, at half the cost per line. That binding is private (the version
+    is pinned in pyproject.toml); should a release drop it, the public finditer() serves.
+    """
+    binding = getattr(rx, "_regexp", None)
+    if binding is None or _RE2_ANCHOR is None:
+        for m in rx.finditer(buf, 0, end):
+            yield m.span()
+        return
+    match, unanchored, pos = binding.Match, _RE2_ANCHOR.UNANCHORED, 0
+    while pos < end:
+        start, stop = match(unanchored, buf, pos, end)[0]
+        if start < 0:
+            return
+        yield start, stop
+        pos = stop if stop > start else stop + 1
+
+
+_NON_CONTROL = bytes(b for b in range(256) if not (b < 9 or 13 < b < 32 or b == 127))
+
+
+def _lines_before(piece: bytes, start: int, context: bytes) -> list[str]:
+    """Up to FRAME_LOOKBACK_LINES lines before `start`, nearest first."""
+    lo = max(0, start - FRAME_LOOKBACK_BYTES)
+    seg = piece[lo:start]
+    if lo == 0 and context:
+        seg = context + seg
+    lines = seg.decode("utf-8", "replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if lo > 0 or (lo == 0 and context):
+        lines = lines[1:]  # the first one may be cut
+    return lines[::-1][:FRAME_LOOKBACK_LINES]

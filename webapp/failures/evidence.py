@@ -1,0 +1,155 @@
+"""What the diagnosis engine reads for one failure, built from the database (reads only).
+
+A job failure reads its job's log windows (as the node agents sent them), the kernel Xid events
+of its nodes (GpuErrorEvent rows from the agents' kernel-log and NVML watchers, rendered as the
+kernel lines the driver prints) and the scheduler's end line; a GPU error reads its burst of
+Xids. Only the kernel and scheduler streams may carry kernel evidence: a kernel-looking line
+inside a job's own log is text the job printed (diagnosis/scan.py), never hardware evidence.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from datetime import UTC, timedelta
+from typing import NamedTuple
+
+from webapp.core.units import iso_utc
+from webapp.failures import diagnosis as engine
+from webapp.failures import taxonomy
+from webapp.failures.models import FailureEvent, FailureKind, GpuErrorEvent, JobLogWindow
+from webapp.fleet.choices import NodeState
+from webapp.fleet.models import Node
+from webapp.jobs.choices import JobState
+from webapp.jobs.models import Job, JobAllocation
+
+# The diagnosis window of failure-taxonomy.md step 1, widened by the engine for long NCCL
+# timeouts: kernel events this far before the end are handed to it (it keeps what fits).
+EVIDENCE_BEFORE = timedelta(minutes=45)
+EVIDENCE_AFTER = timedelta(seconds=engine.WINDOW_AFTER_S)
+# A node's Xids form one burst until 3 min of silence (telemetry.md section 5, NVIDIA Fleet
+# Intelligence): one gpu_error failure per burst (node_events.py), diagnosed from its burst.
+BURST_SILENCE = timedelta(minutes=3)
+
+
+class EvidenceStream(NamedTuple):
+    """One named stream of lines, and whether it may carry kernel evidence."""
+
+    name: str
+    lines: list[str]
+    kernel_evidence: bool
+
+
+@dataclass(frozen=True)
+class EngineInput:
+    """What the engine reads for one failure: named streams of lines and the job's nodes."""
+
+    streams: list[EvidenceStream]
+    job_nodes: list[str]
+
+    def as_streams(self) -> list[engine.LogStream]:
+        return [
+            engine.LogStream(
+                s.name, io.BytesIO("\n".join(s.lines).encode() + b"\n"), s.kernel_evidence
+            )
+            for s in self.streams
+        ]
+
+
+def failure_evidence(failure: FailureEvent) -> EngineInput:
+    """The engine's input for one failure (job log windows must already be attached to the
+    job: services.job_log_windows_attach)."""
+    if failure.kind == FailureKind.JOB_FAILURE and failure.job is not None:
+        return _job_input(failure.job)
+    if failure.kind == FailureKind.GPU_ERROR and failure.gpu_error is not None:
+        return _gpu_error_input(failure)
+    return EngineInput([], [])
+
+
+def xid_line(e: GpuErrorEvent, hostname: str) -> str:
+    """A GPU error event as the kernel log line the driver prints for it (what rules read)."""
+    info = taxonomy.xid_info(e.xid)
+    pci = e.pci_bus_id or (f"GPU{e.gpu_index}" if e.gpu_index is not None else "unknown")
+    meaning = e.message.strip() or info.meaning
+    count = f" [x{e.count}]" if e.count > 1 else ""
+    return f"{iso_utc(e.ts, 'seconds')} {hostname} kernel: NVRM: Xid (PCI:{pci}): {e.xid}, {meaning}{count}"
+
+
+def scheduler_end_line(job: Job, hostname: str | None) -> str:
+    """The line Slurm writes at the end of a job in this state (failure-signatures.md s7).
+
+    `hostname`: the node the line is about; None when it is not known (a multi-node job's
+    NODE_FAIL with no node down), so that the engine blames no node rather than a wrong one.
+    """
+    at = iso_utc(job.end_at, "seconds")
+    stamp = job.end_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    if hostname is None:
+        head = f"{at} slurmctld: error: *** JOB {job.scheduler_id}"
+        hostname = "unknown"
+    else:
+        head = f"{at} {hostname} slurmstepd: error: *** JOB {job.scheduler_id} ON {hostname}"
+    if job.state == JobState.NODE_FAIL:
+        return f"{head} CANCELLED AT {stamp} DUE TO NODE FAILURE ***"
+    if job.state == JobState.TIMEOUT:
+        return f"{head} CANCELLED AT {stamp} DUE TO TIME LIMIT ***"
+    if job.state == JobState.OUT_OF_MEMORY:
+        return (
+            f"{at} {hostname} slurmstepd: error: Detected 1 oom_kill event(s) in StepId="
+            f"{job.scheduler_id}.0. Some of your processes may have been killed by the cgroup "
+            "out-of-memory handler."
+        )
+    code = job.exit_code if job.exit_code is not None else 1
+    return f"{at} {hostname} srun: error: {hostname}: task 0: Exited with exit code {code}"
+
+
+def _job_input(job: Job) -> EngineInput:
+    nodes = dict(
+        Node.objects.filter(
+            id__in=JobAllocation.objects.filter(job=job).values("node_id")
+        ).values_list("id", "hostname")
+    )
+    streams: list[EvidenceStream] = []
+    start = job.start_at or job.end_at - EVIDENCE_BEFORE
+    windows = JobLogWindow.objects.filter(job=job, ts__lte=job.end_at + EVIDENCE_AFTER)
+    for w in windows.select_related("node").order_by("node__hostname", "path", "first_line_no"):
+        nodes.setdefault(w.node_id, w.node.hostname)
+        name = f"{w.node.hostname}:{w.path}:{w.first_line_no}"
+        streams.append(EvidenceStream(name, list(w.lines), kernel_evidence=False))
+    # An Xid shortly before the start still explains a job that died at once (the GPU fell
+    # off the bus as it was handed over): the taxonomy's 15-minute window reaches back that far.
+    lo = max(start - timedelta(seconds=engine.WINDOW_BEFORE_S), job.end_at - EVIDENCE_BEFORE)
+    errors = GpuErrorEvent.objects.filter(
+        node_id__in=list(nodes), ts__gte=lo, ts__lte=job.end_at + EVIDENCE_AFTER
+    ).order_by("ts", "id")
+    kernel = [xid_line(e, nodes[e.node_id]) for e in errors if e.xid]
+    end_line = scheduler_end_line(job, _end_line_host(job, nodes))
+    streams.append(EvidenceStream("scheduler", [end_line], kernel_evidence=True))
+    if kernel:
+        streams.append(EvidenceStream("kernel", kernel, kernel_evidence=True))
+    return EngineInput(streams, sorted(nodes.values()))
+
+
+def _end_line_host(job: Job, nodes: dict[int, str]) -> str | None:
+    """The node a NODE_FAIL is about: the job's only node, else its only node that is down or
+    stale in the fleet; None if that is not clear. Other states: the first node (the line
+    only dates the end)."""
+    if not nodes:
+        return None
+    if job.state != JobState.NODE_FAIL or len(nodes) == 1:
+        return sorted(nodes.values())[0]
+    down = list(
+        Node.objects.filter(
+            id__in=list(nodes), state__in=[NodeState.DOWN, NodeState.STALE]
+        ).values_list("hostname", flat=True)
+    )
+    return down[0] if len(down) == 1 else None
+
+
+def _gpu_error_input(failure: FailureEvent) -> EngineInput:
+    e = failure.gpu_error
+    host = failure.node.hostname if failure.node else "unknown"
+    burst = GpuErrorEvent.objects.filter(
+        node_id=failure.node_id, ts__gte=e.ts, ts__lte=e.ts + BURST_SILENCE
+    ).order_by("ts", "id")
+    kernel = [xid_line(x, host) for x in burst if x.xid]
+    return EngineInput([EvidenceStream("kernel", kernel, kernel_evidence=True)], [host])

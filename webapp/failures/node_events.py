@@ -1,0 +1,221 @@
+"""Node events in: one NodeEventBatch (GPU errors, job log windows) from a node agent.
+
+Stored idempotently (natural keys, INSERT ... ON CONFLICT DO NOTHING): a redelivered batch
+stores nothing new. A critical GPU error (a page-worthy Xid) opens a `gpu_error` FailureEvent;
+new evidence for a job that already failed gets that failure diagnosed again (after commit).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from collectors.schema import NodeEventBatch, parse_node_events
+from webapp.core.units import epoch_to_utc
+from webapp.failures import taxonomy
+from webapp.failures.dispatch import failure_diagnose_later
+from webapp.failures.evidence import BURST_SILENCE, EVIDENCE_AFTER, EVIDENCE_BEFORE
+from webapp.failures.models import FailureEvent, FailureKind, GpuErrorEvent, GpuErrorKind
+from webapp.fleet.models import Gpu
+from webapp.fleet.services import node_authenticate
+from webapp.jobs.models import Job
+
+# Counter kinds stand for the Xid the driver would log for them (telemetry.md section 5).
+KIND_XID = {
+    GpuErrorKind.ECC_DBE: 48,
+    GpuErrorKind.REMAP_FAILURE: 64,
+    GpuErrorKind.GPU_LOST: 79,
+    GpuErrorKind.NVLINK: 74,
+    GpuErrorKind.REMAP: 63,
+    GpuErrorKind.ECC_SBE: 92,
+}
+
+
+@dataclass(frozen=True)
+class NodeEventsResult:
+    batch_id: str
+    gpu_events: int
+    gpu_events_stored: int
+    log_windows: int
+    log_windows_stored: int
+    failures_opened: int
+
+
+def node_events_ingest(raw: str | bytes) -> NodeEventsResult:
+    """Validate, authenticate and store one node-event batch; raises BatchError / AuthError
+    to refuse it whole (nothing stored). A redelivered batch stores nothing new."""
+    batch = parse_node_events(raw, max_future_s=settings.VIGIL_MAX_FUTURE_SKEW_S)
+    node = node_authenticate(batch.cluster, batch.node, batch.token)
+    with transaction.atomic():
+        new_errors = _gpu_errors_store(node.id, batch)
+        new_windows = _log_windows_store(node.id, node.cluster_id, batch)
+        opened = _gpu_failures_open(node.cluster_id, new_errors)
+        _rediagnose(node.id, new_errors, new_windows)
+    return NodeEventsResult(
+        str(batch.batch_id),
+        len(batch.gpu_events),
+        len(new_errors),
+        len(batch.log_windows),
+        len(new_windows),
+        opened,
+    )
+
+
+def _gpu_errors_store(node_id: int, batch: NodeEventBatch) -> list[GpuErrorEvent]:
+    if not batch.gpu_events:
+        return []
+    gpus = list(
+        Gpu.objects.filter(node_id=node_id).values_list("id", "index", "uuid", "pci_bus_id")
+    )
+    by_uuid = {g[2]: g for g in gpus}
+    by_pci = {pci_bdf(g[3]): g for g in gpus if g[3]}
+    by_index: dict[int, tuple] = {}
+    for g in sorted(gpus, key=lambda g: g[0]):  # the most recently registered holds the slot
+        by_index[g[1]] = g
+    rows = []
+    for e in batch.gpu_events:
+        gpu = (
+            (by_uuid.get(e.gpu_uuid) if e.gpu_uuid else None)
+            or (by_pci.get(pci_bdf(e.pci_bus_id)) if e.pci_bus_id else None)
+            or (by_index.get(e.gpu_index) if e.gpu_index is not None else None)
+        )
+        index = e.gpu_index if e.gpu_index is not None else (gpu[1] if gpu else None)
+        pci = e.pci_bus_id or (gpu[3] if gpu else "") or ""
+        xid = e.xid if e.xid is not None else KIND_XID.get(e.kind, 0)
+        rows.append(
+            (
+                node_id,
+                gpu[0] if gpu else None,
+                index,
+                pci,
+                epoch_to_utc(e.ts),
+                e.kind,
+                xid,
+                e.count,
+                e.source,
+                e.message,
+            )
+        )
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            INSERT INTO failures_gpuerrorevent
+                (node_id, gpu_id, gpu_index, pci_bus_id, ts, kind, xid, count, source, message)
+            SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::text[],
+                                 %s::timestamptz[], %s::text[], %s::int[], %s::int[],
+                                 %s::text[], %s::text[])
+            ON CONFLICT DO NOTHING
+            RETURNING id
+            """,
+            [list(column) for column in zip(*rows, strict=True)],  # one array per column
+        )
+        ids = [r[0] for r in cur.fetchall()]
+    return list(GpuErrorEvent.objects.filter(id__in=ids).order_by("ts", "id"))
+
+
+def pci_bdf(pci: str | None) -> str:
+    """PCI bus id in one spelling: lowercase, 4-digit domain ("00000000:3B:00.0" -> "0000:3b:00.0")."""
+    if not pci:
+        return ""
+    p = pci.strip().lower()
+    parts = p.split(":")
+    if len(parts) == 3 and len(parts[0]) > 4:
+        parts[0] = parts[0][-4:]
+    elif len(parts) == 2:
+        parts.insert(0, "0000")
+    return ":".join(parts)
+
+
+def _log_windows_store(node_id: int, cluster_id: int, batch: NodeEventBatch) -> list[int]:
+    """Store the windows; return the ids of the jobs that got new ones (or -1 if unknown)."""
+    if not batch.log_windows:
+        return []
+    job_ids = dict(
+        Job.objects.filter(
+            cluster_id=cluster_id, scheduler_id__in={w.job_id for w in batch.log_windows}
+        ).values_list("scheduler_id", "id")
+    )
+    rows = [
+        (
+            job_ids.get(w.job_id),
+            w.job_id,
+            node_id,
+            epoch_to_utc(w.ts),
+            w.path,
+            w.first_line_no,
+            json.dumps(w.lines),
+            w.trigger,
+        )
+        for w in batch.log_windows
+    ]
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            INSERT INTO failures_joblogwindow
+                (job_id, job_scheduler_id, node_id, ts, path, first_line_no, lines, trigger)
+            SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::timestamptz[],
+                                 %s::text[], %s::int[], %s::jsonb[], %s::text[])
+            ON CONFLICT DO NOTHING
+            RETURNING coalesce(job_id, -1)
+            """,
+            [list(column) for column in zip(*rows, strict=True)],  # one array per column
+        )
+        return [r[0] for r in cur.fetchall()]
+
+
+def _critical(e: GpuErrorEvent) -> bool:
+    """A page-worthy Xid (the `page` column of the Xid table)."""
+    return e.xid is not None and taxonomy.xid_info(e.xid).page
+
+
+def _gpu_failures_open(cluster_id: int, errors: Sequence[GpuErrorEvent]) -> int:
+    """One gpu_error FailureEvent per burst of critical errors on a node."""
+    opened = 0
+    for e in errors:
+        if not _critical(e):
+            continue
+        burst = FailureEvent.objects.filter(
+            kind=FailureKind.GPU_ERROR,
+            node_id=e.node_id,
+            occurred_at__gte=e.ts - BURST_SILENCE,
+            occurred_at__lte=e.ts + BURST_SILENCE,
+        ).exists()
+        if burst:
+            continue
+        failure = FailureEvent.objects.create(
+            cluster_id=cluster_id,
+            kind=FailureKind.GPU_ERROR,
+            node_id=e.node_id,
+            gpu_id=e.gpu_id,
+            gpu_error=e,
+            occurred_at=e.ts,
+            detected_at=timezone.now(),
+        )
+        failure_diagnose_later(failure.pk)
+        opened += 1
+    return opened
+
+
+def _rediagnose(node_id: int, errors: Sequence[GpuErrorEvent], job_ids: Iterable[int]) -> None:
+    """New evidence for a failure already on record (it arrived after the job ended)."""
+    jobs = {j for j in job_ids if j > 0}
+    if errors:
+        lo = min(e.ts for e in errors) - EVIDENCE_AFTER
+        hi = max(e.ts for e in errors) + EVIDENCE_BEFORE
+        jobs |= set(
+            FailureEvent.objects.filter(
+                kind=FailureKind.JOB_FAILURE,
+                occurred_at__gte=lo,
+                occurred_at__lte=hi,
+                job__allocations__node_id=node_id,
+            ).values_list("job_id", flat=True)
+        )
+    for pk in FailureEvent.objects.filter(
+        kind=FailureKind.JOB_FAILURE, job_id__in=jobs
+    ).values_list("pk", flat=True):
+        failure_diagnose_later(pk)
