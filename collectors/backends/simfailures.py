@@ -15,7 +15,7 @@ cause leaves the traces a real one does (failure-signatures.md):
   multi-node job.
 
 The lines are shaped on the strings of failure-signatures.md, so the diagnosis engine
-(webapp/failures/diagnosis.py) finds the injected cause from them (tests/collectors/
+(webapp/failures/diagnosis/) finds the injected cause from them (tests/collectors/
 test_sim_failures.py checks it for every cause). Only a handful of ranks per node print, and
 each window is a few dozen lines: the demo's volume stays modest.
 """

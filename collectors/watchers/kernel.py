@@ -107,7 +107,7 @@ def parse_kernel_line(
         pid = int(m.group("pid"))
     # An Xid's message is what follows the code ("pid=..., name=..., <text>"), the part the
     # server puts back after "NVRM: Xid (PCI:<bdf>): <code>, " when it rebuilds the line
-    # (webapp/failures/services.py xid_line); other lines keep their whole NVRM text.
+    # (webapp/failures/evidence.py xid_line); other lines keep their whole NVRM text.
     message = line[m.end("xid") :].lstrip(", ") if kind == "xid" else line[m.start() :]
     message = message[:2000]
     return GpuErrorEventIn(

@@ -82,7 +82,7 @@ def test_simulated_failures_leave_windows_and_xids_consistent_with_the_end_event
         assert end.exit_code == simfailures.EXIT_CODE[cause]
         job_nodes = {a.node for a in started[job_id].allocation} if job_id in started else set()
         nodes_with_windows = {node for node, _ in windows[job_id]}
-        kernel = [  # rebuilt as the server does (webapp/failures/services.py xid_line)
+        kernel = [  # rebuilt as the server does (webapp/failures/evidence.py xid_line)
             f"{node} kernel: NVRM: Xid (PCI:{e.pci_bus_id}): {e.xid}, {e.message}"
             for node, e in xids
             if node in job_nodes and end.end_ts - 900 <= e.ts <= end.end_ts
