@@ -62,6 +62,37 @@ def test_bad_flags_give_one_clear_line_and_exit_2(args, says):
     assert says in lines[0]
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--stdout", "--cluster", "c", "--dcgm-url", "http://x"], "--dcgm-url only applies"),
+        (["--stdout", "--cluster", "c", "--slurm-jobcomp", "/x"], "--slurm-jobcomp only applies"),
+        (["--source", "simulated", "--stdout", "--job-logs-slurm"], "do not apply to --source"),
+        (["--source", "simulated", "--stdout", "--clusters", " , "], "--clusters: give at least"),
+        (["--stdout", "--cluster", "c", "--node", "a:b"], "--node 'a:b'"),
+        (["--stdout", "--cluster", "c", "--fixture", "/no/such.yaml"], "--fixture /no/such.yaml"),
+    ],
+)
+def test_every_other_flag_check_names_its_flag_in_one_line(args, says):
+    result = collector(*args)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert says in result.stderr
+
+
+def test_an_unusable_spool_dir_is_refused_before_any_gpu_is_read(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    result = collector(
+        "--fixture", "a100-sxm4-80gb", "--cluster", "c", "--token", TOKEN, "--count", "1",
+        "--broker", "redis://127.0.0.1:1/0", "--spool-dir", str(not_a_dir / "spool"),
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"vigil-collector: error: --spool-dir {not_a_dir / 'spool'}: Not a directory"
+    )  # one line: no NVML log line either, the backend never started
+
+
 def test_missing_node_in_token_file_is_named(tmp_path):
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"seren-node-001": TOKEN}))
