@@ -35,7 +35,7 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from collectors.schema import NAME_PATTERN
 
@@ -290,23 +290,31 @@ def _event_watchers(
     return [NodeEventWatcher(sources, tokens)] if sources else []
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper() if isinstance(args.log_level, str) else "INFO",
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def _fill_defaults(args: argparse.Namespace) -> None:
+    """The defaults that depend on other flags: --jobs and --kernel-log follow --source."""
+    if args.jobs is None:
+        args.jobs = "simulated" if args.source == "simulated" else "none"
+    if args.kernel_log is None:
+        args.kernel_log = "auto" if args.source in ("nvml", "dcgm") and not args.fixture else "none"
 
+
+def _cluster_names(args: argparse.Namespace) -> tuple[str, ...]:
+    """--clusters of a simulated run, split and stripped."""
+    return tuple(c.strip() for c in args.clusters.split(",") if c.strip())
+
+
+def _check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every flag combination that cannot work ends here, with one line naming the flag.
+
+    Runs after `_fill_defaults` and before any backend starts, so a configuration error never
+    leaves a half-started agent behind.
+    """
     if args.fixture and args.source != "nvml":
         parser.error("--fixture only applies to --source nvml")
     if args.dcgm_url and args.source != "dcgm":
         parser.error("--dcgm-url only applies to --source dcgm")
     if not args.stdout and not args.broker:
         parser.error("no broker: pass --broker URL or set CELERY_BROKER_URL (or use --stdout)")
-    if args.jobs is None:
-        args.jobs = "simulated" if args.source == "simulated" else "none"
     if args.jobs == "simulated" and args.source != "simulated":
         parser.error("--jobs simulated only applies to --source simulated")
     if args.jobs == "slurm" and args.source == "simulated":
@@ -315,8 +323,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--source none collects nothing without --jobs slurm")
     if args.slurm_jobcomp and args.jobs != "slurm":
         parser.error("--slurm-jobcomp only applies to --jobs slurm")
-    if args.kernel_log is None:
-        args.kernel_log = "auto" if args.source in ("nvml", "dcgm") and not args.fixture else "none"
     if args.kernel_log != "none" and args.source == "simulated":
         parser.error("--kernel-log does not apply to --source simulated")
     if (args.job_log_glob or args.job_logs_slurm) and args.source == "simulated":
@@ -328,72 +334,82 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--history-minutes only applies to --source simulated")
     if args.history_minutes and args.count:
         parser.error("--history-minutes runs live afterwards: it does not go with --count")
-    backfill = args.source == "simulated" and args.count is not None
-
-    # Every configuration error is reported before any backend starts.
     if args.source == "simulated":
-        from collectors.backends.simulated import node_name
-
-        clusters = tuple(c.strip() for c in args.clusters.split(",") if c.strip())
+        clusters = _cluster_names(args)
         if not clusters:
             parser.error("--clusters: give at least one cluster name")
         for c in clusters:
             _check_name(parser, "--clusters", c)
-        nodes = [
-            (c, node_name(c, n)) for c in clusters for n in range(1, args.nodes_per_cluster + 1)
-        ]
     else:
         if not args.cluster:
             parser.error(f"--source {args.source} needs --cluster (or VIGIL_CLUSTER)")
         _check_name(parser, "--cluster", args.cluster)
         _check_name(parser, "--node", args.node)
-        nodes = [(args.cluster, args.node)]
-    tokens = _token_lookup(parser, args, nodes)
 
-    on_round: Callable[[], None] | None = None
-    fake: Any = None
-    watchers: list[Any] = []
+
+def _nodes(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(cluster, node) of every node this agent speaks for (many when simulated)."""
+    if args.source != "simulated":
+        return [(args.cluster, args.node)]
+    from collectors.backends.simulated import node_name
+
+    return [
+        (c, node_name(c, n))
+        for c in _cluster_names(args)
+        for n in range(1, args.nodes_per_cluster + 1)
+    ]
+
+
+def _backend(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Any, Any]:
+    """The telemetry backend for --source, and the fake NVML it installed (--fixture) or None.
+
+    Raises BackendError when NVML finds no driver (a fake it installed is uninstalled first).
+    """
     if args.source == "simulated":
         from collectors.backends.simulated import SimulatedBackend
 
-        backend: Any = SimulatedBackend(
-            clusters,
+        backend = SimulatedBackend(
+            _cluster_names(args),
             args.nodes_per_cluster,
             args.gpus_per_node,
             seed=args.seed,
             jobs=args.jobs == "simulated",
             failures=args.sim_failures,
         )
-        if backend.jobs is not None:
-            watchers.append(backend.jobs.watcher(tokens))
-    elif args.source == "none":
+        return backend, None
+    if args.source == "none":
         from collectors.backends.none import NoBackend
 
-        backend = NoBackend()
-    elif args.source == "dcgm":
+        return NoBackend(), None
+    if args.source == "dcgm":
         from collectors.backends.dcgm import DEFAULT_URL, DcgmBackend
 
-        backend = DcgmBackend(args.cluster, args.node, args.dcgm_url or DEFAULT_URL)
-    else:
-        from collectors.backends.base import BackendError
-        from collectors.backends.nvml import NvmlBackend
+        return DcgmBackend(args.cluster, args.node, args.dcgm_url or DEFAULT_URL), None
+    from collectors.backends.nvml import NvmlBackend
 
-        if args.fixture:
-            from collectors.testing.fake_nvml import FakeNvml
+    fake: Any = None
+    if args.fixture:
+        from collectors.testing.fake_nvml import FakeNvml
 
-            try:
-                fake = FakeNvml(args.fixture).install()
-            except (OSError, ValueError, yaml_error()) as exc:
-                parser.error(f"--fixture {args.fixture}: {exc}")
-            on_round = fake.advance
         try:
-            backend = NvmlBackend(args.cluster, args.node)
-        except BackendError as exc:
-            if fake is not None:
-                fake.uninstall()
-            print(f"vigil-collector: {exc}", file=sys.stderr)
-            return EXIT_DISABLED
+            fake = FakeNvml(args.fixture).install()
+        except (OSError, ValueError, yaml_error()) as exc:
+            parser.error(f"--fixture {args.fixture}: {exc}")
+    try:
+        return NvmlBackend(args.cluster, args.node), fake
+    except Exception:
+        if fake is not None:
+            fake.uninstall()
+        raise
 
+
+def _job_watchers(
+    args: argparse.Namespace, backend: Any, tokens: Callable[[str, str], str]
+) -> list[Any]:
+    """The job-event watchers: the simulator's job model, or Slurm (--jobs slurm)."""
+    watchers: list[Any] = []
+    if args.source == "simulated" and backend.jobs is not None:
+        watchers.append(backend.jobs.watcher(tokens))
     if args.jobs == "slurm":
         from collectors.watchers.slurm import SlurmWatcher
 
@@ -407,49 +423,90 @@ def main(argv: list[str] | None = None) -> int:
                 interval_s=args.jobs_interval or args.interval,
             )
         )
+    return watchers
 
-    event_watchers = _event_watchers(args, backend, tokens)
 
-    transport: Any = None
+Sink = Callable[[str, str], None]
+"""(batch id, batch JSON) -> None: where one kind of batch goes."""
+
+
+class _Sinks(NamedTuple):
+    samples: Sink
+    job_events: Sink
+    node_events: Sink
+    transport: Any  # the broker Transport, None with --stdout
+
+
+def _stdout_sink(batch_id: str, text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _sinks(parser: argparse.ArgumentParser, args: argparse.Namespace) -> _Sinks:
+    """JSON lines on stdout (--stdout), else one Celery task per batch through the broker."""
     if args.stdout:
+        return _Sinks(_stdout_sink, _stdout_sink, _stdout_sink, None)
+    from collectors.schema import JOB_EVENTS_TASK, NODE_EVENTS_TASK
+    from collectors.transport import Transport
 
-        def sink(batch_id: str, text: str) -> None:
-            sys.stdout.write(text + "\n")
-            sys.stdout.flush()
+    try:
+        transport = Transport(args.broker, args.spool_dir)
+    except OSError as exc:
+        parser.error(f"--spool-dir {args.spool_dir}: {exc.strerror or exc}")
 
-        job_sink = event_sink = sink
+    def samples(batch_id: str, text: str) -> None:
+        transport.send(text, batch_id)
 
-    else:
-        from collectors.schema import JOB_EVENTS_TASK, NODE_EVENTS_TASK
-        from collectors.transport import Transport
+    def job_events(batch_id: str, text: str) -> None:
+        transport.send(text, batch_id, task=JOB_EVENTS_TASK)
 
-        try:
-            transport = Transport(args.broker, args.spool_dir)
-        except OSError as exc:
-            parser.error(f"--spool-dir {args.spool_dir}: {exc.strerror or exc}")
+    def node_events(batch_id: str, text: str) -> None:
+        transport.send(text, batch_id, task=NODE_EVENTS_TASK)
 
-        def sink(batch_id: str, text: str) -> None:
-            transport.send(text, batch_id)
+    return _Sinks(samples, job_events, node_events, transport)
 
-        def job_sink(batch_id: str, text: str) -> None:
-            transport.send(text, batch_id, task=JOB_EVENTS_TASK)
 
-        def event_sink(batch_id: str, text: str) -> None:
-            transport.send(text, batch_id, task=NODE_EVENTS_TASK)
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper() if isinstance(args.log_level, str) else "INFO",
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    _fill_defaults(args)
+    _check_flags(parser, args)
+    nodes = _nodes(args)
+    tokens = _token_lookup(parser, args, nodes)
+
+    # The spool folder is a configuration error too: it is checked before any backend starts.
+    sinks = _sinks(parser, args)
+
+    from collectors.backends.base import BackendError
+
+    try:
+        backend, fake = _backend(parser, args)
+    except BackendError as exc:
+        if sinks.transport is not None:
+            sinks.transport.close()
+        print(f"vigil-collector: {exc}", file=sys.stderr)
+        return EXIT_DISABLED
+    watchers = _job_watchers(args, backend, tokens)
+    event_watchers = _event_watchers(args, backend, tokens)
 
     from collectors.agent import Agent
 
     agent = Agent(
         backend,
         tokens,
-        sink,
+        sinks.samples,
         interval_s=args.interval,
         intervals_per_batch=args.intervals_per_batch,
-        on_round=on_round,
+        on_round=fake.advance if fake is not None else None,
         watchers=watchers,
-        job_sink=job_sink,
+        job_sink=sinks.job_events,
         event_watchers=event_watchers,
-        event_sink=event_sink,
+        event_sink=sinks.node_events,
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())
@@ -470,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
             log.info("history sent: %d rounds of the last %d minutes", rounds, args.history_minutes)
         if args.ready_file is not None:
             _ready_file_write(args.ready_file)
-        agent.run(args.count, backfill=backfill)
+        # Simulated with --count backfills: the rounds are stamped in the past, not waited for.
+        agent.run(args.count, backfill=args.source == "simulated" and args.count is not None)
     except BrokenPipeError:
         # `vigil-collector --stdout | head` closed the pipe: a normal way to stop. Point stdout
         # at /dev/null so the interpreter's final flush does not raise again (Python docs,
@@ -480,10 +538,12 @@ def main(argv: list[str] | None = None) -> int:
         for watcher in event_watchers:
             watcher.close()  # NVML event sets are freed before nvmlShutdown
         backend.close()
-        if transport is not None:
-            transport.close()
-            if len(transport.spool):
-                log.warning("%d batches stay spooled in %s", len(transport.spool), args.spool_dir)
+        if sinks.transport is not None:
+            sinks.transport.close()
+            if len(sinks.transport.spool):
+                log.warning(
+                    "%d batches stay spooled in %s", len(sinks.transport.spool), args.spool_dir
+                )
         if fake is not None:
             fake.uninstall()
     log.info(

@@ -14,15 +14,26 @@ line, and every traceback line (frames, code, the exception line), keeps it open
 `QUIET_CLOSE_S`, or at `schema.MAX_WINDOW_LINES`. One window per burst: all ranks printing the
 same traceback at once is one window. Lines are shipped as written, rank and host prefixes
 kept (the diagnosis uses them to blame a rank), each cut at `schema.MAX_LINE_CHARS`.
+
+The agent runs as root and a job log's path is the user's choice, so a log is opened through
+no symlink a user made (tail.open_no_follow) and checked on the open descriptor, not the path
+(nothing can be swapped in between): a regular file, owned by the job's user. The user comes
+from Slurm (`UserId=alice(1000)` of `scontrol show job`) as a `JobLog` with each path. A
+`--job-log-glob` file has no known user: it is read when it is a regular file with one name (a
+hard link is how a user points a log at a file they cannot read). A refused file is not read
+and logs one WARNING naming the job and the reason.
 """
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import logging
 import os
+import pwd
 import re
+import stat
 import time
 from collections import deque
 from collections.abc import Callable
@@ -32,7 +43,7 @@ from typing import Any
 
 from collectors.schema import MAX_LINE_CHARS, MAX_WINDOW_LINES, LogWindowIn
 from collectors.watchers.nodeevents import NodeEvents
-from collectors.watchers.tail import FileTail
+from collectors.watchers.tail import FileTail, Opener, UnsafeFile, open_no_follow
 
 log = logging.getLogger("vigil.collector.joblogs")
 
@@ -77,6 +88,42 @@ TRACEBACK_RE = re.compile(
     r"|[\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b|\^+\s*$|~+\^+)"
 )
 JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
+USER_ID_RE = re.compile(r"^([^(]*)\((\d+)\)$")  # scontrol's UserId=alice(1000)
+
+
+@dataclass(frozen=True)
+class JobLog:
+    """Whose log a file is: the job, and its user's uid (None: not known, a glob's file)."""
+
+    job_id: str
+    uid: int | None = None
+    user: str = ""
+
+
+def slurm_user(value: str) -> tuple[str, int | None]:
+    """(name, uid) of a Slurm `UserId` value: `alice(1000)`; a bare name is looked up."""
+    m = USER_ID_RE.match(value.strip())
+    if m:
+        return m.group(1), int(m.group(2))
+    name = value.strip()
+    try:
+        return name, pwd.getpwnam(name).pw_uid
+    except (KeyError, ValueError):
+        return name, None
+
+
+def job_log_refusal(st: os.stat_result, job: JobLog) -> str | None:
+    """Why the agent must not read the opened file `st` as `job`'s log, else None."""
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if job.uid is None:
+        if st.st_nlink > 1:
+            return f"it has {st.st_nlink} hard links and the job's user is not known"
+        return None
+    if st.st_uid != job.uid:
+        who = f"{job.user} (uid {job.uid})" if job.user else f"uid {job.uid}"
+        return f"owned by uid {st.st_uid}, not by the job's user {who}"
+    return None
 
 
 def is_trigger(line: str) -> bool:
@@ -162,26 +209,26 @@ class WindowCutter:
 
 
 class _File:
-    def __init__(self, job_id: str, tail: FileTail, now: float) -> None:
-        self.job_id = job_id
+    def __init__(self, job: JobLog, tail: FileTail, now: float) -> None:
+        self.job = job
         self.tail = tail
         self.cutter = WindowCutter()
         self.windows_sent = 0
         self.last_growth = now
 
 
-PathSource = Callable[[float], dict[str, str]]
-"""now -> {log path: job id} of the files to follow now."""
+PathSource = Callable[[float], dict[str, JobLog]]
+"""now -> {log path: whose log} of the files to follow now."""
 
 
 def glob_paths(patterns: list[str]) -> PathSource:
-    def paths(now: float) -> dict[str, str]:
-        out: dict[str, str] = {}
+    def paths(now: float) -> dict[str, JobLog]:
+        out: dict[str, JobLog] = {}
         for pattern in patterns:
             for path in sorted(glob.glob(pattern)):
                 job_id = job_id_from_path(pattern, path)
                 if job_id and os.path.isfile(path):
-                    out.setdefault(path, job_id)
+                    out.setdefault(path, JobLog(job_id))
         return out
 
     return paths
@@ -192,10 +239,10 @@ def slurm_paths(node: str, run: Callable[[list[str]], str] | None = None) -> Pat
     from collectors.watchers.slurm import SlurmError, parse_key_values, run_command
 
     runner = run or run_command
-    cache: dict[str, tuple[str, ...]] = {}
+    cache: dict[str, tuple[JobLog, tuple[str, ...]]] = {}
     state: dict[str, Any] = {"at": None, "paths": {}}
 
-    def paths(now: float) -> dict[str, str]:
+    def paths(now: float) -> dict[str, JobLog]:
         if state["at"] is not None and now - state["at"] < SLURM_REFRESH_S:
             return state["paths"]
         state["at"] = now
@@ -204,7 +251,7 @@ def slurm_paths(node: str, run: Callable[[list[str]], str] | None = None) -> Pat
         except SlurmError as exc:
             log.warning("squeue -w %s: %s", node, exc)
             return state["paths"]
-        out: dict[str, str] = {}
+        out: dict[str, JobLog] = {}
         for job_id in ids:
             if job_id not in cache:
                 try:
@@ -212,11 +259,14 @@ def slurm_paths(node: str, run: Callable[[list[str]], str] | None = None) -> Pat
                 except SlurmError as exc:
                     log.info("scontrol show job %s: %s", job_id, exc)
                     continue
-                cache[job_id] = tuple(
-                    {kv[k] for k in ("StdOut", "StdErr") if kv.get(k, "").startswith("/")}
+                user, uid = slurm_user(kv.get("UserId", ""))
+                cache[job_id] = (
+                    JobLog(job_id, uid, user),
+                    tuple({kv[k] for k in ("StdOut", "StdErr") if kv.get(k, "").startswith("/")}),
                 )
-            for path in cache[job_id]:
-                out.setdefault(path, job_id)
+            job, job_paths = cache[job_id]
+            for path in job_paths:
+                out.setdefault(path, job)
         for gone in set(cache) - set(ids):
             del cache[gone]
         state["paths"] = out
@@ -242,6 +292,7 @@ class JobLogSource:
         self._saved = self._load()
         self._files: dict[str, _File] = {}
         self._dormant: dict[str, tuple[int, int]] = {}  # path -> (inode, size) when dropped
+        self._refused: dict[str, str] = {}  # path -> why, warned once until it changes
         self._first_scan = True
 
     def _load(self) -> dict[str, Any]:
@@ -253,8 +304,28 @@ class JobLogSource:
         except (OSError, ValueError):
             return {}
 
-    def _wanted(self, now: float) -> dict[str, str]:
-        wanted: dict[str, str] = {}
+    def _opener(self, path: str, job: JobLog) -> Opener:
+        """Opens `path` for `job` as the module docstring says; a refusal is warned once."""
+
+        def open_checked(p: Path) -> int:
+            try:
+                fd = open_no_follow(p)
+                reason = job_log_refusal(os.fstat(fd), job)
+                if reason is not None:
+                    os.close(fd)
+                    raise UnsafeFile(errno.EPERM, reason, str(p))
+            except UnsafeFile as exc:
+                if self._refused.get(path) != exc.strerror:
+                    self._refused[path] = exc.strerror
+                    log.warning("job %s: not reading %s: %s", job.job_id, path, exc.strerror)
+                raise
+            self._refused.pop(path, None)
+            return fd
+
+        return open_checked
+
+    def _wanted(self, now: float) -> dict[str, JobLog]:
+        wanted: dict[str, JobLog] = {}
         for source in self.path_sources:
             try:
                 wanted.update({p: j for p, j in source(now).items() if p not in wanted})
@@ -265,7 +336,7 @@ class JobLogSource:
     def poll(self, ts: float) -> list[NodeEvents]:
         wanted = self._wanted(ts)
         windows: list[LogWindowIn] = []
-        for path, job_id in wanted.items():
+        for path, job in wanted.items():
             if path in self._files:
                 continue
             try:
@@ -279,7 +350,8 @@ class JobLogSource:
             from_end = (
                 self._first_scan and saved is None and time.time() - st.st_mtime > STARTUP_BACKLOG_S
             )
-            self._files[path] = _File(job_id, FileTail(path, position=saved, from_end=from_end), ts)
+            tail = FileTail(path, position=saved, from_end=from_end, opener=self._opener(path, job))
+            self._files[path] = _File(job, tail, ts)
         self._first_scan = False
         for path, f in list(self._files.items()):
             lines = f.tail.read()
@@ -312,7 +384,7 @@ class JobLogSource:
             f.windows_sent += 1
             out.append(
                 LogWindowIn(
-                    job_id=f.job_id[:128],
+                    job_id=f.job.job_id[:128],
                     ts=w.ts,
                     path=path[:1024],
                     first_line_no=max(w.first_line_no, 1),

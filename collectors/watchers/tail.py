@@ -11,12 +11,19 @@ gives back at start (`FileTail(path, position=...)`), so a restart neither skips
 copytruncate can lose the lines written between the copy and the truncation, and a file
 truncated and refilled beyond our offset between two reads looks like growth: both are limits
 of following by path, shared by `tail -F` and every log shipper.
+
+How a file is opened is the caller's (`opener`): the kernel log, a path the operator gave, is
+opened plainly; job logs, paths a user chose while the agent runs as root, are opened with
+`open_no_follow` and checked on the descriptor (collectors/watchers/joblogs.py).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +31,82 @@ log = logging.getLogger("vigil.collector.tail")
 
 READ_LIMIT_BYTES = 4 << 20  # per read: a log that grows faster is read over several rounds
 COUNT_LINES_LIMIT_BYTES = 256 << 20
+# Symlinks followed in one lookup before giving up: the kernel's own limit (path_resolution(7)).
+MAX_SYMLINKS = 40
+# O_PATH: a directory on the way needs no read permission to be walked through (Linux).
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+Opener = Callable[[Path], int]
+"""path -> a read-only file descriptor, or OSError: how FileTail opens the file it follows."""
+
+
+class UnsafeFile(OSError):
+    """The file is there but must not be read (a symlink, not a regular file, not its owner's)."""
+
+
+def open_plain(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+
+def open_no_follow(path: str | Path) -> int:
+    """A read-only descriptor of the absolute `path`, reached through no symlink a user made.
+
+    The file itself is never a symlink (O_NOFOLLOW). The directories on the way are opened one
+    at a time, each relative to the one before (`dir_fd`), so none can be swapped for a link
+    between a check and the open; a directory that is a symlink is followed only when root
+    owns the link (an admin's `/home -> /gpfs/home`), and its target is walked by the same
+    rule. O_NONBLOCK: a FIFO planted at the path does not hang the agent at open (the caller
+    refuses it after `os.fstat`). Raises UnsafeFile for a refused symlink, else OSError.
+    """
+    text = os.fspath(path)
+    head, name = os.path.split(text)
+    if not os.path.isabs(text) or not name:
+        raise OSError(errno.EINVAL, "not an absolute path to a file", text)
+    dir_fd = _open_dir(head, None, [MAX_SYMLINKS])
+    try:
+        return os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeFile(errno.ELOOP, "it is a symbolic link", text) from None
+        raise
+    finally:
+        os.close(dir_fd)
+
+
+def _open_dir(path: str, base_fd: int | None, hops: list[int]) -> int:
+    """A descriptor of directory `path` (absolute, or relative to `base_fd`); see open_no_follow.
+
+    `hops` is the one budget of symlinks left for the whole lookup (a loop ends on it).
+    """
+    fd = os.open("/", _DIR_FLAGS) if os.path.isabs(path) or base_fd is None else os.dup(base_fd)
+    try:
+        for name in path.split("/"):
+            if name in ("", "."):
+                continue
+            try:
+                step = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except NotADirectoryError:
+                link = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISLNK(link.st_mode):
+                    raise
+                if link.st_uid != 0:
+                    raise UnsafeFile(
+                        errno.ELOOP,
+                        f"{name!r} on its path is a symbolic link owned by uid {link.st_uid}",
+                        path,
+                    ) from None
+                hops[0] -= 1
+                if hops[0] < 0:
+                    raise UnsafeFile(errno.ELOOP, "too many symbolic links", path) from None
+                step = _open_dir(os.readlink(name, dir_fd=fd), fd, hops)
+            os.close(fd)
+            fd = step
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class FileTail:
@@ -33,9 +116,14 @@ class FileTail:
         *,
         position: dict[str, Any] | None = None,
         from_end: bool = False,
+        opener: Opener = open_plain,
     ) -> None:
-        """Follow `path` from `position` (a saved one), else its end or its start."""
+        """Follow `path` from `position` (a saved one), else its end or its start.
+
+        `opener` opens the file at the start and after each rotation (see open_no_follow).
+        """
         self.path = Path(path)
+        self._opener = opener
         self._fh: Any = None
         self._inode: int | None = None
         self.offset = 0
@@ -64,7 +152,7 @@ class FileTail:
 
     def _open(self, inode: int, offset: int, line_no: int, *, count_lines: bool = False) -> None:
         try:
-            fh = open(self.path, "rb")  # noqa: SIM115 - kept open while following
+            fh = os.fdopen(self._opener(self.path), "rb")  # kept open while following
         except OSError as exc:
             log.debug("%s: %s", self.path, exc)
             return

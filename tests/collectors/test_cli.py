@@ -62,6 +62,37 @@ def test_bad_flags_give_one_clear_line_and_exit_2(args, says):
     assert says in lines[0]
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--stdout", "--cluster", "c", "--dcgm-url", "http://x"], "--dcgm-url only applies"),
+        (["--stdout", "--cluster", "c", "--slurm-jobcomp", "/x"], "--slurm-jobcomp only applies"),
+        (["--source", "simulated", "--stdout", "--job-logs-slurm"], "do not apply to --source"),
+        (["--source", "simulated", "--stdout", "--clusters", " , "], "--clusters: give at least"),
+        (["--stdout", "--cluster", "c", "--node", "a:b"], "--node 'a:b'"),
+        (["--stdout", "--cluster", "c", "--fixture", "/no/such.yaml"], "--fixture /no/such.yaml"),
+    ],
+)
+def test_every_other_flag_check_names_its_flag_in_one_line(args, says):
+    result = collector(*args)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert says in result.stderr
+
+
+def test_an_unusable_spool_dir_is_refused_before_any_gpu_is_read(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    result = collector(
+        "--fixture", "a100-sxm4-80gb", "--cluster", "c", "--token", TOKEN, "--count", "1",
+        "--broker", "redis://127.0.0.1:1/0", "--spool-dir", str(not_a_dir / "spool"),
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"vigil-collector: error: --spool-dir {not_a_dir / 'spool'}: Not a directory"
+    )  # one line: no NVML log line either, the backend never started
+
+
 def test_missing_node_in_token_file_is_named(tmp_path):
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"seren-node-001": TOKEN}))
@@ -103,6 +134,31 @@ def test_stdout_prints_one_valid_batch_per_round_from_a_fixture():
     events = [parse_node_events(line) for line in lines if '"gpu_events":' in line]
     lost = [e for b in events for e in b.gpu_events if e.kind == "gpu_lost"]
     assert [(e.gpu_index, e.source) for e in lost] == [(7, "counter")]
+
+
+def test_ready_file_is_written_only_after_the_history_was_handed_over(tmp_path):
+    ready, out = tmp_path / "ready", tmp_path / "out.jsonl"
+    with open(out, "wb") as stdout:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "collectors", "--source", "simulated", "--clusters", "c",
+                "--nodes-per-cluster", "1", "--gpus-per-node", "2", "--stdout", "--seed", "1",
+                "--history-minutes", "3", "--interval", "60", "--ready-file", str(ready),
+            ],
+            cwd=ROOT, stdout=stdout, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            wait_for(ready.exists, timeout=30)
+            # Everything printed by then is history: three minutes of 30-second rounds.
+            batches = [
+                parse_batch(line) for line in out.read_text().splitlines() if '"samples"' in line
+            ]
+            stamps = {row[1] for b in batches for row in b.samples}
+            assert len(stamps) >= 6
+            assert max(stamps) - min(stamps) >= 120
+        finally:
+            proc.terminate()
+            proc.wait(20)
 
 
 def test_stdout_shows_scripted_xids_kernel_lines_and_job_windows_as_node_events(tmp_path):

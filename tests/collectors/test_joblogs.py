@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from pathlib import Path
+
+import pytest
 
 from collectors.schema import MAX_WINDOW_LINES, LogWindowIn, parse_node_events
 from collectors.watchers import joblogs
 from collectors.watchers.joblogs import (
+    JobLog,
     JobLogSource,
+    PathSource,
     WindowCutter,
     glob_paths,
     job_id_from_path,
@@ -156,17 +162,169 @@ def test_slurm_names_the_log_files_of_the_jobs_on_this_node():
             return "101\n102\n"
         job = argv[-1]
         return (
-            f"JobId={job} JobName=train\n   StdErr=/logs/{job}.err\n   StdIn=/dev/null\n"
-            f"   StdOut=/logs/{job}.out\n   Power="
+            f"JobId={job} JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n"
+            f"   StdErr=/logs/{job}.err\n   StdIn=/dev/null\n   StdOut=/logs/{job}.out\n   Power="
         )
 
     paths = slurm_paths("node-01", run)
+    alice_101, alice_102 = JobLog("101", 1000, "alice"), JobLog("102", 1000, "alice")
     assert paths(TS) == {
-        "/logs/101.err": "101",
-        "/logs/101.out": "101",
-        "/logs/102.err": "102",
-        "/logs/102.out": "102",
+        "/logs/101.err": alice_101,
+        "/logs/101.out": alice_101,
+        "/logs/102.err": alice_102,
+        "/logs/102.out": alice_102,
     }
     assert calls[0] == ["squeue", "-h", "-w", "node-01", "-t", "RUNNING", "-o", "%i"]
     paths(TS + 1)  # within the refresh interval: Slurm is not asked again
     assert len(calls) == 3
+
+
+# --- As root, a job log is the user's file and nothing else ---------------------------------
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+OTHER_UID = 12345
+SECRET = "root:$6$secret-hash:19000:0:99999:7::: error: this line would open a window"
+
+
+def slurm_job(job_id: str, user: str, log_path: Path) -> PathSource:
+    """The node's one running job as `squeue` and `scontrol show job` describe it."""
+
+    def run(argv: list[str]) -> str:
+        if argv[0] == "squeue":
+            return f"{job_id}\n"
+        return (
+            f"JobId={job_id} JobName=train\n   UserId={user} GroupId=x(1)\n   StdOut={log_path}\n"
+        )
+
+    return slurm_paths("node-01", run)
+
+
+def shadow_like(tmp_path: Path) -> Path:
+    """A root-only file an attacker would like the agent to ship, as /etc/shadow."""
+    secret = tmp_path / "etc" / "shadow"
+    secret.parent.mkdir()
+    secret.write_text(SECRET + "\n")
+    secret.chmod(0o600)
+    return secret
+
+
+def shipped(paths: PathSource) -> list[str]:
+    """Every line the node agent ships from the job logs over a quiet minute."""
+    watcher = NodeEventWatcher([JobLogSource("seren", "node-01", [paths])], lambda c, n: TOKEN)
+    got = [w for ts in (TS, TS + 1, TS + 10, TS + 60) for w in windows_of(watcher, ts)]
+    watcher.close()
+    return [line for w in got for line in w.lines]
+
+
+def refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "vigil.collector.joblogs" and r.levelno == logging.WARNING
+    ]
+
+
+def job_log(tmp_path: Path, uid: int, lines: list[str]) -> Path:
+    path = tmp_path / "jobs" / "42" / "out.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    append(path, lines)
+    os.chown(path, uid, uid)
+    return path
+
+
+@as_root
+@pytest.mark.parametrize(("user", "uid"), [("alice(12345)", OTHER_UID), ("root(0)", 0)])
+def test_a_regular_log_owned_by_the_jobs_user_is_read(tmp_path, caplog, user, uid):
+    path = job_log(tmp_path, uid, ["step 1", "RuntimeError: CUDA error: an illegal memory access"])
+    lines = shipped(slurm_job("42", user, path))
+    assert lines == ["step 1", "RuntimeError: CUDA error: an illegal memory access"]
+    assert refusals(caplog) == []
+
+
+@as_root
+def test_a_symlink_to_a_root_only_file_is_not_read_and_warned_once(tmp_path, caplog):
+    link = tmp_path / "jobs" / "42" / "out.log"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(shadow_like(tmp_path))
+    for user in ("alice(12345)", "root(0)"):  # not even for a root job: the path is a symlink
+        caplog.clear()
+        assert shipped(slurm_job("42", user, link)) == []
+        assert refusals(caplog) == [f"job 42: not reading {link}: it is a symbolic link"]
+
+
+@as_root
+def test_a_log_owned_by_another_uid_is_not_read(tmp_path, caplog):
+    path = job_log(tmp_path, OTHER_UID, [SECRET])
+    assert shipped(slurm_job("42", "bo(1001)", path)) == []
+    assert refusals(caplog) == [
+        f"job 42: not reading {path}: owned by uid {OTHER_UID}, not by the job's user bo (uid 1001)"
+    ]
+
+
+@as_root
+def test_a_log_replaced_by_a_symlink_after_rotation_stops_being_read(tmp_path, caplog):
+    path = job_log(tmp_path, OTHER_UID, ["step 1"])
+    watcher = NodeEventWatcher(
+        [JobLogSource("seren", "node-01", [slurm_job("42", "alice(12345)", path)])],
+        lambda c, n: TOKEN,
+    )
+    assert windows_of(watcher, TS) == []  # followed, nothing to ship yet
+    append(path, ["ValueError: the last honest line"])
+    os.rename(path, path.with_suffix(".log.1"))  # "rotated"...
+    path.symlink_to(shadow_like(tmp_path))  # ...and swapped for a link to the secret
+    got = [w for ts in (TS + 1, TS + 10, TS + 60) for w in windows_of(watcher, ts)]
+    watcher.close()
+    lines = [line for w in got for line in w.lines]
+    assert lines == ["step 1", "ValueError: the last honest line"]  # the old file, to its end
+    assert refusals(caplog) == [f"job 42: not reading {path}: it is a symbolic link"]
+
+
+@as_root
+def test_a_fifo_at_the_log_path_neither_hangs_the_agent_nor_is_read(tmp_path, caplog):
+    path = tmp_path / "jobs" / "42" / "out.log"
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    os.chown(path, OTHER_UID, OTHER_UID)
+    assert stat.S_ISFIFO(path.stat().st_mode)
+    assert shipped(slurm_job("42", "alice(12345)", path)) == []
+    assert refusals(caplog) == [f"job 42: not reading {path}: not a regular file"]
+
+
+@as_root
+def test_a_directory_symlink_on_the_path_is_followed_only_when_root_made_it(tmp_path, caplog):
+    real = tmp_path / "gpfs" / "home"
+    path = real / "alice" / "out.log"
+    path.parent.mkdir(parents=True)
+    append(path, ["KeyError: 'input_ids'"])
+    os.chown(path, OTHER_UID, OTHER_UID)
+    home = tmp_path / "home"
+    home.symlink_to(real)  # an admin's /home -> /gpfs/home: root's link
+    via_home = home / "alice" / "out.log"
+    assert shipped(slurm_job("42", "alice(12345)", via_home)) == ["KeyError: 'input_ids'"]
+    assert refusals(caplog) == []
+
+    # alice's own link from her home to a root-only folder: her log "is" the secret.
+    secret = shadow_like(tmp_path)
+    os.unlink(path)
+    os.symlink(secret.parent, real / "alice" / "logs")
+    os.lchown(real / "alice" / "logs", OTHER_UID, OTHER_UID)
+    via_alice = home / "alice" / "logs" / "shadow"
+    os.chown(secret, OTHER_UID, OTHER_UID)  # owner checks alone would not stop this one
+    assert shipped(slurm_job("42", "alice(12345)", via_alice)) == []
+    assert refusals(caplog) == [
+        f"job 42: not reading {via_alice}: "
+        f"'logs' on its path is a symbolic link owned by uid {OTHER_UID}"
+    ]
+
+
+@as_root
+def test_a_glob_file_with_no_known_user_is_read_unless_it_is_a_hard_link(tmp_path, caplog):
+    pattern = str(tmp_path / "jobs" / "*" / "out.log")
+    path = job_log(tmp_path, 0, ["OSError: [Errno 5] Input/output error"])
+    assert shipped(glob_paths([pattern])) == ["OSError: [Errno 5] Input/output error"]
+    os.unlink(path)
+    os.link(shadow_like(tmp_path), path)
+    assert shipped(glob_paths([pattern])) == []
+    assert refusals(caplog) == [
+        f"job 42: not reading {path}: it has 2 hard links and the job's user is not known"
+    ]
