@@ -236,7 +236,7 @@ def glob_paths(patterns: list[str]) -> PathSource:
 
 def slurm_paths(node: str, run: Callable[[list[str]], str] | None = None) -> PathSource:
     """StdOut/StdErr of the jobs Slurm runs on `node` (refreshed every SLURM_REFRESH_S)."""
-    from collectors.watchers.slurm import SlurmError, parse_key_values, run_command
+    from collectors.watchers.slurmtext import SlurmError, parse_key_values, run_command
 
     runner = run or run_command
     cache: dict[str, tuple[JobLog, tuple[str, ...]]] = {}

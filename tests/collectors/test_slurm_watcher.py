@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from collectors.schema import JobEventBatch, JobGpus
-from collectors.watchers.slurm import (
+from collectors.watchers.slurm import SlurmWatcher
+from collectors.watchers.slurmtext import (
     SEP,
-    SlurmWatcher,
     end_state,
     expand_hostlist,
     gres_gpu_indices,
@@ -297,7 +297,7 @@ def test_watcher_without_jobcomp_takes_the_exit_code_from_scontrol(tmp_path):
 
 
 def test_watcher_skips_a_poll_when_squeue_fails(tmp_path):
-    from collectors.watchers.slurm import SlurmError
+    from collectors.watchers.slurmtext import SlurmError
 
     def broken(args):
         raise SlurmError("squeue: slurm_load_jobs error: Unable to contact slurm controller")
