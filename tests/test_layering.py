@@ -1,0 +1,133 @@
+"""The layering DESIGN.md promises, checked on the source: who may import whom, and no cycles.
+
+Read with `ast` (nothing is imported), counting imports inside functions too: a deferred
+import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+APPS = ("fleet", "telemetry", "jobs", "failures", "teams", "recovery", "alerts", "energy")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the project modules it imports (packages resolved to their __init__)."""
+    files = [
+        p
+        for top in ("webapp", "collectors")
+        for p in (ROOT / top).rglob("*.py")
+        if "migrations" not in p.parts
+    ]
+    modules = {_module_name(p): p for p in files}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = name.split(".") if is_package else name.split(".")[:-1]
+                    anchor = anchor[: len(anchor) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                found = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            else:
+                continue
+            for target in found:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def _app(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "webapp" else None
+
+
+GRAPH = _graph()
+
+
+def test_collectors_import_nothing_from_webapp():
+    offenders = {
+        (m, t)
+        for m, ts in GRAPH.items()
+        if m.startswith("collectors")
+        for t in ts
+        if t.startswith("webapp")
+    }
+    assert not offenders
+
+
+@pytest.mark.parametrize(("layer", "allowed"), [("core", {"core"}), ("fleet", {"core", "fleet"})])
+def test_the_ground_floor_imports_no_app_above_it(layer, allowed):
+    offenders = {
+        (m, t)
+        for m, ts in GRAPH.items()
+        if _app(m) == layer
+        for t in ts
+        if _app(t) in APPS and _app(t) not in allowed
+    }
+    assert not offenders
+
+
+def test_no_app_imports_another_apps_views():
+    offenders = {
+        (m, t)
+        for m, ts in GRAPH.items()
+        for t in ts
+        if _app(m) != _app(t) and t.split(".")[-1] in ("views", "api")
+        if _app(t) in APPS
+    }
+    assert not offenders
+
+
+def test_no_import_cycles():
+    """Tarjan's strongly connected components: any component of two or more is a cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in GRAPH.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    assert not cycles
