@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 from webapp.core import pgcopy
-from webapp.core.pgcopy import Binary, BinaryDumper, EncodeError, Fixed, Text
+from webapp.core.pgcopy import Binary, BinaryDumper, Choice, EncodeError, Fixed, Text
 
 _TABLE = """
 CREATE TEMP TABLE IF NOT EXISTS pgcopy_roundtrip (
@@ -64,7 +64,7 @@ def test_every_type_reads_back_as_written(db):
             "d": Fixed("float8", np.array([0.1, math.nan, math.inf, -1e308, 5e-324]), null=null),
             "t": Fixed("timestamptz", np.array([_us(t) for t in times]), null=null),
             "x": Text.of(texts),
-            "c": Text.choice(np.array([2, 0, 1, 1, 0]), labels),
+            "c": Choice(np.array([2, 0, 1, 1, 0]), labels),
             "k": Fixed("bigint", 42),  # one value for every row
             "l": Text.constant("acmetrace"),
         },
@@ -155,7 +155,9 @@ def test_a_big_stream_matches_psycopgs_own_binary_copy(db):
             Text(np.zeros(3, np.uint8) + 65, np.array([1, 1])),
             "column 'v' (text): the lengths do not add up",
         ),
-        ("plain", "column 'v': expected a Fixed or Text column, got str"),
+        (Choice(np.array([0, 2]), ["a", "b"]), "column 'v' (text): a label index is not one of"),
+        (Choice(np.array([0, 1]), ["a", "\x00"]), "column 'v' (text): a NUL byte (\\x00) in row 1"),
+        ("plain", "column 'v': expected a Fixed, Text or Choice column, got str"),
     ],
 )
 def test_a_value_it_cannot_encode_is_refused_by_column(column, message):

@@ -154,16 +154,6 @@ class Text:
         )
 
     @classmethod
-    def choice(cls, index: np.ndarray, labels: Sequence[str]) -> Text:
-        """Each row's value is labels[index]: a category column."""
-        table = cls.of(labels)
-        lengths = table.lengths[index]
-        starts = (np.cumsum(table.lengths) - table.lengths)[index]
-        offsets = np.cumsum(lengths) - lengths
-        flat = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()))
-        return cls(table.data[flat], lengths)
-
-    @classmethod
     def constant(cls, value: str) -> Text:
         """The same text in every row (written once)."""
         return cls(
@@ -171,7 +161,15 @@ class Text:
         )
 
 
-Column = Fixed | Text
+@dataclass(frozen=True)
+class Choice:
+    """A text column of categories: each row's value is labels[index]."""
+
+    index: np.ndarray
+    labels: Sequence[str]
+
+
+Column = Fixed | Text | Choice
 
 
 @dataclass
@@ -224,8 +222,12 @@ def copy_binary(rows: int, columns: Mapping[str, Column]) -> list[bytes | memory
 def _lay_out(what: str, rows: int, col: Column) -> _Field:
     if isinstance(col, Text):
         return _lay_out_text(what, rows, col)
+    if isinstance(col, Choice):
+        return _lay_out_choice(what, rows, col)
     if not isinstance(col, Fixed):
-        raise EncodeError(f"{what}: expected a Fixed or Text column, got {type(col).__name__}")
+        raise EncodeError(
+            f"{what}: expected a Fixed, Text or Choice column, got {type(col).__name__}"
+        )
     pg_type = _type(col.type)
     dtype = _FIXED[pg_type][0]
     width = np.dtype(dtype).itemsize
@@ -277,6 +279,24 @@ def _lay_out_text(what: str, rows: int, col: Text) -> _Field:
         values=_slots(data, lengths, width),
         used=used,
     )
+
+
+def _lay_out_choice(what: str, rows: int, col: Choice) -> _Field:
+    """A table of the labels, one slot wide each, and a row gather from it."""
+    table = Text.of(col.labels)
+    _lay_out_text(what, len(col.labels), table)  # the labels' own checks
+    index = np.asarray(col.index)
+    if index.dtype.kind not in "iu" or index.shape != (rows,):
+        raise EncodeError(f"{what} (text): expected {rows} integer label indexes")
+    if rows and not 0 <= int(index.min()) <= int(index.max()) < len(col.labels):
+        raise EncodeError(f"{what} (text): a label index is not one of the {len(col.labels)}")
+    width = max(int(table.lengths.max()), 1) if len(col.labels) else 1
+    slots = np.zeros((len(col.labels), width), np.uint8)
+    for i, label in enumerate(col.labels):
+        encoded = label.encode()
+        slots[i, : len(encoded)] = np.frombuffer(encoded, np.uint8)
+    used = table.lengths[index]
+    return _Field(("u1", (width,)), lengths=used, values=slots[index], used=used)
 
 
 def _null(what: str, rows: int, null: object) -> np.ndarray | None:
