@@ -27,6 +27,7 @@ from datetime import datetime
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from webapp.core.pgcopy import PG_EPOCH_UNIX_S
 from webapp.jobs.choices import SCHEDULER_STATES
 
 COMMON_COLUMNS = (
@@ -239,7 +240,6 @@ def _count(value: str, column: str) -> int:
 
 TYPE_NAMES = tuple(TYPES)  # Columns.type_index indexes these (AcmeTrace names)
 STATE_NAMES = tuple(STATES)
-_EPOCH_2000_S = 946_684_800  # PostgreSQL's binary timestamps count microseconds from 2000-01-01
 _DAYS_IN_MONTH = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
 # `YYYY-MM-DD HH:MM:SS+HH:MM`: digit and separator positions of the traces' time format.
 _TIME_LEN = 25
@@ -334,7 +334,7 @@ class Columns:
 
         def micros(values: list[float | None]) -> tuple[np.ndarray, np.ndarray]:
             null = np.array([v is None for v in values], bool)
-            us = [0 if v is None else round((v - _EPOCH_2000_S) * 1e6) for v in values]
+            us = [0 if v is None else round((v - PG_EPOCH_UNIX_S) * 1e6) for v in values]
             return np.array(us, np.int64), null
 
         cols = list(zip(*rows, strict=True)) if rows else [[]] * 10
@@ -440,7 +440,7 @@ def block_parse(parser: RowParser, data: bytes, first_line: int) -> BlockResult:
         return buf[gather], n.astype(np.int64)
 
     def micros(column: str) -> np.ndarray:
-        return (times[column][keep] - _EPOCH_2000_S) * 1_000_000
+        return (times[column][keep] - PG_EPOCH_UNIX_S) * 1_000_000
 
     columns = Columns(
         job_id=text("job_id"),

@@ -188,12 +188,12 @@ def trace_import(
 
 
 class _Import:
-    """Parse blocks in the main thread; hand them to writer threads, which store each block
+    """Parse blocks in the calling thread; hand them to writer threads, which store each block
     with one COPY and commit a transaction per chunk of blocks; count everything.
 
     Inside a caller's transaction (an atomic block, a test's) one writer uses the caller's
     connection, shared with its thread, and its chunks are savepoints of the caller's
-    transaction; the main thread leaves the connection alone meanwhile. Otherwise WRITERS
+    transaction; the calling thread leaves the connection alone meanwhile. Otherwise WRITERS
     writers each open a connection of their own: PostgreSQL then works on every block with
     as many processes (the index and heap work per row is most of an import's cost).
     """
