@@ -65,8 +65,9 @@ def trace_200k(tmp_path_factory) -> Path:
 def test_generated_200k_trace_imports_once(db, trace_200k):
     out, err = run(trace_200k)
 
-    # The progress bar (bytes) on stderr, the summary on stdout.
+    # The progress bar (bytes) on stderr, redrawn in place (one line), the summary on stdout.
     assert "import trace_seren.csv" in err and "100%" in err
+    assert err.count("\n") == 1 and err.count("\r") > 1
     assert "read 200,000 rows" in out
     assert "imported 200,000, already present 0, skipped 0" in out
     seren = Cluster.objects.get(name="seren")

@@ -104,3 +104,6 @@ class _Unstyled:
 
     def flush(self) -> None:
         self.out.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.out, name)  # encoding, isatty: what tqdm asks of a terminal
