@@ -3,9 +3,10 @@
     .venv/bin/python bench/import.py [--rows 1000000] [--flavour seren] [--batch-size 100000]
 
 Starts its own embedded PostgreSQL in a temporary folder, migrates, writes a trace with the
-AcmeTrace schema and the paper's workload mix (`webapp.jobs.acmetrace.synthesize`), then times:
-  1. `manage.py import_acmetrace` end to end (parse, validate, COPY by the parallel writers,
-     the jobs' tallies, ANALYZE);
+AcmeTrace schema and the paper's workload mix (`webapp.jobs.trace_synthesize.synthesize`), then
+times:
+  1. `manage.py import_acmetrace` end to end (`webapp.jobs.trace_import`: parse, validate,
+     COPY by the parallel writers, the jobs' tallies, ANALYZE);
   2. the same import again (every row already present: the idempotent path);
   3. `pandas.read_csv` of the same file with the time columns parsed (the baseline: parsing
      alone, nothing validated or stored);
@@ -54,9 +55,9 @@ def main() -> None:
     from django.core.management import call_command
 
     from webapp.core import embedded
-    from webapp.jobs.acmetrace import synthesize
-    from webapp.jobs.management.commands.import_acmetrace import WRITERS
     from webapp.jobs.models import Job
+    from webapp.jobs.trace_import import WRITERS
+    from webapp.jobs.trace_synthesize import synthesize
 
     try:
         call_command("migrate", verbosity=0)

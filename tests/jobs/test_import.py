@@ -1,5 +1,6 @@
-"""manage.py import_acmetrace: a generated trace with the exact AcmeTrace schema, bad rows,
-the README's example rows, and idempotence."""
+"""The trace import (webapp/jobs/trace_import.py) through manage.py import_acmetrace: a
+generated trace with the exact AcmeTrace schema, bad rows, the README's example rows, and
+idempotence; and the service called directly, as the command and the bench call it."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from django.db.models import Count, Max
 from tests.jobs.test_tallies import assert_tallies_match_jobs
 from webapp.core.windows import Window
 from webapp.fleet.models import Cluster
-from webapp.jobs.acmetrace import COMMON_COLUMNS, KALOS_HEADER, synthesize
+from webapp.jobs import trace_import
+from webapp.jobs.acmetrace import COMMON_COLUMNS, KALOS_HEADER
 from webapp.jobs.characterization import jobs_characterize
 from webapp.jobs.models import Job, JobTally
+from webapp.jobs.trace_synthesize import synthesize
 
 # AcmeTrace final states -> the paper's groups (preempted counts as cancelled; running is none).
 GROUP = {
@@ -63,8 +66,9 @@ def trace_200k(tmp_path_factory) -> Path:
 def test_generated_200k_trace_imports_once(db, trace_200k):
     out, err = run(trace_200k)
 
-    # The progress bar (bytes) on stderr, the summary on stdout.
+    # The progress bar (bytes) on stderr, redrawn in place (one line), the summary on stdout.
     assert "import trace_seren.csv" in err and "100%" in err
+    assert err.count("\n") == 1 and err.count("\r") > 1
     assert "read 200,000 rows" in out
     assert "imported 200,000, already present 0, skipped 0" in out
     seren = Cluster.objects.get(name="seren")
@@ -210,9 +214,7 @@ def test_parallel_writers_store_each_job_once(tmp_path, monkeypatch):
     """Outside a transaction several writers COPY at once, each in its own connection. Job ids
     repeated across their blocks (a writer then waits for another's, or they deadlock and one
     gives way) are stored once, and the tallies say what the jobs say."""
-    from webapp.jobs.management.commands import import_acmetrace
-
-    monkeypatch.setattr(import_acmetrace, "BLOCK_BYTES", 3000)  # many blocks of ~25 rows
+    monkeypatch.setattr(trace_import, "BLOCK_BYTES", 3000)  # many blocks of ~25 rows
     path = synthesize(tmp_path / "trace_seren.csv", 1200, seed=4)
     header, *rows = path.read_text().splitlines()
     # Every seventh row again 30 rows later, every tenth 300 rows later: repeats land in the
@@ -238,17 +240,15 @@ def test_parallel_writers_store_each_job_once(tmp_path, monkeypatch):
 def test_a_database_error_stops_the_import_in_one_line_and_keeps_nothing_of_it(
     db, tmp_path, monkeypatch
 ):
-    from webapp.jobs.management.commands import import_acmetrace
-
-    monkeypatch.setattr(import_acmetrace, "BLOCK_BYTES", 3000)
-    encode, calls = import_acmetrace._copy_data, []
+    monkeypatch.setattr(trace_import, "BLOCK_BYTES", 3000)
+    encode, calls = trace_import._copy_data, []
 
     def broken_third_block(*args):
         calls.append(1)
         data = encode(*args)
         return data[:1] + [b"\x00\x07garbage"] if len(calls) == 3 else data
 
-    monkeypatch.setattr(import_acmetrace, "_copy_data", broken_third_block)
+    monkeypatch.setattr(trace_import, "_copy_data", broken_third_block)
     path = synthesize(tmp_path / "trace_seren.csv", 200, seed=2)
     with pytest.raises(CommandError) as excinfo:
         run(path)
@@ -256,7 +256,7 @@ def test_a_database_error_stops_the_import_in_one_line_and_keeps_nothing_of_it(
     assert "\n" not in str(excinfo.value)
     assert not Job.objects.exists()  # one transaction (--batch-size): rolled back whole
     assert not JobTally.objects.exists()
-    monkeypatch.setattr(import_acmetrace, "_copy_data", encode)
+    monkeypatch.setattr(trace_import, "_copy_data", encode)
     out, _ = run(path)  # the caller's transaction is still usable
     assert "imported 200," in out
 
@@ -312,3 +312,31 @@ def test_quoted_fields_and_float_counts_take_the_per_row_path(db, tmp_path):
     a, b = Job.objects.filter(scheduler_id__in=["5778469", "5778470"]).order_by("scheduler_id")
     assert (b.gpus_requested, b.nodes_requested, b.submit_at) == (8, 1, a.submit_at)
     assert b.gpu_time_s == a.gpu_time_s == 21544
+
+
+def test_the_service_reports_and_shows_progress_through_its_callback(db, tmp_path, monkeypatch):
+    """trace_import itself, as the bench calls it: the counts in its report, and progress in
+    bytes through the callback it is given, up to the whole file."""
+    monkeypatch.setattr(trace_import, "BLOCK_BYTES", 3000)
+    more = [SEREN_EXAMPLE.replace("5778469", str(i)) for i in range(200)]  # many blocks
+    path = write(tmp_path, SEREN_EXAMPLE, SEREN_EXAMPLE.replace(",Other,", ",X,"), *more)
+    seen: list[tuple[int, int]] = []
+    report = trace_import.trace_import(path, "seren", progress=lambda *p: seen.append(p))
+    assert (report.read, report.imported, report.present) == (202, 201, 0)
+    assert report.skipped == {"unknown_type": 1}
+    assert [e.split(" (")[0] for e in report.errors] == ["line 3: type: unknown type 'X'"]
+    assert report.lines()[-1] == "skipped by reason: unknown_type 1"
+    size = path.stat().st_size
+    assert len(seen) > 3 and {s for _, s in seen} == {size}
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and seen[-1][0] == size
+    assert Job.objects.filter(cluster__name="seren").count() == 201
+
+
+def test_the_service_refuses_in_one_line(db, tmp_path):
+    with pytest.raises(trace_import.TraceImportError, match=r"cluster: 'a b' is not a valid"):
+        trace_import.trace_import(write(tmp_path, SEREN_EXAMPLE), "a b")
+    with pytest.raises(trace_import.TraceImportError, match="absent.csv: no such file"):
+        trace_import.trace_import(tmp_path / "absent.csv", "seren")
+    with pytest.raises(CommandError, match="--writers: must be at least 1"):
+        run(write(tmp_path, SEREN_EXAMPLE), "seren", "--writers", "0")
+    assert not Job.objects.exists()

@@ -16,7 +16,7 @@ from webapp.jobs import services
 from webapp.jobs.characterization import cluster_tally, jobs_characterize, window_tally
 from webapp.jobs.models import Job, JobTally
 from webapp.jobs.services import job_tallies_compact, job_tallies_rebuild
-from webapp.jobs.tallies import Tally, epoch_s
+from webapp.jobs.tallies import epoch_s
 
 
 def assert_tallies_match_jobs(cluster: Cluster) -> None:
@@ -138,9 +138,10 @@ def test_truncating_the_jobs_clears_the_tallies(acme):
 
 
 def test_tally_of_parsed_rows_equals_the_one_counted_in_sql(acme):
-    """Tally.of_columns (the import's) against TALLY_SQL over the same jobs, with fractional
+    """tally_of_columns (the import's) against TALLY_SQL over the same jobs, with fractional
     seconds, spans of days, jobs not started or not ended, and CPU jobs."""
     from webapp.jobs.acmetrace import Columns
+    from webapp.jobs.trace_import import tally_of_columns
 
     t0 = datetime(2023, 3, 1, tzinfo=UTC)
     rows = []
@@ -170,5 +171,5 @@ def test_tally_of_parsed_rows_equals_the_one_counted_in_sql(acme):
         )
         rows.append((f"j{i}", "", job_type, state, submit.timestamp(),
                      start and start.timestamp(), end and end.timestamp(), gpus, 1, 8))  # fmt: skip
-    assert Tally.of_columns(Columns.from_rows(rows)) == window_tally(Window(acme))
+    assert tally_of_columns(Columns.from_rows(rows)) == window_tally(Window(acme))
     assert_tallies_match_jobs(acme)

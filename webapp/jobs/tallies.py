@@ -13,8 +13,8 @@ Who writes them: triggers on jobs_job (migration 0005) for every insert, delete 
 a tallied column, whoever writes (event ingest, the admin, a test's bulk_create), except the
 trace import. The import turns the insert trigger off for its own COPY (`vigil.job_tally` set to
 off in its transaction: a trigger call and a row inserted per job would cost several times the
-import itself) and adds the tally of the rows it stored, computed here with NumPy from the
-parsed columns (`Tally.of_columns`).
+import itself) and adds the tally of the rows it stored, computed with NumPy from the parsed
+columns (`tally_of_columns` in webapp/jobs/trace_import.py).
 
 Durations, queueing delays and GPU time are PostgreSQL's `date_part('epoch', end - start)` (and
 that times the GPUs), the expression of the triggers and of TALLY_SQL; `epoch_s` reproduces its
@@ -23,16 +23,14 @@ float8 arithmetic exactly, so all three ways of tallying agree to the last bit.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
-from psycopg.adapt import Dumper, Loader
 from psycopg.postgres import types as pg_types
 
-from webapp.jobs.acmetrace import STATES, TYPES, Columns
+from webapp.core import pgcopy
 
 DAY_US = 86_400_000_000
 
@@ -183,119 +181,26 @@ class Tally:
     def sum(cls, tallies: Iterable[Tally]) -> Tally:
         return cls.from_rows(row for t in tallies for row in t.rows())
 
-    @classmethod
-    def of_columns(cls, c: Columns) -> Tally:
-        """The tally of parsed trace rows (webapp/jobs/acmetrace.py), with NumPy."""
-        out = cls()
-        if not len(c):
-            return out
-        type_values = list(TYPES.values())
-        state_values = list(STATES.values())
-        started = ~c.start_null
-        ended = started & ~c.end_null
-        duration = np.where(ended, epoch_s(c.end_us - c.start_us), np.nan)
-        queue = np.where(started, epoch_s(c.start_us - c.submit_us), np.nan)
-        gpu_time = np.where(ended, duration * c.gpus, 0.0)
-        group_of = c.type_index * 2 + (c.gpus > 0)
-        order = np.argsort(group_of, kind="stable")
-        bounds = np.searchsorted(group_of[order], np.arange(len(type_values) * 2 + 1))
-        for key in range(len(type_values) * 2):
-            rows = order[bounds[key] : bounds[key + 1]]
-            if not len(rows):
-                continue
-            states = c.state_index[rows]
-            jobs = np.bincount(states, minlength=len(state_values))
-            time_s = np.bincount(states, weights=gpu_time[rows], minlength=len(state_values))
-            d, q = duration[rows], queue[rows]
-            out.groups[(type_values[key // 2], bool(key % 2))] = Group(
-                states={
-                    state_values[i]: (int(jobs[i]), float(time_s[i])) for i in np.flatnonzero(jobs)
-                },
-                duration=Hist.of(d[~np.isnan(d)]),
-                queue=Hist.of(q[~np.isnan(q)]),
-                gpus=Hist.of(c.gpus[rows]),
-            )
-        return out
-
 
 # --- Reading and writing tally rows ------------------------------------------------------
 #
 # A million jobs' tally holds about 90,000 distinct values; psycopg's list adaptation turns each
-# into a Python object (about 1 us apiece). These dumpers and loaders move float8[] and int8[]
-# between NumPy arrays and PostgreSQL's binary array format instead (a header, then a length
-# word and the big-endian value per element: one NumPy structured view).
-
-_ARRAY_HEADER = struct.Struct(">iiiii")  # dimensions, has-nulls flag, element type, size, lbound
-
-
-class _ArrayDumper(Dumper):
-    format = psycopg.pq.Format.BINARY
-    element = ""
-
-    def __init__(self, cls: type, context=None) -> None:
-        super().__init__(cls, context)
-        element = pg_types[self.element]
-        self.oid, self.element_oid = element.array_oid, element.oid
-
-    def dump(self, obj: np.ndarray) -> bytes:
-        if not len(obj):
-            return _ARRAY_HEADER.pack(0, 0, self.element_oid, 0, 0)[:12]
-        items = np.empty(len(obj), [("len", ">i4"), ("value", f">{self.code}")])
-        items["len"], items["value"] = 8, obj
-        return _ARRAY_HEADER.pack(1, 0, self.element_oid, len(obj), 1) + items.tobytes()
-
-
-class _Float8Array(np.ndarray):
-    pass
-
-
-class _Int8Array(np.ndarray):
-    pass
-
-
-class _Float8ArrayDumper(_ArrayDumper):
-    element, code = "float8", "f8"
-
-
-class _Int8ArrayDumper(_ArrayDumper):
-    element, code = "int8", "i8"
-
-
-class _ArrayLoader(Loader):
-    format = psycopg.pq.Format.BINARY
-    code = ""
-
-    def load(self, data) -> np.ndarray:
-        if len(data) < 20:  # no dimension: an empty array
-            return np.empty(0, self.code)
-        dims, nulls, _, size, _ = _ARRAY_HEADER.unpack_from(data)
-        if dims != 1 or nulls:
-            raise ValueError("a tally array has one dimension and no NULL")
-        items = np.frombuffer(data, [("len", ">i4"), ("value", f">{self.code}")], size, 20)
-        return items["value"].astype(self.code)
-
-
-class _Float8ArrayLoader(_ArrayLoader):
-    code = "f8"
-
-
-class _Int8ArrayLoader(_ArrayLoader):
-    code = "i8"
+# into a Python object (about 1 us apiece). Their float8[] and int8[] travel instead as
+# PostgreSQL's binary arrays, built from and read into NumPy arrays by webapp/core/pgcopy.py.
 
 
 def _cursor(connection: psycopg.Connection) -> psycopg.Cursor:
     """A server-binding cursor (binary parameters and results) with the array adapters."""
     cur = psycopg.Cursor(connection)
-    cur.adapters.register_dumper(_Float8Array, _Float8ArrayDumper)
-    cur.adapters.register_dumper(_Int8Array, _Int8ArrayDumper)
-    cur.adapters.register_loader(pg_types["float8"].array_oid, _Float8ArrayLoader)
-    cur.adapters.register_loader(pg_types["int8"].array_oid, _Int8ArrayLoader)
+    cur.adapters.register_dumper(pgcopy.Binary, pgcopy.BinaryDumper)
+    for element in ("float8", "int8"):
+        cur.adapters.register_loader(pg_types[element].array_oid, pgcopy.array_loader(element))
     return cur
 
 
 def _array_param(value):
     if isinstance(value, np.ndarray):
-        return value.view(_Float8Array if value.dtype.kind == "f" else _Int8Array)
+        return pgcopy.array_binary("float8" if value.dtype.kind == "f" else "int8", value)
     return value
 
 

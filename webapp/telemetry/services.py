@@ -17,18 +17,14 @@ A batch that fails validation or authentication is refused whole and logged in R
 from __future__ import annotations
 
 import logging
-import struct
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from itertools import chain, repeat
 from operator import itemgetter
 
 import psycopg
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from psycopg.adapt import Dumper
 
 from collectors.schema import (
     GPU_FIELD_NAMES,
@@ -39,6 +35,7 @@ from collectors.schema import (
     BatchError,
     parse_batch,
 )
+from webapp.core import pgcopy
 from webapp.core.models import RejectedBatch
 from webapp.core.refusals import AuthError, batch_reject
 from webapp.fleet.services import NODE_SEEN_UPDATE, gpus_register, node_authenticate
@@ -161,7 +158,6 @@ class IngestResult:
 
 
 _EPOCH = date(1970, 1, 1)
-_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # binary timestamps count microseconds from it
 _MICROSECOND = timedelta(microseconds=1)
 _MINUTE = timedelta(minutes=1)
 _pk = itemgetter(0, 1)  # (gpu id, ts) of a GPU row
@@ -300,58 +296,26 @@ def _rest_params(
     }
 
 
-class _Binary(bytes):
-    """A parameter already in PostgreSQL's binary form; a cast in the SQL names its type."""
-
-
-class _BinaryDumper(Dumper):
-    format = psycopg.pq.Format.BINARY
-    oid = 0  # unknown: the server takes the type from the cast
-
-    def dump(self, obj: _Binary) -> bytes:
-        return obj
-
-
-# Node samples go as PostgreSQL binary arrays (a header, then a length word and the big-endian
-# value per element), one struct.pack() per column: psycopg adapts a list element by element in
-# Python (about 1 us apiece), and a text array costs a repr() per float.
-_ARRAY_HEADER = ">iiiii"  # dimensions, has-nulls flag, element type, size, lower bound
-_ARRAY_ELEMENT = {  # SQL type: (element type, struct code, width)
-    name: (psycopg.postgres.types[name].oid, code, width)
-    for name, code, width in (("real", "f", 4), ("bigint", "q", 8), ("timestamptz", "q", 8))
-}
+# Node samples go as PostgreSQL binary arrays (webapp/core/pgcopy.py), one per column: psycopg
+# adapts a list element by element in Python (about 1 us apiece), and a text array costs a
+# repr() per float.
 _NAN = float("nan")
 
 
-def _node_arrays(rows: list[tuple], stamps: dict[float, datetime]) -> dict[str, _Binary]:
+def _node_arrays(rows: list[tuple], stamps: dict[float, datetime]) -> dict[str, pgcopy.Binary]:
     """The node rows (ts, values...) as one binary array per column, named as in the SQL."""
     columns = list(zip(*rows, strict=True)) or [()] * (1 + len(NODE_FIELDS))
     arrays = {
-        "ts": _binary_array(
-            "timestamptz", [(stamps[t] - _PG_EPOCH) // _MICROSECOND for t in columns[0]]
+        "ts": pgcopy.array_binary(
+            "timestamptz", [(stamps[t] - pgcopy.PG_EPOCH) // _MICROSECOND for t in columns[0]]
         )
     }
     for metric, column in zip(NODE_FIELDS, columns[1:], strict=True):
         if None in column:
             missing = _NAN if metric.kind == "float" else -1
             column = [missing if v is None else v for v in column]
-        arrays[metric.name] = _binary_array(_PG_TYPE[metric.kind], column)
+        arrays[metric.name] = pgcopy.array_binary(_PG_TYPE[metric.kind], column)
     return arrays
-
-
-def _binary_array(sql_type: str, values: Sequence[float | int]) -> _Binary:
-    """A PostgreSQL binary array of `sql_type` holding `values` (no NULL)."""
-    oid, code, width = _ARRAY_ELEMENT[sql_type]
-    if not values:
-        return _Binary(struct.pack(">iii", 0, 0, oid))
-    items = chain.from_iterable(zip(repeat(width), values))
-    layout = _ARRAY_HEADER + ("i" + code) * len(values)
-    try:
-        return _Binary(struct.pack(layout, 1, 0, oid, len(values), 1, *items))
-    except OverflowError:
-        # A float beyond real's range, which struct refuses: made infinity by C's cast, as
-        # the binary COPY of a GPU row makes it.
-        return _binary_array(sql_type, array(code, values).tolist())
 
 
 def _store_rests(sql: str, params: list[dict], gpu_rows_stored: list[int]) -> list[int]:
@@ -365,7 +329,7 @@ def _store_rests(sql: str, params: list[dict], gpu_rows_stored: list[int]) -> li
     threshold, raw.prepare_threshold = raw.prepare_threshold, 0
     try:
         with psycopg.Cursor(raw) as cur:  # server-side binding: binary parameters
-            cur.adapters.register_dumper(_Binary, _BinaryDumper)
+            cur.adapters.register_dumper(pgcopy.Binary, pgcopy.BinaryDumper)
             cur.executemany(
                 sql,
                 [{**p, "mark": n > 0} for p, n in zip(params, gpu_rows_stored, strict=True)],

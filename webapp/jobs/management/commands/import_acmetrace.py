@@ -1,125 +1,58 @@
 """Load an AcmeTrace job trace (the paper's public CSV) into Job rows of one cluster.
 
     manage.py import_acmetrace --cluster seren trace_seren.csv [--batch-size 100000]
-        [--writers 2]
+        [--writers 2] [--no-progress]
 
-Streams the file in 4 MB blocks (a progress bar in bytes on stderr), validates every row
-(webapp/jobs/acmetrace.py: vectorised, with the per-row parser for anything doubtful), skips bad
-rows reporting `line N: <reason>`, and stores the good rows of each block with one binary COPY
-(data built with NumPy) straight into jobs_job, by writer threads while the main thread parses
-the next blocks. A writer groups blocks into transactions of at least --batch-size rows: an
-interrupted import keeps whole transactions (never part of a row or of a block), and running it
-again completes it.
-
-Idempotent: a block whose COPY meets a job id already stored (or one twice in the block) is
-rolled back to its savepoint and stored again without those rows (the first of a repeated id
-wins; with several writers, the first stored), so importing the same file again changes
-nothing. The jobs' tallies (the characterization's summary, webapp/jobs/tallies.py) are
-computed from the parsed columns and stored in the same transaction; the tally trigger, a call
-per row, is off for the import's own COPY. Imported jobs have source `acmetrace` and no
-allocations (the traces do not say which GPUs a job held).
-
-Where a million-row import's time goes (2 cores): PostgreSQL's heap and index work, about
-3 us a row for the heap and 1.3 us for each of the three indexes, is most of it, split over
-the writers; parsing and encoding with NumPy take about 3.5 us a row in the main thread.
+A progress bar in bytes on stderr, the bad rows by line and a summary on stdout; the work is
+webapp/jobs/trace_import.py's (`trace_import`).
 """
 
 from __future__ import annotations
 
-import csv
-import queue
+import argparse
 import re
-import threading
-import time
-from collections import Counter
-from contextlib import ExitStack, suppress
 from pathlib import Path
 
-import numpy as np
-import psycopg
-from django.core.management.base import BaseCommand, CommandError
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
-from numpy.lib.stride_tricks import sliding_window_view
+from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from tqdm import tqdm
 
 from collectors.schema import NAME_PATTERN
-from webapp.fleet.models import Cluster
-from webapp.jobs.acmetrace import (
-    STATE_NAMES,
-    STATES,
-    TYPE_NAMES,
-    TYPES,
-    Columns,
-    RowParser,
-    block_parse,
-)
-from webapp.jobs.choices import JobSource
-from webapp.jobs.services import job_tallies_add, job_tallies_compact
-from webapp.jobs.tallies import Tally
+from webapp.jobs.trace_import import WRITERS, TraceImportError, trace_import
 
-BLOCK_BYTES = 4 << 20  # read size and COPY size: about 34,000 rows of the Seren trace
-SHOW_ERRORS = 20  # bad rows listed by line; all are counted
-# Writers (database connections) of an import outside a transaction: one PostgreSQL process
-# each. Two keep both cores of a small machine busy with the index and heap work (the main
-# thread's parsing takes a third as long); more wait on each other's index pages.
-WRITERS = 2
-# Statistics target of the ANALYZE after an import (PostgreSQL's default: 100): samples of
-# 300 x target rows; 9,000 give the planner the row counts, value ranges and common values of
-# every column. Later autovacuum analyses use the default.
-ANALYZE_TARGET = 30
 
-# COPY's column order (and _row_dtype's). The others take their database defaults (the empty
-# name, team, partition, QOS and comment; updated_at now()).
-_COLUMNS = (
-    "cluster_id, job_type_explicit, source, submit_at, gpus_requested, nodes_requested, "
-    'cpus_requested, start_at, end_at, scheduler_id, "user", job_type, state'
-)
-_COPY = f"COPY jobs_job ({_COLUMNS}) FROM STDIN (FORMAT BINARY)"
-_EXISTING = "SELECT scheduler_id FROM jobs_job WHERE cluster_id = %b AND scheduler_id = ANY(%b)"
-# The last resort when rows stored by another writer meanwhile still collide: a temp table,
-# then INSERT ... ON CONFLICT (with the tally trigger on, as for any other writer); the first
-# of a repeated id wins (the temp table is read in the order written).
-_TEMP = """
-CREATE TEMP TABLE IF NOT EXISTS vigil_import_job (
-    cluster_id int8, job_type_explicit bool, source text, submit_at timestamptz,
-    gpus_requested int4, nodes_requested int4, cpus_requested int4, start_at timestamptz,
-    end_at timestamptz, scheduler_id text, "user" text, job_type text, state text
-) ON COMMIT DELETE ROWS
-"""
-_COPY_TEMP = f"COPY vigil_import_job ({_COLUMNS}) FROM STDIN (FORMAT BINARY)"
-_INSERT_SAFE = f"""
-INSERT INTO jobs_job ({_COLUMNS}) SELECT {_COLUMNS} FROM vigil_import_job
-ON CONFLICT (cluster_id, scheduler_id) DO NOTHING
-"""
-# The tally trigger's switch (migration 0005), local to the transaction.
-_TALLY_TRIGGER = "SELECT set_config('vigil.job_tally', %s, true)"
-_SAVEPOINT = "vigil_import_block"
-# A block's rows may meet stored ones, or another writer's not committed yet (waiting for them,
-# possibly in a circle, which PostgreSQL breaks by failing one statement).
-_COLLISIONS = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
-_ATTEMPTS = 4  # of a colliding block: three COPYs of the rows not stored yet, then ON CONFLICT
-_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # binary COPY header: flags 0, no extension
-_TRAILER = b"\xff\xff"
-_TYPE_VALUES = [TYPES[n].encode() for n in TYPE_NAMES]
-_STATE_VALUES = [STATES[n].encode() for n in STATE_NAMES]
+def _cluster_name(text: str) -> str:
+    if not re.fullmatch(NAME_PATTERN, text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid cluster name")
+    return text
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 class Command(BaseCommand):
     help = "Import an AcmeTrace job trace CSV (Seren or Kalos schema) into one cluster."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--cluster", required=True, help="cluster name, e.g. seren")
+        parser.add_argument(
+            "--cluster", required=True, type=_cluster_name, help="cluster name, e.g. seren"
+        )
         parser.add_argument("file", help="the trace CSV (trace_seren.csv, trace_kalos.csv)")
         parser.add_argument(
             "--batch-size",
-            type=int,
+            type=_at_least_one,
             default=100_000,
             help="rows per transaction, at least (whole 4 MB blocks; default 100000)",
         )
         parser.add_argument(
             "--writers",
-            type=int,
+            type=_at_least_one,
             default=WRITERS,
             help=f"database connections storing in parallel (default {WRITERS}; "
             "one inside a transaction)",
@@ -129,435 +62,48 @@ class Command(BaseCommand):
     def handle(
         self, *args, cluster: str, file: str, batch_size: int, writers: int, **options
     ) -> None:
-        if not re.fullmatch(NAME_PATTERN, cluster):
-            raise CommandError(f"--cluster: {cluster!r} is not a valid cluster name")
-        if batch_size < 1:
-            raise CommandError("--batch-size: must be at least 1")
-        if writers < 1:
-            raise CommandError("--writers: must be at least 1")
-        path = Path(file)
-        if not path.is_file():
-            raise CommandError(f"{file}: no such file")
-        started = time.perf_counter()
-        with path.open("rb") as f:
-            header_line = f.readline()
-            try:
-                header = next(csv.reader([header_line.decode("utf-8-sig")]), None)
-                parser = RowParser(header)
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise CommandError(f"{file}: not an AcmeTrace job trace: {exc}") from None
-            cluster_obj, _ = Cluster.objects.get_or_create(name=cluster)
-            size = path.stat().st_size
-            with (
-                _Import(self, parser, cluster_obj.id, batch_size, writers) as stats,
-                tqdm(
-                    total=size,
-                    initial=len(header_line),
-                    unit="B",
-                    unit_scale=True,
-                    desc=f"import {path.name}",
-                    file=self.stderr._out,
-                    disable=options["no_progress"],
-                    mininterval=0.5,
-                ) as bar,
-            ):
-                while block := f.read(BLOCK_BYTES):
-                    block += f.readline()  # end the block at a line end
-                    stats.block(block)
-                    bar.update(len(block))
-                stats.flush()
-        stats.report(time.perf_counter() - started)
+        bars: list[tqdm] = []  # made once the file is open: nothing drawn for a refused one
+
+        def progress(done: int, size: int) -> None:
+            if not bars:
+                bars.append(
+                    tqdm(
+                        total=size,
+                        unit="B",
+                        unit_scale=True,
+                        desc=f"import {Path(file).name}",
+                        file=_Unstyled(self.stderr),
+                        disable=options["no_progress"],
+                        mininterval=0.5,
+                    )
+                )
+            bars[0].update(done - bars[0].n)
+
+        try:
+            report = trace_import(
+                file, cluster, batch_size=batch_size, writers=writers, progress=progress
+            )
+        except TraceImportError as exc:
+            raise CommandError(str(exc)) from None
+        finally:
+            for bar in bars:
+                bar.close()
+        for line in report.lines():
+            self.stdout.write(line)
 
 
-class _Import:
-    """Parse blocks in the main thread; hand them to writer threads, which store each block
-    with one COPY and commit a transaction per chunk of blocks; count everything.
+class _Unstyled:
+    """The command's stderr as tqdm writes to it: exactly the text given, unstyled (the
+    wrapper would end every write with a newline and colour it as an error)."""
 
-    Inside a caller's transaction (an atomic block, a test's) one writer uses the caller's
-    connection, shared with its thread, and its chunks are savepoints of the caller's
-    transaction; the main thread leaves the connection alone meanwhile. Otherwise WRITERS
-    writers each open a connection of their own: PostgreSQL then works on every block with
-    as many processes (the index and heap work per row is most of an import's cost).
-    """
+    def __init__(self, out: OutputWrapper) -> None:
+        self.out = out
 
-    def __init__(
-        self, command: BaseCommand, parser: RowParser, cluster_id: int, chunk: int, writers: int
-    ):
-        self.command = command
-        self.parser = parser
-        self.cluster_id = cluster_id
-        self.chunk = chunk
-        self.line = 2  # the first row's line (line 1 is the header)
-        self.read = 0
-        self.skipped: Counter[str] = Counter()
-        self.errors: list[str] = []
-        shared = connections[DEFAULT_DB_ALIAS] if connection.in_atomic_block else None
-        count = 1 if shared is not None else writers
-        self.queue: queue.Queue = queue.Queue(maxsize=2 * count)  # blocks parsed ahead
-        self.writers = [_Writer(self, shared) for _ in range(count)]
-        if shared is not None:
-            shared.inc_thread_sharing()
-        self.shared = shared
-        self.stopped = False
-        for writer in self.writers:
-            writer.start()
-
-    @property
-    def imported(self) -> int:
-        return sum(w.imported for w in self.writers)
-
-    @property
-    def present(self) -> int:
-        return sum(w.present for w in self.writers)
-
-    def __enter__(self) -> _Import:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop(abort=exc[0] is not None)
-
-    def _stop(self, abort: bool = False) -> None:
-        """Let the writers finish (roll back when aborting); once."""
-        if self.stopped:
-            return
-        self.stopped = True
-        for writer in self.writers:
-            writer.abort = writer.abort or abort
-        for _ in self.writers:
-            self.queue.put(None)
-        for writer in self.writers:
-            writer.join()
-        if self.shared is not None:
-            self.shared.dec_thread_sharing()
-
-    def _check(self) -> None:
-        for writer in self.writers:
-            if writer.error is not None:
-                self._stop(abort=True)
-                exc = writer.error
-                if isinstance(exc, psycopg.Error):
-                    message = exc.diag.message_primary or str(exc).strip().splitlines()[0]
-                    raise CommandError(f"storing the jobs failed: {message}") from None
-                raise exc
-
-    def block(self, data: bytes) -> None:
-        result = block_parse(self.parser, data, self.line)
-        self.line += data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-        self.read += result.rows
-        for line, exc in result.errors:
-            self.skipped[exc.code] += 1
-            if len(self.errors) < SHOW_ERRORS:
-                self.errors.append(f"line {line}: {exc.message}")
-        columns = result.columns
-        if not len(columns):
-            return
-        data = _copy_data(columns, self.cluster_id)
-        tally = Tally.of_columns(columns)
-        self._check()
-        self.queue.put((data, columns, tally))
+    def write(self, text: str) -> None:
+        self.out.write(text, style_func=str, ending="")
 
     def flush(self) -> None:
-        """Commit the last chunks; merge the cluster's tallies; refresh the planner's view."""
-        self._stop()
-        self._check()
-        if self.imported:
-            job_tallies_compact(self.cluster_id)
-            # Statistics for the planner right away: without them the reads of a million new
-            # jobs get plans made for a few hundred. A small sample (ANALYZE_TARGET) is enough
-            # for that and costs a twentieth of the default one, which visits most of a
-            # million-row table's pages.
-            with transaction.atomic(), connection.cursor() as cur:
-                cur.execute(f"SET LOCAL default_statistics_target = {ANALYZE_TARGET}")
-                cur.execute("ANALYZE jobs_job")
+        self.out.flush()
 
-    def report(self, seconds: float) -> None:
-        out = self.command.stdout
-        skipped = sum(self.skipped.values())
-        rate = self.read / seconds if seconds > 0 else 0.0
-        for error in self.errors:
-            out.write(error)
-        if skipped > len(self.errors):
-            out.write(f"... and {skipped - len(self.errors):,} more skipped rows")
-        out.write(
-            f"read {self.read:,} rows in {seconds:.1f} s ({rate:,.0f} rows/s): "
-            f"imported {self.imported:,}, already present {self.present:,}, skipped {skipped:,}"
-        )
-        if skipped:
-            reasons = ", ".join(f"{code} {n:,}" for code, n in self.skipped.most_common())
-            out.write(f"skipped by reason: {reasons}")
-
-
-class _Writer(threading.Thread):
-    """Stores blocks from the import's queue (None: the end) in transactions of at least a
-    chunk of rows, each block with one COPY in a savepoint of its own."""
-
-    def __init__(self, imp: _Import, shared: BaseDatabaseWrapper | None) -> None:
-        super().__init__(name="import-writer", daemon=True)
-        self.imp = imp
-        self.shared = shared
-        self.imported = self.present = 0
-        self.error: BaseException | None = None
-        self.abort = False
-        self.tx: ExitStack | None = None
-        self.tx_rows = 0
-        self.tallies: list[Tally] = []
-
-    def run(self) -> None:
-        if self.shared is not None:
-            connections[DEFAULT_DB_ALIAS] = self.shared  # this thread's "connection"
-        try:
-            while (item := self.imp.queue.get()) is not None:
-                if self.error is None and not self.abort:
-                    try:
-                        self._store(*item)
-                    except BaseException as exc:
-                        self.error = exc
-                        self._rollback(exc)
-            if self.tx is not None:
-                if self.error is None and not self.abort:
-                    try:
-                        self._commit()
-                    except BaseException as exc:
-                        self.error = exc
-                        self._rollback(exc)
-                else:
-                    self._rollback(self.error or CommandError("import interrupted"))
-        finally:
-            if self.shared is None:
-                connections.close_all()
-
-    def _store(self, data: list, columns: Columns, tally: Tally) -> None:
-        if self.tx is None:
-            self._begin()
-        stored, own = self._copy_block(data, columns)
-        self.imported += stored
-        self.present += len(columns) - stored
-        self.tallies.append(tally if own is None else own)
-        self.tx_rows += len(columns)
-        if self.tx_rows >= self.imp.chunk:
-            self._commit()
-
-    def _begin(self) -> None:
-        stack = ExitStack()
-        stack.enter_context(transaction.atomic())
-        try:
-            with connection.cursor() as cur:
-                cur.execute(_TALLY_TRIGGER, ["off"])
-                if self.shared is None:
-                    # Commit without waiting for the WAL flush: a crash during the import may
-                    # lose the last chunks, whole, and importing again stores them (a caller's
-                    # transaction keeps its own setting). Nothing is reported before flush()'s
-                    # ordinary commits, which flush the WAL of every chunk before them.
-                    cur.execute("SET LOCAL synchronous_commit = off")
-        except BaseException:
-            stack.close()
-            raise
-        self.tx, self.tx_rows, self.tallies = stack, 0, []
-
-    def _commit(self) -> None:
-        with connection.cursor() as cur:
-            # Back on: inside a caller's transaction the setting would outlive this chunk.
-            cur.execute(_TALLY_TRIGGER, ["on"])
-        job_tallies_add(self.imp.cluster_id, Tally.sum(self.tallies))
-        stack, self.tx = self.tx, None
-        stack.close()  # commit (a release, inside a caller's transaction)
-
-    def _rollback(self, exc: BaseException) -> None:
-        stack, self.tx = self.tx, None
-        if stack is not None:
-            with suppress(Exception):
-                stack.__exit__(type(exc), exc, exc.__traceback__)
-
-    def _copy_block(self, data: list, columns: Columns) -> tuple[int, Tally | None]:
-        """COPY one block; (rows stored, their tally when it is not the block's own)."""
-        raw = connection.connection
-        with raw.cursor() as cur:
-            cur.execute(f"SAVEPOINT {_SAVEPOINT}")
-            try:
-                _copy(cur, _COPY, data)
-            except _COLLISIONS:
-                cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
-                cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
-            else:
-                cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
-                return len(columns), None
-        # Some of these jobs are stored already, or being stored by another writer, which may
-        # be waiting for rows this transaction holds: commit those first, so that no writer
-        # waits for another in a circle while this block is sorted out.
-        if self.tx_rows:
-            self._commit()
-            self._begin()
-        return self._store_new(raw, columns)
-
-    def _store_new(self, raw: psycopg.Connection, columns: Columns) -> tuple[int, Tally]:
-        """The block without the jobs already stored and with each job id once (the first).
-        Tried again while another writer's rows still collide (it commits meanwhile); then
-        INSERT ... ON CONFLICT, which skips them whatever they are (its rows tallied by the
-        trigger, as any other writer's)."""
-        ids = columns.job_ids()
-        error: Exception | None = None
-        for attempt in range(_ATTEMPTS):
-            with raw.cursor() as cur:
-                cur.execute(f"SAVEPOINT {_SAVEPOINT}")
-                try:
-                    if attempt == _ATTEMPTS - 1:
-                        stored = self._insert_safe(cur, columns), Tally()
-                    else:
-                        stored = self._copy_new(raw, cur, columns, ids)
-                except _COLLISIONS as exc:
-                    error = exc
-                    cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
-                    cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
-                    continue
-                cur.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
-                return stored
-        raise error
-
-    def _copy_new(
-        self, raw: psycopg.Connection, cur: psycopg.Cursor, columns: Columns, ids: list[str]
-    ) -> tuple[int, Tally]:
-        cluster_id = self.imp.cluster_id
-        # Server-side binding: the ids travel as one binary array, not quoted into the SQL.
-        with psycopg.Cursor(raw) as lookup:
-            lookup.execute(_EXISTING, [cluster_id, ids], binary=True)
-            seen = {row[0] for row in lookup.fetchall()}
-        keep = []
-        for i, job_id in enumerate(ids):
-            if job_id not in seen:
-                seen.add(job_id)
-                keep.append(i)
-        if not keep:
-            return 0, Tally()
-        new = columns.take(np.array(keep))
-        _copy(cur, _COPY, _copy_data(new, cluster_id))
-        return len(new), Tally.of_columns(new)
-
-    def _insert_safe(self, cur: psycopg.Cursor, columns: Columns) -> int:
-        cur.execute(_TALLY_TRIGGER, ["on"])
-        cur.execute(_TEMP)
-        cur.execute("TRUNCATE vigil_import_job")
-        _copy(cur, _COPY_TEMP, _copy_data(columns, self.imp.cluster_id))
-        cur.execute(_INSERT_SAFE)
-        inserted = cur.rowcount
-        cur.execute(_TALLY_TRIGGER, ["off"])
-        return inserted
-
-
-def _copy(cur: psycopg.Cursor, sql: str, data: list) -> None:
-    with cur.copy(sql) as copy:
-        for part in data:
-            copy.write(part)
-
-
-# --- Binary COPY data ------------------------------------------------------------------------
-#
-# Each row is built as a fixed-width record (a NumPy structured array: every field's length
-# word and a slot as wide as the chunk's widest value), then the bytes that are not part of the
-# value (the rest of a shorter text's slot, a NULL time's slot) are dropped in one boolean
-# compaction: the rows come out back to back, in order, as binary COPY lays them out. Far
-# cheaper than placing each field of each row by byte offsets.
-
-
-def _row_dtype(text_widths: tuple[int, int], source: bytes) -> np.dtype:
-    job_id_w, user_w = text_widths
-    type_w = max(len(v) for v in _TYPE_VALUES)
-    state_w = max(len(v) for v in _STATE_VALUES)
-    return np.dtype(
-        [
-            ("fields", ">i2"),
-            ("cluster_len", ">i4"),
-            ("cluster_id", ">i8"),
-            ("explicit_len", ">i4"),
-            ("explicit", "u1"),
-            ("source_len", ">i4"),
-            ("source", f"S{len(source)}"),
-            ("submit_len", ">i4"),
-            ("submit_at", ">i8"),
-            ("gpus_len", ">i4"),
-            ("gpus", ">i4"),
-            ("nodes_len", ">i4"),
-            ("nodes", ">i4"),
-            ("cpus_len", ">i4"),
-            ("cpus", ">i4"),
-            ("start_len", ">i4"),
-            ("start_at", ">i8"),
-            ("end_len", ">i4"),
-            ("end_at", ">i8"),
-            ("job_id_len", ">i4"),
-            ("job_id", "u1", (job_id_w,)),
-            ("user_len", ">i4"),
-            ("user", "u1", (user_w,)),
-            ("type_len", ">i4"),
-            ("job_type", "u1", (type_w,)),
-            ("state_len", ">i4"),
-            ("state", "u1", (state_w,)),
-        ]
-    )
-
-
-_FIELDS = 13
-
-
-def _slots(column: tuple[np.ndarray, np.ndarray], width: int) -> np.ndarray:
-    """(rows, width) bytes: each text left-aligned (followed by whatever comes next)."""
-    flat, lens = column
-    padded = np.concatenate((flat, np.zeros(width, np.uint8)))
-    return sliding_window_view(padded, width)[np.cumsum(lens) - lens]
-
-
-def _table(values: list[bytes], width: int) -> tuple[np.ndarray, np.ndarray]:
-    return (
-        np.array([list(v.ljust(width, b"\0")) for v in values], np.uint8),
-        np.array([len(v) for v in values], np.int64),
-    )
-
-
-def _copy_data(c: Columns, cluster_id: int) -> list:
-    """The rows as a binary COPY stream in _COLUMNS order: signature, rows, trailer (buffers
-    to write one after the other)."""
-    n = len(c)
-    source = JobSource.ACMETRACE.value.encode()
-    widths = (max(int(c.job_id[1].max()), 1), max(int(c.user[1].max()), 1))
-    dt = _row_dtype(widths, source)
-    # The values every row shares, written once into a template row.
-    template = np.zeros(1, dt)
-    template["fields"] = _FIELDS
-    template["cluster_len"], template["cluster_id"] = 8, cluster_id
-    template["explicit_len"], template["explicit"] = 1, 1  # the trace names the type
-    template["source_len"], template["source"] = len(source), source
-    for name in ("submit", "start", "end"):
-        template[f"{name}_len"] = 8
-    for name in ("gpus", "nodes", "cpus"):
-        template[f"{name}_len"] = 4
-    rec = np.empty(n, dt)
-    rows = rec.view(np.uint8).reshape(n, dt.itemsize)
-    rows[:] = template.view(np.uint8)
-    rec["submit_at"] = c.submit_us
-    rec["gpus"], rec["nodes"], rec["cpus"] = c.gpus, c.nodes, c.cpus
-    rec["start_at"], rec["end_at"] = c.start_us, c.end_us
-    rec["start_len"] = np.where(c.start_null, -1, 8)
-    rec["end_len"] = np.where(c.end_null, -1, 8)
-    keep = np.ones((n, dt.itemsize), bool)
-    variable: list[tuple[str, np.ndarray]] = [
-        ("start_at", np.where(c.start_null, 0, 8)),
-        ("end_at", np.where(c.end_null, 0, 8)),
-    ]
-    for name, column, width in (
-        ("job_id", c.job_id, widths[0]),
-        ("user", c.user, widths[1]),
-    ):
-        rec[f"{name}_len"] = column[1]
-        rec[name] = _slots(column, width)
-        variable.append((name, column[1]))
-    for name, len_name, index, values in (
-        ("job_type", "type_len", c.type_index, _TYPE_VALUES),
-        ("state", "state_len", c.state_index, _STATE_VALUES),
-    ):
-        table, lens = _table(values, dt[name].shape[0])
-        rec[len_name] = lens[index]
-        rec[name] = table[index]
-        variable.append((name, lens[index]))
-    for name, lens in variable:
-        offset, width = dt.fields[name][1], dt[name].itemsize
-        keep[:, offset : offset + width] = np.arange(width) < lens[:, None]
-    return [_SIGNATURE, memoryview(rows[keep]), _TRAILER]
+    def __getattr__(self, name: str):
+        return getattr(self.out, name)  # encoding, isatty: what tqdm asks of a terminal
