@@ -151,7 +151,7 @@ def test_node_page_shows_each_gpu_and_its_last_hour(operator_client, small_fleet
     html = response.content.decode()
     assert "Node gpu-a-01" in html and "GPU-alpha-gpu-a-01-07" in html
     assert response.context["time_range"].key == "1h"
-    figure = response.context["figure"]
+    figure = response.context["figures"]["series"]
     # 5 metrics x 8 GPUs, every one with the 3 raw samples of the batch.
     assert len(figure["data"]) == 40
     assert len(_traces_with_points(figure)) == 40
@@ -164,7 +164,7 @@ def test_node_page_day_range_reads_only_the_rollup(operator_client, db):
     node = seed_node("alpha", "gpu-a-09", utils=[70] * 2, t0=time.time() - 3 * 3600, intervals=6)
     url = reverse("telemetry:node", args=[node.id])
 
-    hour = operator_client.get(url).context["figure"]
+    hour = operator_client.get(url).context["figures"]["series"]
     assert _traces_with_points(hour) == []
     # Without raw samples the day view still draws: it reads telemetry_gpurollup1m only.
     with connection.cursor() as cur:
@@ -172,7 +172,7 @@ def test_node_page_day_range_reads_only_the_rollup(operator_client, db):
     response = operator_client.get(url + "?range=1d")
     assert response.context["time_range"].key == "1d"
     assert b"1-minute rollup" in response.content
-    day = response.context["figure"]
+    day = response.context["figures"]["series"]
     util = [t for t in day["data"] if t["yaxis"] == "y"]
     assert len(util) == 2 and all(t["y"] for t in util)
     # 6 samples of 10 s land in one or two minutes; the rollup mean is (5 x 1 + 70) / 6.
@@ -210,7 +210,7 @@ def test_gpu_page_shows_identity_latest_values_and_unsupported_metrics(
     # NULL means the GPU does not support it: never shown as 0.
     assert latest["tensor_active"] == f"n/a (not supported on {MODEL})"
     assert latest["nvlink_replay"] == f"n/a (not supported on {MODEL})"
-    assert len(_traces_with_points(response.context["figure"])) == 5
+    assert len(_traces_with_points(response.context["figures"]["series"])) == 5
 
 
 def test_stale_gpu_page_says_so_and_shows_the_last_values(operator_client, small_fleet):

@@ -9,7 +9,7 @@ from django.conf import settings
 
 from webapp.core.forms import ClusterField, FilterForm, NumberField, ValueChoiceField, days_field
 from webapp.failures import taxonomy
-from webapp.failures.models import FailureKind
+from webapp.failures.choices import FailureKind
 from webapp.failures.selectors import FailureFilter
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobType

@@ -14,8 +14,9 @@ from django.utils import timezone
 from webapp.core.exports import csv_response
 from webapp.core.windows import Window
 from webapp.failures import figures, taxonomy
+from webapp.failures.choices import FailureKind
 from webapp.failures.forms import ReliabilityForm, TimelineForm
-from webapp.failures.models import FailureEvent, FailureKind
+from webapp.failures.models import FailureEvent
 from webapp.failures.selectors import (
     Reliability,
     evidence_in_context,
@@ -55,6 +56,7 @@ def timeline(request: HttpRequest) -> HttpResponse:
             "causes": list(taxonomy.CAUSES),
             "job_types": JobType.choices,
             "kinds": FailureKind.choices,
+            "FailureKind": FailureKind,
             "query": request.GET.urlencode(),
             "lane_query": query.urlencode(),
             "truncated": len(failures) == TIMELINE_MAX,
@@ -145,6 +147,7 @@ def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
         "failures/detail.html",
         {
             "failure": failure,
+            "FailureKind": FailureKind,
             "cause": cause,
             "history_node": node,
             "xids": [(e, xid_meaning(e.xid) if e.xid else e.kind) for e in xids],

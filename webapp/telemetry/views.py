@@ -182,7 +182,7 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
             "node": node,
             "node_state": NodeState(node_state_now(node.state, node.last_seen, timezone.now())),
             "gpus": [(g, figures.gpu_hover_values(g)) for g in gpus],
-            "figure": figure,
+            "figures": {"series": figure},
             "time_range": time_range,
             "ranges": RANGES.values(),
             "has_data": any(s.ts for s in series.values()),
@@ -247,10 +247,12 @@ def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
             "stale": stale,
             "status": gpu_status(None if stale else ts, values, settings.VIGIL_BUSY_UTIL_PCT),
             "problems": gpu_problems(values) if not stale else [],
-            "figure": figures.series_figure(
-                {f"GPU {gpu.index}": series},
-                x_range=(until - timedelta(seconds=time_range.seconds), until),
-            ),
+            "figures": {
+                "series": figures.series_figure(
+                    {f"GPU {gpu.index}": series},
+                    x_range=(until - timedelta(seconds=time_range.seconds), until),
+                )
+            },
             "has_data": bool(series.ts),
             "time_range": time_range,
             "ranges": RANGES.values(),
