@@ -8,7 +8,7 @@ import time
 
 import pytest
 from django.db import connection
-from django.urls import reverse
+from django.urls import get_resolver, reverse
 
 from tests.telemetry.conftest import MODEL, seed_node
 
@@ -234,3 +234,21 @@ def test_gpu_csv_exports_the_series_of_the_range(operator_client, small_fleet):
         "gpu_temp_c",
     ]
     assert [r["gpu_util"] for r in rows] == ["1.0", "1.0", "95.0"]
+
+
+def test_every_json_and_csv_endpoint_is_under_api_v1():
+    """One URL convention: pages at their path, data at /api/v1/ from each app's api_urls."""
+
+    def walk(patterns, prefix=""):
+        for p in patterns:
+            route = prefix + str(p.pattern)
+            if hasattr(p, "url_patterns"):
+                yield from walk(p.url_patterns, route)
+            else:
+                yield route
+
+    data = [r for r in walk(get_resolver().url_patterns) if r.endswith((".csv", ".json"))]
+    assert len(data) >= 12
+    assert [r for r in data if not r.startswith("api/v1/")] == []
+    assert reverse("telemetry_api:overview_json") == "/api/v1/overview.json"
+    assert reverse("jobs_api:job_events") == "/api/v1/job-events"
