@@ -143,7 +143,7 @@ def test_repeat_offender(operator_client, fleet):
         ("gpu-node-01", 2, 2, "gpu_ecc")
     ]
     assert r.offenders[0]["days_since_last"] == pytest.approx(10 / 24, abs=0.01)
-    rows = _rows(operator_client.get("/failures/reliability/offenders.csv"))
+    rows = _rows(operator_client.get("/api/v1/failures/reliability/offenders.csv"))
     assert rows[0]["node"] == "gpu-node-01" and rows[0]["gpu_errors"] == "2"
 
 
@@ -151,7 +151,7 @@ def test_repeat_offender(operator_client, fleet):
     "table", ["summary", "nodes", "sizes", "causes", "table3", "offenders", "ettr", "checkpoints"]
 )
 def test_every_table_exports_csv(operator_client, history, table):
-    response = operator_client.get(f"/failures/reliability/{table}.csv?days=30")
+    response = operator_client.get(f"/api/v1/failures/reliability/{table}.csv?days=30")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/csv")
     rows = _rows(response)
@@ -167,7 +167,7 @@ def test_every_table_exports_csv(operator_client, history, table):
 
 
 def test_unknown_table_is_404(operator_client, history):
-    assert operator_client.get("/failures/reliability/nope.csv").status_code == 404
+    assert operator_client.get("/api/v1/failures/reliability/nope.csv").status_code == 404
 
 
 def test_period_window(operator_client, history):

@@ -61,11 +61,11 @@ def diagnosed(fleet) -> FailureEvent:
     "path",
     [
         "/failures/",
-        "/failures/export.csv",
+        "/api/v1/failures.csv",
         "/failures/reliability/",
-        "/failures/reliability/table3.csv",
+        "/api/v1/failures/reliability/table3.csv",
         "/failures/1/",
-        "/failures/1/evidence.csv",
+        "/api/v1/failures/1/evidence.csv",
     ],
 )
 def test_anonymous_visitors_are_sent_to_login(client, path):
@@ -119,7 +119,7 @@ def test_timeline_filters_and_csv_agree(operator_client, diagnosed, query, jobs)
     page = operator_client.get(f"/failures/?{query}")
     shown = {f.job.scheduler_id for f in page.context["failures"] if f.job}
     assert shown == jobs
-    rows = _rows(operator_client.get(f"/failures/export.csv?{query}"))
+    rows = _rows(operator_client.get(f"/api/v1/failures.csv?{query}"))
     assert {r["job"] for r in rows if r["job"]} == jobs
 
 
@@ -130,7 +130,7 @@ def test_bad_filter_says_which(operator_client, diagnosed):
 
 
 def test_csv_has_the_diagnosis(operator_client, diagnosed):
-    rows = _rows(operator_client.get("/failures/export.csv?kind=job_failure"))
+    rows = _rows(operator_client.get("/api/v1/failures.csv?kind=job_failure"))
     row = next(r for r in rows if r["job"] == "200")
     assert row["cause"] == "gpu_off_bus"
     assert row["blamed_node"] == "gpu-node-02"
@@ -159,9 +159,9 @@ def test_failure_page_shows_diagnosis_evidence_in_context_and_xid_history(
 
 
 def test_failure_csvs(operator_client, diagnosed):
-    evidence = _rows(operator_client.get(f"/failures/{diagnosed.pk}/evidence.csv"))
+    evidence = _rows(operator_client.get(f"/api/v1/failures/{diagnosed.pk}/evidence.csv"))
     assert evidence[0]["rule_id"] == "kernel-xid"
-    xids = _rows(operator_client.get(f"/failures/{diagnosed.pk}/gpu-errors.csv"))
+    xids = _rows(operator_client.get(f"/api/v1/failures/{diagnosed.pk}/gpu-errors.csv"))
     assert [(r["node"], r["xid"], r["meaning"]) for r in xids] == [
         ("gpu-node-02", "79", "GPU has fallen off the bus")
     ]

@@ -83,12 +83,12 @@ def _fresh_cache():
     "url",
     [
         "/jobs/",
-        "/jobs/export.csv",
+        "/api/v1/jobs.csv",
         "/jobs/1/",
         "/jobs/characterization/",
-        "/jobs/characterization/types.csv",
+        "/api/v1/jobs/characterization/types.csv",
         "/jobs/wasted/",
-        "/jobs/wasted/export.csv",
+        "/api/v1/jobs/wasted.csv",
     ],
 )
 def test_anonymous_visitor_is_sent_to_login(client, db, url):
@@ -126,7 +126,7 @@ def test_job_list_filters_and_pages(operator_client, many_jobs, django_assert_ma
 
 
 def test_job_list_csv_has_the_filtered_jobs(operator_client, many_jobs):
-    response = operator_client.get("/jobs/export.csv", {"cluster": "other"})
+    response = operator_client.get("/api/v1/jobs.csv", {"cluster": "other"})
     assert response["Content-Type"].startswith("text/csv")
     rows = list(csv.DictReader(io.StringIO(response.content.decode())))
     assert len(rows) == 30 and {r["cluster"] for r in rows} == {"other"}
@@ -263,7 +263,7 @@ def _csv(response) -> list[dict]:
 
 def test_characterization_csv_exports(operator_client, many_jobs):
     q = {"cluster": "acme", "since": "2026-03-01", "until": "2026-05-01"}
-    url = lambda name: reverse("jobs:characterization_csv", args=[name])  # noqa: E731
+    url = lambda name: reverse("jobs_api:characterization_csv", args=[name])  # noqa: E731
     types = _csv(operator_client.get(url("types"), q))
     total = next(r for r in types if r["job_type"] == "all")
     assert int(total["jobs"]) == 120

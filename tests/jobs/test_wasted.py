@@ -73,7 +73,7 @@ def test_wasted_page_and_csv(operator_client, idle_and_busy, settings):
     assert [t.key for t in response.context["by_user"]] == ["bob"]
     assert [t.key for t in response.context["by_team"]] == ["vision"]
 
-    response = operator_client.get("/jobs/wasted/export.csv", {"minutes": "20", "cluster": "acme"})
+    response = operator_client.get("/api/v1/jobs/wasted.csv", {"minutes": "20", "cluster": "acme"})
     rows = list(csv.DictReader(io.StringIO(response.content.decode())))
     assert [(r["scheduler_id"], r["user"], r["node"], r["idle_gpus"]) for r in rows] == [
         ("100", "bob", "w-01", "1")

@@ -19,7 +19,7 @@ def small_fleet(db) -> SmallFleet:
 def test_anonymous_visitor_is_sent_to_login(client, small_fleet):
     for url in (
         reverse("telemetry:nodes", args=["alpha"]),
-        reverse("telemetry:nodes_csv", args=["alpha"]),
+        reverse("telemetry_api:nodes_csv", args=["alpha"]),
     ):
         response = client.get(url)
         assert response.status_code == 302
@@ -39,13 +39,13 @@ def test_nodes_table_shows_state_last_seen_gpus_and_busy(operator_client, small_
     assert "Stale (not reporting)" in response.content.decode()
     html = response.content.decode()
     assert reverse("telemetry:node", args=[small_fleet.a01.id]) in html
-    assert reverse("telemetry:nodes_csv", args=["alpha"]) in html
+    assert reverse("telemetry_api:nodes_csv", args=["alpha"]) in html
     assert "gpu-b-01" not in html  # another cluster's node
 
 
 def test_nodes_csv(operator_client, small_fleet):
     seed_node("alpha", "gpu-a-03", utils=[0, 100])
-    response = operator_client.get(reverse("telemetry:nodes_csv", args=["alpha"]))
+    response = operator_client.get(reverse("telemetry_api:nodes_csv", args=["alpha"]))
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
     rows = list(csv.DictReader(io.StringIO(response.content.decode())))
     assert [r["hostname"] for r in rows] == ["gpu-a-01", "gpu-a-02", "gpu-a-03"]

@@ -11,12 +11,9 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.telemetry.conftest import seed_node
 from webapp.fleet.models import Cluster
+from webapp.telemetry.choices import GpuStatus
 from webapp.telemetry.selectors import (
-    BUSY,
-    ERRORING,
-    IDLE,
     RANGES,
-    STALE,
     clusters_overview,
     gpu_problems,
     gpu_sample_latest,
@@ -31,16 +28,24 @@ NOW = datetime(2025, 1, 1, tzinfo=UTC)
 @pytest.mark.parametrize(
     ("ts", "values", "expected"),
     [
-        (None, {}, STALE),
-        (NOW, {"gpu_util": 10.0}, BUSY),  # the threshold itself is busy
-        (NOW, {"gpu_util": 9.9}, IDLE),
-        (NOW, {"gpu_util": None}, IDLE),  # no utilization reported: not busy
-        (NOW, {"gpu_util": 100.0, "ecc_dbe_vol": 3}, ERRORING),
-        (NOW, {"gpu_util": 100.0, "remap_pending": 1}, ERRORING),
-        (NOW, {"gpu_util": 0.0, "remap_failure": 1}, ERRORING),
+        (None, {}, GpuStatus.STALE),
+        (NOW, {"gpu_util": 10.0}, GpuStatus.BUSY),  # the threshold itself is busy
+        (NOW, {"gpu_util": 9.9}, GpuStatus.IDLE),
+        (NOW, {"gpu_util": None}, GpuStatus.IDLE),  # no utilization reported: not busy
+        (NOW, {"gpu_util": 100.0, "ecc_dbe_vol": 3}, GpuStatus.ERRORING),
+        (NOW, {"gpu_util": 100.0, "remap_pending": 1}, GpuStatus.ERRORING),
+        (NOW, {"gpu_util": 0.0, "remap_failure": 1}, GpuStatus.ERRORING),
         # Aggregate and correctable counters never reset: they do not make a GPU red.
-        (NOW, {"gpu_util": 50.0, "ecc_dbe_agg": 5, "ecc_sbe_vol": 9, "remap_corr": 2}, BUSY),
-        (NOW, {"gpu_util": 50.0, "ecc_dbe_vol": 0, "remap_pending": 0, "remap_failure": 0}, BUSY),
+        (
+            NOW,
+            {"gpu_util": 50.0, "ecc_dbe_agg": 5, "ecc_sbe_vol": 9, "remap_corr": 2},
+            GpuStatus.BUSY,
+        ),
+        (
+            NOW,
+            {"gpu_util": 50.0, "ecc_dbe_vol": 0, "remap_pending": 0, "remap_failure": 0},
+            GpuStatus.BUSY,
+        ),
     ],
 )
 def test_gpu_status(ts, values, expected):
@@ -60,15 +65,18 @@ def test_latest_is_the_newest_sample_within_the_window(db):
     node = seed_node("alpha", "n1", utils=[77.0, 3.0], intervals=5)
     gpus = gpus_latest(node_id=node.id)
     assert [(g.index, g.value("gpu_util")) for g in gpus] == [(0, 77.0), (1, 3.0)]
-    assert [g.status for g in gpus] == [BUSY, IDLE]
+    assert [g.status for g in gpus] == [GpuStatus.BUSY, GpuStatus.IDLE]
     # A window shorter than the age of the newest sample makes every GPU stale.
-    assert all(g.ts is None and g.status == STALE for g in gpus_latest(node_id=node.id, within_s=1))
+    assert all(
+        g.ts is None and g.status == GpuStatus.STALE
+        for g in gpus_latest(node_id=node.id, within_s=1)
+    )
 
 
 def test_latest_lists_gpus_that_never_reported(db):
     seed_node("alpha", "n1", utils=[50.0] * 2, t0=time.time() - 3600)
     gpus = gpus_latest(Cluster.objects.get(name="alpha"))
-    assert len(gpus) == 2 and {g.status for g in gpus} == {STALE}
+    assert len(gpus) == 2 and {g.status for g in gpus} == {GpuStatus.STALE}
     ts, values = gpu_sample_latest(gpus[0].gpu_id)
     assert ts is not None and values["gpu_util"] == 50.0  # the GPU page still shows it
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from django.db import connection
-from django.urls import reverse
+from django.urls import get_resolver, reverse
 
 from tests.telemetry.conftest import MODEL, seed_node
 
@@ -24,13 +24,13 @@ def _urls(fleet) -> list[str]:
     gpu = fleet.gpu(fleet.a01, 0)
     return [
         reverse("telemetry:overview"),
-        reverse("telemetry:overview_csv"),
+        reverse("telemetry_api:overview_csv"),
         reverse("telemetry:node", args=[fleet.a01.id]),
-        reverse("telemetry:node_csv", args=[fleet.a01.id]),
+        reverse("telemetry_api:node_csv", args=[fleet.a01.id]),
         reverse("telemetry:gpu", args=[gpu.id]),
-        reverse("telemetry:gpu_csv", args=[gpu.id]),
+        reverse("telemetry_api:gpu_csv", args=[gpu.id]),
         reverse("telemetry:nodes", args=["alpha"]),
-        reverse("telemetry:nodes_csv", args=["alpha"]),
+        reverse("telemetry_api:nodes_csv", args=["alpha"]),
     ]
 
 
@@ -42,7 +42,7 @@ def test_anonymous_visitor_is_sent_to_login_from_every_page(client, small_fleet)
 
 
 def test_anonymous_json_gets_401_not_a_login_page(client, small_fleet):
-    response = client.get(reverse("telemetry:overview_json"))
+    response = client.get(reverse("telemetry_api:overview_json"))
     assert response.status_code == 401
     assert response.json()["login_url"] == reverse("login")
 
@@ -77,12 +77,12 @@ def test_overview_counts_busy_idle_erroring_stale_and_power(operator_client, sma
     html = response.content.decode()
     assert "Fleet overview" in html
     assert "vendor/plotly-4.1.1.min.js" in html and "cdn" not in html.lower()
-    assert reverse("telemetry:overview_csv") in html
+    assert reverse("telemetry_api:overview_csv") in html
     assert 'id="overview-data"' in html  # first draw needs no extra request
 
 
 def test_overview_json_has_one_cell_per_gpu_with_the_latest_values(operator_client, small_fleet):
-    data = operator_client.get(reverse("telemetry:overview_json")).json()
+    data = operator_client.get(reverse("telemetry_api:overview_json")).json()
 
     assert len(data["gpus"]) == 20
     assert len({g["uuid"] for g in data["gpus"]}) == 20
@@ -116,11 +116,11 @@ def test_overview_query_count_does_not_grow_with_the_fleet(
     with django_assert_max_num_queries(4):
         assert operator_client.get(reverse("telemetry:overview")).status_code == 200
     with django_assert_max_num_queries(4):
-        assert operator_client.get(reverse("telemetry:overview_json")).status_code == 200
+        assert operator_client.get(reverse("telemetry_api:overview_json")).status_code == 200
 
 
 def test_overview_csv_has_one_row_per_cluster(operator_client, small_fleet):
-    rows = _csv(operator_client.get(reverse("telemetry:overview_csv")))
+    rows = _csv(operator_client.get(reverse("telemetry_api:overview_csv")))
     assert [r["cluster"] for r in rows] == ["alpha", "beta"]
     assert rows[0] == {
         "cluster": "alpha",
@@ -138,7 +138,7 @@ def test_empty_fleet_overview_explains_what_to_do(operator_client, db):
     response = operator_client.get(reverse("telemetry:overview"))
     assert response.status_code == 200
     assert b"No clusters yet" in response.content
-    assert operator_client.get(reverse("telemetry:overview_json")).json()["gpus"] == []
+    assert operator_client.get(reverse("telemetry_api:overview_json")).json()["gpus"] == []
 
 
 def _traces_with_points(figure: dict) -> list[dict]:
@@ -151,7 +151,7 @@ def test_node_page_shows_each_gpu_and_its_last_hour(operator_client, small_fleet
     html = response.content.decode()
     assert "Node gpu-a-01" in html and "GPU-alpha-gpu-a-01-07" in html
     assert response.context["time_range"].key == "1h"
-    figure = response.context["figure"]
+    figure = response.context["figures"]["series"]
     # 5 metrics x 8 GPUs, every one with the 3 raw samples of the batch.
     assert len(figure["data"]) == 40
     assert len(_traces_with_points(figure)) == 40
@@ -164,7 +164,7 @@ def test_node_page_day_range_reads_only_the_rollup(operator_client, db):
     node = seed_node("alpha", "gpu-a-09", utils=[70] * 2, t0=time.time() - 3 * 3600, intervals=6)
     url = reverse("telemetry:node", args=[node.id])
 
-    hour = operator_client.get(url).context["figure"]
+    hour = operator_client.get(url).context["figures"]["series"]
     assert _traces_with_points(hour) == []
     # Without raw samples the day view still draws: it reads telemetry_gpurollup1m only.
     with connection.cursor() as cur:
@@ -172,7 +172,7 @@ def test_node_page_day_range_reads_only_the_rollup(operator_client, db):
     response = operator_client.get(url + "?range=1d")
     assert response.context["time_range"].key == "1d"
     assert b"1-minute rollup" in response.content
-    day = response.context["figure"]
+    day = response.context["figures"]["series"]
     util = [t for t in day["data"] if t["yaxis"] == "y"]
     assert len(util) == 2 and all(t["y"] for t in util)
     # 6 samples of 10 s land in one or two minutes; the rollup mean is (5 x 1 + 70) / 6.
@@ -180,7 +180,7 @@ def test_node_page_day_range_reads_only_the_rollup(operator_client, db):
 
 
 def test_node_csv_lists_the_gpus_with_latest_values(operator_client, small_fleet):
-    rows = _csv(operator_client.get(reverse("telemetry:node_csv", args=[small_fleet.a01.id])))
+    rows = _csv(operator_client.get(reverse("telemetry_api:node_csv", args=[small_fleet.a01.id])))
     assert [int(r["index"]) for r in rows] == list(range(8))
     assert rows[0]["gpu_util_pct"] == "95.0" and rows[0]["power_w"] == "650.0"
     assert rows[2]["status"] == "erroring"
@@ -210,7 +210,7 @@ def test_gpu_page_shows_identity_latest_values_and_unsupported_metrics(
     # NULL means the GPU does not support it: never shown as 0.
     assert latest["tensor_active"] == f"n/a (not supported on {MODEL})"
     assert latest["nvlink_replay"] == f"n/a (not supported on {MODEL})"
-    assert len(_traces_with_points(response.context["figure"])) == 5
+    assert len(_traces_with_points(response.context["figures"]["series"])) == 5
 
 
 def test_stale_gpu_page_says_so_and_shows_the_last_values(operator_client, small_fleet):
@@ -223,7 +223,7 @@ def test_stale_gpu_page_says_so_and_shows_the_last_values(operator_client, small
 
 def test_gpu_csv_exports_the_series_of_the_range(operator_client, small_fleet):
     gpu = small_fleet.gpu(small_fleet.a01, 0)
-    rows = _csv(operator_client.get(reverse("telemetry:gpu_csv", args=[gpu.id]) + "?range=1h"))
+    rows = _csv(operator_client.get(reverse("telemetry_api:gpu_csv", args=[gpu.id]) + "?range=1h"))
     assert len(rows) == 3
     assert list(rows[0]) == [
         "ts_utc",
@@ -234,3 +234,21 @@ def test_gpu_csv_exports_the_series_of_the_range(operator_client, small_fleet):
         "gpu_temp_c",
     ]
     assert [r["gpu_util"] for r in rows] == ["1.0", "1.0", "95.0"]
+
+
+def test_every_json_and_csv_endpoint_is_under_api_v1():
+    """One URL convention: pages at their path, data at /api/v1/ from each app's api_urls."""
+
+    def walk(patterns, prefix=""):
+        for p in patterns:
+            route = prefix + str(p.pattern)
+            if hasattr(p, "url_patterns"):
+                yield from walk(p.url_patterns, route)
+            else:
+                yield route
+
+    data = [r for r in walk(get_resolver().url_patterns) if r.endswith((".csv", ".json"))]
+    assert len(data) >= 12
+    assert [r for r in data if not r.startswith("api/v1/")] == []
+    assert reverse("telemetry_api:overview_json") == "/api/v1/overview.json"
+    assert reverse("jobs_api:job_events") == "/api/v1/job-events"

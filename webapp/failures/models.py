@@ -9,36 +9,13 @@ from __future__ import annotations
 from django.db import models
 
 from webapp.failures import taxonomy
+from webapp.failures.choices import DiagnosisSource, FailureKind, GpuErrorKind
 from webapp.fleet.models import Cluster, Gpu, Node
 from webapp.jobs.models import Job
 
 CAUSE_CHOICES = taxonomy.cause_choices()
 CATEGORY_CHOICES = [(c.value, c.value) for c in taxonomy.Category]
 ACTION_CHOICES = [(a.value, a.value.replace("_", " ")) for a in taxonomy.Action]
-
-
-class GpuErrorKind(models.TextChoices):
-    # collectors/schema.py GpuErrorEventIn.kind
-    XID = "xid", "Xid"
-    ECC_DBE = "ecc_dbe", "ECC double-bit"
-    ECC_SBE = "ecc_sbe", "ECC single-bit"
-    REMAP = "remap", "Row remap"
-    REMAP_FAILURE = "remap_failure", "Row remap failure"
-    NVLINK = "nvlink", "NVLink"
-    PCIE = "pcie", "PCIe"
-    GPU_LOST = "gpu_lost", "GPU lost"
-
-
-class FailureKind(models.TextChoices):
-    JOB_FAILURE = "job_failure", "Job failure"
-    GPU_ERROR = "gpu_error", "GPU error"
-    PERFORMANCE = "performance", "Performance"
-
-
-class DiagnosisSource(models.TextChoices):
-    PENDING = "pending", "Pending"
-    RULES = "rules", "Rules"
-    LLM = "llm", "LLM (suggested)"
 
 
 class GpuErrorEvent(models.Model):

@@ -3,12 +3,9 @@ table has a CSV export."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import timedelta
 from urllib.parse import urlencode
 
-from django.conf import settings
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -17,9 +14,10 @@ from django.utils import timezone
 from webapp.core.exports import csv_response
 from webapp.core.windows import Window
 from webapp.failures import figures, taxonomy
-from webapp.failures.models import FailureEvent, FailureKind
+from webapp.failures.choices import FailureKind
+from webapp.failures.forms import ReliabilityForm, TimelineForm
+from webapp.failures.models import FailureEvent
 from webapp.failures.selectors import (
-    FailureFilter,
     Reliability,
     evidence_in_context,
     failure_lane,
@@ -33,54 +31,13 @@ from webapp.jobs.choices import JobType
 
 TIMELINE_MAX = 2000  # failures drawn and listed (the CSV has them all, up to CSV_MAX_ROWS)
 CSV_MAX_ROWS = 100_000
-DEFAULT_DAYS = 30
-MAX_DAYS = 3650
 XID_HISTORY_DAYS = 30
 
 
-def _days(request: HttpRequest) -> tuple[int, str | None]:
-    raw = request.GET.get("days", "")
-    if not raw:
-        return DEFAULT_DAYS, None
-    try:
-        days = int(raw)
-    except ValueError:
-        return DEFAULT_DAYS, f"days: {raw!r} is not a whole number"
-    if not 1 <= days <= MAX_DAYS:
-        return DEFAULT_DAYS, f"days: must be between 1 and {MAX_DAYS}"
-    return days, None
-
-
-def _filter(request: HttpRequest) -> tuple[FailureFilter, int, str | None]:
-    days, error = _days(request)
-    job = request.GET.get("job", "")
-    f = FailureFilter(
-        cluster=request.GET.get("cluster", ""),
-        category=request.GET.get("category", ""),
-        cause=request.GET.get("cause", ""),
-        job_type=request.GET.get("job_type", ""),
-        user=request.GET.get("user", "").strip(),
-        kind=request.GET.get("kind", ""),
-        job_id=int(job) if job.isdigit() else None,
-        since=timezone.now() - timedelta(days=days),
-    )
-    checks = (
-        ("category", f.category, [c.value for c in taxonomy.Category]),
-        ("cause", f.cause, list(taxonomy.CAUSES)),
-        ("job_type", f.job_type, list(JobType.values)),
-        ("kind", f.kind, list(FailureKind.values)),
-    )
-    for name, value, allowed in checks:
-        if value and value not in allowed:
-            error = error or f"{name}: unknown value {value!r}"
-            f = replace(f, **{name: ""})
-    return f, days, error
-
-
-@login_required
 def timeline(request: HttpRequest) -> HttpResponse:
-    f, days, error = _filter(request)
-    lane = "job" if request.GET.get("lane") == "job" else "node"
+    form = TimelineForm(request.GET)
+    f, error = form.failure_filter(timezone.now()), form.error
+    days, lane = form.values["days"], form.values["lane"]
     failures = list(failures_filter(f)[:TIMELINE_MAX])
     rows = [(e, failure_lane(e, lane), reverse("failures:detail", args=[e.pk])) for e in failures]
     query = request.GET.copy()
@@ -99,6 +56,7 @@ def timeline(request: HttpRequest) -> HttpResponse:
             "causes": list(taxonomy.CAUSES),
             "job_types": JobType.choices,
             "kinds": FailureKind.choices,
+            "FailureKind": FailureKind,
             "query": request.GET.urlencode(),
             "lane_query": query.urlencode(),
             "truncated": len(failures) == TIMELINE_MAX,
@@ -135,9 +93,8 @@ FAILURE_CSV_HEADER = (
 )
 
 
-@login_required
 def timeline_csv(request: HttpRequest) -> HttpResponse:
-    f, _, _ = _filter(request)
+    f = TimelineForm(request.GET).failure_filter(timezone.now())
 
     def rows():
         for e in failures_filter(f)[:CSV_MAX_ROWS]:
@@ -179,7 +136,6 @@ def _failure(failure_id: int) -> FailureEvent:
     )
 
 
-@login_required
 def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
     failure = _failure(failure_id)
     node = failure.blamed_node or failure.node
@@ -191,6 +147,7 @@ def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
         "failures/detail.html",
         {
             "failure": failure,
+            "FailureKind": FailureKind,
             "cause": cause,
             "history_node": node,
             "xids": [(e, xid_meaning(e.xid) if e.xid else e.kind) for e in xids],
@@ -211,7 +168,6 @@ def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
     )
 
 
-@login_required
 def detail_evidence_csv(request: HttpRequest, failure_id: int) -> HttpResponse:
     failure = _failure(failure_id)
     rows = (
@@ -223,7 +179,6 @@ def detail_evidence_csv(request: HttpRequest, failure_id: int) -> HttpResponse:
     )
 
 
-@login_required
 def detail_xids_csv(request: HttpRequest, failure_id: int) -> HttpResponse:
     failure = _failure(failure_id)
     node = failure.blamed_node or failure.node
@@ -248,7 +203,6 @@ def detail_xids_csv(request: HttpRequest, failure_id: int) -> HttpResponse:
     )
 
 
-@login_required
 def job_failures(request: HttpRequest, job_id: int) -> HttpResponse:
     """A job's failure: its page if it has one, else the timeline filtered to the job."""
     failures = list(FailureEvent.objects.filter(job_id=job_id).order_by("-occurred_at")[:2])
@@ -261,28 +215,13 @@ def job_failures(request: HttpRequest, job_id: int) -> HttpResponse:
 
 
 def _reliability(request: HttpRequest) -> tuple[Reliability | None, dict]:
-    clusters = list(Cluster.objects.order_by("name"))
-    days, error = _days(request)
-    name = request.GET.get("cluster", "")
-    cluster = next((c for c in clusters if c.name == name), None)
-    if name and cluster is None:
-        error = error or f"cluster: unknown cluster {name!r}"
-    cluster = cluster or (clusters[0] if clusters else None)
-    write_s = settings.VIGIL_CHECKPOINT_WRITE_S
-    raw = request.GET.get("ckpt_write_s", "")
-    if raw:
-        try:
-            write_s = float(raw)
-            if not 0 < write_s <= 86400:
-                raise ValueError
-        except ValueError:
-            error = error or f"ckpt_write_s: {raw!r} is not a number of seconds in (0, 86400]"
-            write_s = settings.VIGIL_CHECKPOINT_WRITE_S
+    form = ReliabilityForm(request.GET)
+    cluster, days, write_s = form.chosen_cluster, form.values["days"], form.values["ckpt_write_s"]
     context = {
-        "clusters": clusters,
+        "clusters": Cluster.objects.order_by("name"),
         "cluster": cluster,
         "days": days,
-        "error": error,
+        "error": form.error,
         "ckpt_write_s": write_s,
         "query": request.GET.urlencode(),
     }
@@ -292,7 +231,6 @@ def _reliability(request: HttpRequest) -> tuple[Reliability | None, dict]:
     return reliability(Window(cluster, now - timedelta(days=days), now), write_s), context
 
 
-@login_required
 def reliability_page(request: HttpRequest) -> HttpResponse:
     result, context = _reliability(request)
     context["r"] = result
@@ -319,7 +257,6 @@ RELIABILITY_TABLES = (
 )
 
 
-@login_required
 def reliability_csv(request: HttpRequest, table: str) -> HttpResponse:
     if table not in RELIABILITY_TABLES:
         raise Http404(f"no table {table!r}")

@@ -1,4 +1,5 @@
-"""Pages of the jobs app (characterization, job list and page, wasted GPUs)."""
+"""Pages of the jobs app (characterization, job list and page, wasted GPUs); their CSV exports
+are in api_urls.py."""
 
 from django.urls import path
 
@@ -8,14 +9,7 @@ app_name = "jobs"
 
 urlpatterns = [
     path("jobs/", views.job_list, name="list"),
-    path("jobs/export.csv", views.job_list_csv, name="list_csv"),
     path("jobs/<int:job_id>/", views.job_detail, name="detail"),
     path("jobs/characterization/", views.characterization, name="characterization"),
-    path(
-        "jobs/characterization/<slug:name>.csv",
-        views.characterization_csv,
-        name="characterization_csv",
-    ),
     path("jobs/wasted/", views.wasted, name="wasted"),
-    path("jobs/wasted/export.csv", views.wasted_csv, name="wasted_csv"),
 ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -15,7 +14,6 @@ from django.utils import timezone
 
 from webapp.core.exports import csv_response
 from webapp.core.units import iso_utc
-from webapp.core.windows import window_parse
 from webapp.fleet.models import Cluster
 from webapp.jobs import figures
 from webapp.jobs.characterization import (
@@ -26,6 +24,7 @@ from webapp.jobs.characterization import (
 )
 from webapp.jobs.choices import JobState, JobType
 from webapp.jobs.data.reference import reference_cdfs, reference_summary_rows, summary_columns
+from webapp.jobs.forms import CharacterizationForm, JobListForm, WastedForm
 from webapp.jobs.models import Job
 from webapp.jobs.selectors import (
     characterization_cached,
@@ -40,7 +39,6 @@ from webapp.telemetry.figures import series_figure
 
 JOBS_PER_PAGE = 50
 CSV_MAX_ROWS = 100_000  # a list export larger than this is cut (and says so in its name)
-DEFAULT_IDLE_MINUTES = 30
 
 # Labels of cluster_summary.csv's columns, for the summary table (units in the label).
 SUMMARY_LABELS: dict[str, str] = {
@@ -77,21 +75,6 @@ SUMMARY_LABELS: dict[str, str] = {
 # --- Characterization --------------------------------------------------------------------------
 
 
-def _window_or_error(request: HttpRequest, clusters: list[Cluster]):
-    """(window, error): the cluster asked for (default: the first) and since / until."""
-    name = request.GET.get("cluster", "")
-    cluster = next((c for c in clusters if c.name == name), None) if name else None
-    if name and cluster is None:
-        return None, f"cluster: unknown cluster {name!r}"
-    cluster = cluster or (clusters[0] if clusters else None)
-    if cluster is None:
-        return None, None
-    try:
-        return window_parse(cluster, request.GET.get("since"), request.GET.get("until")), None
-    except ValueError as exc:
-        return None, str(exc)
-
-
 def _summary_table(result: Characterization) -> tuple[list[str], list[tuple[str, list]]]:
     reference = reference_summary_rows()
     sources = [result.summary["id"], *(r["id"] for r in reference)]
@@ -103,11 +86,10 @@ def _summary_table(result: Characterization) -> tuple[list[str], list[tuple[str,
     return sources, rows
 
 
-@login_required
 def characterization(request: HttpRequest) -> HttpResponse:
-    clusters = list(Cluster.objects.order_by("name"))
-    window, error = _window_or_error(request, clusters)
-    context: dict = {"clusters": clusters, "error": error, "window": window}
+    form = CharacterizationForm(request.GET)
+    window, error = form.window, form.error
+    context: dict = {"clusters": Cluster.objects.order_by("name"), "error": error, "window": window}
     if window is None:
         return render(request, "jobs/characterization.html", context, status=400 if error else 200)
     result = characterization_cached(window)
@@ -156,10 +138,9 @@ def _telemetry_rows(site: str, t: TelemetryCdfs) -> Iterable[list]:
                 yield [metric, curve["cluster"], curve["source_file"], value * scale, pct]
 
 
-@login_required
 def characterization_csv(request: HttpRequest, name: str) -> HttpResponse:
-    clusters = list(Cluster.objects.order_by("name"))
-    window, error = _window_or_error(request, clusters)
+    form = CharacterizationForm(request.GET)
+    window, error = form.window, form.error
     if window is None:
         return HttpResponse(error or "no cluster", status=400, content_type="text/plain")
     site = window.cluster.name
@@ -237,19 +218,10 @@ def characterization_csv(request: HttpRequest, name: str) -> HttpResponse:
 # --- Job list and job page ---------------------------------------------------------------------
 
 
-def _list_filters(request: HttpRequest) -> dict[str, str]:
-    return {
-        "cluster": request.GET.get("cluster", ""),
-        "job_type": request.GET.get("type", ""),
-        "state": request.GET.get("state", ""),
-        "user": request.GET.get("user", "").strip(),
-    }
-
-
-@login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    filters = _list_filters(request)
-    page = Paginator(jobs_filter(**filters), JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    form = JobListForm(request.GET)
+    filters = form.filters
+    page = Paginator(jobs_filter(**filters), JOBS_PER_PAGE).get_page(form.values["page"])
     params = request.GET.copy()
     params.pop("page", None)
     return render(
@@ -285,9 +257,8 @@ _LIST_HEADER = [
 ]
 
 
-@login_required
 def job_list_csv(request: HttpRequest) -> HttpResponse:
-    qs = jobs_filter(**_list_filters(request))[:CSV_MAX_ROWS]
+    qs = jobs_filter(**JobListForm(request.GET).filters)[:CSV_MAX_ROWS]
     return csv_response(
         "vigil-jobs.csv",
         _LIST_HEADER,
@@ -322,7 +293,6 @@ def _failures_url(job: Job) -> str | None:
         return None
 
 
-@login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(Job.objects.select_related("cluster"), id=job_id)
     now = timezone.now()
@@ -355,24 +325,9 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
 # --- Wasted GPUs -------------------------------------------------------------------------------
 
 
-def _waste_params(request: HttpRequest) -> tuple[int, Cluster | None, str | None]:
-    error = None
-    try:
-        minutes = int(request.GET.get("minutes", DEFAULT_IDLE_MINUTES))
-        if minutes < 1:
-            raise ValueError
-    except ValueError:
-        minutes, error = DEFAULT_IDLE_MINUTES, "minutes: a whole number of minutes, at least 1"
-    name = request.GET.get("cluster", "")
-    cluster = Cluster.objects.filter(name=name).first() if name else None
-    if name and cluster is None:
-        error = f"cluster: unknown cluster {name!r}"
-    return minutes, cluster, error
-
-
-@login_required
 def wasted(request: HttpRequest) -> HttpResponse:
-    minutes, cluster, error = _waste_params(request)
+    form = WastedForm(request.GET)
+    minutes, cluster, error = form.values["minutes"], form.values["cluster"], form.error
     rows = wasted_gpus(
         busy_util_pct=settings.VIGIL_BUSY_UTIL_PCT, min_idle_minutes=minutes, cluster=cluster
     )
@@ -395,9 +350,9 @@ def wasted(request: HttpRequest) -> HttpResponse:
     )
 
 
-@login_required
 def wasted_csv(request: HttpRequest) -> HttpResponse:
-    minutes, cluster, error = _waste_params(request)
+    form = WastedForm(request.GET)
+    minutes, cluster, error = form.values["minutes"], form.values["cluster"], form.error
     if error:
         return HttpResponse(error, status=400, content_type="text/plain")
     rows = wasted_gpus(

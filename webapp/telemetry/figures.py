@@ -21,7 +21,8 @@ from webapp.core.charts import (
     UTIL_COLOURSCALE,
 )
 from webapp.core.units import GIB
-from webapp.telemetry.selectors import ERRORING, STALE, LatestGpu, Series
+from webapp.telemetry.choices import GpuStatus
+from webapp.telemetry.selectors import LatestGpu, Series
 
 # Metric name -> (axis title with unit, conversion from the stored unit).
 SERIES_AXES: dict[str, tuple[str, Callable[[float], float]]] = {
@@ -88,11 +89,11 @@ def overview_heatmap(
         hover = gpu_hover_values(g)
         status = g.status
         shown = g.value("gpu_util")
-        if status == STALE or shown is None:
+        if status == GpuStatus.STALE or shown is None:
             no_data[r][c] = 1
         else:
             util[r][c] = shown
-        if status == ERRORING:
+        if status == GpuStatus.ERRORING:
             err_x.append(c)
             err_y.append(g.hostname)
         custom[r][c] = [
@@ -105,7 +106,7 @@ def overview_heatmap(
             hover["power_w"],
             hover["gpu_temp_c"],
             hover["fb_used"],
-            status if status != STALE else f"stale (no sample in {stale_after_s} s)",
+            status if status != GpuStatus.STALE else f"stale (no sample in {stale_after_s} s)",
             node_url(g.node_id),
         ]
     x = list(range(width))

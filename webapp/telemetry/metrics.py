@@ -10,8 +10,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from webapp.fleet.models import Node
+from webapp.telemetry.choices import GPU_STATUSES
 from webapp.telemetry.models import RollupDirty
-from webapp.telemetry.selectors import STATUSES, clusters_overview
+from webapp.telemetry.selectors import clusters_overview
 
 
 class FleetCollector(Collector):
@@ -24,8 +25,8 @@ class FleetCollector(Collector):
             "vigil_cluster_gpu_power_watts", "Sum of the latest GPU power draw", labels=["cluster"]
         )
         for s in summaries:
-            for status in STATUSES:
-                gpus.add_metric([s.name, status], getattr(s, status))
+            for status in GPU_STATUSES:
+                gpus.add_metric([s.name, status.value], getattr(s, status.value))
             power.add_metric([s.name], s.power_kw * 1000)
         yield gpus
         yield power

@@ -21,13 +21,7 @@ from collectors.schema import GPU_FIELD_NAMES
 from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Cluster, Node
 from webapp.fleet.selectors import node_state_now
-
-# Status of a GPU on the overview. Exactly one applies, checked in this order.
-STALE = "stale"  # no sample within VIGIL_STALE_AFTER_S
-ERRORING = "erroring"  # latest sample shows an uncorrectable memory error (see gpu_status)
-BUSY = "busy"  # latest gpu_util >= VIGIL_BUSY_UTIL_PCT
-IDLE = "idle"  # everything else, including a GPU that reports no utilization at all
-STATUSES: tuple[str, ...] = (BUSY, IDLE, ERRORING, STALE)
+from webapp.telemetry.choices import GPU_STATUSES, GpuStatus
 
 # Metrics the live pages show, with the unit the figures use.
 SERIES_METRICS: tuple[str, ...] = (
@@ -58,11 +52,11 @@ class LatestGpu:
         return self.values.get(name)
 
     @property
-    def status(self) -> str:
+    def status(self) -> GpuStatus:
         return gpu_status(self.ts, self.values, settings.VIGIL_BUSY_UTIL_PCT)
 
 
-def gpu_status(ts: datetime | None, values: dict, busy_util_pct: float) -> str:
+def gpu_status(ts: datetime | None, values: dict, busy_util_pct: float) -> GpuStatus:
     """Classify a GPU from its latest sample (None when there is none in the stale window).
 
     Erroring means the latest sample shows an uncorrectable memory error the GPU has not
@@ -73,13 +67,13 @@ def gpu_status(ts: datetime | None, values: dict, busy_util_pct: float) -> str:
     they never reset or are corrected, so they would keep a healthy GPU red forever.
     """
     if ts is None:
-        return STALE
+        return GpuStatus.STALE
     if gpu_problems(values):
-        return ERRORING
+        return GpuStatus.ERRORING
     util = values.get("gpu_util")
     if util is not None and util >= busy_util_pct:
-        return BUSY
-    return IDLE
+        return GpuStatus.BUSY
+    return GpuStatus.IDLE
 
 
 def gpu_problems(values: dict) -> list[str]:
@@ -157,7 +151,7 @@ def cluster_nodes(cluster: Cluster) -> list[NodeRow]:
     nodes = (
         Node.objects.filter(cluster=cluster).annotate(gpu_count=Count("gpus")).order_by("hostname")
     )
-    busy = Counter(g.node_id for g in gpus_latest(cluster) if g.status == BUSY)
+    busy = Counter(g.node_id for g in gpus_latest(cluster) if g.status == GpuStatus.BUSY)
     rows = []
     for n in nodes:
         state = node_state_now(n.state, n.last_seen, now)
@@ -197,7 +191,7 @@ def clusters_summarize(clusters: list[Cluster], gpus: list[LatestGpu]) -> list[C
     out = []
     for cluster in clusters:
         mine = [g for g in gpus if g.cluster_id == cluster.id]
-        counts = {status: 0 for status in STATUSES}
+        counts = {status: 0 for status in GPU_STATUSES}
         for gpu in mine:
             counts[gpu.status] += 1
         power_w = sum(g.value("power_w") or 0.0 for g in mine)

@@ -7,7 +7,7 @@ from datetime import timedelta
 from functools import wraps
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_not_required, login_required
+from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -20,13 +20,12 @@ from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Cluster, Gpu, Node
 from webapp.fleet.selectors import node_state_now
 from webapp.telemetry import figures
+from webapp.telemetry.forms import RangeForm
 from webapp.telemetry.selectors import (
-    DEFAULT_RANGE,
     RANGES,
     SERIES_METRICS,
     ClusterSummary,
     LatestGpu,
-    TimeRange,
     cluster_nodes,
     clusters_overview,
     gpu_problems,
@@ -38,7 +37,9 @@ from webapp.telemetry.selectors import (
 
 
 def api_login_required(view: Callable) -> Callable:
-    """Like login_required, but an anonymous caller gets 401 JSON instead of a login page."""
+    """For JSON polled by a page: an anonymous caller gets 401 JSON (the page's script sends
+    the person to `login_url`) instead of the login page's HTML that LoginRequiredMiddleware
+    would redirect to."""
 
     @login_not_required
     @wraps(view)
@@ -101,7 +102,6 @@ def _overview_payload(summaries: list[ClusterSummary], gpus: list[LatestGpu]) ->
     }
 
 
-@login_required
 def overview(request: HttpRequest) -> HttpResponse:
     summaries, gpus = clusters_overview()
     return render(
@@ -122,7 +122,6 @@ def overview_json(request: HttpRequest) -> JsonResponse:
     return JsonResponse(_overview_payload(summaries, gpus))
 
 
-@login_required
 def overview_csv(request: HttpRequest) -> HttpResponse:
     summaries, _ = clusters_overview()
     return csv_response(
@@ -133,10 +132,6 @@ def overview_csv(request: HttpRequest) -> HttpResponse:
             for s in summaries
         ),
     )
-
-
-def _time_range(request: HttpRequest) -> TimeRange:
-    return RANGES.get(request.GET.get("range", DEFAULT_RANGE), RANGES[DEFAULT_RANGE])
 
 
 _GPU_TABLE_HEADER = [
@@ -170,10 +165,9 @@ def _gpu_table_row(g: LatestGpu) -> list:
     ]
 
 
-@login_required
 def node(request: HttpRequest, node_id: int) -> HttpResponse:
     node = get_object_or_404(Node.objects.select_related("cluster"), id=node_id)
-    time_range = _time_range(request)
+    time_range = RangeForm(request.GET).time_range
     gpus = gpus_latest(node_id=node.id)
     until = timezone.now()
     series = gpus_series([g.gpu_id for g in gpus], time_range, until=until)
@@ -188,7 +182,7 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
             "node": node,
             "node_state": NodeState(node_state_now(node.state, node.last_seen, timezone.now())),
             "gpus": [(g, figures.gpu_hover_values(g)) for g in gpus],
-            "figure": figure,
+            "figures": {"series": figure},
             "time_range": time_range,
             "ranges": RANGES.values(),
             "has_data": any(s.ts for s in series.values()),
@@ -198,7 +192,6 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
     )
 
 
-@login_required
 def node_csv(request: HttpRequest, node_id: int) -> HttpResponse:
     node = get_object_or_404(Node, id=node_id)
     gpus = gpus_latest(node_id=node.id)
@@ -231,10 +224,9 @@ def _format_metric(metric: Metric, value: float | int | None, model: str) -> str
     return f"{value:,} {unit}"
 
 
-@login_required
 def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
     gpu = get_object_or_404(Gpu.objects.select_related("node__cluster"), id=gpu_id)
-    time_range = _time_range(request)
+    time_range = RangeForm(request.GET).time_range
     ts, values = gpu_sample_latest(gpu.id)
     until = timezone.now()
     series = gpus_series([gpu.id], time_range, until=until)[gpu.id]
@@ -255,10 +247,12 @@ def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
             "stale": stale,
             "status": gpu_status(None if stale else ts, values, settings.VIGIL_BUSY_UTIL_PCT),
             "problems": gpu_problems(values) if not stale else [],
-            "figure": figures.series_figure(
-                {f"GPU {gpu.index}": series},
-                x_range=(until - timedelta(seconds=time_range.seconds), until),
-            ),
+            "figures": {
+                "series": figures.series_figure(
+                    {f"GPU {gpu.index}": series},
+                    x_range=(until - timedelta(seconds=time_range.seconds), until),
+                )
+            },
             "has_data": bool(series.ts),
             "time_range": time_range,
             "ranges": RANGES.values(),
@@ -268,10 +262,9 @@ def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
     )
 
 
-@login_required
 def gpu_csv(request: HttpRequest, gpu_id: int) -> HttpResponse:
     gpu = get_object_or_404(Gpu.objects.select_related("node"), id=gpu_id)
-    time_range = _time_range(request)
+    time_range = RangeForm(request.GET).time_range
     series = gpus_series([gpu.id], time_range)[gpu.id]
     columns = [series.values[m] for m in SERIES_METRICS]
     return csv_response(
@@ -281,7 +274,6 @@ def gpu_csv(request: HttpRequest, gpu_id: int) -> HttpResponse:
     )
 
 
-@login_required
 def nodes(request: HttpRequest, cluster: str) -> HttpResponse:
     cluster_obj = get_object_or_404(Cluster, name=cluster)
     return render(
@@ -297,7 +289,6 @@ def nodes(request: HttpRequest, cluster: str) -> HttpResponse:
     )
 
 
-@login_required
 def nodes_csv(request: HttpRequest, cluster: str) -> HttpResponse:
     cluster_obj = get_object_or_404(Cluster, name=cluster)
     return csv_response(

@@ -1,9 +1,0 @@
-// GPU page: draws the series figure of one GPU the server built (one panel per metric).
-(function () {
-  "use strict";
-  var fig = JSON.parse(document.getElementById("figure-data").textContent);
-  Plotly.newPlot(document.getElementById("series-figure"), fig.data, fig.layout, {
-    displaylogo: false,
-    responsive: true,
-  });
-})();
