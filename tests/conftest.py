@@ -7,11 +7,15 @@ servers DATABASE_URL / CELERY_BROKER_URL name), real Celery workers as subproces
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import Group
 from django.core.cache import cache
 from django.db import connection
+from django.test import Client
 
 from tests.helpers import WorkerProcess, database_url
 from webapp.fleet import services as fleet_services
+from webapp.teams.selectors import OPERATORS_GROUP
+from webapp.teams.services import team_create
 from webapp.telemetry import partitions
 
 SAMPLE_TABLES = ("telemetry_gpusample", "telemetry_nodesample", "telemetry_gpurollup1m")
@@ -50,16 +54,65 @@ def committed_node_token(transactional_db) -> tuple[str, str, str]:
     return "testcluster", "gpu-node-01", token
 
 
-# Personas (STYLE.md): an operator who may see everything, and an anonymous visitor.
+# Personas (STYLE.md): an operator who may see everything; the owner of the fleet fixtures'
+# jobs (they run as scheduler user "alice", tests/failures/conftest.py), a teammate in the team
+# a rule gives alice's jobs, and an outsider who is logged in but in no team; and an anonymous
+# visitor. Each has its own client, so one test can compare what they see.
+PASSWORD = "correct-horse-battery"
+OWNER = "alice"
+
+
 @pytest.fixture
 def operator(django_user_model):
-    return django_user_model.objects.create_user("operator", password="correct-horse-battery")
+    user = django_user_model.objects.create_user("operator", password=PASSWORD)
+    # get_or_create: a transactional test's flush empties the group migration 0002 made.
+    group, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
+    user.groups.add(group)
+    return user
 
 
 @pytest.fixture
 def operator_client(client, operator):
     client.force_login(operator)
     return client
+
+
+@pytest.fixture
+def owner(django_user_model):
+    return django_user_model.objects.create_user(OWNER, password=PASSWORD)
+
+
+@pytest.fixture
+def teammate(django_user_model, owner):
+    user = django_user_model.objects.create_user("carol", password=PASSWORD)
+    team_create("pretraining", users=[user], rules=[("user", OWNER)])
+    return user
+
+
+@pytest.fixture
+def outsider(django_user_model):
+    return django_user_model.objects.create_user("mallory", password=PASSWORD)
+
+
+def _client_for(user) -> Client:
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+@pytest.fixture
+def owner_client(owner) -> Client:
+    return _client_for(owner)
+
+
+@pytest.fixture
+def teammate_client(teammate) -> Client:
+    return _client_for(teammate)
+
+
+@pytest.fixture
+def outsider_client(outsider) -> Client:
+    return _client_for(outsider)
 
 
 @pytest.fixture

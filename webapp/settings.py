@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "webapp.telemetry",
     "webapp.jobs",
     "webapp.failures",
+    "webapp.teams",
 ]
 
 MIDDLEWARE = [

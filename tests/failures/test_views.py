@@ -184,3 +184,62 @@ def test_timeline_and_failure_page_query_counts_stay_flat(
         operator_client.get("/failures/")
     with django_assert_max_num_queries(8):
         operator_client.get(f"/failures/{diagnosed.pk}/")
+
+
+# --- Who reads the log lines: owner, teammate, operator; not the outsider --------------------
+
+LOG_LINE = "Watchdog caught collective"
+HIDDEN_NOTE = "Log lines are visible to the job&#x27;s team and operators."
+
+
+@pytest.mark.parametrize("persona", ["owner_client", "teammate_client", "operator_client"])
+def test_owner_teammate_and_operator_read_the_log_lines(request, persona, diagnosed):
+    c = request.getfixturevalue(persona)
+    body = c.get(f"/failures/{diagnosed.pk}/").content.decode()
+    assert LOG_LINE in body and HIDDEN_NOTE not in body
+    assert f"/api/v1/failures/{diagnosed.pk}/evidence.csv" in body
+    evidence = _rows(c.get(f"/api/v1/failures/{diagnosed.pk}/evidence.csv"))
+    assert any(LOG_LINE in r["text"] for r in evidence)
+
+
+def test_outsider_sees_the_diagnosis_but_not_the_log_lines(outsider_client, diagnosed):
+    response = outsider_client.get(f"/failures/{diagnosed.pk}/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "gpu_off_bus" in body and "cordon_restart" in body and "gpu-node-02" in body
+    assert HIDDEN_NOTE in body
+    assert LOG_LINE not in body and "step 1200 loss" not in body
+    assert response.context["context"] == []
+    assert f"/api/v1/failures/{diagnosed.pk}/evidence.csv" not in body  # no link to a refusal
+    assert [e.xid for e, _ in response.context["xids"]] == [79]  # fleet data stays
+
+
+def test_outsider_is_refused_the_evidence_csv(outsider_client, diagnosed):
+    response = outsider_client.get(f"/api/v1/failures/{diagnosed.pk}/evidence.csv")
+    assert response.status_code == 403
+    assert LOG_LINE not in response.content.decode()
+    assert "team and operators" in response.content.decode()
+
+
+def test_a_team_reads_its_own_jobs_only(owner_client, teammate_client, diagnosed):
+    """Job 201 is bob's, in no team: alice and her teammate get the note and a 403."""
+    other = FailureEvent.objects.get(job__scheduler_id="201")
+    for c in (owner_client, teammate_client):
+        body = c.get(f"/failures/{other.pk}/").content.decode()
+        assert "NameError" not in body.split('id="evidence"')[1] and HIDDEN_NOTE in body
+        assert c.get(f"/api/v1/failures/{other.pk}/evidence.csv").status_code == 403
+
+
+def test_outsider_sees_the_timeline_and_its_csv(outsider_client, diagnosed):
+    assert outsider_client.get("/failures/").status_code == 200
+    rows = _rows(outsider_client.get("/api/v1/failures.csv?kind=job_failure"))
+    assert {r["job"] for r in rows} == {"200", "201"}
+    assert outsider_client.get(f"/api/v1/failures/{diagnosed.pk}/gpu-errors.csv").status_code == 200
+
+
+def test_failure_page_query_count_stays_flat_for_a_teammate(
+    teammate_client, diagnosed, django_assert_max_num_queries
+):
+    # The access check adds three (operators group, rules, membership) to the operator's page.
+    with django_assert_max_num_queries(8):
+        teammate_client.get(f"/failures/{diagnosed.pk}/")

@@ -323,3 +323,12 @@ def test_long_job_reads_the_rollup_for_series_and_energy(operator_client, db):
     assert "1-minute rollup" in energy.method
     assert energy.per_gpu[0].resets == 1
     assert energy.per_gpu[0].energy_mj == 99 * 3_000_000 + 1_000_000 + 140 * 3_000_000
+
+
+def test_an_outsider_sees_every_jobs_metadata_as_squeue_does(outsider_client, job_on_gpus):
+    """The job pages hold no log lines: a user in no team sees another user's job whole."""
+    page = outsider_client.get(f"/jobs/{job_on_gpus.id}/")
+    assert page.status_code == 200
+    assert "llama-7b-pretrain" in page.content.decode()
+    listed = _csv(outsider_client.get("/api/v1/jobs.csv"))
+    assert [(r["scheduler_id"], r["user"]) for r in listed] == [("4242", "alice")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from urllib.parse import urlencode
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -28,6 +28,7 @@ from webapp.failures.selectors import (
 )
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobType
+from webapp.teams.selectors import LOG_LINES_HIDDEN, job_logs_visible
 
 TIMELINE_MAX = 2000  # failures drawn and listed (the CSV has them all, up to CSV_MAX_ROWS)
 CSV_MAX_ROWS = 100_000
@@ -142,6 +143,7 @@ def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
     until = timezone.now()
     xids = node_xid_history(node, days=XID_HISTORY_DAYS)
     cause = taxonomy.CAUSES.get(failure.cause) if failure.cause else None
+    logs_visible = job_logs_visible(request.user, failure.job)
     return render(
         request,
         "failures/detail.html",
@@ -151,7 +153,9 @@ def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
             "cause": cause,
             "history_node": node,
             "xids": [(e, xid_meaning(e.xid) if e.xid else e.kind) for e in xids],
-            "context": evidence_in_context(failure),
+            "context": evidence_in_context(failure) if logs_visible else [],
+            # The note shown in place of the evidence, for a viewer not in the job's team.
+            "logs_hidden": None if logs_visible else LOG_LINES_HIDDEN,
             "notes": (failure.inputs or {}).get("notes", []),
             "symptoms": (failure.inputs or {}).get("symptoms", []),
             "figures": {
@@ -170,6 +174,8 @@ def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
 
 def detail_evidence_csv(request: HttpRequest, failure_id: int) -> HttpResponse:
     failure = _failure(failure_id)
+    if not job_logs_visible(request.user, failure.job):
+        return HttpResponseForbidden(LOG_LINES_HIDDEN, content_type="text/plain")
     rows = (
         (e.get("file"), e.get("line"), e.get("rule_id"), e.get("text"))
         for e in failure.evidence or []

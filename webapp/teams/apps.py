@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class TeamsConfig(AppConfig):
+    name = "webapp.teams"
+    label = "teams"
+    verbose_name = "Teams"

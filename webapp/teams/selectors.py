@@ -1,0 +1,66 @@
+"""Who may read a job's log lines: its owner, its team, and operators.
+
+Everyone logged in sees every job's metadata and diagnosis (as `squeue` shows every job); the
+log lines (and the evidence in context built from them) are the job's own: they hold paths,
+hyperparameters and the code's own messages.
+
+A job's team is worked out here, when a page asks, and not cached on the job: caching would
+cost the trace import a column for each of its million rows, make every rule edit an UPDATE of
+up to a million rows, and a stale cached team is a wrong grant. Asked here it costs one query
+of the rules table (a few rows) and a few regex matches, once per page that shows one job's
+log lines; no page lists jobs by team.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Q
+
+from webapp.jobs.models import Job
+from webapp.teams.models import Team, TeamRule
+from webapp.teams.rules import CompiledTeamRule, rules_compile, team_match
+
+# Members of this group are operators (as are staff and superusers); migration 0002 creates it.
+OPERATORS_GROUP = "operators"
+
+# What a page or export says in place of log lines its viewer may not read.
+LOG_LINES_HIDDEN = "Log lines are visible to the job's team and operators."
+
+
+def user_is_operator(user: AbstractBaseUser | AnonymousUser) -> bool:
+    if not user.is_authenticated or not user.is_active:
+        return False
+    if user.is_staff or user.is_superuser:
+        return True
+    return user.groups.filter(name=OPERATORS_GROUP).exists()
+
+
+def team_rules() -> list[CompiledTeamRule]:
+    """The enabled rules in order, read on every call so an edit or a revocation counts at
+    once in every process."""
+    rows = TeamRule.objects.filter(enabled=True).order_by("order", "id")
+    return rules_compile(rows.values_list("field", "pattern", "team_id"))
+
+
+def job_team_id(job: Job) -> int | None:
+    """The id of the team that owns the job (first matching rule), or None."""
+    values = {"user": job.user, "team": job.team, "partition": job.partition, "qos": job.qos}
+    return team_match(team_rules(), values)
+
+
+def team_has_member(team_id: int, user: AbstractBaseUser) -> bool:
+    """True if the user is in the team, directly or through one of their groups."""
+    return Team.objects.filter(pk=team_id).filter(Q(users=user) | Q(groups__user=user)).exists()
+
+
+def job_logs_visible(user: AbstractBaseUser | AnonymousUser, job: Job | None) -> bool:
+    """May this user read the job's log lines? A failure with no job (a node's GPU error) has
+    only the fleet's kernel lines, which every logged-in user sees."""
+    if not user.is_authenticated or not user.is_active:
+        return False
+    if job is None or user_is_operator(user):
+        return True
+    if job.user and job.user == user.get_username():
+        return True
+    team_id = job_team_id(job)
+    return team_id is not None and team_has_member(team_id, user)
