@@ -213,7 +213,9 @@ _HEAD_TO_TOKEN = re.compile(
 
 def batch_sign(text: str, token: str | None = None) -> str:
     """The signed wire form of a batch (JSON text): its `token` field removed and used as the
-    key (or `token`, for a batch without one). Already signed text is returned as it is."""
+    key (or `token`, for a batch without one). Already signed text, and text with no token to
+    sign with (not JSON, or none given), is returned as it is: the server refuses it unsigned.
+    """
     if is_signed(text):
         return text
     m = _HEAD_TO_TOKEN.match(text)
@@ -222,16 +224,24 @@ def batch_sign(text: str, token: str | None = None) -> str:
         if text.startswith(",", end):
             body = text[: m.start("token")] + text[end + 1 :]
             return _signed(body, found)
-    parsed = json.loads(text)
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
     found = parsed.pop("token", None) if isinstance(parsed, dict) else None
-    key_token = found or token
+    key_token = found if isinstance(found, str) else token
     if key_token is None:
-        raise ValueError("batch_sign: the batch has no token and none was given")
+        return text
     return _signed(json.dumps(parsed, separators=(",", ":")), key_token)
 
 
 def _signed(body: str, token: str) -> str:
     return f"{SIGNATURE_PREFIX}{_mac(node_key(token), body.encode())}\n{body}"
+
+
+def batch_body(raw: str | bytes) -> str | bytes:
+    """The batch JSON of wire text, signed or not (what a refusal log reads the sender from)."""
+    return raw[_SIGNED_HEAD:] if is_signed(raw) else raw
 
 
 def _unwrapped(raw: str | bytes) -> tuple[str | bytes, str | None]:
