@@ -8,11 +8,14 @@ that is 4-5x cheaper to parse and validate than one object per sample, and inges
 bounded by exactly that. Values a GPU does not support are `null`, never a sentinel number.
 
     {"v": 1, "batch_id": "…uuid…", "cluster": "seren", "node": "gpu-a-001",
-     "token": "…per-node secret…", "sent_at": 1700000000.5,
+     "sent_at": 1700000000.5,
      "gpus": [{"index": 0, "uuid": "GPU-…", "name": "NVIDIA H100 80GB HBM3",
                "memory_total_bytes": 85520809984}],
      "samples": [[0, 1700000000.0, 97.0, 41.0, 0.82, …], …],
      "node_samples": [[1700000000.0, 35.2, 41.0, …], …]}
+
+On the broker a batch travels signed (`batch_sign`: an HMAC header line, then this JSON), so
+no node token crosses it.
 
 Validation uses pydantic (not hand-written checks). `parse_batch` adds the checks that need
 the clock (timestamps far in the future) and the cross-field ones (sample refers to a GPU
@@ -21,7 +24,11 @@ the batch does not list).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import math
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -31,13 +38,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StringConstraints,
     ValidationError,
     model_validator,
 )
 
 SCHEMA_VERSION = 1
-ModelT = TypeVar("ModelT", bound=BaseModel)
 INGEST_TASK = "vigil.telemetry.ingest_batch"
 INGEST_QUEUE = "ingest"
 
@@ -125,6 +132,160 @@ NodeRow = tuple[(Timestamp, *(m.pytype | None for m in NODE_FIELDS))]
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"  # cluster and node names
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 
+# PostgreSQL text cannot hold NUL (psycopg refuses it mid-COPY, after other rows of the batch
+# were sent), so every text field refuses it at the edge, where the error names the field.
+NO_NUL_PATTERN = r"^[^\x00]*$"
+
+
+def Text(max_length: int, min_length: int = 0) -> Any:  # noqa: N802 (reads as a type)
+    """A bounded wire string without NUL bytes."""
+    return Annotated[
+        str,
+        StringConstraints(min_length=min_length, max_length=max_length, pattern=NO_NUL_PATTERN),
+    ]
+
+
+# --- Signed batches ------------------------------------------------------------------------
+#
+# A batch crosses the broker as one text: a header line naming the scheme and the HMAC, then
+# the batch JSON exactly as signed. The worker checks the HMAC over the bytes after the first
+# newline and parses those same bytes, so there is no re-serialisation between what was
+# signed and what is stored.
+#
+#     vigil-hmac-sha256:<64 hex digits>\n{"v":1,"batch_id":"…","cluster":"seren",…}
+#
+# The HMAC key is `node_key(token)`, the SHA-256 the server keeps in PostgreSQL instead of the
+# token. The database is the trusted side, so keying by that hash is as good as keying by the
+# token, and the token itself is never stored by the server nor sent by the node. Anyone who
+# can read the broker can copy and replay a signed batch, which is harmless: ingest is
+# idempotent on natural keys (a replayed batch stores nothing new), and it cannot be altered
+# without the key.
+
+SIGNATURE_PREFIX = "vigil-hmac-sha256:"
+_SIGNED_HEAD = len(SIGNATURE_PREFIX) + 64 + 1  # prefix, hex digest, newline
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A batch's HMAC and the exact bytes it covers (what was parsed)."""
+
+    body: bytes
+    mac: str
+
+    def valid_for(self, key: str) -> bool:
+        """Whether the HMAC was made with `key` (the node's `node_key`), in constant time."""
+        return hmac.compare_digest(_mac(key, self.body), self.mac)
+
+
+@dataclass(frozen=True)
+class Bearer:
+    """A node token presented as such (the HTTP API's Authorization header)."""
+
+    token: str
+
+
+Credential = Signature | Bearer
+
+
+def node_key(token: str) -> str:
+    """The HMAC key of a node: SHA-256 of its token, hex (what the server stores as
+    `token_hash`). Tokens are 256 random bits, so no password stretching is needed."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _mac(key: str, body: bytes) -> str:
+    return hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
+
+
+def is_signed(text: str | bytes) -> bool:
+    prefix = SIGNATURE_PREFIX if isinstance(text, str) else SIGNATURE_PREFIX.encode()
+    return text.startswith(prefix)
+
+
+# Every collector batch starts with the envelope in field order (agent.batch_json and the
+# models' own model_dump_json), so the token is found and cut out of the text without parsing
+# the whole batch, byte for byte as it was; anything else is parsed and re-serialised once.
+_HEAD_TO_TOKEN = re.compile(
+    r'\{"v":1,"batch_id":"[0-9a-f-]{36}","cluster":"[A-Za-z0-9._-]{1,128}",'
+    r'"node":"[A-Za-z0-9._-]{1,128}",(?P<token>"token":)"'
+)
+
+
+def batch_sign(text: str, token: str | None = None) -> str:
+    """The signed wire form of a batch (JSON text): its `token` field removed and used as the
+    key (or `token`, for a batch without one). Already signed text, and text with no token to
+    sign with (not JSON, or none given), is returned as it is: the server refuses it unsigned.
+    """
+    if is_signed(text):
+        return text
+    m = _HEAD_TO_TOKEN.match(text)
+    if m is not None:
+        found, end = json.decoder.scanstring(text, m.end())
+        if text.startswith(",", end):
+            body = text[: m.start("token")] + text[end + 1 :]
+            return _signed(body, found)
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
+    found = parsed.pop("token", None) if isinstance(parsed, dict) else None
+    key_token = found if isinstance(found, str) else token
+    if key_token is None:
+        return text
+    return _signed(json.dumps(parsed, separators=(",", ":")), key_token)
+
+
+def _signed(body: str, token: str) -> str:
+    return f"{SIGNATURE_PREFIX}{_mac(node_key(token), body.encode())}\n{body}"
+
+
+def batch_body(raw: str | bytes) -> str | bytes:
+    """The batch JSON of wire text, signed or not (what a refusal log reads the sender from)."""
+    return raw[_SIGNED_HEAD:] if is_signed(raw) else raw
+
+
+def _unwrapped(raw: str | bytes) -> tuple[str | bytes, str | None]:
+    """(the batch JSON, its HMAC or None if the text is not signed)."""
+    if not is_signed(raw):
+        return raw, None
+    head = raw[:_SIGNED_HEAD]
+    mac = head[len(SIGNATURE_PREFIX) : -1]
+    if isinstance(mac, bytes):
+        mac = mac.decode("ascii", "replace")
+    newline = "\n" if isinstance(head, str) else b"\n"
+    if not head.endswith(newline) or not re.fullmatch(r"[0-9a-f]{64}", mac):
+        raise BatchError("bad_signature", "signature header: expected 64 hex digits, newline")
+    return raw[_SIGNED_HEAD:], mac
+
+
+# --- Size limits ---------------------------------------------------------------------------
+#
+# A batch of 8 GPUs x 600 intervals (100 minutes at 10 s, more than any collector sends at
+# once) is 1.1 MB of JSON; Zstandard level 1 makes real telemetry about a fifth of that
+# (collectors/outbox.py). The defaults leave 7x room and still bound what one bad sender can
+# make a worker allocate. Servers read VIGIL_BATCH_MAX_BYTES and
+# VIGIL_BATCH_MAX_COMPRESSED_BYTES (webapp/core/outbox.py); these are the defaults.
+MAX_BATCH_BYTES = 8 * 2**20
+MAX_BATCH_COMPRESSED_BYTES = 4 * 2**20
+
+MAX_GPUS_PER_NODE = 64  # 8 on HGX/DGX boards; room for denser nodes
+MAX_INTERVALS_PER_BATCH = 720  # 2 h at 10 s: more than --history-minutes' 20 rounds
+MAX_SAMPLES_PER_BATCH = MAX_GPUS_PER_NODE * MAX_INTERVALS_PER_BATCH
+MAX_EVENTS_PER_BATCH = 100_000  # job events: a Slurm watcher's first poll after downtime
+MAX_NODE_EVENTS_PER_BATCH = 10_000  # collectors/watchers/nodeevents.py splits at 10,000
+
+
+class OversizedBatch(str):
+    """Stands for a batch refused for its size before it was read whole (a bomb stops at the
+    cap): the text is a note, `size_bytes` what was seen; every parse refuses it."""
+
+    size_bytes: int
+
+    def __new__(cls, note: str, size_bytes: int) -> OversizedBatch:
+        obj = super().__new__(cls, note)
+        obj.size_bytes = size_bytes
+        return obj
+
 
 class _Wire(BaseModel):
     """Every wire model: unknown keys are refused, parsed values are immutable."""
@@ -133,34 +294,54 @@ class _Wire(BaseModel):
 
 
 class _Envelope(_Wire):
-    """What every batch carries: version, id, sender (authenticated by its token), send time."""
+    """What every batch carries: version, id, sender, send time.
+
+    Who sent it is proven by a signature over the batch's exact bytes (`batch_sign`), never
+    by the token itself: the broker is reachable from every node, whose users run code. The
+    `token` field is only for the HTTP job-events API (a bearer token over TLS) and for
+    batches made before signing; the collector's transport removes it before a batch leaves
+    the node.
+    """
 
     v: Literal[1] = SCHEMA_VERSION
     batch_id: uuid.UUID
     cluster: Name
     node: Name
-    token: Annotated[str, StringConstraints(min_length=16, max_length=256)]
+    token: Text(min_length=16, max_length=256) | None = None
     sent_at: Timestamp
+    _credential: Credential | None = PrivateAttr(default=None)
+
+    @property
+    def credential(self) -> Credential | None:
+        """What proves the sender: the signature it came with, a bearer token, or None."""
+        return self._credential
+
+
+EnvelopeT = TypeVar("EnvelopeT", bound=_Envelope)
 
 
 class GpuInfo(_Wire):
     """A GPU as the node sees it; the server registers it on first contact (keyed by UUID)."""
 
     index: GpuIndex
-    uuid: Annotated[str, StringConstraints(min_length=4, max_length=96)]
-    name: Annotated[str, StringConstraints(max_length=96)] = ""
+    uuid: Text(min_length=4, max_length=96)
+    name: Text(max_length=96) = ""
     memory_total_bytes: Count | None = None
-    pci_bus_id: Annotated[str, StringConstraints(max_length=32)] | None = None
-    serial: Annotated[str, StringConstraints(max_length=64)] | None = None
+    pci_bus_id: Text(max_length=32) | None = None
+    serial: Text(max_length=64) | None = None
 
 
 class Batch(_Envelope):
     """One node's samples for one or more intervals."""
 
     source: Literal["nvml", "dcgm", "simulated", "replay"] = "nvml"
-    gpus: list[GpuInfo] = Field(default_factory=list, max_length=1024)
-    samples: list[GpuRow] = Field(default_factory=list)  # type: ignore[valid-type]
-    node_samples: list[NodeRow] = Field(default_factory=list)  # type: ignore[valid-type]
+    gpus: list[GpuInfo] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
+    samples: list[GpuRow] = Field(  # type: ignore[valid-type]
+        default_factory=list, max_length=MAX_SAMPLES_PER_BATCH
+    )
+    node_samples: list[NodeRow] = Field(  # type: ignore[valid-type]
+        default_factory=list, max_length=MAX_INTERVALS_PER_BATCH
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Batch:
@@ -199,21 +380,21 @@ class JobGpus(_Wire):
     """The GPUs a job holds on one node (indices as the node's NVML numbers them)."""
 
     node: Name
-    gpu_indices: list[GpuIndex] = Field(default_factory=list, max_length=1024)
+    gpu_indices: list[GpuIndex] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
 
 
 class JobEventIn(_Wire):
     """One change of one job: submitted, started (with its GPUs), requeued, or ended."""
 
-    job_id: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    job_id: Text(min_length=1, max_length=128)
     kind: Literal["submitted", "started", "requeued", "ended"]
     ts: Timestamp
-    name: Annotated[str, StringConstraints(max_length=256)] = ""
-    user: Annotated[str, StringConstraints(max_length=128)] = ""
-    team: Annotated[str, StringConstraints(max_length=128)] = ""
-    partition: Annotated[str, StringConstraints(max_length=128)] = ""
-    qos: Annotated[str, StringConstraints(max_length=128)] = ""
-    comment: Annotated[str, StringConstraints(max_length=1024)] = ""
+    name: Text(max_length=256) = ""
+    user: Text(max_length=128) = ""
+    team: Text(max_length=128) = ""
+    partition: Text(max_length=128) = ""
+    qos: Text(max_length=128) = ""
+    comment: Text(max_length=1024) = ""
     # An explicit type wins over the site's type rules (e.g. a Kubernetes label).
     job_type: Literal[JOB_TYPES] | None = None  # type: ignore[valid-type]
     submit_ts: Timestamp | None = None
@@ -242,7 +423,7 @@ class JobEventBatch(_Envelope):
     """Job events from one sender (a node's watcher or a scheduler integration)."""
 
     source: Literal["slurm", "kubernetes", "http", "simulated", "replay"] = "slurm"
-    events: list[JobEventIn] = Field(default_factory=list, max_length=100_000)
+    events: list[JobEventIn] = Field(default_factory=list, max_length=MAX_EVENTS_PER_BATCH)
 
 
 def parse_job_events(
@@ -263,14 +444,18 @@ class BatchError(ValueError):
         self.detail = detail
 
 
-def _validated(model: type[ModelT], raw: str | bytes) -> ModelT:
-    """`model` from JSON text, or BatchError naming the first problem (field and message)."""
+def _validated(model: type[EnvelopeT], raw: str | bytes) -> EnvelopeT:
+    """`model` from wire text (signed or not), with its credential; or BatchError naming the
+    first problem (field and message)."""
+    if isinstance(raw, OversizedBatch):
+        raise BatchError("too_large", str(raw))
+    body, mac = _unwrapped(raw)
     try:
-        return model.model_validate_json(raw)
+        batch = model.model_validate_json(body)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "batch"
-        reason = "malformed"
+        reason, message = "malformed", first["msg"]
         if (
             first["type"] in ("finite_number", "float_parsing")
             and "nan" in str(first.get("input", "")).lower()
@@ -278,7 +463,17 @@ def _validated(model: type[ModelT], raw: str | bytes) -> ModelT:
             reason = "not_a_number"
         elif where == "v":
             reason = "unsupported_version"
-        raise BatchError(reason, f"{where}: {first['msg']}") from None
+        elif first["type"] == "string_pattern_mismatch" and "\x00" in str(first.get("input")):
+            message = "contains a NUL byte (\\x00), which PostgreSQL text cannot hold"
+        raise BatchError(reason, f"{where}: {message}") from None
+    if mac is not None:
+        if batch.token is not None:
+            raise BatchError("malformed", "token: a signed batch must not carry its token")
+        body_bytes = body.encode() if isinstance(body, str) else body
+        batch._credential = Signature(body_bytes, mac)
+    elif batch.token is not None:
+        batch._credential = Bearer(batch.token)
+    return batch
 
 
 def _refuse_future(stamps: dict[str, list[float]], now: float | None, max_s: float) -> None:
@@ -332,13 +527,13 @@ class GpuErrorEventIn(_Wire):
     ]
     source: Literal["nvml", "kmsg", "journal", "file", "counter", "simulated"]
     gpu_index: GpuIndex | None = None
-    gpu_uuid: Annotated[str, StringConstraints(max_length=96)] | None = None
-    pci_bus_id: Annotated[str, StringConstraints(max_length=32)] | None = None
+    gpu_uuid: Text(max_length=96) | None = None
+    pci_bus_id: Text(max_length=32) | None = None
     xid: Annotated[int, Field(ge=0, le=10_000)] | None = None
     delta: Annotated[int, Field(ge=0)] | None = None  # counter increase, for counter kinds
     count: Annotated[int, Field(ge=1, le=1_000_000)] = 1
     pid: Annotated[int, Field(ge=0)] | None = None
-    message: Annotated[str, StringConstraints(max_length=2000)] = ""
+    message: Text(max_length=2000) = ""
 
     @model_validator(mode="after")
     def _consistent(self) -> GpuErrorEventIn:
@@ -350,21 +545,23 @@ class GpuErrorEventIn(_Wire):
 class LogWindowIn(_Wire):
     """Lines around an error in a running job's stdout/stderr (not the whole log)."""
 
-    job_id: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    job_id: Text(min_length=1, max_length=128)
     ts: Timestamp
-    path: Annotated[str, StringConstraints(max_length=1024)]
+    path: Text(max_length=1024)
     first_line_no: Annotated[int, Field(ge=1)]
-    lines: list[Annotated[str, StringConstraints(max_length=MAX_LINE_CHARS)]] = Field(
-        max_length=MAX_WINDOW_LINES
-    )
-    trigger: Annotated[str, StringConstraints(max_length=256)] = ""
+    lines: list[Text(max_length=MAX_LINE_CHARS)] = Field(max_length=MAX_WINDOW_LINES)
+    trigger: Text(max_length=256) = ""
 
 
 class NodeEventBatch(_Envelope):
     """GPU error events and job log windows from one node."""
 
-    gpu_events: list[GpuErrorEventIn] = Field(default_factory=list, max_length=100_000)
-    log_windows: list[LogWindowIn] = Field(default_factory=list, max_length=10_000)
+    gpu_events: list[GpuErrorEventIn] = Field(
+        default_factory=list, max_length=MAX_NODE_EVENTS_PER_BATCH
+    )
+    log_windows: list[LogWindowIn] = Field(
+        default_factory=list, max_length=MAX_NODE_EVENTS_PER_BATCH
+    )
 
 
 def parse_node_events(

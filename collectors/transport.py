@@ -29,7 +29,7 @@ from kombu.transport import redis as kombu_redis
 from redis.exceptions import RedisError
 
 from collectors import outbox
-from collectors.schema import INGEST_QUEUE, INGEST_TASK
+from collectors.schema import INGEST_QUEUE, INGEST_TASK, batch_sign
 
 log = logging.getLogger("vigil.collector.transport")
 
@@ -40,12 +40,20 @@ SPOOL_SUFFIX = ".json"
 TASK_MARK = "~"  # separates batch id and task name in a spool file name
 
 
+# The agent runs as root and spooled batches are signed with the node's key: only root may
+# list, read or replace them.
+SPOOL_DIR_MODE = 0o700
+SPOOL_FILE_MODE = 0o600
+
+
 class Spool:
     """A directory of pending batches; file names sort in the order batches were made."""
 
     def __init__(self, directory: Path) -> None:
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(mode=SPOOL_DIR_MODE, parents=True, exist_ok=True)
+        # mkdir's mode is filtered by the umask, and an existing folder keeps its own.
+        os.chmod(self.dir, SPOOL_DIR_MODE)
         self._last = max((self._seq(p) for p in self.files()), default=0)
 
     @staticmethod
@@ -75,7 +83,8 @@ class Spool:
         mark = "" if task == INGEST_TASK else f"{TASK_MARK}{task}"
         name = f"{self._last:020d}-{batch_id}{mark}{SPOOL_SUFFIX}"
         tmp = self.dir / f".{name}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, SPOOL_FILE_MODE)
+        with open(fd, "w", encoding="utf-8") as fh:
             fh.write(batch_json)
             fh.flush()
             os.fsync(fh.fileno())
@@ -162,6 +171,7 @@ class Transport:
             log.info("%d spooled batches in %s will be sent first", pending, self.spool.dir)
 
     def _publish(self, batch_json: str, task: str = INGEST_TASK) -> bool:
+        """Publish a signed batch (the outbox entry and the message carry no token)."""
         try:
             if self._producer is None:
                 # Our own connection instead of Celery's pool: after a failure the pool keeps
@@ -214,7 +224,8 @@ class Transport:
                 text = path.read_text(encoding="utf-8")
             except FileNotFoundError:
                 continue
-            if not self._publish(text, Spool.task_of(path)):
+            # Files spooled before batches were signed still hold their token.
+            if not self._publish(batch_sign(text), Spool.task_of(path)):
                 return len(self.spool)
             path.unlink()
         return 0
@@ -223,7 +234,10 @@ class Transport:
         """Publish to `task` now (True) or keep it in the spool for later (False); never raises.
 
         Every task goes to the `ingest` queue: telemetry and job events share its workers.
+        The batch is signed with the token it carries (schema.batch_sign), which is removed:
+        neither the broker nor the spool ever holds it.
         """
+        batch_json = batch_sign(batch_json)
         if self.spool.files() and self.flush():
             self.spool.put(batch_json, batch_id, task)
             self.spooled += 1

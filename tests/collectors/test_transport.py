@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import stat
 import uuid
 
 import kombu.compression
 
 from collectors import outbox
-from collectors.schema import INGEST_QUEUE, INGEST_TASK
+from collectors.schema import INGEST_QUEUE, INGEST_TASK, is_signed
 from collectors.transport import Spool, Transport
 
 
@@ -150,3 +152,25 @@ def test_job_event_batches_go_to_their_own_task_also_after_a_spool_replay(privat
     assert transport.flush() == 0
     transport.close()
     assert queued(private_redis) == [(INGEST_TASK, [batch(1)]), (JOB_EVENTS_TASK, [batch(2)])]
+
+
+def test_spool_folder_is_0700_and_its_batches_0600_whatever_the_umask(tmp_path):
+    old_umask = os.umask(0o022)
+    try:
+        spool_dir = tmp_path / "spool"
+        spool_dir.mkdir(mode=0o755)  # an existing folder of a looser mode is tightened
+        spool = Spool(spool_dir)
+        path = spool.put('{"batch_id": "x"}', "x")
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(spool_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_spooled_batch_holds_its_signature_not_its_token(tmp_path):
+    token = "a-node-token-of-enough-length-0123"
+    transport = Transport("redis+socket:///nowhere/redis.sock", tmp_path / "spool")
+    batch = {"v": 1, "batch_id": "3f2c3f0e-6a57-4a43-9d6c-2f9f3a0b8a11", "token": token}
+    assert not transport.send(json.dumps(batch), batch["batch_id"])
+    [path] = transport.spool.files()
+    assert token not in path.read_text() and is_signed(path.read_text())

@@ -91,7 +91,7 @@ def test_invalid_batch_is_rejected_and_worker_keeps_going(committed_node_token, 
 
     wait_for(lambda: stored_samples() == 16)
     reasons = sorted(RejectedBatch.objects.values_list("reason", flat=True))
-    assert reasons == ["bad_token", "malformed"]
+    assert reasons == ["bad_signature", "malformed"]
     assert worker.proc.poll() is None  # still running
     assert "rejected batch" in worker.log()
 
@@ -118,7 +118,7 @@ def test_a_backlog_is_stored_in_groups_with_refusals_and_redeliveries_sorted_out
     wait_for(lambda: RejectedBatch.objects.count() == 2)
     assert stored_samples() == distinct_samples() == 12 * 24
     assert rollup_total() == 12 * 24
-    assert set(RejectedBatch.objects.values_list("reason", flat=True)) == {"bad_token"}
+    assert set(RejectedBatch.objects.values_list("reason", flat=True)) == {"bad_signature"}
     wait_for(lambda: broker.hlen(OUTBOX_KEY) == 0)
 
 

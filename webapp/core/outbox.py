@@ -1,18 +1,39 @@
 """Server side of the outbox (collectors/outbox.py): read a batch by its reference, clear
 the entries of finished batches, and re-publish the ones a dead worker took off the queue
-without recording them."""
+without recording them.
+
+Every batch a worker takes from the broker passes through `batch_texts`, which holds it to
+the size limits before anything parses it: VIGIL_BATCH_MAX_COMPRESSED_BYTES for the outbox
+entry as stored, VIGIL_BATCH_MAX_BYTES for the text (defaults in collectors/schema.py). A
+batch over either comes back as an `OversizedBatch`, which the parse refuses as `too_large`
+(recorded like any refused batch), and decompression stops at the limit, so a compression
+bomb costs a worker no more memory than an honest batch of the largest size.
+"""
 
 from __future__ import annotations
 
+import bz2
 import logging
+import lzma
+import zlib
+from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 import redis
 from celery.signals import task_postrun
 from django.conf import settings
+from kombu import compression
 
 from collectors import outbox
-from collectors.schema import INGEST_QUEUE, JOB_EVENTS_TASK, NODE_EVENTS_TASK
+from collectors.schema import (
+    INGEST_QUEUE,
+    JOB_EVENTS_TASK,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_COMPRESSED_BYTES,
+    NODE_EVENTS_TASK,
+    OversizedBatch,
+)
 
 log = logging.getLogger("vigil.ingest")
 
@@ -26,21 +47,76 @@ def _client() -> redis.Redis | None:
     return outbox.client_for(settings.CELERY_BROKER_URL)
 
 
+def max_batch_bytes() -> int:
+    return getattr(settings, "VIGIL_BATCH_MAX_BYTES", MAX_BATCH_BYTES)
+
+
+def max_batch_compressed_bytes() -> int:
+    return getattr(settings, "VIGIL_BATCH_MAX_COMPRESSED_BYTES", MAX_BATCH_COMPRESSED_BYTES)
+
+
 def batch_texts(args: list[str]) -> list[str | None]:
-    """The batch JSON texts batch tasks were given: each argument itself, or the outbox entry
-    it refers to (one Redis round trip for all references); None for a reference whose entry
-    is gone (the batch was finished before). Raises redis.RedisError when Redis cannot be read
-    (the entries stay)."""
+    """The batch texts batch tasks were given: each argument itself, or the outbox entry it
+    refers to (one Redis round trip for all references); None for a reference whose entry is
+    gone (the batch was finished before); an `OversizedBatch` for one over the size limits.
+    Raises redis.RedisError when Redis cannot be read (the entries stay)."""
+    limit = max_batch_bytes()
+    texts: list[str | None] = [
+        OversizedBatch(f"batch of {len(arg)} characters exceeds {limit} bytes", len(arg))
+        if len(arg) > limit
+        else arg
+        for arg in args
+    ]
     ids = {i: batch_id for i, arg in enumerate(args) if (batch_id := outbox.reference_id(arg))}
     if not ids:
-        return list(args)
+        return texts
     client = _client()
     if client is None:
         raise RuntimeError(
             f"{args[next(iter(ids))]!r} refers to the outbox, but the broker is not Redis"
         )
-    found = dict(zip(ids, outbox.outbox_get_many(client, list(ids.values())), strict=True))
-    return [found.get(i, arg) for i, arg in enumerate(args)]
+    found = outbox.outbox_get_many(client, list(ids.values()), limit, max_batch_compressed_bytes())
+    for i, text in zip(ids, found, strict=True):
+        texts[i] = text
+    return texts
+
+
+class MessageTooLarge(ValueError):
+    """A compressed Celery message that holds more than VIGIL_BATCH_MAX_BYTES."""
+
+
+def _bounded(new_decompressor: Callable[[], Any]) -> Callable[[bytes], bytes]:
+    def decompress(body: bytes) -> bytes:
+        limit = max_batch_bytes()
+        decompressor = new_decompressor()
+        out = decompressor.decompress(body, limit + 1)
+        if len(out) > limit:
+            raise MessageTooLarge(f"compressed message decompresses past {limit} bytes")
+        if not decompressor.eof:
+            raise ValueError("truncated compressed message")
+        return out
+
+    return decompress
+
+
+def bounded_decompression_install() -> None:
+    """Make kombu decompress message bodies (batches sent inline to brokers other than Redis)
+    only up to the batch size limit. kombu's own decoders inflate a whole body, so one small
+    message could make a worker allocate gigabytes. A refused body is logged by Celery as
+    undecodable and acknowledged: it never reaches a task. Idempotent."""
+    decoders = {
+        "application/x-gzip": lambda: zlib.decompressobj(),
+        "application/x-bz2": bz2.BZ2Decompressor,
+        "application/x-lzma": lzma.LZMADecompressor,
+        "application/zstd": outbox.zstd.ZstdDecompressor,
+    }
+    for content_type, new_decompressor in decoders.items():
+        encoder, _ = compression.get_encoder(content_type)
+        compression.register(encoder, _bounded(new_decompressor), content_type)
+
+
+# The worker imports this module (webapp/telemetry/tasks.py) before it consumes anything.
+bounded_decompression_install()
 
 
 def batches_finished(task: str, args: list[str]) -> None:

@@ -11,6 +11,7 @@ import json
 import logging
 from typing import Protocol
 
+from collectors.schema import batch_body
 from webapp.core.models import RejectedBatch
 
 log = logging.getLogger("vigil.ingest")
@@ -34,7 +35,7 @@ def batch_reject(raw: str | bytes, error: Refusal) -> RejectedBatch:
     """Record a refused batch (reason, detail, who claimed to send it) and log it."""
     claimed: dict = {}
     try:
-        parsed = json.loads(raw)
+        parsed = json.loads(batch_body(raw))
         if isinstance(parsed, dict):
             claimed = parsed
     except (ValueError, TypeError, UnicodeDecodeError, RecursionError):

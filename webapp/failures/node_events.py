@@ -50,7 +50,7 @@ def node_events_ingest(raw: str | bytes) -> NodeEventsResult:
     """Validate, authenticate and store one node-event batch; raises BatchError / AuthError
     to refuse it whole (nothing stored). A redelivered batch stores nothing new."""
     batch = parse_node_events(raw, max_future_s=settings.VIGIL_MAX_FUTURE_SKEW_S)
-    node = node_authenticate(batch.cluster, batch.node, batch.token)
+    node = node_authenticate(batch.cluster, batch.node, batch.credential)
     with transaction.atomic():
         new_errors = _gpu_errors_store(node.id, batch)
         new_windows = _log_windows_store(node.id, node.cluster_id, batch)

@@ -134,7 +134,7 @@ def job_events_ingest(raw: str | bytes) -> JobEventsResult:
     """Validate, authenticate and apply one job-event batch. Raises BatchError or AuthError
     to refuse it whole (nothing stored)."""
     batch = parse_job_events(raw, max_future_s=settings.VIGIL_MAX_FUTURE_SKEW_S)
-    sender = node_authenticate(batch.cluster, batch.node, batch.token)
+    sender = node_authenticate(batch.cluster, batch.node, batch.credential)
     with transaction.atomic():
         applier = _Applier(batch, sender)
         applied = applier.run()

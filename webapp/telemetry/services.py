@@ -202,7 +202,7 @@ def _ready(raw: str | bytes) -> _Ready:
     """Validate and authenticate a batch, register its GPUs and partitions, and build what
     _store writes. Raises BatchError or AuthError to refuse it whole."""
     batch = parse_batch(raw, max_future_s=settings.VIGIL_MAX_FUTURE_SKEW_S)
-    node = node_authenticate(batch.cluster, batch.node, batch.token)
+    node = node_authenticate(batch.cluster, batch.node, batch.credential)
     # Per-batch work runs over the distinct timestamps (all GPUs of a node share each one),
     # not over every row.
     gpu_times = {row[1] for row in batch.samples}
