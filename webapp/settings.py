@@ -309,8 +309,10 @@ AXES_RESET_ON_SUCCESS = True
 
 # Content-Security-Policy (django-csp): scripts, styles, images and fetches from Vigil itself
 # only. Pages have no inline scripts (their data comes in json_script tags, which are data,
-# not code); Plotly sets style attributes on the SVG it draws, hence 'unsafe-inline' for
-# styles alone. Plotly's mode-bar icons and image export use data: URLs.
+# not code). plotly.js adds <style> elements of its own (without 'unsafe-inline' for styles,
+# Chromium reported 6 style-src-elem violations from it on the overview), so styles alone
+# allow inline; tests/browser/test_security.py checks the pages under this policy. Plotly's
+# mode-bar icons and image export use data: URLs.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
