@@ -10,8 +10,6 @@ RUN pip install . && pip install --no-deps 'celery-batches==0.11'
 COPY manage.py ./
 COPY templates ./templates
 COPY static ./static
-# collectstatic needs settings but no database: point at placeholders.
-RUN VIGIL_DEBUG=false SECRET_KEY=build-only-placeholder-never-used-at-run-time \
-    DATABASE_URL=postgresql://build@localhost/build CELERY_BROKER_URL=redis://localhost \
-    python manage.py collectstatic --noinput
+# collectstatic needs settings but no database, broker or cache: offline (webapp/settings.py).
+RUN VIGIL_OFFLINE=true VIGIL_DEBUG=false python manage.py collectstatic --noinput
 EXPOSE 8000

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.realparts import missing
 from webapp.core.embedded import process_stop
 
 SLURMCTLD = "/usr/sbin/slurmctld"
@@ -192,7 +193,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     """A running single-node Slurm with 8 fake GPUs; skipped where slurm-wlm is absent."""
     reason = slurm_missing_reason()
     if reason:
-        pytest.skip(reason)
+        missing("slurm", reason)
     # Short path: slurmd puts unix sockets (108-byte limit) in its spool folder.
     root = Path(tempfile.mkdtemp(prefix="vigil-slurm-"))
     cluster = SlurmCluster(root)

@@ -49,3 +49,17 @@ def test_metrics_closed_in_production_without_a_key(client, db, settings):
     response = client.get("/metrics")
     assert response.status_code == 403
     assert "VIGIL_METRICS_KEY" in response.json()["error"]
+
+
+def test_metrics_never_read_a_key_from_the_query_string(client, db, settings):
+    settings.VIGIL_METRICS_KEY = "scrape-key-123"
+    assert client.get("/metrics?key=scrape-key-123").status_code == 401
+
+
+def test_refused_scrapes_are_counted(client, db, settings):
+    settings.VIGIL_METRICS_KEY = "scrape-key-123"
+    client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope")
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-key-123")
+    assert _families(response.content.decode())["vigil_api_unauthenticated_requests_total"] == {
+        (): 1.0
+    }

@@ -7,15 +7,29 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load_settings(**env: str) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
-    full.update(DATABASE_URL="postgresql://x@localhost/x", CELERY_BROKER_URL="redis://localhost")
+def _load_settings(
+    *, show: str = "", debug: str | None = "true", **env: str
+) -> subprocess.CompletedProcess:
+    """Import the settings in a fresh process with `env`; print `show` (an expression of settings).
+
+    VIGIL_DEBUG is `debug` unless `env` sets it; None leaves it unset."""
+    full = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "VIGIL_DEBUG")}
+    full.update(
+        DATABASE_URL="postgresql://x@localhost/x",
+        CELERY_BROKER_URL="redis://localhost",
+        VIGIL_CACHE_URL="redis://cache.invalid:6379/0",
+    )
+    if debug is not None:
+        full["VIGIL_DEBUG"] = debug
     full.update(env)
+    code = "from webapp.settings import *" + (f"; print(repr({show}))" if show else "")
     return subprocess.run(
-        [sys.executable, "-c", "import webapp.settings"],
+        [sys.executable, "-c", code],
         cwd=ROOT,
         env=full,
         capture_output=True,
@@ -29,9 +43,100 @@ def test_production_refuses_the_development_secret():
     assert "SECRET_KEY is the development default" in result.stderr
 
 
-def test_production_starts_with_a_real_secret():
-    result = _load_settings(VIGIL_DEBUG="false", SECRET_KEY="k" * 50)
+PRODUCTION = {"SECRET_KEY": "k" * 50, "ALLOWED_HOSTS": "vigil.example.org"}
+
+
+def test_production_starts_with_a_real_secret_and_named_hosts():
+    result = _load_settings(VIGIL_DEBUG="false", **PRODUCTION)
     assert result.returncode == 0, result.stderr
+
+
+def test_debug_is_off_unless_asked_for():
+    result = _load_settings(show="DEBUG", debug=None, **PRODUCTION)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+    assert "SECRET_KEY is the development default" in _load_settings(debug=None).stderr
+
+
+@pytest.mark.parametrize("hosts", ["*", "", " , ", "vigil.example.org,*"])
+def test_production_refuses_any_host_or_none(hosts):
+    result = _load_settings(VIGIL_DEBUG="false", **{**PRODUCTION, "ALLOWED_HOSTS": hosts})
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: ALLOWED_HOSTS must name" in result.stderr
+
+
+def test_proxy_https_header_is_configurable():
+    result = _load_settings(
+        show="SECURE_PROXY_SSL_HEADER", VIGIL_PROXY_SSL_HEADER="X-Forwarded-Proto"
+    )
+    assert result.stdout.strip() == "('HTTP_X_FORWARDED_PROTO', 'https')"
+    assert _load_settings(show="SECURE_PROXY_SSL_HEADER").stdout.strip() == "None"
+    bad = _load_settings(VIGIL_PROXY_SSL_HEADER="X-Forwarded-Proto: https")
+    assert bad.returncode != 0
+    assert "VIGIL_PROXY_SSL_HEADER='X-Forwarded-Proto: https' is not an HTTP header" in bad.stderr
+
+
+def test_hsts_and_redirect_come_from_the_environment():
+    env = {
+        "VIGIL_SSL_REDIRECT": "true",
+        "VIGIL_HSTS_SECONDS": "31536000",
+        "VIGIL_HSTS_INCLUDE_SUBDOMAINS": "yes",
+        "VIGIL_HSTS_PRELOAD": "on",
+    }
+    shown = "(SECURE_SSL_REDIRECT, SECURE_HSTS_SECONDS, SECURE_HSTS_INCLUDE_SUBDOMAINS, SECURE_HSTS_PRELOAD)"
+    result = _load_settings(show=shown, **env)
+    assert result.stdout.strip() == "(True, 31536000, True, True)", result.stderr
+    assert "VIGIL_HSTS_SECONDS='a year' is not an integer" in (
+        _load_settings(VIGIL_HSTS_SECONDS="a year").stderr
+    )
+    assert "VIGIL_SSL_REDIRECT='sometimes' is not a boolean" in (
+        _load_settings(VIGIL_SSL_REDIRECT="sometimes").stderr
+    )
+    short = _load_settings(**{**env, "VIGIL_HSTS_SECONDS": "3600"})
+    assert short.returncode != 0 and "VIGIL_HSTS_PRELOAD=true needs" in short.stderr
+
+
+@pytest.mark.parametrize(
+    ("broker", "cache"),
+    [
+        ("redis://redis:6379/0", "redis://redis:6379/1"),
+        ("redis://redis/0", "redis://REDIS:6379/5"),
+        ("redis+socket:///run/vigil/redis.sock", "unix:///run/vigil/redis.sock?db=1"),
+    ],
+)
+def test_cache_on_the_brokers_server_is_refused(broker, cache):
+    result = _load_settings(CELERY_BROKER_URL=broker, VIGIL_CACHE_URL=cache)
+    assert result.returncode != 0
+    assert "VIGIL_CACHE_URL names the broker's Redis server" in result.stderr
+
+
+def test_cache_on_its_own_server_is_used():
+    result = _load_settings(
+        show="CACHES['default']['LOCATION']",
+        CELERY_BROKER_URL="redis://redis:6379/0",
+        VIGIL_CACHE_URL="redis://cache:6379/0",
+    )
+    assert result.stdout.strip() == "'redis://cache:6379/0'", result.stderr
+    bad = _load_settings(VIGIL_CACHE_URL="memcached://cache:11211")
+    assert bad.returncode != 0 and "is not a Redis URL" in bad.stderr
+
+
+def test_the_embedded_cache_is_not_the_embedded_broker():
+    from django.conf import settings
+
+    from webapp.core import embedded
+
+    cache_socket = embedded.redis_socket(embedded.CACHE)
+    broker_socket = embedded.redis_socket(embedded.BROKER)
+    assert cache_socket != broker_socket
+    assert settings.CACHES["default"]["LOCATION"] == f"unix://{cache_socket}"
+    assert settings.CELERY_BROKER_URL.endswith(str(broker_socket))
+
+
+def test_api_body_cap_is_configurable():
+    result = _load_settings(show="VIGIL_API_MAX_BODY_BYTES", VIGIL_API_MAX_BODY_BYTES="65536")
+    assert result.stdout.strip() == "65536"
+    assert "below its minimum" in _load_settings(VIGIL_API_MAX_BODY_BYTES="10").stderr
 
 
 def test_malformed_number_is_refused_with_the_variable_named():

@@ -9,6 +9,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("VIGIL_DATA_DIR", str(ROOT / ".vigil" / "test"))
+# Settings fail closed (VIGIL_DEBUG defaults to false); the tests run as a developer's
+# machine does. Set here, in os.environ, so every Celery worker and demo subprocess a test
+# starts (tests/helpers.py subprocess_env copies the environment) gets the same.
+os.environ.setdefault("VIGIL_DEBUG", "true")
 Path(os.environ["VIGIL_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
 
 
@@ -16,8 +20,10 @@ def pytest_unconfigure(config) -> None:
     """Stop the embedded servers this test run started (none if they were already up)."""
     from webapp.core import embedded
 
-    if "redis" in embedded.started_here:
-        embedded.redis_stop()
+    if embedded.CACHE in embedded.started_here:
+        embedded.redis_stop(embedded.CACHE)
+    if embedded.BROKER in embedded.started_here:
+        embedded.redis_stop(embedded.BROKER)
     if "postgres" in embedded.started_here:
         from django.db import connections
 

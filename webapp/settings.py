@@ -7,7 +7,10 @@ message naming the variable, instead of being guessed at.
 from __future__ import annotations
 
 import os
+import re
+from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 import dj_email_url
@@ -52,20 +55,64 @@ def envfloat(name: str, default: str, minimum: float | None = None) -> float:
 
 DEV_SECRET_KEY = "vigil-dev-secret-key-not-for-production"  # noqa: S105 (refused in production)
 
-DEBUG = envbool("VIGIL_DEBUG", "True")
+# Closed unless asked: `make demo` and the tests set VIGIL_DEBUG=true themselves.
+DEBUG = envbool("VIGIL_DEBUG", "False")
+# Offline commands (manage.py diagnose, makemigrations --check, collectstatic at image build)
+# need no database or broker: nothing is started and any attempt to connect fails loudly.
+# They serve no request either, so the secret key and host checks below do not apply.
+VIGIL_OFFLINE = envbool("VIGIL_OFFLINE", "False")
+_serving = not DEBUG and not VIGIL_OFFLINE
 SECRET_KEY = os.environ.get("SECRET_KEY", DEV_SECRET_KEY)
-if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
+if _serving and SECRET_KEY == DEV_SECRET_KEY:
     raise ImproperlyConfigured(
         "SECRET_KEY is the development default; set SECRET_KEY to a long random value "
         "before running with VIGIL_DEBUG=false"
     )
-if not DEBUG and len(SECRET_KEY) < 32:
+if _serving and len(SECRET_KEY) < 32:
     raise ImproperlyConfigured("SECRET_KEY is shorter than 32 characters")
 
-ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h.strip()]
-CSRF_TRUSTED_ORIGINS = [
-    o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
-]
+
+def envlist(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+# In debug an empty list means localhost only (Django's rule); outside debug the hosts this
+# site answers to must be named: "*" would let any Host header build password-reset links
+# and absolute URLs.
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS")
+if _serving and (not ALLOWED_HOSTS or "*" in ALLOWED_HOSTS):
+    raise ImproperlyConfigured(
+        "ALLOWED_HOSTS must name this site's host names (comma-separated) when "
+        "VIGIL_DEBUG=false; '*' and an empty list are refused"
+    )
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS")
+
+# --- HTTPS behind a proxy ------------------------------------------------------------------
+# The header a TLS-terminating proxy sets to "https" (e.g. X-Forwarded-Proto). Only set it if
+# the proxy always overwrites that header: otherwise a client could claim HTTPS itself.
+_proxy_header = os.environ.get("VIGIL_PROXY_SSL_HEADER", "").strip()
+if _proxy_header and not re.fullmatch(r"[A-Za-z0-9]+(-[A-Za-z0-9]+)*", _proxy_header):
+    raise ImproperlyConfigured(
+        f"VIGIL_PROXY_SSL_HEADER={_proxy_header!r} is not an HTTP header name "
+        "(e.g. X-Forwarded-Proto)"
+    )
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https") if _proxy_header else None
+)
+SECURE_SSL_REDIRECT = envbool("VIGIL_SSL_REDIRECT", "False")
+SECURE_HSTS_SECONDS = envint("VIGIL_HSTS_SECONDS", "0", minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("VIGIL_HSTS_INCLUDE_SUBDOMAINS", "False")
+SECURE_HSTS_PRELOAD = envbool("VIGIL_HSTS_PRELOAD", "False")
+# The browsers' preload list takes a site only with a max-age of at least a year and
+# includeSubDomains (hstspreload.org, "Submission Requirements").
+HSTS_PRELOAD_MIN_S = 31_536_000
+if SECURE_HSTS_PRELOAD and (
+    SECURE_HSTS_SECONDS < HSTS_PRELOAD_MIN_S or not SECURE_HSTS_INCLUDE_SUBDOMAINS
+):
+    raise ImproperlyConfigured(
+        f"VIGIL_HSTS_PRELOAD=true needs VIGIL_HSTS_SECONDS>={HSTS_PRELOAD_MIN_S} and "
+        "VIGIL_HSTS_INCLUDE_SUBDOMAINS=true (the preload list refuses anything less)"
+    )
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -76,6 +123,8 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django.contrib.postgres",
+    "axes",
+    "csp",
     "webapp.core",
     "webapp.fleet",
     "webapp.telemetry",
@@ -95,6 +144,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: it turns a lockout raised during login into its 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -118,9 +170,6 @@ TEMPLATES = [
 # --- Database and broker -------------------------------------------------------------------
 # With no URL configured, webapp/embedded.py starts a private PostgreSQL and Redis under
 # VIGIL_DATA_DIR, so `make demo` and `make test` need nothing installed.
-# Offline commands (manage.py diagnose) need no database or broker: nothing is started and
-# any attempt to connect fails loudly instead of silently starting servers.
-VIGIL_OFFLINE = envbool("VIGIL_OFFLINE", "False")
 if VIGIL_OFFLINE:
     os.environ.setdefault("DATABASE_URL", "postgresql://offline@offline.invalid:1/offline")
     os.environ.setdefault("CELERY_BROKER_URL", "memory://")
@@ -180,22 +229,48 @@ CELERY_DB_REUSE_MAX = envint("VIGIL_WORKER_DB_REUSE_MAX", "1000", minimum=1)
 
 
 # --- Cache ---------------------------------------------------------------------------------
-# Shared by every web and worker process (characterization results, warmed by beat), in the
-# broker's Redis on database 1, unless VIGIL_CACHE_URL names another (redis://, unix://).
-def _cache_location(broker: str) -> str:
-    if broker.startswith("redis+socket://"):
-        return "unix://" + broker.removeprefix("redis+socket://").split("?")[0] + "?db=1"
-    if broker.startswith(("redis://", "rediss://")):
-        return broker.rsplit("/", 1)[0] + "/1" if broker.count("/") > 2 else broker + "/1"
-    return ""
+# Shared by every web and worker process (characterization results warmed by beat, counters
+# of refused API requests). Django's Redis cache unpickles what it reads, so it must never
+# live on the broker's server: every node holds a credential for the broker and could plant a
+# pickle there. VIGIL_CACHE_URL (redis://, rediss://, unix://) names its own server; unset, a
+# second embedded Redis is started in its own folder and socket. Chosen over the database
+# cache: no table to create before first use, and an atomic INCR for the counters.
+def _redis_server(url: str) -> tuple[str, ...] | None:
+    """(host, port) or (socket path,) of a Redis URL, to compare two URLs; None if not Redis."""
+    parts = urlsplit(url)
+    if parts.scheme in ("redis+socket", "unix"):
+        return (str(Path(parts.path).resolve()),)
+    if parts.scheme in ("redis", "rediss"):
+        return ((parts.hostname or "localhost").lower(), str(parts.port or 6379))
+    return None
 
 
-_cache_url = os.environ.get("VIGIL_CACHE_URL") or _cache_location(CELERY_BROKER_URL)
-CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}
-    if _cache_url
-    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
-}
+if VIGIL_OFFLINE:
+    os.environ.setdefault("VIGIL_CACHE_URL", "locmem://")
+if not os.environ.get("VIGIL_CACHE_URL"):
+    from webapp.core import embedded
+
+    os.environ["VIGIL_CACHE_URL"] = embedded.cache_url()
+VIGIL_CACHE_URL = os.environ["VIGIL_CACHE_URL"]
+if VIGIL_CACHE_URL == "locmem://":
+    # Offline commands only: nothing is shared, and nothing needs to be.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+else:
+    if _redis_server(VIGIL_CACHE_URL) is None:
+        raise ImproperlyConfigured(
+            f"VIGIL_CACHE_URL={VIGIL_CACHE_URL!r} is not a Redis URL (redis://, rediss://, unix://)"
+        )
+    if _redis_server(VIGIL_CACHE_URL) == _redis_server(CELERY_BROKER_URL):
+        raise ImproperlyConfigured(
+            "VIGIL_CACHE_URL names the broker's Redis server (CELERY_BROKER_URL); the cache "
+            "unpickles what it reads and nodes can write to the broker: give it its own server"
+        )
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": VIGIL_CACHE_URL,
+        }
+    }
 
 # --- Email ---------------------------------------------------------------------------------
 _email = dj_email_url.parse(os.environ.get("EMAIL_URL", "console://"))
@@ -216,6 +291,42 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "telemetry:overview"
 LOGOUT_REDIRECT_URL = "login"
+
+# Failed logins are throttled by django-axes: after VIGIL_LOGIN_FAILURE_LIMIT failures for one
+# username from one address, that pair is refused (HTTP 429) for VIGIL_LOGIN_LOCKOUT_MINUTES,
+# even with the right password. Per pair, so a guesser cannot lock a colleague out from
+# elsewhere. 5 tries and 15 minutes are the project's choice ("Trust boundaries" issue), far
+# inside NIST SP 800-63B section 5.2.2's ceiling of 100 consecutive failures.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: it refuses a locked-out pair
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("VIGIL_LOGIN_FAILURE_LIMIT", "5", minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("VIGIL_LOGIN_LOCKOUT_MINUTES", "15", minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# The client address is REMOTE_ADDR (no django-ipware): behind a proxy, the proxy must set it
+# (gunicorn --forwarded-allow-ips) rather than Vigil trusting a header any client can send.
+
+# Content-Security-Policy (django-csp): scripts, styles, images and fetches from Vigil itself
+# only. Pages have no inline scripts (their data comes in json_script tags, which are data,
+# not code). plotly.js adds <style> elements of its own (without 'unsafe-inline' for styles,
+# Chromium reported 6 style-src-elem violations from it on the overview), so styles alone
+# allow inline; tests/browser/test_security.py checks the pages under this policy. Plotly's
+# mode-bar icons and image export use data: URLs.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -274,6 +385,10 @@ VIGIL_HEALTH_KEY = os.environ.get("VIGIL_HEALTH_KEY", "")
 VIGIL_BUSY_UTIL_PCT = envfloat("VIGIL_BUSY_UTIL_PCT", "10", minimum=0)
 # A node not heard from for this long is shown as stale.
 VIGIL_STALE_AFTER_S = envint("VIGIL_STALE_AFTER_S", "120", minimum=1)
+# Largest body POST /api/v1/job-events reads (bytes); a larger one is refused with 413 before
+# it is read. 1 MiB holds thousands of job events (one is a few hundred bytes), far more than
+# a scheduler sends per interval.
+VIGIL_API_MAX_BODY_BYTES = envint("VIGIL_API_MAX_BODY_BYTES", str(2**20), minimum=1024)
 
 # --- Failure diagnosis ---------------------------------------------------------------------
 # Optional LLM hook (webapp/failures/llm.py), off when the URL is empty: an OpenAI-compatible

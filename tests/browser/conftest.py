@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.realparts import missing
 from tests.telemetry.conftest import SmallFleet, seed_small_fleet
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
-CHROMIUM = "/usr/bin/chromium"
+# Debian's Chromium; VIGIL_TEST_CHROMIUM points elsewhere (tests/test_realparts.py points it
+# at nothing to prove a missing browser fails CI).
+CHROMIUM = os.environ.get("VIGIL_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -33,7 +36,7 @@ PASSWORD = "correct-horse-battery"
 @pytest.fixture(scope="session")
 def browser():
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not found: install Debian's chromium (make test-deps)")
+        missing("chromium", f"{CHROMIUM} not found: install Debian's chromium (make test-deps)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

