@@ -47,11 +47,16 @@ def unauthenticated_total() -> int:
 
 class UnauthenticatedCollector(Collector):
     def collect(self) -> Iterator:
+        try:
+            total = unauthenticated_total()
+        except Exception:  # a cache outage must not take /metrics down: leave the series out
+            log.warning("unauthenticated request count unavailable", exc_info=True)
+            return
         yield CounterMetricFamily(
             "vigil_api_unauthenticated_requests",
             "Requests to bearer-authenticated endpoints refused for a missing or wrong "
             "credential (since the cache was last cleared)",
-            value=unauthenticated_total(),
+            value=total,
         )
 
 

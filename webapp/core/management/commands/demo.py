@@ -173,8 +173,9 @@ class Command(BaseCommand):
             from django.db import connections
 
             connections.close_all()
-            if "redis" in embedded.started_here:
-                embedded.redis_stop()
+            for instance in (embedded.CACHE, embedded.BROKER):
+                if instance in embedded.started_here:
+                    embedded.redis_stop(instance)
             if "postgres" in embedded.started_here:
                 embedded.postgres_stop()
             self.stdout.write("Stopped.")
