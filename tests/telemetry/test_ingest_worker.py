@@ -8,20 +8,24 @@ PostgreSQL.
 from __future__ import annotations
 
 import json
+import signal
 import tempfile
 import time
 from pathlib import Path
 
+import psutil
+import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
 
-from collectors.outbox import OUTBOX_KEY
+from collectors.outbox import OUTBOX_KEY, SINCE_KEY
 from collectors.schema import INGEST_QUEUE, INGEST_TASK
 from collectors.transport import Transport
-from tests.helpers import make_batch, wait_for
+from tests.helpers import database_url, make_batch, wait_for
 from webapp.celery import app
 from webapp.core import embedded
+from webapp.core.ingest import DELIVERIES_KEY
 from webapp.core.outbox import outbox_redeliver
 from webapp.telemetry.services import rollups_refresh
 
@@ -50,6 +54,22 @@ def distinct_samples() -> int:
     with connection.cursor() as cur:
         cur.execute("SELECT count(DISTINCT (gpu_id, ts)) FROM telemetry_gpusample")
         return cur.fetchone()[0]
+
+
+def row_counts() -> dict[str, int]:
+    """Rows of the tables without a natural key a redelivery could double (node samples have
+    one, but are counted too: a lost ON CONFLICT would show here first)."""
+    tables = {
+        "nodesample": "telemetry_nodesample",
+        "rollupdirty": "telemetry_rollupdirty",
+        "rejectedbatch": "telemetry_rejectedbatch",
+    }
+    with connection.cursor() as cur:
+        counts = {}
+        for name, table in tables.items():
+            cur.execute(f"SELECT count(*) FROM {table}")
+            counts[name] = cur.fetchone()[0]
+        return counts
 
 
 def rollup_total() -> int:
@@ -220,3 +240,90 @@ def test_postgres_restart_during_ingest_loses_nothing(committed_node_token, work
     assert distinct_samples() == expected
     assert rollup_total() == expected
     assert "will be retried" in worker.log()
+
+
+def outbox_empty(broker) -> bool:
+    """No batch is waiting to be finished: the outbox, its publish times and the delivery
+    counts are all empty."""
+    return not (broker.hlen(OUTBOX_KEY) or broker.zcard(SINCE_KEY) or broker.hlen(DELIVERIES_KEY))
+
+
+def test_a_poison_batch_in_a_group_is_refused_once_and_the_group_is_stored(
+    committed_node_token, worker_factory, broker
+):
+    """Eight batches waiting when a worker starts come as one group; one of them cannot be
+    stored (a NUL byte in a GPU name, which PostgreSQL refuses in text). The other seven are
+    stored, the poison one is refused once, with the exception, and nothing of it is ever
+    published again."""
+    from webapp.core.models import RejectedBatch
+
+    batches = many_batches(committed_node_token, 8, intervals=3)
+    poison = batches[3]
+    poison["gpus"][0].update(uuid="GPU-swapped-in", name="NVIDIA H100\x00")
+    for b in batches:
+        publish(b)
+    assert broker.llen("ingest") == 8
+
+    worker_factory(visibility_timeout_s=2)
+    wait_for(lambda: stored_samples() == 7 * 24, timeout=60)
+    wait_for(lambda: outbox_empty(broker), timeout=30)
+    rejected = RejectedBatch.objects.get()
+    assert (rejected.batch_id, rejected.reason) == (poison["batch_id"], "store_failed")
+    assert rejected.detail.startswith("DataError: ") and "NUL" in rejected.detail
+
+    # Past the visibility timeout nothing comes back, from the broker or the outbox.
+    assert outbox_redeliver(older_than_s=0) == 0
+    time.sleep(4)
+    assert broker.llen("ingest") == 0 and broker.hlen("unacked") == 0
+    assert RejectedBatch.objects.count() == 1
+    assert stored_samples() == distinct_samples() == 7 * 24
+    assert row_counts() == {"nodesample": 7 * 3, "rollupdirty": 7, "rejectedbatch": 1}
+
+
+def _pool_children(worker) -> list[psutil.Process]:
+    return psutil.Process(worker.proc.pid).children()
+
+
+def _waiting_on_locks() -> int:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cur.fetchone()[0]
+
+
+def test_a_batch_whose_worker_is_killed_every_time_ends_as_poison(
+    committed_node_token, worker_factory, broker
+):
+    """Each delivery of the batch is SIGKILLed mid-store (its pool process, while PostgreSQL
+    makes it wait on a lock the test holds). After VIGIL_POISON_DELIVERIES such deliveries it
+    is refused as poison, once, without being tried again; then the worker goes on."""
+    from webapp.core.ingest import POISON_DELIVERIES_DEFAULT
+    from webapp.core.models import RejectedBatch
+
+    worker = worker_factory(visibility_timeout_s=2)
+    batch = make_batch(*committed_node_token, intervals=3)
+    holder = psycopg.connect(database_url(), autocommit=False)
+    try:
+        holder.execute("LOCK TABLE telemetry_rollupdirty IN ACCESS EXCLUSIVE MODE")
+        publish(batch)
+        for kill in range(POISON_DELIVERIES_DEFAULT):
+            wait_for(lambda k=kill: _waiting_on_locks() > k, timeout=60)
+            [child] = _pool_children(worker)
+            child.send_signal(signal.SIGKILL)
+            child.wait(10)
+        rejected = wait_for(lambda: RejectedBatch.objects.first(), timeout=60)
+    finally:
+        holder.close()
+
+    assert (rejected.batch_id, rejected.reason) == (batch["batch_id"], "poison")
+    assert f"delivered {POISON_DELIVERIES_DEFAULT} times" in rejected.detail
+    wait_for(lambda: outbox_empty(broker), timeout=30)
+    later = make_batch(*committed_node_token, t0=batch["sent_at"], intervals=2)
+    publish(later)
+    wait_for(lambda: stored_samples() == 16, timeout=30)
+    assert outbox_redeliver(older_than_s=0) == 0
+    time.sleep(3)
+    assert RejectedBatch.objects.count() == 1
+    assert row_counts()["rollupdirty"] == 1  # the later batch's; none of the killed ones
