@@ -140,15 +140,22 @@ def test_get_is_405_json(client):
 
 def test_readme_curl_example_works(client, default_rules):
     """The README's curl example, sent as written, is accepted."""
+    import io
     import re
     from pathlib import Path
+
+    from django.core.management import call_command
 
     from webapp.fleet.services import node_token_issue
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme[readme.index("## Job events API") :]
     body = json.loads(re.search(r"-d '(.*?)'", section, re.DOTALL).group(1))
-    token = node_token_issue(body["cluster"], body["node"])
+    # The README's command issues the token (and the scheduler role the events need).
+    command = re.search(r"manage\.py issue_node_token ([^#\n]+)", section).group(1).split()
+    out = io.StringIO()
+    call_command("issue_node_token", *command, "--json", stdout=out)
+    token = json.loads(out.getvalue())[body["node"]]
     node_token_issue(body["cluster"], "gpu-a-001")
 
     response = post(client, body, token)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,6 +16,8 @@ from collectors.schema import GpuInfo
 from webapp.core.refusals import AuthError
 from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Cluster, Gpu, Node
+
+log = logging.getLogger("vigil.fleet")
 
 
 def token_hash(token: str) -> str:
@@ -84,7 +87,10 @@ _gpu_cache: dict[int, tuple[tuple[tuple[int, str], ...], dict[int, int]]] = {}
 def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
     """Make sure every listed GPU exists under this node; return {index: gpu id}.
 
-    A GPU is keyed by UUID: one that moved to another node or slot is updated, not duplicated.
+    A GPU is keyed by UUID: one that moved to another node of the cluster or to another slot
+    is updated, not duplicated. One registered in another cluster is not moved: a node's token
+    speaks for its own cluster only, so AuthError `foreign_gpu` refuses the batch (an operator
+    who moved the hardware deletes the old GPU in the admin).
     """
     signature = tuple(sorted((g.index, g.uuid) for g in gpus))
     cached = _gpu_cache.get(node_id)
@@ -105,8 +111,11 @@ def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
     # of a locking read and an update per GPU.
     stored = {
         row.pop("uuid"): row
-        for row in Gpu.objects.filter(uuid__in=wanted).values("uuid", "id", *_GPU_FIELDS)
+        for row in Gpu.objects.filter(uuid__in=wanted).values(
+            "uuid", "id", "node__cluster_id", *_GPU_FIELDS
+        )
     }
+    _gpus_of_other_clusters_refuse(node_id, stored)
     mapping: dict[int, int] = {}
     with transaction.atomic():
         for uuid, fields in wanted.items():
@@ -118,6 +127,41 @@ def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
             mapping[fields["index"]] = gpu_id
     _gpu_cache[node_id] = (signature, mapping)
     return mapping
+
+
+def _gpus_of_other_clusters_refuse(node_id: int, stored: dict[str, dict]) -> None:
+    """Raise AuthError if a stored GPU that would move to this node is of another cluster."""
+    moving = {uuid: row for uuid, row in stored.items() if row["node_id"] != node_id}
+    if not moving:
+        return
+    node = Node.objects.select_related("cluster").get(id=node_id)
+    foreign = {
+        uuid: row for uuid, row in moving.items() if row["node__cluster_id"] != node.cluster_id
+    }
+    if not foreign:
+        return
+    owners = dict(
+        Node.objects.filter(id__in={row["node_id"] for row in foreign.values()}).values_list(
+            "id", "cluster__name"
+        )
+    )
+    uuid, row = min(foreign.items())
+    detail = (
+        f"gpus: {len(foreign)} GPU(s) registered in another cluster, first {uuid} of cluster "
+        f"{owners.get(row['node_id'], '?')!r}; not moved to {node}"
+    )
+    log.warning("node %s claims GPUs of another cluster: %s", node, detail)
+    raise AuthError("foreign_gpu", detail)
+
+
+def node_scheduler_grant(cluster_name: str, hostname: str, granted: bool = True) -> None:
+    """Give the node the scheduler role (job events signed by its token are accepted), or
+    take it away. Raises Node.DoesNotExist for an unknown node."""
+    updated = Node.objects.filter(cluster__name=cluster_name, hostname=hostname).update(
+        may_send_job_events=granted
+    )
+    if not updated:
+        raise Node.DoesNotExist(f"no node {hostname!r} in cluster {cluster_name!r}")
 
 
 # A node reported: a registered or stale node becomes up, and last_seen never moves backwards,
