@@ -88,15 +88,21 @@ def many_batches(node_token, count: int, intervals: int = 6) -> list[dict]:
     ]
 
 
-def test_redelivered_batch_is_stored_once(committed_node_token, worker_factory):
+def test_redelivered_batch_is_stored_once(committed_node_token, worker_factory, broker):
+    """The second copy is handled, not lost: it was taken and acknowledged, not refused, its
+    outbox entry is gone, and nothing was stored twice, in the tables
+    without a natural key either (RollupDirty: the second copy stored no new GPU row)."""
     worker_factory()
     batch = make_batch(*committed_node_token, intervals=4)
     publish(batch)
     publish(batch)  # the same batch again, as a broker redelivery would
     wait_for(lambda: stored_samples() == 32)
-    time.sleep(1.0)  # let the second copy be processed too
+    # Both copies were taken and acknowledged.
+    wait_for(lambda: broker.llen("ingest") == 0 and broker.hlen("unacked") == 0)
+    wait_for(lambda: outbox_empty(broker))
 
-    assert stored_samples() == 32
+    assert stored_samples() == distinct_samples() == 32
+    assert row_counts() == {"nodesample": 4, "rollupdirty": 1, "rejectedbatch": 0}
     assert rollup_total() == 32
 
 
@@ -137,9 +143,10 @@ def test_a_backlog_is_stored_in_groups_with_refusals_and_redeliveries_sorted_out
     wait_for(lambda: broker.llen("ingest") == 0 and broker.hlen("unacked") == 0, timeout=60)
     wait_for(lambda: RejectedBatch.objects.count() == 2)
     assert stored_samples() == distinct_samples() == 12 * 24
+    wait_for(lambda: outbox_empty(broker))
+    assert row_counts() == {"nodesample": 12 * 3, "rollupdirty": 12, "rejectedbatch": 2}
     assert rollup_total() == 12 * 24
     assert set(RejectedBatch.objects.values_list("reason", flat=True)) == {"bad_token"}
-    wait_for(lambda: broker.hlen(OUTBOX_KEY) == 0)
 
 
 def test_sigkilled_worker_loses_nothing_and_duplicates_nothing(
@@ -173,8 +180,11 @@ def test_sigkilled_worker_loses_nothing_and_duplicates_nothing(
         }
         raise AssertionError(f"{exc}; {state}; second worker:\n{second.log()[-2000:]}") from None
     assert distinct_samples() == expected
+    wait_for(lambda: outbox_empty(broker), timeout=30)  # every batch finished
+    # Nothing doubled where no key would stop it: one RollupDirty per batch (a redelivered
+    # batch stores no GPU row, so marks nothing), no refusal.
+    assert row_counts() == {"nodesample": 150 * 30, "rollupdirty": 150, "rejectedbatch": 0}
     assert rollup_total() == expected
-    wait_for(lambda: broker.hlen(OUTBOX_KEY) == 0, timeout=30)  # every batch finished
 
 
 def test_batch_lost_between_pop_and_record_is_republished(
@@ -238,8 +248,9 @@ def test_postgres_restart_during_ingest_loses_nothing(committed_node_token, work
 
     wait_for(lambda: stored_samples() == expected, timeout=120, interval=0.5)
     assert distinct_samples() == expected
-    assert rollup_total() == expected
     assert "will be retried" in worker.log()
+    assert row_counts() == {"nodesample": 120 * 30, "rollupdirty": 120, "rejectedbatch": 0}
+    assert rollup_total() == expected
 
 
 def outbox_empty(broker) -> bool:

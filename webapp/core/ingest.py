@@ -267,7 +267,9 @@ def batches_run(task, requests: list, ingest_many: Callable[[list[str]], object]
             "%s: %d batch(es) not read (%s); the outbox keeps them", task.name, len(args), exc
         )
         return
-    todo = [i for i, text in enumerate(texts) if text is not None]
+    # One copy of a batch delivered twice in the group goes (it is finished for both).
+    first = {arg: i for i, arg in reversed(list(enumerate(args)))}
+    todo = [i for i, text in enumerate(texts) if text is not None and first[args[i]] == i]
     counts = _deliveries_add([args[i] for i in todo])
     fresh = [i for i, n in zip(todo, counts, strict=True) if n <= 1]
     suspects = [i for i, n in zip(todo, counts, strict=True) if n > 1]
