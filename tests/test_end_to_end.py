@@ -14,6 +14,8 @@ from django.db import connection
 
 from tests.helpers import ROOT, wait_for
 from webapp.core import embedded
+from webapp.core.models import RejectedBatch
+from webapp.telemetry.models import RollupDirty
 
 pytestmark = pytest.mark.integration
 
@@ -94,3 +96,7 @@ def test_redis_restart_while_the_collector_runs_loses_nothing(
     assert "spooling" in log
     wait_for(lambda: stored_samples() == rounds * 8, timeout=120, interval=0.5)
     assert not any(spool.iterdir())  # every spooled batch was sent
+    # Nothing doubled where no key would stop it: a batch re-sent after the restart stores
+    # no GPU row and so marks no rollup minute; nothing was refused.
+    assert RollupDirty.objects.count() == rounds
+    assert RejectedBatch.objects.count() == 0

@@ -42,7 +42,9 @@ def envint(name: str, default: str, minimum: int | None = None) -> int:
     return number
 
 
-def envfloat(name: str, default: str, minimum: float | None = None) -> float:
+def envfloat(
+    name: str, default: str, minimum: float | None = None, maximum: float | None = None
+) -> float:
     value = os.environ.get(name, default).strip()
     try:
         number = float(value)
@@ -50,6 +52,8 @@ def envfloat(name: str, default: str, minimum: float | None = None) -> float:
         raise ImproperlyConfigured(f"{name}={value!r} is not a number") from None
     if minimum is not None and number < minimum:
         raise ImproperlyConfigured(f"{name}={number} is below its minimum {minimum}")
+    if maximum is not None and number > maximum:
+        raise ImproperlyConfigured(f"{name}={number} is above its maximum {maximum}")
     return number
 
 
@@ -203,6 +207,19 @@ VIGIL_INGEST_GROUP_WAIT_S = envfloat("VIGIL_INGEST_GROUP_WAIT_S", "0.1", minimum
 CELERY_WORKER_PREFETCH_MULTIPLIER = envint(
     "VIGIL_WORKER_PREFETCH", str(VIGIL_INGEST_GROUP), minimum=VIGIL_INGEST_GROUP
 )
+# Size caps, checked before any work: a batch's JSON, and its compressed form in the outbox or
+# a message. An 8-GPU node's 600 intervals are about 1.1 MB of JSON, so 8 MiB leaves room for
+# 64-GPU nodes; decompression stops at the cap, so a zstd/zlib bomb costs at most that much.
+VIGIL_BATCH_MAX_BYTES = envint("VIGIL_BATCH_MAX_BYTES", str(8 * 2**20), minimum=2**16)
+VIGIL_BATCH_MAX_COMPRESSED_BYTES = envint(
+    "VIGIL_BATCH_MAX_COMPRESSED_BYTES", str(4 * 2**20), minimum=2**12
+)
+# A batch delivered this many times without finishing (it kills its worker, or fails to store
+# for a reason that is not a database outage) is refused as `poison` instead of looping.
+VIGIL_POISON_DELIVERIES = envint("VIGIL_POISON_DELIVERIES", "5", minimum=1)
+# How long a process trusts the node key it read: a rotated token is locked out of every
+# worker and web process within this time (the requirement is 60 s at most).
+VIGIL_AUTH_CACHE_S = envfloat("VIGIL_AUTH_CACHE_S", "30", minimum=0, maximum=60)
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     "vigil.telemetry.ingest_batch": {"queue": "ingest"},

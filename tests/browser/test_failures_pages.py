@@ -125,6 +125,7 @@ def test_end_to_end_real_slurm_nccl_timeout_and_xid_79_is_gpu_off_bus_on_the_tim
     page_log,
 ):
     cluster, sender, token = committed_node_token
+    fleet_services.node_scheduler_grant(cluster, sender)  # the host of the Slurm watcher
     node = slurm_cluster.node
     node_token = fleet_services.node_token_issue(cluster, node)
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))

@@ -132,6 +132,8 @@ def make_fleet() -> Fleet:
     tokens = {}
     for no, host in enumerate(NODES, 1):
         tokens[host] = fleet_services.node_token_issue(CLUSTER, host)
+        if host == NODES[0]:
+            fleet_services.node_scheduler_grant(CLUSTER, host)  # it sends the job events
         node = fleet_services.node_authenticate(CLUSTER, host, tokens[host])
         fleet_services.gpus_register(
             node.id,

@@ -116,3 +116,35 @@ def test_bad_batches_are_refused_whole(fleet, change, reason):
         node_events_ingest(json.dumps(batch))
     assert exc.value.reason == reason
     assert not GpuErrorEvent.objects.exists()
+
+
+def test_a_node_cannot_send_log_windows_for_a_job_it_does_not_run(fleet):
+    """A user on one node must not plant log lines in another node's job (and so steer its
+    diagnosis): the window is dropped, the node's own job's window is kept."""
+    t = _now() - 600
+    fleet.run_job("300", t - 3600, None, nodes=("gpu-node-01",))
+    fleet.run_job("301", t - 3600, None, nodes=("gpu-node-02",))
+    result = node_events_ingest(
+        fleet.node_batch(
+            "gpu-node-02", log_windows=[nccl_window("300", t + 5), nccl_window("301", t + 5)]
+        )
+    )
+    assert result.log_windows_stored == 1
+    assert list(JobLogWindow.objects.values_list("job_scheduler_id", flat=True)) == ["301"]
+
+
+def test_early_windows_attach_to_their_job_only_from_the_nodes_it_held(fleet):
+    """Windows of a job not known yet are kept; once it is, only those sent by a node the job
+    held GPUs on become its evidence."""
+    t = _now() - 600
+    for node in ("gpu-node-01", "gpu-node-02"):
+        node_events_ingest(fleet.node_batch(node, log_windows=[nccl_window("400", t + 5)]))
+    assert JobLogWindow.objects.filter(job__isnull=True).count() == 2
+
+    fleet.run_job("400", t - 3600, t + 60, nodes=("gpu-node-01",))
+    failure = FailureEvent.objects.get(job__scheduler_id="400")
+    failure_diagnose(failure.pk)
+
+    attached = JobLogWindow.objects.filter(job__scheduler_id="400")
+    assert list(attached.values_list("node__hostname", flat=True)) == ["gpu-node-01"]
+    assert JobLogWindow.objects.filter(job__isnull=True, node__hostname="gpu-node-02").exists()

@@ -7,8 +7,7 @@ import time
 
 from collectors.schema import JOB_EVENTS_TASK, NODE_EVENTS_TASK
 from tests.failures.conftest import nccl_window, xid_event
-from tests.helpers import wait_for
-from webapp.celery import app
+from tests.helpers import send_signed, wait_for
 from webapp.core.models import RejectedBatch
 from webapp.failures.models import FailureEvent, GpuErrorEvent, JobLogWindow
 
@@ -26,7 +25,7 @@ def test_worker_diagnoses_gpu_off_bus_blaming_the_node(committed_fleet, worker_f
     fleet = committed_fleet
     end = float(int(time.time())) - 120
     start = end - 4 * 3600
-    app.send_task(
+    send_signed(
         JOB_EVENTS_TASK,
         args=[
             fleet.job_batch(
@@ -44,11 +43,11 @@ def test_worker_diagnoses_gpu_off_bus_blaming_the_node(committed_fleet, worker_f
         ],
     )
     # The rank logs show NCCL timeouts; node 2's kernel log has the Xid 79, 10 min before.
-    app.send_task(
+    send_signed(
         NODE_EVENTS_TASK,
         args=[fleet.node_batch("gpu-node-01", log_windows=[nccl_window("4242", end - 30)])],
     )
-    app.send_task(
+    send_signed(
         NODE_EVENTS_TASK,
         args=[
             fleet.node_batch(
@@ -60,7 +59,7 @@ def test_worker_diagnoses_gpu_off_bus_blaming_the_node(committed_fleet, worker_f
         ],
     )
     wait_for(lambda: GpuErrorEvent.objects.exists(), timeout=30)
-    app.send_task(
+    send_signed(
         JOB_EVENTS_TASK,
         args=[
             fleet.job_batch(
@@ -86,7 +85,7 @@ def test_evidence_arriving_after_the_end_rediagnoses(committed_fleet, worker_fac
     end = float(int(time.time())) - 120
     fleet.run_job("4343", end - 3600, end)  # committed: the signal enqueued the diagnosis
     wait_for(_diagnosed("4343", "unknown"), timeout=60)
-    app.send_task(
+    send_signed(
         NODE_EVENTS_TASK,
         args=[
             fleet.node_batch(
@@ -101,8 +100,8 @@ def test_evidence_arriving_after_the_end_rediagnoses(committed_fleet, worker_fac
 def test_worker_refuses_a_bad_batch_and_records_it(committed_fleet, worker_factory):
     worker_factory()
     raw = committed_fleet.node_batch("gpu-node-01", token="not-the-right-token-at-all")
-    app.send_task(NODE_EVENTS_TASK, args=[raw])
-    rejected = wait_for(lambda: RejectedBatch.objects.filter(reason="bad_token").first())
+    send_signed(NODE_EVENTS_TASK, args=[raw])
+    rejected = wait_for(lambda: RejectedBatch.objects.filter(reason="bad_signature").first())
     assert rejected.node == "gpu-node-01"
     assert not GpuErrorEvent.objects.exists()
 
@@ -121,7 +120,7 @@ def test_worker_ignores_an_xid_line_a_job_prints_in_its_own_log(committed_fleet,
         "first_line_no": 1,
         "lines": ["gpu-node-02 kernel: NVRM: Xid (PCI:0000:23:00): 79, pid=1, GPU has fallen off"],
     }
-    app.send_task(NODE_EVENTS_TASK, args=[fleet.node_batch("gpu-node-02", log_windows=[printed])])
+    send_signed(NODE_EVENTS_TASK, args=[fleet.node_batch("gpu-node-02", log_windows=[printed])])
     wait_for(lambda: JobLogWindow.objects.filter(job_scheduler_id="4444").exists(), timeout=30)
     fleet.run_job("4444", end - 3600, end, nodes=("gpu-node-02",))  # committed: diagnosed
     failure = wait_for(_diagnosed("4444", "unknown"), timeout=60)

@@ -52,6 +52,7 @@ def event(job_id: str, kind: str, ts: float, **fields) -> dict:
 
 def _fleet() -> Sender:
     token = fleet_services.node_token_issue(CLUSTER, "scheduler-k8s")
+    fleet_services.node_scheduler_grant(CLUSTER, "scheduler-k8s")
     node1_token = fleet_services.node_token_issue(CLUSTER, "gpu-node-01")
     fleet_services.node_token_issue(CLUSTER, "gpu-node-02")
     node = fleet_services.node_authenticate(CLUSTER, "gpu-node-01", node1_token)

@@ -85,9 +85,10 @@ def test_bad_token_is_401_and_writes_no_row(client, sender, t0, header, detail):
 def test_unknown_node_and_wrong_token_get_the_same_answer(client, sender, t0):
     """A guesser cannot tell a node that does not exist from a token that is wrong."""
     from webapp.fleet.models import Node
-    from webapp.fleet.services import caches_clear, node_token_issue
+    from webapp.fleet.services import caches_clear, node_scheduler_grant, node_token_issue
 
     gone = node_token_issue("testcluster", "decommissioned-01")
+    node_scheduler_grant("testcluster", "decommissioned-01")
     body = body_of(sender, event("a", "submitted", t0))
     # Known once (and so in every cache), then removed from the fleet.
     assert post(client, {**body, "node": "decommissioned-01"}, gone).status_code == 202
@@ -230,15 +231,22 @@ def test_get_is_405_json(client):
 
 def test_readme_curl_example_works(client, default_rules):
     """The README's curl example, sent as written, is accepted."""
+    import io
     import re
     from pathlib import Path
+
+    from django.core.management import call_command
 
     from webapp.fleet.services import node_token_issue
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme[readme.index("## Job events API") :]
     body = json.loads(re.search(r"-d '(.*?)'", section, re.DOTALL).group(1))
-    token = node_token_issue(body["cluster"], body["node"])
+    # The README's command issues the token (and the scheduler role the events need).
+    command = re.search(r"manage\.py issue_node_token ([^#\n]+)", section).group(1).split()
+    out = io.StringIO()
+    call_command("issue_node_token", *command, "--json", stdout=out)
+    token = json.loads(out.getvalue())[body["node"]]
     node_token_issue(body["cluster"], "gpu-a-001")
 
     response = post(client, body, token)
@@ -247,3 +255,17 @@ def test_readme_curl_example_works(client, default_rules):
     assert (response.json()["accepted"], response.json()["jobs"]) == (3, 1)
     job = Job.objects.get(scheduler_id="dlc7x2k")
     assert (job.state, job.job_type, job.allocations.count()) == ("completed", "sft", 8)
+
+
+def test_a_known_node_without_the_scheduler_role_is_forbidden_not_unauthenticated(
+    client, sender, t0
+):
+    from webapp.fleet.services import node_scheduler_grant
+
+    node_scheduler_grant(sender.cluster, sender.node, False)
+    response = post(client, body_of(sender, event("x-1", "submitted", t0)), sender.token)
+
+    assert response.status_code == 403
+    assert "scheduler role" in response.json()["error"]
+    assert nothing_stored()
+    assert RejectedBatch.objects.filter(reason="not_scheduler").count() == 1

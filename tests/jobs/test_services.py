@@ -281,9 +281,10 @@ def test_wrong_token_is_refused_and_recorded(sender, t0):
 
 
 def test_batch_of_another_cluster_cannot_place_jobs_on_our_nodes(sender, t0):
-    from webapp.fleet.services import node_token_issue
+    from webapp.fleet.services import node_scheduler_grant, node_token_issue
 
     token = node_token_issue("othercluster", "scheduler")
+    node_scheduler_grant("othercluster", "scheduler")  # a scheduler, but of its own cluster
     raw = json.dumps(
         {**sender.batch(*lifecycle(t0)), "cluster": "othercluster", "node": "scheduler",
          "token": token}
@@ -299,17 +300,66 @@ def test_worker_applies_a_batch_published_by_task_name(committed_sender, worker_
     """As a watcher does: publish by task name to the real broker; a real worker stores it,
     and refuses (and records) a batch with a wrong token without stopping."""
     from collectors.schema import INGEST_QUEUE, JOB_EVENTS_TASK
-    from tests.helpers import wait_for
-    from webapp.celery import app
+    from tests.helpers import send_signed, wait_for
 
     worker_factory()
     bad = json.dumps({**committed_sender.batch(event("evil", "submitted", t0)),
                       "token": "wrong-token-" + "x" * 20})  # fmt: skip
-    app.send_task(JOB_EVENTS_TASK, args=[bad], queue=INGEST_QUEUE)
-    app.send_task(JOB_EVENTS_TASK, args=[committed_sender.raw(*lifecycle(t0))], queue=INGEST_QUEUE)
+    send_signed(JOB_EVENTS_TASK, args=[bad], queue=INGEST_QUEUE)
+    send_signed(JOB_EVENTS_TASK, args=[committed_sender.raw(*lifecycle(t0))], queue=INGEST_QUEUE)
 
     job = wait_for(lambda: Job.objects.filter(scheduler_id="1001", state="completed").first())
     assert job.end_at == at(t0 + 630)
     assert job.allocations.filter(end=at(t0 + 630)).count() == 4
-    assert wait_for(lambda: RejectedBatch.objects.filter(reason="bad_token").exists())
+    assert wait_for(lambda: RejectedBatch.objects.filter(reason="bad_signature").exists())
     assert not Job.objects.filter(scheduler_id="evil").exists()
+
+
+def test_job_events_need_the_scheduler_role(sender, t0):
+    """A GPU node's own token may not place jobs on the cluster's nodes; once the node is
+    given the scheduler role (the host of the Slurm watcher) it may, until it is taken away."""
+    from webapp.fleet.services import node_scheduler_grant, node_token_issue
+
+    token = node_token_issue("testcluster", "gpu-node-01")
+    raw = json.dumps({**sender.batch(*lifecycle(t0)), "node": "gpu-node-01", "token": token})
+    with pytest.raises(AuthError) as excinfo:
+        job_events_ingest(raw)
+    assert excinfo.value.reason == "not_scheduler"
+    assert "issue_node_token --scheduler" in excinfo.value.detail
+    assert nothing_stored()
+
+    node_scheduler_grant("testcluster", "gpu-node-01")
+    assert job_events_ingest(raw).applied == 3
+    node_scheduler_grant("testcluster", "gpu-node-01", granted=False)
+    later = {**sender.batch(event("later", "submitted", t0)), "node": "gpu-node-01"}
+    with pytest.raises(AuthError, match="may not send job events"):
+        job_events_ingest(json.dumps({**later, "token": token}))
+    assert not Job.objects.filter(scheduler_id="later").exists()
+
+
+@pytest.mark.integration
+def test_worker_refuses_job_events_of_a_node_without_the_scheduler_role(
+    committed_sender, worker_factory, broker, t0, tmp_path
+):
+    """Over the broker, as a compromised GPU node would send them: refused once, recorded,
+    and the outbox entry cleared (never published again)."""
+    from django.conf import settings
+
+    from collectors.outbox import OUTBOX_KEY
+    from collectors.schema import JOB_EVENTS_TASK
+    from collectors.transport import Transport
+    from tests.helpers import wait_for
+    from webapp.core.outbox import outbox_redeliver
+    from webapp.fleet.services import node_token_issue
+
+    worker_factory()
+    token = node_token_issue("testcluster", "gpu-node-01")
+    batch = {**committed_sender.batch(*lifecycle(t0)), "node": "gpu-node-01", "token": token}
+    transport = Transport(settings.CELERY_BROKER_URL, tmp_path / "spool")
+    # As the collector sends: the outbox copy, then the task by name.
+    assert transport.send(json.dumps(batch), batch["batch_id"], task=JOB_EVENTS_TASK)
+    rejected = wait_for(lambda: RejectedBatch.objects.first())
+    assert (rejected.reason, rejected.node) == ("not_scheduler", "gpu-node-01")
+    wait_for(lambda: broker.hlen(OUTBOX_KEY) == 0)
+    assert outbox_redeliver(older_than_s=0) == 0
+    assert nothing_stored()

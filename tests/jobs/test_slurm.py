@@ -51,6 +51,7 @@ def test_slurm_jobs_appear_start_and_end_in_vigil(
     tmp_path,
 ):
     cluster, sender, token = committed_node_token
+    fleet_services.node_scheduler_grant(cluster, sender)  # the host of the Slurm watcher
     # The Slurm node runs the jobs: Vigil refuses allocations on nodes it does not know.
     fleet_services.node_token_issue(cluster, slurm_cluster.node)
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))

@@ -303,3 +303,65 @@ def test_gpu_moved_to_another_node_keeps_its_identity(db):
     gpu = Gpu.objects.get(uuid="GPU-X-00")
     assert gpu.node.hostname == "node-b"
     assert Gpu.objects.filter(uuid__startswith="GPU-X").count() == 2
+
+
+# A GPU model the database refuses (a CHECK the tests add on fleet_gpu): the schema lets the
+# batch through, and storing it fails while registering the GPU, as a value out of range for
+# its column would. (A NUL byte, the natural example, is refused by the schema already.)
+REFUSED_MODEL = "NVIDIA H100 refused by the database"
+REFUSE_MODEL_SQL = (
+    f"ALTER TABLE fleet_gpu ADD CONSTRAINT test_refused_model CHECK (model <> '{REFUSED_MODEL}')"
+)
+ALLOW_MODEL_SQL = "ALTER TABLE fleet_gpu DROP CONSTRAINT IF EXISTS test_refused_model"
+
+
+def poisoned(batch: dict) -> dict:
+    """The batch with a GPU swapped in whose model the database refuses (REFUSE_MODEL_SQL)."""
+    gpus = [dict(g) for g in batch["gpus"]]
+    gpus[0].update(uuid="GPU-swapped-in", name=REFUSED_MODEL)
+    return dict(batch, gpus=gpus)
+
+
+def test_a_batch_that_fails_to_store_is_refused_alone_and_its_group_is_stored(node_token):
+    """One batch that PostgreSQL refuses (a GPU model it refuses; a row breaking a CHECK,
+    which makes the group's own statements fail) costs only itself, recorded with the
+    exception; the other batches of the group are stored whole."""
+    cluster, node, token = node_token
+    with connection.cursor() as cur:
+        # A row the database refuses at the group's COPY / insert, as a value out of range
+        # for its column would be (rolled back with the test's transaction).
+        cur.execute(
+            "ALTER TABLE telemetry_nodesample ADD CONSTRAINT test_no_77 CHECK (cpu_util <> 77)"
+        )
+        cur.execute(REFUSE_MODEL_SQL)
+    t0 = time.time() - 600
+    batches = [make_batch(cluster, node, token, t0=t0 + i * 20, intervals=2) for i in range(5)]
+    batches[1] = poisoned(batches[1])
+    batches[3]["node_samples"][0][1 + NODE_FIELD_NAMES.index("cpu_util")] = 77.0
+
+    outcomes = samples_ingest_many([json.dumps(b) for b in batches])
+
+    assert [o.samples_stored for o in (outcomes[0], outcomes[2], outcomes[4])] == [16] * 3
+    assert (outcomes[1].reason, outcomes[3].reason) == ("store_failed", "store_failed")
+    assert outcomes[1].batch_id == batches[1]["batch_id"]
+    assert (
+        outcomes[1].detail.startswith("IntegrityError: ")
+        and "test_refused_model" in outcomes[1].detail
+    )
+    assert outcomes[3].detail.startswith("CheckViolation: ") and "test_no_77" in outcomes[3].detail
+    assert RejectedBatch.objects.count() == 2
+    assert (GpuSample.objects.count(), NodeSample.objects.count()) == (48, 6)
+    assert RollupDirty.objects.count() == 3  # one per stored batch, none of a refused one
+    assert not Gpu.objects.filter(uuid="GPU-swapped-in").exists()
+
+
+def test_samples_ingest_raises_what_storing_raised(node_token):
+    """The one-batch service leaves the policy to its caller (webapp/core/ingest.py)."""
+    from django.db import IntegrityError
+
+    cluster, node, token = node_token
+    with connection.cursor() as cur:
+        cur.execute(REFUSE_MODEL_SQL)  # rolled back with the test's transaction
+    with pytest.raises(IntegrityError):
+        samples_ingest(json.dumps(poisoned(make_batch(cluster, node, token))))
+    assert RejectedBatch.objects.count() == 0 and _stored_nothing()

@@ -8,20 +8,24 @@ PostgreSQL.
 from __future__ import annotations
 
 import json
+import signal
 import tempfile
 import time
 from pathlib import Path
 
+import psutil
+import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
 
-from collectors.outbox import OUTBOX_KEY
+from collectors.outbox import OUTBOX_KEY, SINCE_KEY
 from collectors.schema import INGEST_QUEUE, INGEST_TASK
 from collectors.transport import Transport
-from tests.helpers import make_batch, wait_for
+from tests.helpers import database_url, make_batch, wait_for
 from webapp.celery import app
 from webapp.core import embedded
+from webapp.core.ingest import DELIVERIES_KEY
 from webapp.core.outbox import outbox_redeliver
 from webapp.telemetry.services import rollups_refresh
 
@@ -52,6 +56,22 @@ def distinct_samples() -> int:
         return cur.fetchone()[0]
 
 
+def row_counts() -> dict[str, int]:
+    """Rows of the tables without a natural key a redelivery could double (node samples have
+    one, but are counted too: a lost ON CONFLICT would show here first)."""
+    tables = {
+        "nodesample": "telemetry_nodesample",
+        "rollupdirty": "telemetry_rollupdirty",
+        "rejectedbatch": "telemetry_rejectedbatch",
+    }
+    with connection.cursor() as cur:
+        counts = {}
+        for name, table in tables.items():
+            cur.execute(f"SELECT count(*) FROM {table}")
+            counts[name] = cur.fetchone()[0]
+        return counts
+
+
 def rollup_total() -> int:
     rollups_refresh()
     with connection.cursor() as cur:
@@ -68,15 +88,21 @@ def many_batches(node_token, count: int, intervals: int = 6) -> list[dict]:
     ]
 
 
-def test_redelivered_batch_is_stored_once(committed_node_token, worker_factory):
+def test_redelivered_batch_is_stored_once(committed_node_token, worker_factory, broker):
+    """The second copy is handled, not lost: it was taken and acknowledged, not refused, its
+    outbox entry is gone, and nothing was stored twice, in the tables
+    without a natural key either (RollupDirty: the second copy stored no new GPU row)."""
     worker_factory()
     batch = make_batch(*committed_node_token, intervals=4)
     publish(batch)
     publish(batch)  # the same batch again, as a broker redelivery would
     wait_for(lambda: stored_samples() == 32)
-    time.sleep(1.0)  # let the second copy be processed too
+    # Both copies were taken and acknowledged.
+    wait_for(lambda: broker.llen("ingest") == 0 and broker.hlen("unacked") == 0)
+    wait_for(lambda: outbox_empty(broker))
 
-    assert stored_samples() == 32
+    assert stored_samples() == distinct_samples() == 32
+    assert row_counts() == {"nodesample": 4, "rollupdirty": 1, "rejectedbatch": 0}
     assert rollup_total() == 32
 
 
@@ -91,7 +117,7 @@ def test_invalid_batch_is_rejected_and_worker_keeps_going(committed_node_token, 
 
     wait_for(lambda: stored_samples() == 16)
     reasons = sorted(RejectedBatch.objects.values_list("reason", flat=True))
-    assert reasons == ["bad_signature", "malformed"]
+    assert reasons == ["bad_signature", "unsigned"]
     assert worker.proc.poll() is None  # still running
     assert "rejected batch" in worker.log()
 
@@ -117,6 +143,8 @@ def test_a_backlog_is_stored_in_groups_with_refusals_and_redeliveries_sorted_out
     wait_for(lambda: broker.llen("ingest") == 0 and broker.hlen("unacked") == 0, timeout=60)
     wait_for(lambda: RejectedBatch.objects.count() == 2)
     assert stored_samples() == distinct_samples() == 12 * 24
+    wait_for(lambda: outbox_empty(broker))
+    assert row_counts() == {"nodesample": 12 * 3, "rollupdirty": 12, "rejectedbatch": 2}
     assert rollup_total() == 12 * 24
     assert set(RejectedBatch.objects.values_list("reason", flat=True)) == {"bad_signature"}
     wait_for(lambda: broker.hlen(OUTBOX_KEY) == 0)
@@ -153,8 +181,11 @@ def test_sigkilled_worker_loses_nothing_and_duplicates_nothing(
         }
         raise AssertionError(f"{exc}; {state}; second worker:\n{second.log()[-2000:]}") from None
     assert distinct_samples() == expected
+    wait_for(lambda: outbox_empty(broker), timeout=30)  # every batch finished
+    # Nothing doubled where no key would stop it: one RollupDirty per batch (a redelivered
+    # batch stores no GPU row, so marks nothing), no refusal.
+    assert row_counts() == {"nodesample": 150 * 30, "rollupdirty": 150, "rejectedbatch": 0}
     assert rollup_total() == expected
-    wait_for(lambda: broker.hlen(OUTBOX_KEY) == 0, timeout=30)  # every batch finished
 
 
 def test_batch_lost_between_pop_and_record_is_republished(
@@ -218,5 +249,126 @@ def test_postgres_restart_during_ingest_loses_nothing(committed_node_token, work
 
     wait_for(lambda: stored_samples() == expected, timeout=120, interval=0.5)
     assert distinct_samples() == expected
-    assert rollup_total() == expected
     assert "will be retried" in worker.log()
+    assert row_counts() == {"nodesample": 120 * 30, "rollupdirty": 120, "rejectedbatch": 0}
+    assert rollup_total() == expected
+
+
+def outbox_empty(broker) -> bool:
+    """No batch is waiting to be finished: the outbox, its publish times and the delivery
+    counts are all empty."""
+    return not (broker.hlen(OUTBOX_KEY) or broker.zcard(SINCE_KEY) or broker.hlen(DELIVERIES_KEY))
+
+
+def test_a_poison_batch_in_a_group_is_refused_once_and_the_group_is_stored(
+    committed_node_token, worker_factory, broker
+):
+    """Eight batches waiting when a worker starts come as one group; one of them cannot be
+    stored (a GPU model the database refuses, by a CHECK the test adds). The other seven are
+    stored, the poison one is refused once, with the exception, and nothing of it is ever
+    published again."""
+    from tests.telemetry.test_ingest import ALLOW_MODEL_SQL, REFUSE_MODEL_SQL, poisoned
+    from webapp.core.models import RejectedBatch
+
+    batches = many_batches(committed_node_token, 8, intervals=3)
+    batches[3] = poison = poisoned(batches[3])
+    for b in batches:
+        publish(b)
+    assert broker.llen("ingest") == 8
+
+    with connection.cursor() as cur:
+        cur.execute(REFUSE_MODEL_SQL)
+    try:
+        worker_factory(visibility_timeout_s=2)
+        wait_for(lambda: stored_samples() == 7 * 24, timeout=60)
+        wait_for(lambda: outbox_empty(broker), timeout=30)
+    finally:
+        with connection.cursor() as cur:
+            cur.execute(ALLOW_MODEL_SQL)
+    rejected = RejectedBatch.objects.get()
+    assert (rejected.batch_id, rejected.reason) == (poison["batch_id"], "store_failed")
+    assert (
+        rejected.detail.startswith("IntegrityError: ") and "test_refused_model" in rejected.detail
+    )
+
+    # Past the visibility timeout nothing comes back, from the broker or the outbox.
+    assert outbox_redeliver(older_than_s=0) == 0
+    time.sleep(4)
+    assert broker.llen("ingest") == 0 and broker.hlen("unacked") == 0
+    assert RejectedBatch.objects.count() == 1
+    assert stored_samples() == distinct_samples() == 7 * 24
+    assert row_counts() == {"nodesample": 7 * 3, "rollupdirty": 7, "rejectedbatch": 1}
+
+
+def _pool_children(worker) -> list[psutil.Process]:
+    return psutil.Process(worker.proc.pid).children()
+
+
+def _waiting_on_locks() -> int:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cur.fetchone()[0]
+
+
+def test_a_batch_whose_worker_is_killed_every_time_ends_as_poison(
+    committed_node_token, worker_factory, broker
+):
+    """Each delivery of the batch is SIGKILLed mid-store (its pool process, while PostgreSQL
+    makes it wait on a lock the test holds). After VIGIL_POISON_DELIVERIES such deliveries it
+    is refused as poison, once, without being tried again; then the worker goes on."""
+
+    from webapp.core.models import RejectedBatch
+
+    worker = worker_factory(visibility_timeout_s=2)
+    batch = make_batch(*committed_node_token, intervals=3)
+    holder = psycopg.connect(database_url(), autocommit=False)
+    try:
+        holder.execute("LOCK TABLE telemetry_rollupdirty IN ACCESS EXCLUSIVE MODE")
+        publish(batch)
+        for kill in range(settings.VIGIL_POISON_DELIVERIES):
+            wait_for(lambda k=kill: _waiting_on_locks() > k, timeout=60)
+            [child] = _pool_children(worker)
+            child.send_signal(signal.SIGKILL)
+            child.wait(10)
+        rejected = wait_for(lambda: RejectedBatch.objects.first(), timeout=60)
+    finally:
+        holder.close()
+
+    assert (rejected.batch_id, rejected.reason) == (batch["batch_id"], "poison")
+    assert f"delivered {settings.VIGIL_POISON_DELIVERIES} times" in rejected.detail
+    wait_for(lambda: outbox_empty(broker), timeout=30)
+    later = make_batch(*committed_node_token, t0=batch["sent_at"], intervals=2)
+    publish(later)
+    wait_for(lambda: stored_samples() == 16, timeout=30)
+    assert outbox_redeliver(older_than_s=0) == 0
+    time.sleep(3)
+    assert RejectedBatch.objects.count() == 1
+    assert row_counts()["rollupdirty"] == 1  # the later batch's; none of the killed ones
+
+
+def test_a_batch_carrying_its_token_through_the_broker_is_refused(
+    committed_node_token, worker_factory
+):
+    """Only signed batches may come through Redis: one that carries its node token (an old
+    or hand-rolled collector) put a secret in the broker, and is refused so it is noticed,
+    on the grouped path (samples) and the single one (job events) alike."""
+    from collectors.schema import JOB_EVENTS_TASK
+    from webapp.core.models import RejectedBatch
+
+    cluster, node, token = committed_node_token
+    worker_factory()
+    app.send_task(
+        INGEST_TASK, args=[json.dumps(make_batch(cluster, node, token))], queue=INGEST_QUEUE
+    )
+    events = {"v": 1, "batch_id": "8a0c3f9e-1b2d-4c5e-9f00-000000000001", "cluster": cluster,
+              "node": node, "token": token, "sent_at": time.time(), "source": "slurm",
+              "events": [{"job_id": "j1", "kind": "submitted", "ts": time.time() - 60}]}  # fmt: skip
+    app.send_task(JOB_EVENTS_TASK, args=[json.dumps(events)], queue=INGEST_QUEUE)
+
+    wait_for(lambda: RejectedBatch.objects.count() == 2)
+    assert set(RejectedBatch.objects.values_list("reason", flat=True)) == {"unsigned"}
+    assert stored_samples() == 0
+    assert token not in " ".join(RejectedBatch.objects.values_list("detail", flat=True))

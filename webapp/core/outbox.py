@@ -29,8 +29,6 @@ from collectors import outbox
 from collectors.schema import (
     INGEST_QUEUE,
     JOB_EVENTS_TASK,
-    MAX_BATCH_BYTES,
-    MAX_BATCH_COMPRESSED_BYTES,
     NODE_EVENTS_TASK,
     OversizedBatch,
 )
@@ -48,11 +46,11 @@ def _client() -> redis.Redis | None:
 
 
 def max_batch_bytes() -> int:
-    return getattr(settings, "VIGIL_BATCH_MAX_BYTES", MAX_BATCH_BYTES)
+    return settings.VIGIL_BATCH_MAX_BYTES
 
 
 def max_batch_compressed_bytes() -> int:
-    return getattr(settings, "VIGIL_BATCH_MAX_COMPRESSED_BYTES", MAX_BATCH_COMPRESSED_BYTES)
+    return settings.VIGIL_BATCH_MAX_COMPRESSED_BYTES
 
 
 def batch_texts(args: list[str]) -> list[str | None]:

@@ -8,6 +8,7 @@ new evidence for a job that already failed gets that failure diagnosed again (af
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -23,7 +24,8 @@ from webapp.failures.evidence import BURST_SILENCE, EVIDENCE_AFTER, EVIDENCE_BEF
 from webapp.failures.models import FailureEvent, FailureKind, GpuErrorEvent, GpuErrorKind
 from webapp.fleet.models import Gpu
 from webapp.fleet.services import node_authenticate
-from webapp.jobs.models import Job
+from webapp.jobs.models import Job, JobAllocation
+from webapp.jobs.selectors import jobs_allocated_on
 
 # Counter kinds stand for the Xid the driver would log for them (telemetry.md section 5).
 KIND_XID = {
@@ -34,6 +36,8 @@ KIND_XID = {
     GpuErrorKind.REMAP: 63,
     GpuErrorKind.ECC_SBE: 92,
 }
+
+log = logging.getLogger("vigil.failures")
 
 
 @dataclass(frozen=True)
@@ -135,11 +139,29 @@ def _log_windows_store(node_id: int, cluster_id: int, batch: NodeEventBatch) -> 
     """Store the windows; return the ids of the jobs that got new ones (or -1 if unknown)."""
     if not batch.log_windows:
         return []
+    named = {w.job_id for w in batch.log_windows}
     job_ids = dict(
-        Job.objects.filter(
-            cluster_id=cluster_id, scheduler_id__in={w.job_id for w in batch.log_windows}
-        ).values_list("scheduler_id", "id")
+        Job.objects.filter(cluster_id=cluster_id, scheduler_id__in=named).values_list(
+            "scheduler_id", "id"
+        )
     )
+    # A node speaks only for the jobs it runs: a window of a job whose GPUs are all elsewhere
+    # is dropped. A job with no allocation yet (its start not stored yet) keeps its windows
+    # unattached; `job_log_windows_attach` checks the node when the job is diagnosed.
+    placed = set(
+        JobAllocation.objects.filter(job__cluster_id=cluster_id, job__scheduler_id__in=named)
+        .values_list("job__scheduler_id", flat=True)
+        .distinct()
+    )
+    here = jobs_allocated_on(node_id, placed)
+    foreign = placed - here
+    if foreign:
+        log.warning(
+            "node %s/%s sent log windows of jobs it does not run: %s (dropped)",
+            batch.cluster,
+            batch.node,
+            ", ".join(sorted(foreign)[:10]),
+        )
     rows = [
         (
             job_ids.get(w.job_id),
@@ -152,7 +174,10 @@ def _log_windows_store(node_id: int, cluster_id: int, batch: NodeEventBatch) -> 
             w.trigger,
         )
         for w in batch.log_windows
+        if w.job_id not in foreign
     ]
+    if not rows:
+        return []
     with connection.cursor() as cur:
         cur.execute(
             """

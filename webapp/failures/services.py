@@ -73,9 +73,11 @@ def job_failure_open(job: Job) -> FailureEvent | None:
 
 
 def job_log_windows_attach(job: Job) -> int:
-    """Attach the log windows that arrived before the job was known; how many."""
+    """Attach the log windows that arrived before the job was known; how many. Only windows
+    sent by a node the job held GPUs on count: a node speaks for its own jobs only."""
+    nodes = JobAllocation.objects.filter(job=job).values("node_id")
     return JobLogWindow.objects.filter(
-        job__isnull=True, job_scheduler_id=job.scheduler_id, node__cluster_id=job.cluster_id
+        job__isnull=True, job_scheduler_id=job.scheduler_id, node_id__in=nodes
     ).update(job=job)
 
 

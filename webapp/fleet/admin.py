@@ -18,8 +18,8 @@ class GpuInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ("hostname", "cluster", "state", "last_seen", "source")
-    list_filter = ("cluster", "state", "source")
+    list_display = ("hostname", "cluster", "state", "may_send_job_events", "last_seen", "source")
+    list_filter = ("cluster", "state", "source", "may_send_job_events")
     search_fields = ("hostname",)
     list_select_related = ("cluster",)
     # The token is issued by `manage.py issue_node_token`; only its hash is stored.

@@ -29,6 +29,13 @@ class Node(models.Model):
     token_hash = models.CharField(max_length=64)
     token_issued_at = models.DateTimeField(null=True, blank=True)
     source = models.CharField(max_length=16, blank=True, default="")
+    # The scheduler role: job events (which job holds which GPUs of any node of the cluster)
+    # are accepted from this node's token. Granted explicitly, to the host that runs the
+    # cluster's scheduler watcher or to an integration's entry (`issue_node_token
+    # --scheduler`); a GPU node's token alone can only speak for its own node.
+    may_send_job_events = models.BooleanField(
+        default=False, help_text="Scheduler role: accept job events signed by this node."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hmac
-import os
+import logging
 import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.core.exceptions import ImproperlyConfigured
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -17,6 +17,8 @@ from collectors.schema import Bearer, Credential, GpuInfo, Signature, node_key
 from webapp.core.refusals import AuthError
 from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Cluster, Gpu, Node
+
+log = logging.getLogger("vigil.fleet")
 
 
 def token_hash(token: str) -> str:
@@ -26,7 +28,7 @@ def token_hash(token: str) -> str:
 
 def node_token_issue(cluster_name: str, hostname: str) -> str:
     """Create the node if needed and give it a new token (the old one stops working: at once
-    in this process, within AUTH_CACHE_S in every other worker and web process)."""
+    in this process, within VIGIL_AUTH_CACHE_S in every other worker and web process)."""
     # 256 random bits as hex: a token pasted after `--token` or into a shell never starts
     # with "-" (a URL-safe base64 token does one time in 64, and argparse takes it for a flag).
     token = secrets.token_hex(32)
@@ -52,22 +54,10 @@ class AuthenticatedNode:
     read_at: float = 0.0  # time.monotonic() when read from PostgreSQL
 
 
-def _auth_cache_seconds() -> float:
-    raw = os.environ.get("VIGIL_AUTH_CACHE_S", "30")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"VIGIL_AUTH_CACHE_S={raw!r}: expected seconds") from None
-    if not 0 <= value <= 60:
-        raise ImproperlyConfigured(f"VIGIL_AUTH_CACHE_S={raw!r}: expected 0 to 60 seconds")
-    return value
-
-
-# How long a process trusts the key it read for a node. A token rotated by another process
-# (another worker, a web process, `manage.py issue_node_token`) is locked out everywhere
-# within this time (the project's requirement is 60 s at most). A worker reads a node's row
-# once per period instead of once per batch, and again whenever a credential does not match.
-AUTH_CACHE_S = _auth_cache_seconds()
+# How long a process trusts the key it read for a node (settings.VIGIL_AUTH_CACHE_S, at most
+# 60 s): a token rotated by another process (another worker, a web process, `manage.py
+# issue_node_token`) is locked out everywhere within it. A worker reads a node's row once per
+# period instead of once per batch, and again whenever a credential does not match.
 
 # (cluster, hostname) -> node as last read.
 _auth_cache: dict[tuple[str, str], AuthenticatedNode] = {}
@@ -90,7 +80,7 @@ def node_authenticate(
     key = (cluster_name, hostname)
     now = time.monotonic()
     node = _auth_cache.get(key)
-    if node is None or now - node.read_at > AUTH_CACHE_S:
+    if node is None or now - node.read_at > settings.VIGIL_AUTH_CACHE_S:
         node = _node_read(key, now)
     if node is not None and _proves(credential, node.token_hash):
         return node
@@ -142,7 +132,10 @@ _gpu_cache: dict[int, tuple[tuple[tuple[int, str], ...], dict[int, int]]] = {}
 def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
     """Make sure every listed GPU exists under this node; return {index: gpu id}.
 
-    A GPU is keyed by UUID: one that moved to another node or slot is updated, not duplicated.
+    A GPU is keyed by UUID: one that moved to another node of the cluster or to another slot
+    is updated, not duplicated. One registered in another cluster is not moved: a node's token
+    speaks for its own cluster only, so AuthError `foreign_gpu` refuses the batch (an operator
+    who moved the hardware deletes the old GPU in the admin).
     """
     signature = tuple(sorted((g.index, g.uuid) for g in gpus))
     cached = _gpu_cache.get(node_id)
@@ -163,8 +156,11 @@ def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
     # of a locking read and an update per GPU.
     stored = {
         row.pop("uuid"): row
-        for row in Gpu.objects.filter(uuid__in=wanted).values("uuid", "id", *_GPU_FIELDS)
+        for row in Gpu.objects.filter(uuid__in=wanted).values(
+            "uuid", "id", "node__cluster_id", *_GPU_FIELDS
+        )
     }
+    _gpus_of_other_clusters_refuse(node_id, stored)
     mapping: dict[int, int] = {}
     with transaction.atomic():
         for uuid, fields in wanted.items():
@@ -176,6 +172,41 @@ def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
             mapping[fields["index"]] = gpu_id
     _gpu_cache[node_id] = (signature, mapping)
     return mapping
+
+
+def _gpus_of_other_clusters_refuse(node_id: int, stored: dict[str, dict]) -> None:
+    """Raise AuthError if a stored GPU that would move to this node is of another cluster."""
+    moving = {uuid: row for uuid, row in stored.items() if row["node_id"] != node_id}
+    if not moving:
+        return
+    node = Node.objects.select_related("cluster").get(id=node_id)
+    foreign = {
+        uuid: row for uuid, row in moving.items() if row["node__cluster_id"] != node.cluster_id
+    }
+    if not foreign:
+        return
+    owners = dict(
+        Node.objects.filter(id__in={row["node_id"] for row in foreign.values()}).values_list(
+            "id", "cluster__name"
+        )
+    )
+    uuid, row = min(foreign.items())
+    detail = (
+        f"gpus: {len(foreign)} GPU(s) registered in another cluster, first {uuid} of cluster "
+        f"{owners.get(row['node_id'], '?')!r}; not moved to {node}"
+    )
+    log.warning("node %s claims GPUs of another cluster: %s", node, detail)
+    raise AuthError("foreign_gpu", detail)
+
+
+def node_scheduler_grant(cluster_name: str, hostname: str, granted: bool = True) -> None:
+    """Give the node the scheduler role (job events signed by its token are accepted), or
+    take it away. Raises Node.DoesNotExist for an unknown node."""
+    updated = Node.objects.filter(cluster__name=cluster_name, hostname=hostname).update(
+        may_send_job_events=granted
+    )
+    if not updated:
+        raise Node.DoesNotExist(f"no node {hostname!r} in cluster {cluster_name!r}")
 
 
 # A node reported: a registered or stale node becomes up, and last_seen never moves backwards,

@@ -104,7 +104,10 @@ def job_events(request: HttpRequest) -> JsonResponse:
         result = job_events_ingest(raw)
     except RecursionError:
         return _error(400, "body: nested too deeply")
-    except AuthError:
+    except AuthError as exc:
+        if exc.reason == "not_scheduler":  # known, but not allowed to send job events
+            batch_reject(raw, exc)
+            return _error(403, f"Authorization: {exc.detail}")
         # The token was rotated between the two checks: still nobody we know.
         return _unauthenticated(BAD_TOKEN)
     except BatchError as exc:

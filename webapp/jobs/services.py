@@ -3,7 +3,9 @@
 `job_events_ingest(raw)` is the one path for scheduler events (the Celery task
 `vigil.jobs.ingest_events` and `POST /api/v1/job-events` both call it). Per batch, in one
 transaction:
-  1. validate (`parse_job_events`) and authenticate the sending node;
+  1. validate (`parse_job_events`) and authenticate the sending node, which must have the
+     scheduler role (`Node.may_send_job_events`): a batch places jobs on any node of the
+     cluster, so a GPU node's token alone may not send one;
   2. lock the batch's jobs (created first if new) in id order, so two workers applying events of
      the same job serialize instead of racing;
   3. apply each event. A re-sent event (same job, kind, ts: the JobEvent unique key) changes
@@ -29,6 +31,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from collectors.schema import BatchError, JobEventBatch, JobEventIn, parse_job_events
+from webapp.core.refusals import AuthError
 from webapp.core.units import epoch_to_utc
 from webapp.fleet.models import Gpu, Node
 from webapp.fleet.services import AuthenticatedNode, node_authenticate
@@ -135,10 +138,22 @@ def job_events_ingest(raw: str | bytes) -> JobEventsResult:
     to refuse it whole (nothing stored)."""
     batch = parse_job_events(raw, max_future_s=settings.VIGIL_MAX_FUTURE_SKEW_S)
     sender = node_authenticate(batch.cluster, batch.node, batch.credential)
+    _scheduler_check(batch, sender)
     with transaction.atomic():
         applier = _Applier(batch, sender)
         applied = applier.run()
     return JobEventsResult(str(batch.batch_id), len(batch.events), applied, len(applier.jobs))
+
+
+def _scheduler_check(batch: JobEventBatch, sender: AuthenticatedNode) -> None:
+    """Refuse a sender without the scheduler role (read each time: revoking it in the admin
+    takes effect at once)."""
+    if not Node.objects.filter(id=sender.id, may_send_job_events=True).exists():
+        raise AuthError(
+            "not_scheduler",
+            f"node {batch.cluster}/{batch.node} may not send job events: give it the "
+            "scheduler role (manage.py issue_node_token --scheduler, or the admin)",
+        )
 
 
 class _Applier:

@@ -11,7 +11,10 @@ The path of a group of batches (a worker takes several at a time), in one transa
      the GPUs and minutes that changed, and the node marked seen.
 `rollups_refresh` (a beat task, every 15 s) then recomputes exactly those rollup cells in
 bulk, which costs far less than folding every batch into the rollup on the hot path.
-A batch that fails validation or authentication is refused whole and logged in RejectedBatch.
+A batch that fails validation or authentication is refused whole and logged in RejectedBatch;
+so is one that fails to store for any other reason than a database outage (`store_failed`):
+the group's transaction is then rolled back and each batch stored alone, so only the one that
+fails is refused (webapp/core/ingest.py states the whole policy).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from collectors.schema import (
     parse_batch,
 )
 from webapp.core import pgcopy
+from webapp.core.ingest import Refused, db_outage, store_failure
 from webapp.core.models import RejectedBatch
 from webapp.core.refusals import AuthError, batch_reject
 from webapp.fleet.services import NODE_SEEN_UPDATE, gpus_register, node_authenticate
@@ -171,20 +175,23 @@ class _Ready:
     node: str
     gpu_rows: list[tuple]
     rest: dict
+    raw: str | bytes  # what the batch said, to refuse it if storing it fails
 
 
 def samples_ingest(raw: str | bytes) -> IngestResult:
-    """Validate and store one wire batch. Raises BatchError or AuthError to refuse it whole."""
-    return _store([_ready(raw)])[0]
+    """Validate and store one wire batch. Raises BatchError or AuthError to refuse it whole,
+    and what storing it raised (the caller's policy decides)."""
+    return _store([_ready(raw)], refuse_failed=False)[0]
 
 
 def samples_ingest_many(raws: Sequence[str | bytes]) -> list[IngestResult | RejectedBatch]:
     """Validate several wire batches, store the valid ones and record the refused ones, all
     in one transaction with one COPY for all GPU rows: far cheaper per batch than one each (a
     round trip to PostgreSQL per statement, a commit per batch), and every batch of the group
-    is finished at the same moment. In order, what became of each batch."""
+    is finished at the same moment. In order, what became of each batch: a batch that fails
+    to store (not a database outage, which raises) is refused alone, as `store_failed`."""
     ready: list[_Ready] = []
-    refused: list[tuple[str | bytes, BatchError | AuthError]] = []
+    refused: list[tuple[str | bytes, _Refusal]] = []
     valid: list[bool] = []
     for raw in raws:
         try:
@@ -192,6 +199,11 @@ def samples_ingest_many(raws: Sequence[str | bytes]) -> list[IngestResult | Reje
             valid.append(True)
         except (BatchError, AuthError) as exc:
             refused.append((raw, exc))
+            valid.append(False)
+        except Exception as exc:
+            if db_outage(exc):
+                raise
+            refused.append((raw, store_failure(exc)))
             valid.append(False)
     outcomes = _store(ready, refused)
     stored, rejected = iter(outcomes[: len(ready)]), iter(outcomes[len(ready) :])
@@ -231,14 +243,22 @@ def _ready(raw: str | bytes) -> _Ready:
         gpu_rows.sort(key=_pk)
     last = stamps[max(times)] if times else datetime.fromtimestamp(batch.sent_at, UTC)
     rest = _rest_params(batch, node.id, gpu_ids, gpu_times, stamps, last)
-    return _Ready(str(batch.batch_id), batch.node, gpu_rows, rest)
+    return _Ready(str(batch.batch_id), batch.node, gpu_rows, rest, raw)
+
+
+_Refusal = BatchError | AuthError | Refused
 
 
 def _store(
-    ready: list[_Ready], refused: Sequence[tuple[str | bytes, BatchError | AuthError]] = ()
+    ready: list[_Ready],
+    refused: Sequence[tuple[str | bytes, _Refusal]] = (),
+    *,
+    refuse_failed: bool = True,
 ) -> list[IngestResult | RejectedBatch]:
-    """Store ready batches and record refused ones; the results of the ready ones, then the
-    RejectedBatch rows, each in the order given."""
+    """Store ready batches and record refused ones; the outcomes of the ready ones, then the
+    RejectedBatch rows, each in the order given. A ready batch that fails to store is
+    refused as `store_failed` (with refuse_failed; else the error is raised); a database
+    outage raises."""
     try:
         # Common case, one transaction (one commit): one COPY of every batch's GPU rows
         # straight into the partitioned table, one statement per batch for the rest, then
@@ -253,17 +273,30 @@ def _store(
             return results + [batch_reject(raw, exc) for raw, exc in refused]
     except (IntegrityError, psycopg.errors.UniqueViolation):
         pass
+    except Exception as exc:
+        if db_outage(exc) or (not refuse_failed and len(ready) == 1):
+            raise
+        log.warning("a group of %d batches failed to store (%r); one at a time", len(ready), exc)
     # Some rows were stored before (a redelivered or overlapping batch, or one batch twice
-    # in this group): the transaction rolled back whole; each batch now stores only what is
-    # new, in its own transaction, so a later batch sees what an earlier one stored.
-    results = []
+    # in this group), or one batch cannot be stored: the transaction rolled back whole; each
+    # batch now stores only what is new, in its own transaction, so a later batch sees what
+    # an earlier one stored, and one that fails is refused alone.
+    outcomes: list[IngestResult | RejectedBatch | _Refusal] = []
     for r in ready:
-        with transaction.atomic(), connection.cursor() as cur:
-            stored = _copy_new(cur, r.gpu_rows)
-            [node_stored] = _store_rests(_STORE_REST_NEW, [r.rest], [stored])
-            results.append(_result(r, stored, node_stored))
+        try:
+            with transaction.atomic(), connection.cursor() as cur:
+                stored = _copy_new(cur, r.gpu_rows)
+                [node_stored] = _store_rests(_STORE_REST_NEW, [r.rest], [stored])
+            outcomes.append(_result(r, stored, node_stored))
+        except Exception as exc:
+            if db_outage(exc) or not refuse_failed:
+                raise
+            outcomes.append(store_failure(exc))
     with transaction.atomic():
-        return results + [batch_reject(raw, exc) for raw, exc in refused]
+        return [
+            batch_reject(r.raw, o) if isinstance(o, Refused) else o
+            for r, o in zip(ready, outcomes, strict=True)
+        ] + [batch_reject(raw, exc) for raw, exc in refused]
 
 
 def _result(ready: _Ready, stored: int, node_stored: int) -> IngestResult:

@@ -71,10 +71,16 @@ class Command(BaseCommand):
         password = self._demo_user()
         tokens: dict[str, str] = {}
         for c in clusters:
-            out = io.StringIO()
             hosts = [node_name(c, n) for n in range(1, opts["nodes_per_cluster"] + 1)]
-            call_command("issue_node_token", "--cluster", c, "--json", *hosts, stdout=out)
-            tokens.update(json.loads(out.getvalue()))
+            # The simulator sends each cluster's job events from its first node, as a site
+            # runs the Slurm watcher on one host: that node gets the scheduler role.
+            for flags, names in ((["--scheduler"], hosts[:1]), ([], hosts[1:])):
+                if names:
+                    out = io.StringIO()
+                    call_command(
+                        "issue_node_token", "--cluster", c, "--json", *flags, *names, stdout=out
+                    )
+                    tokens.update(json.loads(out.getvalue()))
         token_file = state / "tokens.json"
         token_file.write_text(json.dumps(tokens))
         token_file.chmod(0o600)

@@ -1,12 +1,13 @@
-"""Issue (or rotate) the token a node's collector authenticates with."""
+"""Issue (or rotate) the token a node's collector authenticates with; grant the scheduler role."""
 
+import argparse
 import json
 import re
 
 from django.core.management.base import BaseCommand, CommandError
 
 from collectors.schema import NAME_PATTERN
-from webapp.fleet.services import node_token_issue
+from webapp.fleet.services import node_scheduler_grant, node_token_issue
 
 
 class Command(BaseCommand):
@@ -18,6 +19,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--json", action="store_true", help="print {hostname: token} as one JSON object"
         )
+        parser.add_argument(
+            "--scheduler",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="give the node the scheduler role: its token may send job events (the host "
+            "running the Slurm watcher, or an integration such as scheduler-k8s); "
+            "--no-scheduler takes it away; left out, the role stays as it was",
+        )
 
     def handle(self, *args, **opts):
         pattern = re.compile(NAME_PATTERN)
@@ -25,6 +34,9 @@ class Command(BaseCommand):
             if not pattern.match(name):
                 raise CommandError(f"{name!r} is not a valid name (letters, digits, . _ -)")
         tokens = {h: node_token_issue(opts["cluster"], h) for h in opts["hostnames"]}
+        if opts["scheduler"] is not None:
+            for host in opts["hostnames"]:
+                node_scheduler_grant(opts["cluster"], host, opts["scheduler"])
         if opts["json"]:
             self.stdout.write(json.dumps(tokens))
         else:

@@ -1,0 +1,107 @@
+"""Fleet writes that guard a trust boundary: GPUs stay in their cluster; the scheduler role."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from collectors.schema import GpuInfo
+from tests.helpers import make_batch
+from webapp.core.models import RejectedBatch
+from webapp.core.refusals import AuthError, batch_reject
+from webapp.fleet.models import Gpu, Node
+from webapp.fleet.services import (
+    gpus_register,
+    node_authenticate,
+    node_scheduler_grant,
+    node_token_issue,
+)
+from webapp.telemetry.models import GpuSample
+from webapp.telemetry.services import samples_ingest
+
+
+def _node(cluster: str, hostname: str) -> int:
+    return node_authenticate(cluster, hostname, node_token_issue(cluster, hostname)).id
+
+
+def test_a_gpu_of_another_cluster_is_refused_and_not_moved(db, caplog):
+    home = _node("c1", "node-a")
+    gpus_register(home, [GpuInfo(index=0, uuid="GPU-shared-00", name="H100")])
+    token = node_token_issue("c2", "node-x")
+    raw = json.dumps(make_batch("c2", "node-x", token, gpus=2, uuid_prefix="GPU-shared"))
+
+    with caplog.at_level(logging.WARNING, logger="vigil.fleet"), pytest.raises(AuthError) as exc:
+        samples_ingest(raw)
+    batch_reject(raw, exc.value)
+
+    assert exc.value.reason == "foreign_gpu"
+    assert "GPU-shared-00 of cluster 'c1'" in exc.value.detail
+    assert "claims GPUs of another cluster" in caplog.text
+    gpu = Gpu.objects.get(uuid="GPU-shared-00")
+    assert (gpu.node.cluster.name, gpu.node.hostname) == ("c1", "node-a")
+    assert not Gpu.objects.filter(uuid="GPU-shared-01").exists()  # nothing of the batch
+    assert GpuSample.objects.count() == 0
+    assert RejectedBatch.objects.get().reason == "foreign_gpu"
+
+
+def test_a_gpu_swapped_into_another_node_of_its_cluster_moves(db):
+    a, b = _node("c1", "node-a"), _node("c1", "node-b")
+    gpus_register(a, [GpuInfo(index=0, uuid="GPU-moved-00", name="H100")])
+    mapping = gpus_register(b, [GpuInfo(index=3, uuid="GPU-moved-00", name="H100")])
+
+    gpu = Gpu.objects.get(uuid="GPU-moved-00")
+    assert (gpu.node_id, gpu.index, mapping) == (b, 3, {3: gpu.id})
+
+
+def test_the_scheduler_role_is_granted_and_taken_away(db):
+    node_token_issue("c1", "slurm-ctl")
+    assert not Node.objects.get(hostname="slurm-ctl").may_send_job_events  # not by default
+    node_scheduler_grant("c1", "slurm-ctl")
+    assert Node.objects.get(hostname="slurm-ctl").may_send_job_events
+    node_scheduler_grant("c1", "slurm-ctl", granted=False)
+    assert not Node.objects.get(hostname="slurm-ctl").may_send_job_events
+    with pytest.raises(Node.DoesNotExist):
+        node_scheduler_grant("c1", "no-such-node")
+
+
+def _envelope(cluster: str, node: str, token: str, **body) -> str:
+    import time
+    import uuid
+
+    return json.dumps(
+        {"v": 1, "batch_id": str(uuid.uuid4()), "cluster": cluster, "node": node,
+         "token": token, "sent_at": time.time(), **body}
+    )  # fmt: skip
+
+
+def test_a_node_token_speaks_for_its_own_node_only(db):
+    """Node A's token in a batch that claims to be node B is refused on every ingest path;
+    an error event naming B's GPU from A's own batch is A's, never B's GPU's."""
+    import time
+
+    from webapp.failures.models import GpuErrorEvent
+    from webapp.failures.services import node_events_ingest
+    from webapp.jobs.services import job_events_ingest
+
+    token_a = node_token_issue("c1", "node-a")
+    token_b = node_token_issue("c1", "node-b")
+    samples_ingest(json.dumps(make_batch("c1", "node-b", token_b, gpus=1, uuid_prefix="GPU-B")))
+    node_scheduler_grant("c1", "node-b")
+    now = time.time() - 5
+    xid = {"ts": now, "kind": "xid", "xid": 79, "source": "nvml", "gpu_uuid": "GPU-B-00"}
+    claims_b = [
+        (samples_ingest, json.dumps(make_batch("c1", "node-b", token_a, gpus=1))),
+        (node_events_ingest, _envelope("c1", "node-b", token_a, gpu_events=[xid])),
+        (job_events_ingest, _envelope("c1", "node-b", token_a, source="slurm", events=[])),
+    ]
+    for ingest, raw in claims_b:
+        with pytest.raises(AuthError) as exc:
+            ingest(raw)
+        assert exc.value.reason == "bad_token", ingest.__name__
+
+    node_events_ingest(_envelope("c1", "node-a", token_a, gpu_events=[xid]))
+    event = GpuErrorEvent.objects.get()
+    assert (event.node.hostname, event.gpu_id) == ("node-a", None)
+    assert GpuSample.objects.filter(gpu__node__hostname="node-b").count() == 1  # its own
