@@ -5,7 +5,8 @@
 //   <div data-figure="NAME">                one Plotly div per figure
 //     data-link="N"                         a click opens the URL in the point's customdata[N]
 //     data-modebar-remove="select2d …"      mode bar buttons this figure does without
-//   {{ figures|json_script:"figures-data" }}  {NAME: {data, layout}}, drawn on load
+//   {{ figures|json_script:"figures-data" }} (written by templates/includes/figures.html)
+//   {NAME: {data, layout}}, drawn on load
 //   <div data-refresh-url="URL" data-refresh-ms="5000" data-initial="ID">
 //                                           poll URL; a page script turns each payload (and
 //                                           the json_script ID's, first) into {NAME: figure}

@@ -11,16 +11,8 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.telemetry.conftest import seed_node
 from webapp.fleet.models import Cluster
+from webapp.telemetry import selectors
 from webapp.telemetry.choices import GpuStatus
-from webapp.telemetry.selectors import (
-    RANGES,
-    clusters_overview,
-    gpu_problems,
-    gpu_sample_latest,
-    gpu_status,
-    gpus_latest,
-    gpus_series,
-)
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -49,35 +41,35 @@ NOW = datetime(2025, 1, 1, tzinfo=UTC)
     ],
 )
 def test_gpu_status(ts, values, expected):
-    assert gpu_status(ts, values, busy_util_pct=10.0) == expected
+    assert selectors.gpu_status(ts, values, busy_util_pct=10.0) == expected
 
 
 def test_gpu_problems_name_each_cause():
-    assert gpu_problems({"ecc_dbe_vol": 2, "remap_pending": 1, "remap_failure": 1}) == [
+    assert selectors.gpu_problems({"ecc_dbe_vol": 2, "remap_pending": 1, "remap_failure": 1}) == [
         "2 double-bit ECC errors since the last reset",
         "a row remap is pending: reset the GPU to activate it",
         "a row remap failed: RMA candidate",
     ]
-    assert gpu_problems({"ecc_dbe_vol": None, "remap_pending": None}) == []
+    assert selectors.gpu_problems({"ecc_dbe_vol": None, "remap_pending": None}) == []
 
 
 def test_latest_is_the_newest_sample_within_the_window(db):
     node = seed_node("alpha", "n1", utils=[77.0, 3.0], intervals=5)
-    gpus = gpus_latest(node_id=node.id)
+    gpus = selectors.gpus_latest(node_id=node.id)
     assert [(g.index, g.value("gpu_util")) for g in gpus] == [(0, 77.0), (1, 3.0)]
     assert [g.status for g in gpus] == [GpuStatus.BUSY, GpuStatus.IDLE]
     # A window shorter than the age of the newest sample makes every GPU stale.
     assert all(
         g.ts is None and g.status == GpuStatus.STALE
-        for g in gpus_latest(node_id=node.id, within_s=1)
+        for g in selectors.gpus_latest(node_id=node.id, within_s=1)
     )
 
 
 def test_latest_lists_gpus_that_never_reported(db):
     seed_node("alpha", "n1", utils=[50.0] * 2, t0=time.time() - 3600)
-    gpus = gpus_latest(Cluster.objects.get(name="alpha"))
+    gpus = selectors.gpus_latest(Cluster.objects.get(name="alpha"))
     assert len(gpus) == 2 and {g.status for g in gpus} == {GpuStatus.STALE}
-    ts, values = gpu_sample_latest(gpus[0].gpu_id)
+    ts, values = selectors.gpu_sample_latest(gpus[0].gpu_id)
     assert ts is not None and values["gpu_util"] == 50.0  # the GPU page still shows it
 
 
@@ -85,7 +77,7 @@ def test_clusters_overview_in_two_queries(db):
     seed_node("alpha", "n1", utils=[50.0] * 8)
     seed_node("beta", "n2", utils=[0.0] * 4, powers=[60.0] * 4)
     with CaptureQueriesContext(connection) as ctx:
-        summaries, gpus = clusters_overview()
+        summaries, gpus = selectors.clusters_overview()
     assert len(ctx.captured_queries) == 2
     assert [(s.name, s.gpus, s.busy, s.idle) for s in summaries] == [
         ("alpha", 8, 8, 0),
@@ -98,10 +90,10 @@ def test_day_and_week_ranges_read_only_the_rollup(db):
     # Two hours ago, aligned so the six samples share one 10-minute bucket.
     t0 = (time.time() - 7200) // 600 * 600 + 5
     node = seed_node("alpha", "n1", utils=[70.0], t0=t0, intervals=6)
-    gpu_id = gpus_latest(node_id=node.id)[0].gpu_id
+    gpu_id = selectors.gpus_latest(node_id=node.id)[0].gpu_id
     for key in ("1d", "7d"):
         with CaptureQueriesContext(connection) as ctx:
-            series = gpus_series([gpu_id], RANGES[key])[gpu_id]
+            series = selectors.gpus_series([gpu_id], selectors.RANGES[key])[gpu_id]
         sql = " ".join(q["sql"] for q in ctx.captured_queries)
         assert "telemetry_gpurollup1m" in sql and "telemetry_gpusample" not in sql
         # Means weighted by sample count: five samples at 1 % and one at 70 %.
@@ -113,9 +105,9 @@ def test_day_and_week_ranges_read_only_the_rollup(db):
 
 def test_hour_range_reads_raw_samples(db):
     node = seed_node("alpha", "n1", utils=[70.0], intervals=4)
-    gpu_id = gpus_latest(node_id=node.id)[0].gpu_id
+    gpu_id = selectors.gpus_latest(node_id=node.id)[0].gpu_id
     with CaptureQueriesContext(connection) as ctx:
-        series = gpus_series([gpu_id], RANGES["1h"])[gpu_id]
+        series = selectors.gpus_series([gpu_id], selectors.RANGES["1h"])[gpu_id]
     assert "telemetry_gpusample" in ctx.captured_queries[0]["sql"]
     assert series.values["gpu_util"] == [1.0, 1.0, 1.0, 70.0]
     assert series.values["sm_active"] == pytest.approx([0.4] * 4)
