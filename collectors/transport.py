@@ -166,6 +166,12 @@ class Transport:
         self._producer: Any = None
         # Redis brokers: a copy of each batch stays in the outbox until a worker stored it.
         self._outbox = outbox.client_for(broker_url)
+        # What to declare before publishing: nothing on Redis, where a publish is one LPUSH on
+        # the queue's list, which works whether or not the queue was declared (workers declare
+        # it and its binding when they start consuming). Declaring would need LLEN and SADD,
+        # which the collector's broker user may not run (deploy/redis/users.acl.template).
+        # Other brokers get Celery's default: RabbitMQ drops a message to an undeclared queue.
+        self._declare: list | None = [] if self._outbox is not None else None
         pending = len(self.spool)
         if pending:
             log.info("%d spooled batches in %s will be sent first", pending, self.spool.dir)
@@ -195,6 +201,7 @@ class Transport:
                 producer=self._producer,
                 retry=False,
                 ignore_result=True,
+                declare=self._declare,
             )
         except (OperationalError, KombuError, OSError, ConnectionError, RedisError) as exc:
             if not self._down:
