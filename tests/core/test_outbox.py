@@ -70,3 +70,19 @@ def test_kombu_decompresses_an_inline_message_only_up_to_the_limit():
     finally:
         tracemalloc.stop()
     assert refused and peak < 3 * MAX_BATCH_BYTES
+
+
+def test_redelivery_publishes_only_batch_tasks_whatever_the_index_names(db, broker):
+    """Nodes write the outbox index: a member naming another task (say the diagnosis) must not
+    make the beat task publish it."""
+    from collectors.schema import INGEST_TASK
+
+    outbox.outbox_put(broker, "11111111-1111-4111-8111-111111111111", INGEST_TASK, "{}")
+    outbox.outbox_put(
+        broker, "22222222-2222-4222-8222-222222222222", "vigil.failures.diagnose", "{}"
+    )
+
+    assert server_outbox.outbox_redeliver(older_than_s=0) == 1
+    published = [m for m in broker.lrange("ingest", 0, -1)]
+    assert len(published) == 1 and INGEST_TASK.encode() in published[0]
+    assert not any(b"vigil.failures.diagnose" in m for m in published)

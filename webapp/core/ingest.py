@@ -39,7 +39,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
 from collectors import outbox
-from collectors.schema import BatchError, is_signed
+from collectors.schema import BatchError, OversizedBatch, is_signed
 from webapp.core.refusals import AuthError, batch_reject
 
 log = logging.getLogger("vigil.ingest")
@@ -105,6 +105,11 @@ UNSIGNED = Refused(
     "a batch through the broker must be signed (HMAC of its body), not carry its node token: "
     "upgrade the collector",
 )
+
+
+def _unsigned(raw: str) -> bool:
+    """A batch text that came unsigned (an oversized one is refused as too large instead)."""
+    return not isinstance(raw, OversizedBatch) and not is_signed(raw)
 
 
 def store_failure(exc: BaseException) -> Refused:
@@ -218,7 +223,7 @@ def batch_run(task, arg: str, ingest: Callable[[str], dict]) -> dict:
     [raw] = _texts(task, [arg])
     if raw is None:
         return {"finished_before": arg}
-    if not is_signed(raw):
+    if _unsigned(raw):
         return _refuse(raw, UNSIGNED)
     [deliveries] = _deliveries_add([arg])
     try:
@@ -282,7 +287,7 @@ def batches_run(task, requests: list, ingest_many: Callable[[list[str]], object]
     # One copy of a batch delivered twice in the group goes (it is finished for both).
     first = {arg: i for i, arg in reversed(list(enumerate(args)))}
     todo = [i for i, text in enumerate(texts) if text is not None and first[args[i]] == i]
-    unsigned = [i for i in todo if not is_signed(texts[i])]
+    unsigned = [i for i in todo if _unsigned(texts[i])]
     for i in unsigned:
         batch_reject(texts[i], UNSIGNED)
     todo = [i for i in todo if i not in unsigned]

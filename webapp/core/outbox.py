@@ -28,6 +28,7 @@ from kombu import compression
 from collectors import outbox
 from collectors.schema import (
     INGEST_QUEUE,
+    INGEST_TASK,
     JOB_EVENTS_TASK,
     NODE_EVENTS_TASK,
     OversizedBatch,
@@ -37,6 +38,8 @@ log = logging.getLogger("vigil.ingest")
 
 # Tasks whose single argument is a wire batch that may have an outbox entry.
 BATCH_TASKS = frozenset({JOB_EVENTS_TASK, NODE_EVENTS_TASK})
+# Every task that takes a collector batch (the GPU sample one takes them grouped).
+INGEST_TASKS = BATCH_TASKS | {INGEST_TASK}
 
 
 @cache
@@ -162,8 +165,15 @@ def outbox_redeliver(older_than_s: float | None = None) -> int:
     if older_than_s is None:
         older_than_s = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] + 60
     due = outbox.outbox_due(client, older_than_s)
-    for batch_id, task in due:
+    # The index is written by nodes (collectors/outbox.py): only the batch tasks are ever
+    # re-published, whatever task name a member carries.
+    known = [(batch_id, task) for batch_id, task in due if task in INGEST_TASKS]
+    if len(known) < len(due):
+        log.warning(
+            "outbox index names %d entries of unknown tasks; ignored", len(due) - len(known)
+        )
+    for batch_id, task in known:
         app.send_task(task, args=[outbox.reference(batch_id)], queue=INGEST_QUEUE)
-    if due:
-        log.warning("re-published %d batch(es) that no worker finished", len(due))
-    return len(due)
+    if known:
+        log.warning("re-published %d batch(es) that no worker finished", len(known))
+    return len(known)
