@@ -51,6 +51,7 @@ def main() -> None:
     # Production settings, as a deployed worker runs (no DEBUG cursor wrapper, no query log).
     os.environ.setdefault("VIGIL_DEBUG", "false")
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
+    os.environ.setdefault("ALLOWED_HOSTS", "localhost")  # production refuses none or "*"
 
     import django
 
