@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]  # the project root (webapp/core/ is two down)
 
 # Which servers this process started (not merely found running): only those are ours to stop.
 started_here: set[str] = set()
