@@ -1,6 +1,6 @@
 """Shared fixtures: personas, a registered node with its token, clean state between tests.
 
-Everything is real: the embedded PostgreSQL and Redis started by webapp/embedded.py (or the
+Everything is real: the embedded PostgreSQL and Redis started by webapp/core/embedded.py (or the
 servers DATABASE_URL / CELERY_BROKER_URL name), real Celery workers as subprocesses.
 """
 

@@ -172,7 +172,7 @@ TEMPLATES = [
 ]
 
 # --- Database and broker -------------------------------------------------------------------
-# With no URL configured, webapp/embedded.py starts a private PostgreSQL and Redis under
+# With no URL configured, webapp/core/embedded.py starts a private PostgreSQL and Redis under
 # VIGIL_DATA_DIR, so `make demo` and `make test` need nothing installed.
 if VIGIL_OFFLINE:
     os.environ.setdefault("DATABASE_URL", "postgresql://offline@offline.invalid:1/offline")
@@ -417,7 +417,7 @@ VIGIL_LLM_API_KEY = os.environ.get("VIGIL_LLM_API_KEY", "").strip()
 # (failure-taxonomy.md: 3).
 VIGIL_MAX_AUTO_RESTARTS = envint("VIGIL_MAX_AUTO_RESTARTS", "3", minimum=0)
 # A GPU under 0.8x its job's median this many minutes in a row is a straggler (the ratio and
-# its source: webapp/failures/services.py).
+# its source: webapp/failures/stragglers.py).
 VIGIL_STRAGGLER_MINUTES = envint("VIGIL_STRAGGLER_MINUTES", "10", minimum=1)
 # Seconds a checkpoint save stalls training (delta of the Young/Daly interval) when the
 # reliability page is not given one: failure-signatures.md section 9's worked example, 60 s.
