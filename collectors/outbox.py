@@ -136,12 +136,16 @@ def decompress_bounded(packed: bytes, max_bytes: int) -> bytes | None:
     return out
 
 
-def outbox_done(client: redis.Redis, task: str, batch_ids: Collection[str]) -> None:
-    """Remove the entries of finished batches of `task`, all in one transaction."""
+def outbox_done(
+    client: redis.Redis, task: str, batch_ids: Collection[str], *also_keys: str
+) -> None:
+    """Remove the entries of finished batches of `task`, and their fields in the hashes
+    `also_keys` (the worker's delivery counts), all in one transaction."""
     if not batch_ids:
         return
     pipe = client.pipeline(transaction=True)
-    pipe.hdel(OUTBOX_KEY, *batch_ids)
+    for key in (OUTBOX_KEY, *also_keys):
+        pipe.hdel(key, *batch_ids)
     pipe.zrem(SINCE_KEY, *(_since_member(task, batch_id) for batch_id in batch_ids))
     pipe.execute()
 

@@ -25,8 +25,7 @@ from collectors.transport import Transport
 from tests.helpers import database_url, make_batch, wait_for
 from webapp.celery import app
 from webapp.core import embedded
-from webapp.core.ingest import DELIVERIES_KEY
-from webapp.core.outbox import outbox_redeliver
+from webapp.core.outbox import DELIVERIES_KEY, outbox_redeliver
 from webapp.telemetry.services import rollups_refresh
 
 pytestmark = pytest.mark.integration

@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import psycopg
@@ -38,8 +37,14 @@ from celery.utils.time import get_exponential_backoff_interval
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
-from collectors import outbox
 from collectors.schema import BatchError, OversizedBatch, is_signed
+from webapp.core.outbox import (
+    DELIVERIES_KEY,
+    batch_id_of,
+    batch_texts,
+    batches_finished,
+    broker_client,
+)
 from webapp.core.refusals import AuthError, batch_reject
 
 log = logging.getLogger("vigil.ingest")
@@ -73,9 +78,6 @@ DURABLE_TASK: dict[str, Any] = {
 # (worker killed each time) before it is refused as poison. Five by default: a worker
 # restarted by a deploy or the OOM killer while storing healthy batches costs a batch one
 # delivery, rarely more than two in a row.
-
-# Redis hash: batch id -> deliveries begun and not finished (cleared when the batch is).
-DELIVERIES_KEY = "vigil:ingest:deliveries"
 
 
 def db_outage(exc: BaseException) -> bool:
@@ -161,8 +163,6 @@ def _texts(task, args: list[str]) -> list[str | None]:
     """The batch texts of a task's arguments (webapp/core/outbox.py `batch_texts`); None, logged,
     for a reference whose outbox entry is gone: that batch was finished, and this is a
     redelivery."""
-    from webapp.core.outbox import batch_texts
-
     texts = batch_texts(args)
     for arg, text in zip(args, texts, strict=True):
         if text is None:
@@ -173,22 +173,11 @@ def _texts(task, args: list[str]) -> list[str | None]:
 # --- Deliveries ---------------------------------------------------------------------------
 
 
-@cache
-def _redis() -> redis.Redis | None:
-    # One client per process (prefork children call this after the fork); None when the
-    # broker is not Redis, and then deliveries are not counted.
-    return outbox.client_for(settings.CELERY_BROKER_URL)
-
-
-def _batch_id(arg: str) -> str | None:
-    return outbox.reference_id(arg) or outbox.batch_id_of(arg)
-
-
 def _deliveries_add(args: Sequence[str], step: int = 1) -> list[int]:
     """Count one more (or, with step -1, one less) delivery of each batch; the counts, 0 for
     a batch without an id, or for all when Redis cannot count (then nothing is poison)."""
-    client = _redis()
-    ids = [_batch_id(arg) for arg in args]
+    client = broker_client()
+    ids = [batch_id_of(arg) for arg in args]
     if client is None or not any(ids):
         return [0] * len(ids)
     try:
@@ -200,18 +189,6 @@ def _deliveries_add(args: Sequence[str], step: int = 1) -> list[int]:
         log.warning("deliveries of %d batch(es) not counted: %s", len(ids), exc)
         return [0] * len(ids)
     return [next(counts) if batch_id else 0 for batch_id in ids]
-
-
-def _deliveries_forget(args: Sequence[str]) -> None:
-    """The batches are finished: their delivery counts go."""
-    client = _redis()
-    ids = list(filter(None, map(_batch_id, args)))
-    if client is None or not ids:
-        return
-    try:
-        client.hdel(DELIVERIES_KEY, *ids)
-    except redis.RedisError as exc:
-        log.warning("delivery counts of %d batch(es) not cleared: %s", len(ids), exc)
 
 
 # --- Single batches -----------------------------------------------------------------------
@@ -235,8 +212,7 @@ def batch_run(task, arg: str, ingest: Callable[[str], dict]) -> dict:
         _deliveries_add([arg], -1)  # this delivery ended with an outcome: a retry
         db_down(task)
         raise
-    _deliveries_forget([arg])
-    return outcome
+    return outcome  # the postrun handler clears its outbox entry and delivery count
 
 
 def _ingest_one(raw: str, ingest: Callable[[str], dict]) -> dict:
@@ -274,8 +250,6 @@ def batches_run(task, requests: list, ingest_many: Callable[[list[str]], object]
     - a killed worker never returns here: its unacknowledged messages come back, and the
       batches it was storing come back suspects.
     """
-    from webapp.core.outbox import batches_finished
-
     args = [request.args[0] for request in requests]
     try:
         texts = _texts(task, args)
@@ -320,8 +294,7 @@ def batches_run(task, requests: list, ingest_many: Callable[[list[str]], object]
         _retry(task, requests, args, [i for i in todo if i not in finished])
     done = [args[i] for i in finished]
     if done:
-        batches_finished(task.name, done)
-        _deliveries_forget(done)
+        batches_finished(task.name, done)  # outbox entries and delivery counts, one MULTI
 
 
 def _group_store(ingest_many: Callable[[list[str]], object], texts: list[str]) -> None:

@@ -42,10 +42,21 @@ BATCH_TASKS = frozenset({JOB_EVENTS_TASK, NODE_EVENTS_TASK})
 INGEST_TASKS = BATCH_TASKS | {INGEST_TASK}
 
 
+# Redis hash: batch id -> deliveries begun and not finished (webapp/core/ingest.py counts
+# them; they go with the batch's outbox entry when it is finished).
+DELIVERIES_KEY = "vigil:ingest:deliveries"
+
+
 @cache
-def _client() -> redis.Redis | None:
-    # One client per process (prefork children call this after the fork).
+def broker_client() -> redis.Redis | None:
+    """The process's one client of the broker's Redis (prefork children call this after the
+    fork); None when the broker is not Redis."""
     return outbox.client_for(settings.CELERY_BROKER_URL)
+
+
+def batch_id_of(arg: str) -> str | None:
+    """The batch id of a batch task's argument: its outbox reference, or the batch text."""
+    return outbox.reference_id(arg) or outbox.batch_id_of(arg)
 
 
 def max_batch_bytes() -> int:
@@ -71,7 +82,7 @@ def batch_texts(args: list[str]) -> list[str | None]:
     ids = {i: batch_id for i, arg in enumerate(args) if (batch_id := outbox.reference_id(arg))}
     if not ids:
         return texts
-    client = _client()
+    client = broker_client()
     if client is None:
         raise RuntimeError(
             f"{args[next(iter(ids))]!r} refers to the outbox, but the broker is not Redis"
@@ -122,18 +133,14 @@ bounded_decompression_install()
 
 def batches_finished(task: str, args: list[str]) -> None:
     """Batches of `task` were finished (stored, or refused for good): their outbox entries
-    can go. A failure to say so is only logged: the entry stays, and its redelivery finds the
+    and delivery counts can go. A failure to say so is only logged: the entry stays, and its redelivery finds the
     batch stored and changes nothing."""
-    client = _client()
+    client = broker_client()
     if client is None:
         return
-    ids = [
-        batch_id
-        for arg in args
-        if (batch_id := outbox.reference_id(arg) or outbox.batch_id_of(arg))
-    ]
+    ids = list(filter(None, map(batch_id_of, args)))
     try:
-        outbox.outbox_done(client, task, ids)
+        outbox.outbox_done(client, task, ids, DELIVERIES_KEY)
     except redis.RedisError as exc:
         log.warning("outbox entries of %d batch(es) not cleared: %s", len(ids), exc)
 
@@ -159,7 +166,7 @@ def outbox_redeliver(older_than_s: float | None = None) -> int:
     """
     from webapp.celery import app
 
-    client = _client()
+    client = broker_client()
     if client is None:
         return 0
     if older_than_s is None:
