@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
-from collectors.schema import NAME_PATTERN
+from collectors.schema import MAX_GPUS_PER_NODE, MAX_INTERVALS_PER_BATCH, NAME_PATTERN
 
 log = logging.getLogger("vigil.collector")
 
@@ -334,6 +334,11 @@ def _check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("--history-minutes only applies to --source simulated")
     if args.history_minutes and args.count:
         parser.error("--history-minutes runs live afterwards: it does not go with --count")
+    # What the server's schema refuses must not get past the edge (collectors/schema.py).
+    if args.intervals_per_batch > MAX_INTERVALS_PER_BATCH:
+        parser.error(f"--intervals-per-batch: at most {MAX_INTERVALS_PER_BATCH} per batch")
+    if args.gpus_per_node > MAX_GPUS_PER_NODE:
+        parser.error(f"--gpus-per-node: at most {MAX_GPUS_PER_NODE} GPUs per node")
     if args.source == "simulated":
         clusters = _cluster_names(args)
         if not clusters:
@@ -526,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             log.info("history sent: %d rounds of the last %d minutes", rounds, args.history_minutes)
         if args.ready_file is not None:
-            _ready_file_write(args.ready_file)
+            args.ready_file.touch()
         # Simulated with --count backfills: the rounds are stamped in the past, not waited for.
         agent.run(args.count, backfill=args.source == "simulated" and args.count is not None)
     except BrokenPipeError:
@@ -554,13 +559,6 @@ def main(argv: list[str] | None = None) -> int:
         agent.event_batches,
     )
     return 0
-
-
-def _ready_file_write(path: Path) -> None:
-    """Create `path` whole (written aside, then renamed), so a reader never sees half of it."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(f"{os.getpid()}\n")
-    partial.replace(path)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import re
 import sys
 import time
 from collections.abc import Collection
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
@@ -118,21 +119,22 @@ def _unpacked(packed: bytes, max_bytes: int, max_compressed_bytes: int) -> str:
             f"compressed batch of {len(packed)} bytes exceeds {max_compressed_bytes}",
             len(packed),
         )
-    text = decompress_bounded(packed, max_bytes)
+    text = decompress_bounded(zstd.ZstdDecompressor(), packed, max_bytes)
     if text is None:
         return OversizedBatch(f"batch decompresses past {max_bytes} bytes", max_bytes + 1)
     return text.decode()
 
 
-def decompress_bounded(packed: bytes, max_bytes: int) -> bytes | None:
-    """Zstandard data decompressed, or None if it holds more than `max_bytes`: at most
-    `max_bytes + 1` bytes are ever produced, so a bomb costs no more memory than the cap."""
-    decompressor = zstd.ZstdDecompressor()
-    out = decompressor.decompress(packed, max_length=max_bytes + 1)
+def decompress_bounded(decompressor: Any, packed: bytes, max_bytes: int) -> bytes | None:
+    """`packed` decompressed by a fresh `decompressor` (zlib, bz2, lzma or Zstandard: each
+    takes `max_length` and has `eof`), or None if it holds more than `max_bytes`: at most
+    `max_bytes + 1` bytes are ever produced, so a bomb costs no more memory than the cap.
+    ValueError if the data ends before its stream does."""
+    out = decompressor.decompress(packed, max_bytes + 1)
     if len(out) > max_bytes:
         return None
     if not decompressor.eof:
-        raise zstd.ZstdError("truncated Zstandard frame")
+        raise ValueError("truncated compressed data")
     return out
 
 

@@ -211,10 +211,10 @@ _HEAD_TO_TOKEN = re.compile(
 )
 
 
-def batch_sign(text: str, token: str | None = None) -> str:
+def batch_sign(text: str) -> str:
     """The signed wire form of a batch (JSON text): its `token` field removed and used as the
-    key (or `token`, for a batch without one). Already signed text, and text with no token to
-    sign with (not JSON, or none given), is returned as it is: the server refuses it unsigned.
+    key. Already signed text, and text with no token to sign with (not JSON, or no `token`),
+    is returned as it is: the server refuses it unsigned.
     """
     if is_signed(text):
         return text
@@ -229,10 +229,9 @@ def batch_sign(text: str, token: str | None = None) -> str:
     except ValueError:
         return text
     found = parsed.pop("token", None) if isinstance(parsed, dict) else None
-    key_token = found if isinstance(found, str) else token
-    if key_token is None:
+    if not isinstance(found, str):
         return text
-    return _signed(json.dumps(parsed, separators=(",", ":")), key_token)
+    return _signed(json.dumps(parsed, separators=(",", ":")), found)
 
 
 def _signed(body: str, token: str) -> str:
@@ -272,7 +271,7 @@ MAX_GPUS_PER_NODE = 64  # 8 on HGX/DGX boards; room for denser nodes
 MAX_INTERVALS_PER_BATCH = 720  # 2 h at 10 s: more than --history-minutes' 20 rounds
 MAX_SAMPLES_PER_BATCH = MAX_GPUS_PER_NODE * MAX_INTERVALS_PER_BATCH
 MAX_EVENTS_PER_BATCH = 100_000  # job events: a Slurm watcher's first poll after downtime
-MAX_NODE_EVENTS_PER_BATCH = 10_000  # collectors/watchers/nodeevents.py splits at 10,000
+MAX_NODE_EVENTS_PER_BATCH = 10_000  # node-event watchers split what they saw at this
 
 
 class OversizedBatch(str):

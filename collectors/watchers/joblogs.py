@@ -369,6 +369,7 @@ class JobLogSource:
                 self._dormant[path] = (pos["inode"] or 0, pos["offset"])
                 f.tail.close()
                 del self._files[path]
+                self._refused.pop(path, None)
         return [NodeEvents(self.cluster, self.node, log_windows=windows)] if windows else []
 
     def _ship(self, path: str, f: _File, closed: list[_Window]) -> list[LogWindowIn]:

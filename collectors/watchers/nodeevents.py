@@ -19,6 +19,7 @@ from typing import Protocol
 
 from collectors.backends.base import NodeReading
 from collectors.schema import (
+    MAX_NODE_EVENTS_PER_BATCH,
     SCHEMA_VERSION,
     GpuErrorEventIn,
     LogWindowIn,
@@ -31,7 +32,6 @@ log = logging.getLogger("vigil.collector.events")
 # failure-taxonomy.md "Ordering" step 2 and schema.GpuErrorEventIn: identical events within
 # 5 s are one event with a count.
 COALESCE_S = 5.0
-MAX_EVENTS_PER_BATCH = 10_000  # well under schema.NodeEventBatch's 100,000 limit
 
 
 @dataclass
@@ -145,7 +145,7 @@ class NodeEventWatcher:
             windows = item.log_windows
             if not events and not windows:
                 continue
-            for i in range(0, max(len(events), len(windows)), MAX_EVENTS_PER_BATCH):
+            for i in range(0, max(len(events), len(windows)), MAX_NODE_EVENTS_PER_BATCH):
                 batch = NodeEventBatch(
                     v=SCHEMA_VERSION,
                     batch_id=new_batch_id(),
@@ -153,8 +153,8 @@ class NodeEventWatcher:
                     node=node,
                     token=self.tokens(cluster, node),
                     sent_at=time.time(),
-                    gpu_events=events[i : i + MAX_EVENTS_PER_BATCH],
-                    log_windows=windows[i : i + MAX_EVENTS_PER_BATCH],
+                    gpu_events=events[i : i + MAX_NODE_EVENTS_PER_BATCH],
+                    log_windows=windows[i : i + MAX_NODE_EVENTS_PER_BATCH],
                 )
                 out.append((str(batch.batch_id), batch.model_dump_json(exclude_none=True)))
         return out

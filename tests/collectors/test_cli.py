@@ -52,6 +52,8 @@ def collector(*args: str, env: dict | None = None, timeout: float = 60):
         (["--stdout", "--cluster", "c", "--job-log-glob", "jobs/*.log"], "absolute path pattern"),
         (["--stdout", "--cluster", "c", "--history-minutes", "5"], "--history-minutes only"),
         (["--source", "simulated", "--stdout", "--history-minutes", "5", "--count", "2"], "not go"),
+        (["--stdout", "--cluster", "c", "--intervals-per-batch", "721"], "at most 720 per batch"),
+        (["--source", "simulated", "--stdout", "--gpus-per-node", "65"], "at most 64 GPUs"),
     ],
 )
 def test_bad_flags_give_one_clear_line_and_exit_2(args, says):

@@ -100,12 +100,9 @@ class MessageTooLarge(ValueError):
 def _bounded(new_decompressor: Callable[[], Any]) -> Callable[[bytes], bytes]:
     def decompress(body: bytes) -> bytes:
         limit = max_batch_bytes()
-        decompressor = new_decompressor()
-        out = decompressor.decompress(body, limit + 1)
-        if len(out) > limit:
+        out = outbox.decompress_bounded(new_decompressor(), body, limit)
+        if out is None:
             raise MessageTooLarge(f"compressed message decompresses past {limit} bytes")
-        if not decompressor.eof:
-            raise ValueError("truncated compressed message")
         return out
 
     return decompress
