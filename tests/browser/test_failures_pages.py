@@ -26,7 +26,8 @@ from tests.failures.conftest import make_fleet, nccl_window, xid_event
 from tests.helpers import wait_for
 from tests.slurm import slurm_cluster  # noqa: F401 (the session fixture)
 from webapp.failures.models import FailureEvent
-from webapp.failures.services import failure_diagnose, node_events_ingest
+from webapp.failures.node_events import node_events_ingest
+from webapp.failures.services import failure_diagnose
 from webapp.fleet import services as fleet_services
 
 pytestmark = pytest.mark.browser

@@ -13,7 +13,8 @@ import pytest
 
 from webapp.failures import llm
 from webapp.failures.models import FailureEvent, ProposedRule
-from webapp.failures.services import failure_diagnose, node_events_ingest
+from webapp.failures.node_events import node_events_ingest
+from webapp.failures.services import failure_diagnose
 
 
 class FakeModel:

@@ -15,6 +15,7 @@ from webapp.failures.models import FailureEvent, GpuErrorEvent, JobLogWindow
 from webapp.failures.node_events import node_events_ingest
 from webapp.failures.services import failure_diagnose
 from webapp.jobs.models import Job
+from webapp.jobs.services import job_events_ingest
 
 pytestmark = pytest.mark.django_db
 
@@ -148,3 +149,18 @@ def test_early_windows_attach_to_their_job_only_from_the_nodes_it_held(fleet):
     attached = JobLogWindow.objects.filter(job__scheduler_id="400")
     assert list(attached.values_list("node__hostname", flat=True)) == ["gpu-node-01"]
     assert JobLogWindow.objects.filter(job__isnull=True, node__hostname="gpu-node-02").exists()
+
+
+def test_a_node_cannot_attach_windows_to_a_job_that_has_not_started(fleet):
+    """A job known (submitted) but not placed yet: another node's window stays unattached and
+    is not its evidence once the job runs elsewhere and fails."""
+    t = _now() - 600
+    job_events_ingest(
+        fleet.job_batch({"job_id": "500", "kind": "submitted", "ts": t - 7200, "user": "alice"})
+    )
+    node_events_ingest(fleet.node_batch("gpu-node-02", log_windows=[nccl_window("500", t + 5)]))
+    assert JobLogWindow.objects.get(job_scheduler_id="500").job is None
+
+    fleet.run_job("500", t - 3600, t + 60, nodes=("gpu-node-01",))
+    failure_diagnose(FailureEvent.objects.get(job__scheduler_id="500").pk)
+    assert not JobLogWindow.objects.filter(job__scheduler_id="500").exists()

@@ -12,7 +12,8 @@ import pytest
 
 from tests.failures.conftest import nccl_window, xid_event
 from webapp.failures.models import FailureEvent
-from webapp.failures.services import failure_diagnose, node_events_ingest
+from webapp.failures.node_events import node_events_ingest
+from webapp.failures.services import failure_diagnose
 
 pytestmark = pytest.mark.django_db
 

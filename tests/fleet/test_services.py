@@ -82,7 +82,7 @@ def test_a_node_token_speaks_for_its_own_node_only(db):
     import time
 
     from webapp.failures.models import GpuErrorEvent
-    from webapp.failures.services import node_events_ingest
+    from webapp.failures.node_events import node_events_ingest
     from webapp.jobs.services import job_events_ingest
 
     token_a = node_token_issue("c1", "node-a")

@@ -25,7 +25,6 @@ from webapp.failures.models import FailureEvent, FailureKind, GpuErrorEvent, Gpu
 from webapp.fleet.models import Gpu
 from webapp.fleet.services import node_authenticate
 from webapp.jobs.models import Job, JobAllocation
-from webapp.jobs.selectors import jobs_allocated_on
 
 # Counter kinds stand for the Xid the driver would log for them (telemetry.md section 5).
 KIND_XID = {
@@ -146,15 +145,16 @@ def _log_windows_store(node_id: int, cluster_id: int, batch: NodeEventBatch) -> 
         )
     )
     # A node speaks only for the jobs it runs: a window of a job whose GPUs are all elsewhere
-    # is dropped. A job with no allocation yet (its start not stored yet) keeps its windows
-    # unattached; `job_log_windows_attach` checks the node when the job is diagnosed.
-    placed = set(
-        JobAllocation.objects.filter(job__cluster_id=cluster_id, job__scheduler_id__in=named)
-        .values_list("job__scheduler_id", flat=True)
-        .distinct()
-    )
-    here = jobs_allocated_on(node_id, placed)
-    foreign = placed - here
+    # is dropped, and only a job that held GPUs here gets the window attached now. A job with
+    # no allocation yet (its start not stored yet) keeps its windows unattached, and
+    # `job_log_windows_attach` checks the node when the job is diagnosed.
+    held_on: dict[str, set[int]] = {}
+    for scheduler_id, held_node in JobAllocation.objects.filter(
+        job__cluster_id=cluster_id, job__scheduler_id__in=named
+    ).values_list("job__scheduler_id", "node_id"):
+        held_on.setdefault(scheduler_id, set()).add(held_node)
+    here = {job for job, nodes in held_on.items() if node_id in nodes}
+    foreign = held_on.keys() - here
     if foreign:
         log.warning(
             "node %s/%s sent log windows of jobs it does not run: %s (dropped)",
@@ -164,7 +164,7 @@ def _log_windows_store(node_id: int, cluster_id: int, batch: NodeEventBatch) -> 
         )
     rows = [
         (
-            job_ids.get(w.job_id),
+            job_ids.get(w.job_id) if w.job_id in here else None,
             w.job_id,
             node_id,
             epoch_to_utc(w.ts),

@@ -7,9 +7,8 @@
   end line); applies the circuit breaker (breaker.py); computes the GPU-hours lost; asks the
   optional LLM hook when no rule explains the failure.
 
-The other writes live with their concern: node-event ingest in node_events.py (re-exported
-here: `node_events_ingest` is what callers of the app's writes reach for), stragglers in
-stragglers.py. Follow-up tasks are sent by name (dispatch.py), so no write imports tasks.py.
+The other writes live with their concern: node-event ingest in node_events.py, stragglers
+in stragglers.py. Follow-up tasks are sent by name (dispatch.py), so no write imports tasks.py.
 """
 
 from __future__ import annotations
@@ -33,21 +32,10 @@ from webapp.failures.models import (
     JobLogWindow,
     ProposedRule,
 )
-from webapp.failures.node_events import NodeEventsResult, node_events_ingest, pci_bdf
+from webapp.failures.node_events import pci_bdf
 from webapp.fleet.models import Node
 from webapp.jobs.choices import JobState
 from webapp.jobs.models import Job, JobAllocation
-
-__all__ = [
-    "FAILED_STATES",
-    "NodeEventsResult",
-    "failure_diagnose",
-    "gpu_hours_lost",
-    "job_failure_open",
-    "job_log_windows_attach",
-    "node_events_ingest",
-    "proposed_rules_review",
-]
 
 log = logging.getLogger("vigil.failures")
 
@@ -141,7 +129,6 @@ def failure_diagnose(pk: int) -> FailureEvent | None:
         ]
         failure.inputs = {
             "streams": [(s.name, s.lines) for s in inputs.streams],
-            "kernel_streams": [s.name for s in inputs.streams if s.kernel_evidence],
             "job_nodes": inputs.job_nodes,
             "notes": list(result.notes),
             "symptoms": list(result.symptoms),

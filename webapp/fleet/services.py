@@ -51,6 +51,7 @@ class AuthenticatedNode:
     cluster_id: int
     hostname: str
     token_hash: str
+    may_send_job_events: bool = False  # the scheduler role
     read_at: float = 0.0  # time.monotonic() when read from PostgreSQL
 
 
@@ -110,13 +111,13 @@ def _node_read(key: tuple[str, str], now: float) -> AuthenticatedNode | None:
     cluster_name, hostname = key
     row = (
         Node.objects.filter(cluster__name=cluster_name, hostname=hostname)
-        .values_list("id", "cluster_id", "token_hash")
+        .values_list("id", "cluster_id", "token_hash", "may_send_job_events")
         .first()
     )
     if row is None:
         _auth_cache.pop(key, None)
         return None
-    node = AuthenticatedNode(row[0], row[1], hostname, row[2], now)
+    node = AuthenticatedNode(row[0], row[1], hostname, row[2], row[3], now)
     if len(_auth_cache) > 100_000:
         _auth_cache.clear()
     _auth_cache[key] = node
@@ -207,6 +208,7 @@ def node_scheduler_grant(cluster_name: str, hostname: str, granted: bool = True)
     )
     if not updated:
         raise Node.DoesNotExist(f"no node {hostname!r} in cluster {cluster_name!r}")
+    _auth_cache.pop((cluster_name, hostname), None)
 
 
 # A node reported: a registered or stale node becomes up, and last_seen never moves backwards,

@@ -10,20 +10,19 @@ every query below resolves both (`coalesce(a.gpu_id, g.id)`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from webapp.core.units import mj_to_kwh
 from webapp.core.windows import Window
 from webapp.fleet.models import Cluster, Node
 from webapp.jobs.characterization import Characterization, jobs_characterize, tally_version
-from webapp.jobs.models import Job, JobAllocation
+from webapp.jobs.models import Job
 from webapp.telemetry.selectors import SERIES_METRICS, Series
 
 # --- Job list ---------------------------------------------------------------------------------
@@ -388,16 +387,3 @@ def waste_totals(rows: list[WastedJob], by: str) -> list[WasteTotal]:
 
 
 # --- Jobs on a node ----------------------------------------------------------------------------
-
-
-def jobs_allocated_on(node_id: int, job_ids: Iterable[str], at: datetime | None = None) -> set[str]:
-    """Which of `job_ids` (scheduler ids) held GPUs of the node: at any time, or with `at`,
-    at that moment (an allocation started by then and not ended before it). A node may speak
-    for these jobs only (job log windows it sends)."""
-    wanted = set(job_ids)
-    if not wanted:
-        return set()
-    allocations = JobAllocation.objects.filter(node_id=node_id, job__scheduler_id__in=wanted)
-    if at is not None:
-        allocations = allocations.filter(Q(end__isnull=True) | Q(end__gt=at), start__lte=at)
-    return set(allocations.values_list("job__scheduler_id", flat=True).distinct())

@@ -146,9 +146,9 @@ def job_events_ingest(raw: str | bytes) -> JobEventsResult:
 
 
 def _scheduler_check(batch: JobEventBatch, sender: AuthenticatedNode) -> None:
-    """Refuse a sender without the scheduler role (read each time: revoking it in the admin
-    takes effect at once)."""
-    if not Node.objects.filter(id=sender.id, may_send_job_events=True).exists():
+    """Refuse a sender without the scheduler role (read with its key: a change in the admin
+    takes effect within VIGIL_AUTH_CACHE_S everywhere, as a rotated token does)."""
+    if not sender.may_send_job_events:
         raise AuthError(
             "not_scheduler",
             f"node {batch.cluster}/{batch.node} may not send job events: give it the "

@@ -486,8 +486,6 @@ def tally_of_columns(c: Columns) -> Tally:
     out = Tally()
     if not len(c):
         return out
-    type_values = list(TYPES.values())
-    state_values = list(STATES.values())
     started = ~c.start_null
     ended = started & ~c.end_null
     duration = np.where(ended, epoch_s(c.end_us - c.start_us), np.nan)
@@ -495,18 +493,18 @@ def tally_of_columns(c: Columns) -> Tally:
     gpu_time = np.where(ended, duration * c.gpus, 0.0)
     group_of = c.type_index * 2 + (c.gpus > 0)
     order = np.argsort(group_of, kind="stable")
-    bounds = np.searchsorted(group_of[order], np.arange(len(type_values) * 2 + 1))
-    for key in range(len(type_values) * 2):
+    bounds = np.searchsorted(group_of[order], np.arange(len(_TYPE_VALUES) * 2 + 1))
+    for key in range(len(_TYPE_VALUES) * 2):
         rows = order[bounds[key] : bounds[key + 1]]
         if not len(rows):
             continue
         states = c.state_index[rows]
-        jobs = np.bincount(states, minlength=len(state_values))
-        time_s = np.bincount(states, weights=gpu_time[rows], minlength=len(state_values))
+        jobs = np.bincount(states, minlength=len(_STATE_VALUES))
+        time_s = np.bincount(states, weights=gpu_time[rows], minlength=len(_STATE_VALUES))
         d, q = duration[rows], queue[rows]
-        out.groups[(type_values[key // 2], bool(key % 2))] = Group(
+        out.groups[(_TYPE_VALUES[key // 2], bool(key % 2))] = Group(
             states={
-                state_values[i]: (int(jobs[i]), float(time_s[i])) for i in np.flatnonzero(jobs)
+                _STATE_VALUES[i]: (int(jobs[i]), float(time_s[i])) for i in np.flatnonzero(jobs)
             },
             duration=Hist.of(d[~np.isnan(d)]),
             queue=Hist.of(q[~np.isnan(q)]),

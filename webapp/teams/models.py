@@ -1,7 +1,7 @@
 """Teams of people (Django users and groups) and the ordered rules that give a job its team.
 
 The team is worked out when a page asks (webapp/teams/selectors.py), not stored on the job:
-see job_team_id there for why.
+that module's docstring says why.
 """
 
 from django.conf import settings

@@ -9,7 +9,8 @@ Pipeline (failure-taxonomy.md "Ordering"), one module per step:
 - decide.py: window, coalescing, ordering, blame and confidence over what the scan found.
 
 Empty or binary input gets `unknown` with a reason. This module holds the entry points and
-re-exports the public names of the others, so callers import from `webapp.failures.diagnosis`.
+re-exports the names callers use, so they import from `webapp.failures.diagnosis`; the
+modules' own constants are imported from their module.
 """
 
 from __future__ import annotations
@@ -21,111 +22,47 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from webapp.failures.diagnosis.catalogue import (
-    BLAMES,
-    KINDS,
     RULES_PATH,
     Catalogue,
-    Rule,
     RuleError,
     catalogue_load,
     catalogue_parse,
     grep_patterns,
-    required_literal,
 )
 from webapp.failures.diagnosis.decide import (
-    COALESCE_S,
     EVIDENCE_LINES,
-    LOSS_BASELINE_STEPS,
-    LOSS_SPIKE_FACTOR,
-    LOSS_SPIKE_STEPS,
-    MAX_CONFIDENCE,
-    NONFINITE_LOSS_CONFIDENCE,
-    REPEATED_CAUSE_BONUS,
-    RIVAL_CAUSE_FACTOR,
     WINDOW_AFTER_S,
     WINDOW_BEFORE_S,
     Diagnosis,
     decide,
 )
 from webapp.failures.diagnosis.events import (
-    DETAIL_CHARS,
     EVIDENCE_TEXT_CHARS,
-    EXCEPTIONS_IGNORED,
-    FRAMEWORK_PACKAGES,
     NAME_ONLY_CONFIDENCE,
-    NON_HARDWARE_XID_CONFIDENCE,
-    Event,
-    Evidence,
     classify,
 )
-from webapp.failures.diagnosis.lines import Line, Stamp, is_kernel_line, parse_line
 from webapp.failures.diagnosis.scan import (
-    BINARY_CONTROL_SHARE,
-    CHUNK_BYTES,
-    FRAME_LOOKBACK_BYTES,
-    FRAME_LOOKBACK_LINES,
-    MAX_EVENTS_PER_RULE,
-    MAX_FRAME_LOOKUPS,
-    MAX_LINE_BYTES,
-    SEEN_LINE_CHARS,
-    SEEN_LINES,
-    TAIL_BYTES,
     LogStream,
     Scan,
 )
 
 __all__ = [
-    "BINARY_CONTROL_SHARE",
-    "BLAMES",
-    "CHUNK_BYTES",
-    "COALESCE_S",
-    "DETAIL_CHARS",
     "EVIDENCE_LINES",
     "EVIDENCE_TEXT_CHARS",
-    "EXCEPTIONS_IGNORED",
-    "FRAMEWORK_PACKAGES",
-    "FRAME_LOOKBACK_BYTES",
-    "FRAME_LOOKBACK_LINES",
-    "KINDS",
-    "LOSS_BASELINE_STEPS",
-    "LOSS_SPIKE_FACTOR",
-    "LOSS_SPIKE_STEPS",
-    "MAX_CONFIDENCE",
-    "MAX_EVENTS_PER_RULE",
-    "MAX_FRAME_LOOKUPS",
-    "MAX_LINE_BYTES",
     "NAME_ONLY_CONFIDENCE",
-    "NONFINITE_LOSS_CONFIDENCE",
-    "NON_HARDWARE_XID_CONFIDENCE",
-    "REPEATED_CAUSE_BONUS",
-    "RIVAL_CAUSE_FACTOR",
     "RULES_PATH",
-    "SEEN_LINES",
-    "SEEN_LINE_CHARS",
-    "TAIL_BYTES",
     "WINDOW_AFTER_S",
     "WINDOW_BEFORE_S",
-    "Catalogue",
     "Diagnosis",
-    "Event",
-    "Evidence",
-    "Line",
     "LogStream",
-    "Rule",
     "RuleError",
-    "Scan",
-    "Stamp",
     "catalogue_load",
     "catalogue_parse",
     "classify",
-    "decide",
     "diagnose_paths",
     "diagnose_streams",
     "diagnose_text",
     "grep_patterns",
-    "is_kernel_line",
-    "parse_line",
-    "required_literal",
 ]
 
 
