@@ -30,8 +30,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from webapp.core.windows import Window
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -139,6 +137,7 @@ def _characterization(cluster: str) -> dict:
     from django.test import Client
     from django.test.utils import setup_test_environment
 
+    from webapp.core.windows import Window
     from webapp.fleet.models import Cluster
     from webapp.jobs.characterization import jobs_characterize
 

@@ -121,7 +121,6 @@
   }
 
   window.VigilFigures = {
-    draw: draw,
     // fn(payload) -> {NAME: figure}: what a refreshing page draws from each JSON payload.
     onPayload: function (fn) {
       payloadHandler = fn;

@@ -105,3 +105,14 @@ def test_anonymous_visitor_is_refused(route, pattern, settings):
             continue
         problem = _refused(response)
         assert problem is None, f"{method.upper()} {path}: {problem}"
+
+
+def test_every_json_and_csv_endpoint_is_under_api_v1():
+    """One URL convention: pages at their path, data at /api/v1/ from each app's api_urls."""
+    from django.urls import reverse
+
+    data = [route for route, _ in ALL if route.endswith((".csv", ".json"))]
+    assert len(data) >= 12
+    assert [r for r in data if not r.startswith("api/v1/")] == []
+    assert reverse("telemetry_api:overview_json") == "/api/v1/overview.json"
+    assert reverse("jobs_api:job_events") == "/api/v1/job-events"

@@ -149,7 +149,6 @@ def test_log_lines_and_their_length_are_bounded():
         bad = _set(good, ("log_windows", 0, "lines"), lines)
         with pytest.raises(BatchError, match="log_windows.0.lines"):
             schema.parse_node_events(json.dumps(bad))
-    assert window["lines"] == ["NCCL error"]
 
 
 def test_a_signed_batch_carries_no_token_and_proves_its_sender():
@@ -173,7 +172,7 @@ def test_the_fast_and_the_general_signing_paths_sign_the_same_bytes():
 
 def test_a_body_altered_after_signing_no_longer_verifies():
     signed = batch_sign(json.dumps(_samples(), separators=(",", ":")))
-    altered = signed.replace('"gpu_util":', '"gpu_util":', 1).replace("50.0", "99.0", 1)
+    altered = signed.replace("50.0", "99.0", 1)
     assert altered != signed
 
     batch = schema.parse_batch(altered)

@@ -9,12 +9,6 @@ from webapp.teams.models import Team, TeamRule
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def admin_client_(client, django_user_model):
-    client.force_login(django_user_model.objects.create_superuser("root"))
-    return client
-
-
 def _post(client, team: Team, pattern: str):
     return client.post(
         "/admin/teams/teamrule/add/",
@@ -22,12 +16,12 @@ def _post(client, team: Team, pattern: str):
     )
 
 
-def test_admin_adds_a_rule_and_refuses_a_broken_pattern(admin_client_):
+def test_admin_adds_a_rule_and_refuses_a_broken_pattern(admin_client):
     team = Team.objects.create(name="nlp")
-    response = _post(admin_client_, team, "(unclosed")
+    response = _post(admin_client, team, "(unclosed")
     assert response.status_code == 200
     assert "missing )" in response.content.decode()
     assert not TeamRule.objects.exists()
-    assert _post(admin_client_, team, "alice|bob").status_code == 302
+    assert _post(admin_client, team, "alice|bob").status_code == 302
     assert TeamRule.objects.get().pattern == "alice|bob"
-    assert admin_client_.get("/admin/teams/team/").status_code == 200
+    assert admin_client.get("/admin/teams/team/").status_code == 200

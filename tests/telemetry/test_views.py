@@ -8,7 +8,7 @@ import time
 
 import pytest
 from django.db import connection
-from django.urls import get_resolver, reverse
+from django.urls import reverse
 
 from tests.telemetry.conftest import MODEL, seed_node
 
@@ -236,19 +236,34 @@ def test_gpu_csv_exports_the_series_of_the_range(operator_client, small_fleet):
     assert [r["gpu_util"] for r in rows] == ["1.0", "1.0", "95.0"]
 
 
-def test_every_json_and_csv_endpoint_is_under_api_v1():
-    """One URL convention: pages at their path, data at /api/v1/ from each app's api_urls."""
+def test_nodes_table_shows_state_last_seen_gpus_and_busy(operator_client, small_fleet):
+    response = operator_client.get(reverse("telemetry:nodes", args=["alpha"]))
+    assert response.status_code == 200
+    rows = {n.hostname: n for n in response.context["nodes"]}
+    assert list(rows) == ["gpu-a-01", "gpu-a-02"]
+    assert (rows["gpu-a-01"].gpus, rows["gpu-a-01"].busy) == (8, 4)
+    assert (rows["gpu-a-02"].gpus, rows["gpu-a-02"].busy) == (8, 0)  # stale: not busy
+    assert rows["gpu-a-01"].state == "up" and rows["gpu-a-01"].last_seen is not None
+    # Silent for 15 minutes: shown stale even before the periodic task marks it so.
+    assert rows["gpu-a-02"].state == "stale"
+    assert "Stale (not reporting)" in response.content.decode()
+    html = response.content.decode()
+    assert reverse("telemetry:node", args=[small_fleet.a01.id]) in html
+    assert reverse("telemetry_api:nodes_csv", args=["alpha"]) in html
+    assert "gpu-b-01" not in html  # another cluster's node
 
-    def walk(patterns, prefix=""):
-        for p in patterns:
-            route = prefix + str(p.pattern)
-            if hasattr(p, "url_patterns"):
-                yield from walk(p.url_patterns, route)
-            else:
-                yield route
 
-    data = [r for r in walk(get_resolver().url_patterns) if r.endswith((".csv", ".json"))]
-    assert len(data) >= 12
-    assert [r for r in data if not r.startswith("api/v1/")] == []
-    assert reverse("telemetry_api:overview_json") == "/api/v1/overview.json"
-    assert reverse("jobs_api:job_events") == "/api/v1/job-events"
+def test_nodes_csv(operator_client, small_fleet):
+    seed_node("alpha", "gpu-a-03", utils=[0, 100])
+    response = operator_client.get(reverse("telemetry_api:nodes_csv", args=["alpha"]))
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert [r["hostname"] for r in rows] == ["gpu-a-01", "gpu-a-02", "gpu-a-03"]
+    assert rows[0]["state"] == "up" and rows[0]["gpus"] == "8" and rows[0]["busy_gpus"] == "4"
+    assert rows[2]["gpus"] == "2" and rows[2]["busy_gpus"] == "1"
+    assert rows[0]["last_seen_utc"].startswith("20")
+    assert rows[1]["state"] == "stale"
+
+
+def test_unknown_cluster_is_404(operator_client, db):
+    assert operator_client.get(reverse("telemetry:nodes", args=["nope"])).status_code == 404
