@@ -144,7 +144,6 @@ def test_every_list_is_bounded(kind, field, limit):
 
 def test_log_lines_and_their_length_are_bounded():
     good = _node_events()
-    window = good["log_windows"][0]
     for lines in (["x"] * (schema.MAX_WINDOW_LINES + 1), ["x" * (schema.MAX_LINE_CHARS + 1)]):
         bad = _set(good, ("log_windows", 0, "lines"), lines)
         with pytest.raises(BatchError, match="log_windows.0.lines"):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 TEMPLATE = "plotly_white"
 
-# One colour per GPU index (eight per node) and per job type: Plotly's default qualitative
-# palette, which keeps neighbouring lines apart.
+# One colour per GPU index, so GPU 3 has one colour on every panel, and per job type:
+# Plotly's default qualitative palette (D3 category10), which keeps neighbouring lines apart.
+# Past ten GPUs on a node the colours repeat.
 GPU_COLOURS = (
     "#1f77b4",
     "#ff7f0e",
@@ -15,6 +16,8 @@ GPU_COLOURS = (
     "#8c564b",
     "#e377c2",
     "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
 )
 
 # Cells with no utilization to show (stale, or a GPU that does not report it).

@@ -14,10 +14,6 @@ def mj_to_kwh(energy_mj: float) -> float:
     return energy_mj / MJ_PER_KWH
 
 
-def bytes_to_gib(value_bytes: float) -> float:
-    return value_bytes / GIB
-
-
 def epoch_to_utc(ts: float | None) -> datetime | None:
     """A wire timestamp (seconds since the epoch) as a timezone-aware UTC datetime."""
     return None if ts is None else datetime.fromtimestamp(ts, UTC)

@@ -62,6 +62,10 @@ class AuthenticatedNode:
 
 # (cluster, hostname) -> node as last read.
 _auth_cache: dict[tuple[str, str], AuthenticatedNode] = {}
+# token hash -> (cluster, hostname), for callers that know only the token (the job-events
+# API). The node is then checked by node_authenticate, so its cache-lifetime rule holds here
+# too: a token rotated by node_token_issue stops working in that process at once.
+_bearer_cache: dict[str, tuple[str, str]] = {}
 
 
 def node_authenticate(
@@ -81,11 +85,12 @@ def node_authenticate(
     key = (cluster_name, hostname)
     now = time.monotonic()
     node = _auth_cache.get(key)
-    if node is None or now - node.read_at > settings.VIGIL_AUTH_CACHE_S:
+    fresh = node is None or now - node.read_at > settings.VIGIL_AUTH_CACHE_S
+    if fresh:
         node = _node_read(key, now)
     if node is not None and _proves(credential, node.token_hash):
         return node
-    if node is not None and node.read_at != now:
+    if node is not None and not fresh:
         # Maybe the token was rotated since: the new one must work at once.
         node = _node_read(key, now)
         if node is not None and _proves(credential, node.token_hash):
@@ -240,13 +245,8 @@ def nodes_mark_stale(older_than: datetime) -> int:
 def caches_clear() -> None:
     """Forget cached tokens and GPU maps (tests, token rotation from another process)."""
     _auth_cache.clear()
+    _bearer_cache.clear()
     _gpu_cache.clear()
-
-
-# token hash -> (cluster, hostname), for callers that know only the token (the job-events
-# API). The node is then checked by node_authenticate, so its cache-lifetime rule holds here
-# too: a token rotated by node_token_issue stops working in that process at once.
-_bearer_cache: dict[str, tuple[str, str]] = {}
 
 
 def node_authenticate_bearer(token: str) -> tuple[str, str]:

@@ -184,9 +184,6 @@ def overview_heatmap(
     return json.loads(fig.to_json())
 
 
-# Colours per GPU index on the series figures, so GPU 3 has one colour on every panel.
-
-
 def series_figure(
     series: dict[str, Series], *, x_range: tuple[datetime, datetime] | None = None
 ) -> dict:

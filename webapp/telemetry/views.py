@@ -94,7 +94,7 @@ def _overview_payload(summaries: list[ClusterSummary], gpus: list[LatestGpu]) ->
                 "uuid": g.uuid,
                 "model": g.model,
                 "status": g.status,
-                "ts": g.ts.isoformat() if g.ts else None,
+                "ts": iso_utc(g.ts),
                 **{name: g.value(name) for name in SERIES_METRICS},
             }
             for g in gpus
@@ -156,7 +156,7 @@ def _gpu_table_row(g: LatestGpu) -> list:
         g.uuid,
         g.model,
         g.status,
-        g.ts.isoformat() if g.ts else None,
+        iso_utc(g.ts),
         g.value("gpu_util"),
         round(sm * 100, 1) if sm is not None else None,
         round(mem / GIB, 2) if mem is not None else None,
@@ -295,7 +295,7 @@ def nodes_csv(request: HttpRequest, cluster: str) -> HttpResponse:
         f"vigil-{cluster_obj.name}-nodes.csv",
         ["hostname", "state", "last_seen_utc", "gpus", "busy_gpus"],
         (
-            [n.hostname, n.state, n.last_seen.isoformat() if n.last_seen else None, n.gpus, n.busy]
+            [n.hostname, n.state, iso_utc(n.last_seen), n.gpus, n.busy]
             for n in cluster_nodes(cluster_obj)
         ),
     )
