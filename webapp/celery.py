@@ -35,6 +35,11 @@ app.conf.beat_schedule = {
         "task": "vigil.failures.detect_stragglers",
         "schedule": 60.0,
     },
+    # Recovery actions whose message was lost or whose worker died are sent again.
+    "recovery-sweep": {
+        "task": "vigil.recovery.sweep",
+        "schedule": 30.0,
+    },
     "fleet-node-states": {
         "task": "vigil.fleet.mark_stale_nodes",
         "schedule": 30.0,

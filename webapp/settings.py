@@ -135,6 +135,7 @@ INSTALLED_APPS = [
     "webapp.jobs",
     "webapp.failures",
     "webapp.teams",
+    "webapp.recovery",
 ]
 
 MIDDLEWARE = [
@@ -416,6 +417,31 @@ VIGIL_LLM_API_KEY = os.environ.get("VIGIL_LLM_API_KEY", "").strip()
 # Circuit breaker: automatic restarts of one job in a row before Vigil only notifies
 # (failure-taxonomy.md: 3).
 VIGIL_MAX_AUTO_RESTARTS = envint("VIGIL_MAX_AUTO_RESTARTS", "3", minimum=0)
+# --- Recovery ------------------------------------------------------------------------------
+# Where the recovery worker writes health-check output and resubmission scripts. A health
+# check's output is written by the check job on the cluster's nodes, so on a real cluster this
+# folder must be on a filesystem the nodes and the recovery worker share.
+VIGIL_RECOVERY_WORKDIR = os.environ.get("VIGIL_RECOVERY_WORKDIR") or str(
+    BASE_DIR / ".vigil" / "recovery"
+)
+# Folder of the Slurm tools (scontrol, sbatch, sinfo, squeue) when they are not on PATH.
+VIGIL_SLURM_BIN_DIR = os.environ.get("VIGIL_SLURM_BIN_DIR", "")
+VIGIL_KUBECTL = os.environ.get("VIGIL_KUBECTL", "kubectl")
+# The node health check locate_restart and "return to service" submit (deploy/healthcheck/:
+# the paper's two-round pairwise NCCL test by default; dcgm_diag.sh is the other one shipped).
+# Empty: return to service resumes without a check.
+VIGIL_HEALTHCHECK_SCRIPT = os.environ.get(
+    "VIGIL_HEALTHCHECK_SCRIPT", str(BASE_DIR / "deploy" / "healthcheck" / "nccl_pairwise.py")
+)
+VIGIL_HEALTHCHECK_ARGS = os.environ.get("VIGIL_HEALTHCHECK_ARGS", "")
+VIGIL_HEALTHCHECK_TIMEOUT_S = envint("VIGIL_HEALTHCHECK_TIMEOUT_S", "600", minimum=10)
+# A scheduler command that has not answered in this long failed (transiently: slurmctld busy
+# or restarting; Slurm's own MessageTimeout default is 10 s). A worker holds a claimed action
+# for its command's timeout plus the grace; a worker that died is replaced after that.
+# Transient scheduler errors are retried this many times in all.
+VIGIL_SCHEDULER_TIMEOUT_S = envint("VIGIL_SCHEDULER_TIMEOUT_S", "60", minimum=1)
+VIGIL_RECOVERY_LEASE_GRACE_S = envint("VIGIL_RECOVERY_LEASE_GRACE_S", "30", minimum=1)
+VIGIL_RECOVERY_MAX_ATTEMPTS = envint("VIGIL_RECOVERY_MAX_ATTEMPTS", "6", minimum=1)
 # A GPU under 0.8x its job's median this many minutes in a row is a straggler (the ratio and
 # its source: webapp/failures/stragglers.py).
 VIGIL_STRAGGLER_MINUTES = envint("VIGIL_STRAGGLER_MINUTES", "10", minimum=1)

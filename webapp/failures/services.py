@@ -4,8 +4,9 @@
   from the Job post_save signal, see signals.py); diagnosis runs in a Celery task after commit.
 - `failure_diagnose(pk)`: feeds the deterministic engine (diagnosis/) what evidence.py reads
   for the failure (the job's log windows, the kernel Xid events of its nodes, the scheduler's
-  end line); applies the circuit breaker (breaker.py); computes the GPU-hours lost; asks the
-  optional LLM hook when no rule explains the failure.
+  end line); computes the GPU-hours lost; sends `failure_diagnosed` (the recovery app plans
+  from it, applying the circuit breaker); asks the optional LLM hook when no rule explains
+  the failure.
 
 The other writes live with their concern: node-event ingest in node_events.py, stragglers
 in stragglers.py. Follow-up tasks are sent by name (dispatch.py), so no write imports tasks.py.
@@ -22,7 +23,6 @@ from django.utils import timezone
 
 from webapp.failures import diagnosis as engine
 from webapp.failures import taxonomy
-from webapp.failures.breaker import breaker_decide
 from webapp.failures.dispatch import failure_diagnose_later
 from webapp.failures.evidence import failure_evidence
 from webapp.failures.models import (
@@ -33,6 +33,7 @@ from webapp.failures.models import (
     ProposedRule,
 )
 from webapp.failures.node_events import pci_bdf
+from webapp.failures.signals import failure_diagnosed
 from webapp.fleet.models import Node
 from webapp.jobs.choices import JobState
 from webapp.jobs.models import Job, JobAllocation
@@ -135,13 +136,16 @@ def failure_diagnose(pk: int) -> FailureEvent | None:
         }
         _blame(failure, result.blamed_node, result.blamed_gpu)
         failure.default_action = result.action
-        failure.action, failure.breaker = breaker_decide(failure, result.action)
+        # The recovery app's policy (circuit breaker, restart limit) decides the final action
+        # when it plans, through failure_action_record; until then it is the engine's.
+        failure.action, failure.breaker = result.action, ""
         failure.source = DiagnosisSource.RULES
         failure.llm = {}
         if failure.job is not None:
             failure.gpu_hours_lost = gpu_hours_lost(failure.job)
         failure.diagnosed_at = timezone.now()
         failure.save()
+        failure_diagnosed.send(sender=FailureEvent, failure=failure)
     if result.cause == "unknown":
         _llm_consult(failure)
     return failure
@@ -191,6 +195,13 @@ def _llm_consult(failure: FailureEvent) -> None:
                     "model": config.model,
                 },
             )
+
+
+def failure_action_record(failure: FailureEvent, action: str, why: str = "") -> None:
+    """The action recovery chose for a failure, and why it differs from the engine's (the
+    circuit breaker, the restart limit); shown on the failure pages."""
+    failure.action, failure.breaker = action, why[:256]
+    FailureEvent.objects.filter(pk=failure.pk).update(action=action, breaker=why[:256])
 
 
 def proposed_rules_review(ids: Iterable[int], status: str, reviewer: str) -> int:

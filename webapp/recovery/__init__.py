@@ -1,0 +1,1 @@
+"""Recovery: act on every diagnosis through the scheduler, audited (policy, executors, pages)."""

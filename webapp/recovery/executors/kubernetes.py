@@ -1,0 +1,69 @@
+"""Kubernetes: cordon and annotate a node, delete a pod so its controller restarts it.
+
+A Kubernetes job's scheduler id is `namespace/pod` (`pod` alone means the `default`
+namespace). There is no health check or resubmission here: those actions fail with the
+reason, and an operator takes over. No cluster runs where tests run: the command lines are
+what is tested.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from django.conf import settings
+
+from webapp.recovery.executors.base import CommandResult, Executor, Target, command_run
+
+# kubectl's wording when the API server cannot be reached or is overloaded.
+TRANSIENT = re.compile(
+    r"Unable to connect to the server|i/o timeout|TLS handshake timeout|connection refused|"
+    r"the server is currently unable to handle the request|etcdserver: request timed out|"
+    r"Too many requests",
+    re.IGNORECASE,
+)
+
+
+def pod_of(job: str) -> tuple[str, str]:
+    namespace, sep, pod = job.partition("/")
+    return (namespace, pod) if sep else ("default", job)
+
+
+class KubernetesExecutor(Executor):
+    kind = "kubernetes"
+
+    def kubectl(self, *args: str) -> list[str]:
+        return [settings.VIGIL_KUBECTL, *args]
+
+    def _drain(self, t: Target) -> list[list[str]]:
+        notes = [f"vigil.io/action={t.action_id}"]
+        if t.failure_id is not None:
+            notes += [f"vigil.io/failure={t.failure_id}", f"vigil.io/cause={t.cause}"]
+        return [
+            self.kubectl("cordon", t.host),
+            self.kubectl("annotate", "node", t.host, "--overwrite", *notes),
+        ]
+
+    def _resume(self, t: Target) -> list[list[str]]:
+        return [
+            self.kubectl("uncordon", t.host),
+            self.kubectl(
+                "annotate", "node", t.host, "vigil.io/action-", "vigil.io/failure-",
+                "vigil.io/cause-",
+            ),
+        ]  # fmt: skip
+
+    def _requeue(self, t: Target) -> list[list[str]]:
+        namespace, pod = pod_of(t.job)
+        return [self.kubectl("delete", "pod", "--namespace", namespace, pod, "--wait=false")]
+
+    def transient(self, result: CommandResult) -> bool:
+        return result.returncode == 124 or bool(TRANSIENT.search(result.stderr))
+
+    def done(self, argv: Sequence[str], target: Target, before: dict) -> bool:
+        if target.kind == "requeue":
+            namespace, pod = pod_of(target.job)
+            got = command_run(self.kubectl("get", "pod", "--namespace", namespace, pod))
+            return "NotFound" in got.stderr
+        # cordon / annotate / uncordon are idempotent: running them again is harmless.
+        return False

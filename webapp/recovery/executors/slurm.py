@@ -1,0 +1,192 @@
+"""Slurm: drain, requeue, resubmit, health-check and resume through its CLI.
+
+The commands are the ones an operator would type (`scontrol update NodeName=n1 State=DRAIN
+Reason="vigil: gpu_off_bus failure 123"`, `scontrol requeue 4242`), run on the host of the
+per-cluster recovery worker (queue `recovery.<cluster>`), which has the CLI and a
+`SLURM_CONF` for the cluster. `VIGIL_SLURM_BIN_DIR` names the folder of the tools where they
+are not on PATH.
+
+After a crash, `done` asks Slurm whether an interrupted command took effect: a drain shows
+its reason in `sinfo`, a requeue raised the job's `Restarts` count (read before the command),
+a resubmission left a job carrying the action's comment, a resume left the node undrained.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from django.conf import settings
+
+from webapp.recovery.executors.base import CommandResult, Executor, Target, command_run
+
+# Wording of slurmctld being unreachable or busy (src/common/slurm_errno.c): retrying helps.
+TRANSIENT = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted|"
+    r"Resource temporarily unavailable|Connection refused|backup controller in standby|"
+    r"Slurm temporarily unable to accept job|Communication connection failure",
+    re.IGNORECASE,
+)
+VERDICT = re.compile(r"^VIGIL-HEALTH\s+(\S+)\s+(PASS|FAIL)\b\s*(.*)$")
+
+
+def drain_reason(target: Target) -> str:
+    """`vigil: <cause> failure <id>` (what `sinfo -R` shows), or the action's own reason."""
+    if target.failure_id is not None:
+        return f"vigil: {target.cause or 'failure'} failure {target.failure_id}"
+    return f"vigil: action {target.action_id}"
+
+
+def healthcheck_output(target: Target) -> Path:
+    return Path(settings.VIGIL_RECOVERY_WORKDIR) / f"healthcheck-{target.action_id}.out"
+
+
+def healthcheck_verdicts(text: str, hosts: Sequence[str]) -> dict[str, tuple[bool, str]]:
+    """host -> (passed, detail) from the check's `VIGIL-HEALTH <node> PASS|FAIL ...` lines; a
+    node of the check without a line failed ("no verdict")."""
+    seen: dict[str, tuple[bool, str]] = {}
+    for line in text.splitlines():
+        m = VERDICT.match(line.strip())
+        if m and m.group(1) in hosts:
+            passed = m.group(2) == "PASS"
+            # A node fails if any line says so (a check may print one line per round).
+            if m.group(1) not in seen or not passed:
+                seen[m.group(1)] = (passed, m.group(3).strip()[:200])
+    return {h: seen.get(h, (False, "no verdict")) for h in hosts}
+
+
+def show_fields(text: str) -> dict[str, str]:
+    """`scontrol show ... -o` output (Key=Value separated by spaces) as a dict."""
+    out: dict[str, str] = {}
+    for token in text.split():
+        key, sep, value = token.partition("=")
+        if sep:
+            out.setdefault(key, value)
+    return out
+
+
+class SlurmExecutor(Executor):
+    kind = "slurm"
+
+    def tool(self, name: str) -> str:
+        bindir = settings.VIGIL_SLURM_BIN_DIR
+        return str(Path(bindir) / name) if bindir else name
+
+    def _drain(self, t: Target) -> list[list[str]]:
+        return [
+            [
+                self.tool("scontrol"),
+                "update",
+                f"NodeName={t.host}",
+                "State=DRAIN",
+                f"Reason={drain_reason(t)}",
+            ]
+        ]
+
+    def _resume(self, t: Target) -> list[list[str]]:
+        return [[self.tool("scontrol"), "update", f"NodeName={t.host}", "State=RESUME"]]
+
+    def _requeue(self, t: Target) -> list[list[str]]:
+        return [[self.tool("scontrol"), "requeue", t.job]]
+
+    def _resubmit(self, t: Target) -> list[list[str]]:
+        script = Path(settings.VIGIL_RECOVERY_WORKDIR) / f"resubmit-{t.action_id}.sh"
+        export = (
+            "--export=ALL,"
+            f"VIGIL_RESUME_CHECKPOINT={t.params.get('resume_checkpoint', 'previous')},"
+            f"VIGIL_SKIP_STEPS={t.params.get('skip_steps', '')}"
+        )
+        return [
+            [self.tool("scontrol"), "write", "batch_script", t.job, str(script)],
+            [
+                self.tool("sbatch"),
+                "--parsable",
+                export,
+                f"--comment=vigil-action-{t.action_id}",
+                *t.params.get("sbatch_args", []),
+                str(script),
+            ],
+        ]
+
+    def _health_check(self, t: Target) -> list[list[str]]:
+        hosts = list(t.params.get("hosts", []))
+        script = settings.VIGIL_HEALTHCHECK_SCRIPT
+        minutes = max(1, math.ceil(settings.VIGIL_HEALTHCHECK_TIMEOUT_S / 60))
+        return [
+            [
+                self.tool("sbatch"),
+                "--wait",
+                "--parsable",
+                f"--nodes={len(hosts)}",
+                f"--nodelist={','.join(hosts)}",
+                "--exclusive",
+                f"--time={minutes}",
+                f"--job-name=vigil-healthcheck-{t.action_id}",
+                f"--output={healthcheck_output(t)}",
+                script,
+                *shlex.split(settings.VIGIL_HEALTHCHECK_ARGS),
+            ]
+        ]
+
+    def timeout_s(self, target: Target) -> float:
+        if target.kind == "health_check":
+            # sbatch --wait returns when the check ends; allow for its queueing too.
+            return settings.VIGIL_HEALTHCHECK_TIMEOUT_S + 120
+        return super().timeout_s(target)
+
+    def run(self, argv: Sequence[str], target: Target) -> CommandResult:
+        if target.kind == "health_check":
+            healthcheck_output(target).parent.mkdir(parents=True, exist_ok=True)
+        if target.kind == "resubmit" and "write" in argv:
+            Path(argv[-1]).parent.mkdir(parents=True, exist_ok=True)
+        return super().run(argv, target)
+
+    def before(self, argv: Sequence[str], target: Target) -> dict:
+        if target.kind == "requeue":
+            info = self._job(target.job)
+            return {"restarts": info.get("Restarts"), "job_state": info.get("JobState")}
+        return {}
+
+    def done(self, argv: Sequence[str], target: Target, before: dict) -> bool:
+        if target.kind == "drain":
+            return self._node_reason(target.host) == drain_reason(target)
+        if target.kind == "resume":
+            state = self._node(target.host, "%T")
+            return bool(state) and "drain" not in state
+        if target.kind == "requeue":
+            now, then = self._job(target.job).get("Restarts"), before.get("restarts")
+            return now is not None and then is not None and int(now) > int(then)
+        if target.kind == "resubmit" and argv[0].endswith("sbatch"):
+            found = command_run([self.tool("squeue"), "-h", "-o", "%k"])
+            return f"vigil-action-{target.action_id}" in found.stdout.split()
+        return False
+
+    def transient(self, result: CommandResult) -> bool:
+        return result.returncode == 124 or bool(TRANSIENT.search(result.stderr + result.stdout))
+
+    def followups(self, target: Target, results: Sequence[CommandResult]) -> dict:
+        if target.kind != "health_check":
+            return {}
+        try:
+            text = healthcheck_output(target).read_text(errors="replace")
+        except FileNotFoundError:
+            text = ""
+        hosts = list(target.params.get("hosts", []))
+        verdicts = healthcheck_verdicts(text, hosts)
+        return {
+            "failed": sorted(h for h, (ok, _) in verdicts.items() if not ok),
+            "verdicts": {h: {"passed": ok, "detail": d} for h, (ok, d) in verdicts.items()},
+        }
+
+    def _node(self, host: str, fmt: str) -> str:
+        return command_run([self.tool("sinfo"), "-h", "-n", host, "-o", fmt]).stdout.strip()
+
+    def _node_reason(self, host: str) -> str:
+        return self._node(host, "%E")
+
+    def _job(self, job: str) -> dict[str, str]:
+        result = command_run([self.tool("scontrol"), "show", "job", "-o", job])
+        return show_fields(result.stdout) if result.ok else {}

@@ -1,0 +1,223 @@
+"""Recovery policy: a diagnosis in, the actions to take out. Plain data, no Django.
+
+Follows reference/failure-taxonomy.md: each cause's default action, then the circuit breaker
+(the same cause on the same node twice within 24 h turns a restart into a cordon; on other
+nodes it points to software and turns into a notification), then the restart limit (a job
+is never restarted automatically more than `max_restarts` times in a row). Script errors
+(the user's own code, the host running out of memory) are never restarted: restarting cannot
+fix them, so the owner is told instead. CUDA faults and native crashes restart once, then
+notify ("restart (once), then notify").
+
+`decide(facts)` returns a `Decision`: the action chosen, the id of the rule that chose it, a
+sentence of why, and the steps to run in order. The services turn steps into audited rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from webapp.failures.taxonomy import CAUSES, Action, Category
+
+# failure-taxonomy.md: "the same cause on the same node twice within 24 h".
+BREAKER_WINDOW_H = 24
+RESTARTING = frozenset({Action.RESTART, Action.RETRY})
+AUTO_RESTART_ACTIONS = frozenset(
+    {
+        Action.RESTART,
+        Action.RETRY,
+        Action.CORDON_RESTART,
+        Action.LOCATE_RESTART,
+        Action.ROLLBACK_SKIP,
+    }
+)
+# "restart (once), then notify" (failure-taxonomy.md, cuda_fault and native_crash).
+RESTART_ONCE_CAUSES = frozenset({"cuda_fault", "native_crash"})
+# Exponential backoff of `retry` (transient auxiliary services): 30 s, 60 s, 120 s, ... capped
+# at 10 min, the shape of Celery's own retry_backoff.
+RETRY_BASE_S = 30
+RETRY_MAX_S = 600
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    scheduler_id: str
+    user: str = ""
+    hosts: tuple[str, ...] = ()
+    # Automatic restarts of this job in a row before this failure, and those for this cause.
+    restarts_in_a_row: int = 0
+    restarts_for_cause: int = 0
+    # Loss spike data for rollback_skip (from the diagnosis evidence), when known.
+    spike_step: int | None = None
+    checkpoint_step: int | None = None
+
+
+@dataclass(frozen=True)
+class Facts:
+    cause: str
+    action: str  # the diagnosis's default action
+    category: str = ""
+    blamed_host: str | None = None
+    # The node a GPU error happened on (a gpu_error failure has no job).
+    error_host: str | None = None
+    job: JobFacts | None = None
+    # Jobs that held GPUs on error_host when a GPU error happened (gpu_error failures).
+    jobs_on_host: tuple[JobFacts, ...] = ()
+    # Blamed hosts of the earlier failures with this cause within 24 h.
+    same_cause_hosts: tuple[str | None, ...] = ()
+    max_restarts: int = 3
+    # Hosts already drained (or being drained) and jobs already requeued for this run:
+    # a second failure of the same incident (the GPU error and the job it killed) adds nothing.
+    hosts_drained: frozenset[str] = frozenset()
+    jobs_requeued: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # ActionKind value
+    host: str = ""
+    job: str = ""  # scheduler id
+    audience: str = ""
+    params: dict = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    rule: str
+    reason: str
+    steps: tuple[Step, ...] = ()
+
+
+def breaker_apply(
+    action: str,
+    node: str | None,
+    same_cause_nodes: Sequence[str | None],
+    restarts_in_a_row: int = 0,
+    max_restarts: int = 3,
+) -> tuple[str, str, str]:
+    """The circuit breaker of failure-taxonomy.md over plain data: (action, rule, why).
+
+    `same_cause_nodes`: blamed nodes of the earlier failures with this cause within 24 h.
+    """
+    if action in RESTARTING and node and node in same_cause_nodes:
+        return (
+            Action.CORDON_RESTART.value,
+            "breaker_same_node",
+            f"same cause on {node} twice within {BREAKER_WINDOW_H} h: cordon the node",
+        )
+    others = sorted({n for n in same_cause_nodes if n and n != node})
+    if action in RESTARTING and others:
+        return (
+            Action.NOTIFY.value,
+            "breaker_other_nodes",
+            f"same cause on other nodes within {BREAKER_WINDOW_H} h ("
+            + ", ".join(others[:5])
+            + "): points to software, no automatic restart",
+        )
+    if action in AUTO_RESTART_ACTIONS and restarts_in_a_row >= max_restarts:
+        return (
+            Action.NOTIFY.value,
+            "restart_limit",
+            f"already restarted automatically {restarts_in_a_row} times in a row "
+            f"(limit {max_restarts})",
+        )
+    return action, "", ""
+
+
+def _category(facts: Facts) -> str:
+    if facts.category:
+        return facts.category
+    cause = CAUSES.get(facts.cause)
+    return cause.category.value if cause else Category.UNKNOWN.value
+
+
+def decide(facts: Facts) -> Decision:
+    """The action for one diagnosed failure, and the steps that carry it out."""
+    action = facts.action or Action.NOTIFY.value
+    if _category(facts) == Category.SCRIPT:
+        # Restarting cannot fix the user's own code or a host that ran out of memory.
+        return _notify(facts, "script_error", f"{facts.cause} is the job's own error: no restart")
+    host = facts.blamed_host or facts.error_host
+    job = facts.job
+    restarts = job.restarts_in_a_row if job else 0
+    action, rule, why = breaker_apply(
+        action, host, facts.same_cause_hosts, restarts, facts.max_restarts
+    )
+    once = facts.cause in RESTART_ONCE_CAUSES
+    if action == Action.RESTART and job and once and job.restarts_for_cause >= 1:
+        action, rule = Action.NOTIFY.value, "restart_once"
+        why = f"{facts.cause} again after one restart: the owner decides"
+    rule = rule or f"default_{action}"
+    why = why or f"{facts.cause}: {action.replace('_', ' ')} (failure-taxonomy.md)"
+    if action == Action.NONE:
+        return Decision(action, rule, why)
+    if action in (Action.NOTIFY, Action.ESCALATE):
+        return _notify(facts, rule, why, escalate=action == Action.ESCALATE, action=action)
+    jobs = _jobs(facts)
+    if action == Action.CORDON_RESTART and not host:
+        if job and job.hosts:
+            action, rule = Action.LOCATE_RESTART.value, "cordon_without_node"
+            why = f"{facts.cause} names no node: health-check the job's nodes first"
+        else:
+            return _notify(facts, "cordon_without_node", f"{facts.cause} names no node", True)
+    steps: list[Step] = []
+    if action == Action.CORDON_RESTART:
+        steps += _drain(facts, host)
+    elif action == Action.LOCATE_RESTART:
+        hosts = job.hosts if job else ()
+        if not hosts:
+            return _notify(facts, "locate_without_nodes", "no nodes known to health-check", True)
+        steps.append(
+            Step("health_check", params={"hosts": list(hosts)}, reason="find the failing node")
+        )
+    for j in jobs:
+        if j.scheduler_id in facts.jobs_requeued:
+            continue  # the same incident already requeued this run
+        if action == Action.ROLLBACK_SKIP:
+            steps.append(_rollback(j))
+        else:
+            params = {}
+            if action == Action.RETRY:
+                params["delay_s"] = min(RETRY_MAX_S, RETRY_BASE_S * 2**j.restarts_in_a_row)
+            steps.append(Step("requeue", job=j.scheduler_id, params=params, reason=why))
+    return Decision(action, rule, why, tuple(steps))
+
+
+def _jobs(facts: Facts) -> tuple[JobFacts, ...]:
+    if facts.job:
+        return (facts.job,)
+    return facts.jobs_on_host
+
+
+def _drain(facts: Facts, host: str | None) -> list[Step]:
+    if not host or host in facts.hosts_drained:
+        return []
+    return [Step("drain", host=host, reason=f"{facts.cause} on {host}")]
+
+
+def _rollback(job: JobFacts) -> Step:
+    """Resubmit from an earlier good checkpoint, skipping the data after it (loss spike)."""
+    params: dict = {"resume_checkpoint": "previous", "skip_steps": ""}
+    if job.checkpoint_step is not None:
+        params["resume_checkpoint"] = str(job.checkpoint_step)
+    if job.spike_step is not None:
+        first = job.checkpoint_step + 1 if job.checkpoint_step is not None else job.spike_step
+        params["skip_steps"] = f"{first}-{job.spike_step}"
+    return Step("resubmit", job=job.scheduler_id, params=params, reason="roll back, skip data")
+
+
+def _notify(
+    facts: Facts,
+    rule: str,
+    why: str,
+    escalate: bool = False,
+    action: str = Action.NOTIFY.value,
+) -> Decision:
+    """Tell people; restart nothing. The owner for a job's failure, operators for hardware."""
+    audience = "operators" if escalate or facts.job is None else "owner"
+    job = facts.job.scheduler_id if facts.job else ""
+    params = {"severity": "page"} if escalate else {}
+    step = Step("notify", job=job, audience=audience, params=params, reason=why)
+    return Decision(action, rule, why, (step,))
