@@ -75,8 +75,11 @@ def test_a_new_cluster_only_records_what_it_would_do(fleet):
     (action,) = failure.recovery_plan.actions.all()
     assert failure.recovery_plan.mode == "dry_run"
     assert action.status == "dry_run"
-    assert action.commands == [["scontrol", "requeue", "700"]]
-    assert action.result == "dry run: would run 1 command(s)"
+    assert action.commands == [
+        ["scontrol", "requeue", "700"],
+        ["scontrol", "update", "JobId=700", "StartTime=now"],
+    ]
+    assert action.result == "dry run: would run 2 command(s)"
     assert not action.steps  # nothing ran
 
 

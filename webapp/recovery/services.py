@@ -207,7 +207,10 @@ def failure_recovery_plan(failure: FailureEvent) -> RecoveryPlan | None:
     if plan is not None:
         if plan.cause == failure.cause or _started(plan):
             return plan
-        plan.actions.exclude(status__in=FINAL_STATES).update(
+        superseded = plan.actions.exclude(status__in=FINAL_STATES) | plan.actions.filter(
+            kind=ActionKind.NOTIFY, delivered_at__isnull=True
+        )
+        superseded.update(
             status=ActionStatus.CANCELLED,
             result=f"superseded: re-diagnosed as {failure.cause}"[:512],
             ended_at=timezone.now(),
@@ -521,7 +524,7 @@ def _run(action: RecoveryAction) -> Outcome:
     results: list[CommandResult] = []
     for i, argv in enumerate(action.commands):
         last = _last_step(action.steps, i)
-        if last and last.get("ended_at") and last.get("exit") == 0:
+        if last and last.get("ended_at") and (last.get("exit") == 0 or last.get("optional")):
             results.append(CommandResult(tuple(argv), 0, last.get("stdout", "")))
             continue
         if last and not last.get("ended_at"):
@@ -550,7 +553,9 @@ def _run(action: RecoveryAction) -> Outcome:
         result = executor.run(argv, target)
         step.update(result.as_dict(), ended_at=_now_iso())
         _save_steps(action)
-        if not result.ok:
+        if not result.ok and executor.optional(argv, target):
+            step["optional"] = True
+        elif not result.ok:
             return _failed(action, executor.transient(result), result)
         results.append(result)
     return _succeeded(action, executor.followups(target, results))

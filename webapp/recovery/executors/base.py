@@ -104,6 +104,10 @@ class Executor:
         """Whether an interrupted command already took effect (then it is not run again)."""
         return False
 
+    def optional(self, argv: Sequence[str], target: Target) -> bool:
+        """Whether a failure of this command is recorded but does not fail the action."""
+        return False
+
     def transient(self, result: CommandResult) -> bool:
         """Whether retrying the same command can succeed (the scheduler was unreachable)."""
         return result.returncode == 124

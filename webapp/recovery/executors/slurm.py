@@ -90,7 +90,16 @@ class SlurmExecutor(Executor):
         return [[self.tool("scontrol"), "update", f"NodeName={t.host}", "State=RESUME"]]
 
     def _requeue(self, t: Target) -> list[list[str]]:
-        return [[self.tool("scontrol"), "requeue", t.job]]
+        # Slurm holds a requeued batch job back (Reason=BeginTime) before it may start again;
+        # the bad node is drained already, so the job is made eligible at once.
+        return [
+            [self.tool("scontrol"), "requeue", t.job],
+            [self.tool("scontrol"), "update", f"JobId={t.job}", "StartTime=now"],
+        ]
+
+    def optional(self, argv: Sequence[str], target: Target) -> bool:
+        # Making a requeued job eligible fails harmlessly when it has started already.
+        return target.kind == "requeue" and "StartTime=now" in argv
 
     def _resubmit(self, t: Target) -> list[list[str]]:
         script = Path(settings.VIGIL_RECOVERY_WORKDIR) / f"resubmit-{t.action_id}.sh"
@@ -156,6 +165,8 @@ class SlurmExecutor(Executor):
         if target.kind == "resume":
             state = self._node(target.host, "%T")
             return bool(state) and "drain" not in state
+        if target.kind == "requeue" and "StartTime=now" in argv:
+            return False  # idempotent: run it again
         if target.kind == "requeue":
             now, then = self._job(target.job).get("Restarts"), before.get("restarts")
             return now is not None and then is not None and int(now) > int(then)
