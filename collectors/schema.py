@@ -272,6 +272,10 @@ MAX_INTERVALS_PER_BATCH = 720  # 2 h at 10 s: more than --history-minutes' 20 ro
 MAX_SAMPLES_PER_BATCH = MAX_GPUS_PER_NODE * MAX_INTERVALS_PER_BATCH
 MAX_EVENTS_PER_BATCH = 100_000  # job events: a Slurm watcher's first poll after downtime
 MAX_NODE_EVENTS_PER_BATCH = 10_000  # node-event watchers split what they saw at this
+# Scheduler node states: a whole cluster's nodes fit in one batch (a watcher's first poll).
+# The largest Slurm systems have about 10,000 nodes (Frontier: 9,408, top500.org 2024); a
+# watcher splits anything larger into batches of this many.
+MAX_NODE_STATES_PER_BATCH = 20_000
 
 
 class OversizedBatch(str):
@@ -418,11 +422,38 @@ class JobEventIn(_Wire):
         return self
 
 
+# A node as its scheduler sees it. Slurm's many states map onto these
+# (collectors/watchers/slurmtext.node_state_of): up takes jobs; draining runs its last jobs
+# and takes no new ones; drained takes none; down is not there (down, failed, not responding).
+NODE_STATES = ("up", "draining", "drained", "down")
+
+
+class NodeStateIn(_Wire):
+    """A node's scheduler state, sent when it changed (drained by hand or by Vigil, resumed)."""
+
+    node: Text(min_length=1, max_length=128)  # the scheduler's name; unknown ones are ignored
+    state: Literal[NODE_STATES]  # type: ignore[valid-type]
+    reason: Text(max_length=256) = ""  # why drained or down, as the scheduler says; "" if none
+    since: Timestamp  # when the reason was set, or when the watcher saw the change
+
+
 class JobEventBatch(_Envelope):
-    """Job events from one sender (a node's watcher or a scheduler integration)."""
+    """Job events and node states from one sender (a scheduler watcher or integration)."""
 
     source: Literal["slurm", "kubernetes", "http", "simulated", "replay"] = "slurm"
     events: list[JobEventIn] = Field(default_factory=list, max_length=MAX_EVENTS_PER_BATCH)
+    node_states: list[NodeStateIn] = Field(
+        default_factory=list, max_length=MAX_NODE_STATES_PER_BATCH
+    )
+
+    @model_validator(mode="after")
+    def _one_state_per_node(self) -> JobEventBatch:
+        seen: set[str] = set()
+        for i, state in enumerate(self.node_states):
+            if state.node in seen:
+                raise ValueError(f"node_states[{i}]: node {state.node!r} is listed twice")
+            seen.add(state.node)
+        return self
 
 
 def parse_job_events(
@@ -430,7 +461,14 @@ def parse_job_events(
 ) -> JobEventBatch:
     """Validate a job-event batch (JSON text); raise BatchError naming the first problem."""
     batch = _validated(JobEventBatch, raw)
-    _refuse_future({"events": [e.ts for e in batch.events]}, now, max_future_s)
+    _refuse_future(
+        {
+            "events": [e.ts for e in batch.events],
+            "node_states": [s.since for s in batch.node_states],
+        },
+        now,
+        max_future_s,
+    )
     return batch
 
 

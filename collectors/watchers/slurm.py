@@ -1,4 +1,5 @@
-"""Slurm watcher: job events from `squeue`, `scontrol show job -d` and the jobcomp file.
+"""Slurm watcher: job events from `squeue`, `scontrol show job -d` and the jobcomp file, and
+node states from `sinfo`.
 
 Runs on one host per cluster where the Slurm client tools work (the controller or a login
 node), polled by the agent loop. Each poll:
@@ -11,12 +12,15 @@ node), polled by the agent loop. Each poll:
    `SLURM_TIME_FORMAT=%s`; Slurm 22.05 has no usable `--json` here);
 3. asks `scontrol show job -d <id>` once per run that started, for the GPU indices the job holds
    on each node (`GRES=gpu:2(IDX:0-1)`), and once per job that ended without a jobcomp record,
-   for its exit code.
+   for its exit code;
+4. lists every node with `sinfo` (state with all its flags, reason, when the reason was set).
 
 The changes become `JobEventIn` events (submitted, started with its allocation, requeued,
-ended) sent as one `JobEventBatch` per poll. What was reported is kept in a small JSON state
+ended) and `NodeStateIn` states (a node whose Vigil state, up / draining / drained / down, or
+reason changed: drained by hand or by Vigil, resumed, gone down), sent as one `JobEventBatch`
+per poll. The first poll reports every node. What was reported is kept in a small JSON state
 file, so a restarted watcher neither loses events nor repeats them (a repeat would be harmless:
-the server keeps one event per job, kind and time).
+the server keeps one event per job, kind and time, and a node state is a value, not a count).
 
 Times: squeue and scontrol print epoch seconds because we set `SLURM_TIME_FORMAT=%s`; the
 jobcomp file is written by slurmctld in its own format (ISO local time by default), parsed
@@ -35,10 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from collectors.schema import (
+    MAX_NODE_STATES_PER_BATCH,
     SCHEMA_VERSION,
     JobEventBatch,
     JobEventIn,
     JobGpus,
+    NodeStateIn,
     new_batch_id,
 )
 from collectors.watchers.slurmtext import (
@@ -49,11 +55,14 @@ from collectors.watchers.slurmtext import (
     SlurmError,
     SlurmJob,
     end_state,
+    node_state_of,
     parse_jobcomp_config,
     parse_jobcomp_line,
     parse_scontrol_job,
+    parse_sinfo,
     parse_squeue,
     run_command,
+    sinfo_args,
     squeue_args,
 )
 
@@ -103,9 +112,12 @@ class SlurmWatcher:
         self.interval_s = interval_s
         self.run = runner
         self.jobs: dict[str, _Known] = {}
+        # node -> [state, reason, since] as last reported
+        self.nodes: dict[str, list[Any]] = {}
         self._jobcomp_pos: dict[str, Any] = {}
         self._last_poll: float | None = None
         self.events_sent = 0
+        self.node_states_sent = 0
         self._load_state()
 
     # State file -------------------------------------------------------------------------
@@ -117,9 +129,10 @@ class SlurmWatcher:
             data = json.loads(self.state_path.read_text(encoding="utf-8"))
             self.jobs = {k: _Known(**v) for k, v in data.get("jobs", {}).items()}
             self._jobcomp_pos = dict(data.get("jobcomp", {}))
+            self.nodes = {k: list(v) for k, v in data.get("nodes", {}).items()}
         except (OSError, ValueError, TypeError) as exc:
             log.warning("state file %s unreadable (%s); starting afresh", self.state_path, exc)
-            self.jobs, self._jobcomp_pos = {}, {}
+            self.jobs, self._jobcomp_pos, self.nodes = {}, {}, {}
 
     def _save_state(self) -> None:
         if self.state_path is None:
@@ -127,6 +140,7 @@ class SlurmWatcher:
         data = {
             "jobcomp": self._jobcomp_pos,
             "jobs": {k: v.__dict__ for k, v in self.jobs.items()},
+            "nodes": self.nodes,
         }
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.state_path.with_name(f".{self.state_path.name}.tmp")
@@ -136,26 +150,32 @@ class SlurmWatcher:
     # Polling ----------------------------------------------------------------------------
 
     def poll(self, ts: float | None = None) -> list[tuple[str, str]]:
-        """One look at Slurm; [(batch_id, JobEventBatch JSON)] with the new events, or []."""
+        """One look at Slurm; [(batch_id, JobEventBatch JSON)] with the new events and node
+        states (more than one batch only past MAX_NODE_STATES_PER_BATCH nodes), or []."""
         now = time.time() if ts is None else ts
         if self._last_poll is not None and now - self._last_poll < self.interval_s:
             return []
         self._last_poll = now
         events = self.collect(now)
-        if not events:
-            return []
-        batch = JobEventBatch(
-            v=SCHEMA_VERSION,
-            batch_id=new_batch_id(),
-            cluster=self.cluster,
-            node=self.node,
-            token=self.token,
-            sent_at=time.time(),
-            source="slurm",
-            events=events,
-        )
-        self.events_sent += len(events)
-        return [(str(batch.batch_id), batch.model_dump_json(exclude_none=True))]
+        states = self.collect_nodes(now)
+        out = []
+        while events or states:
+            batch = JobEventBatch(
+                v=SCHEMA_VERSION,
+                batch_id=new_batch_id(),
+                cluster=self.cluster,
+                node=self.node,
+                token=self.token,
+                sent_at=time.time(),
+                source="slurm",
+                events=events,
+                node_states=states[:MAX_NODE_STATES_PER_BATCH],
+            )
+            self.events_sent += len(events)
+            self.node_states_sent += len(batch.node_states)
+            events, states = [], states[MAX_NODE_STATES_PER_BATCH:]
+            out.append((str(batch.batch_id), batch.model_dump_json(exclude_none=True)))
+        return out
 
     def commit(self) -> None:
         """Persist what was reported (call after the batch went to the transport or spool)."""
@@ -185,6 +205,39 @@ class SlurmWatcher:
             out.extend(self._from_squeue(job, now))
         self._forget(present, now)
         out.sort(key=lambda e: (e.ts, ("submitted", "started", "requeued", "ended").index(e.kind)))
+        return out
+
+    def collect_nodes(self, now: float) -> list[NodeStateIn]:
+        """The nodes whose Vigil state or reason changed since the last call (all of them the
+        first time); remembered in memory only, like the jobs."""
+        try:
+            nodes = parse_sinfo(self.run(sinfo_args()))
+        except SlurmError as exc:
+            log.warning("sinfo failed, node states wait for the next poll: %s", exc)
+            return []
+        out = []
+        for node in nodes:
+            state = node_state_of(node.slurm_state)
+            if state is None:  # Slurm does not know yet (unknown): keep what was reported
+                continue
+            if not 1 <= len(node.name) <= 128:
+                log.warning("sinfo: node name of %d characters skipped", len(node.name))
+                continue
+            reason = node.reason[:256]
+            last = self.nodes.get(node.name)
+            if last is not None and last[:2] == [state, reason]:
+                continue
+            # Since the reason was set (a drain's time), else since this poll saw the change;
+            # never before what was sent last, so the server's "newer wins" keeps the order
+            # even when the controller's clock and this host's differ.
+            since = node.reason_ts if node.reason_ts is not None else now
+            if last is not None:
+                since = max(since, last[2])
+            self.nodes[node.name] = [state, reason, since]
+            out.append(NodeStateIn(node=node.name, state=state, reason=reason, since=since))
+        listed = {node.name for node in nodes}
+        for name in set(self.nodes) - listed:  # removed from slurm.conf
+            del self.nodes[name]
         return out
 
     def _read_jobcomp(self) -> list[SlurmJob]:

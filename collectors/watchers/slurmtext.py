@@ -1,5 +1,5 @@
-"""Slurm's text: parsing what `squeue`, `scontrol` and the jobcomp file print, and running the
-client tools (collectors/watchers/slurm.py is the watcher that polls them).
+"""Slurm's text: parsing what `squeue`, `sinfo`, `scontrol` and the jobcomp file print, and
+running the client tools (collectors/watchers/slurm.py is the watcher that polls them).
 
 Plain functions over text, tested on output recorded from Debian 12's slurm-wlm 22.05
 (tests/collectors/test_slurm_watcher.py). Times are epoch seconds because `run_command` sets
@@ -333,6 +333,101 @@ def parse_jobcomp_line(line: str) -> SlurmJob | None:
         node_list=expand_hostlist(kv.get("NodeList", "")),
         exit_code=parse_exit_code(kv.get("ExitCode")),
     )
+
+
+# --- Nodes: `sinfo` states and reasons ----------------------------------------------------
+
+# sinfo -O fields, in the order the parser reads them. StateComplete (`idle+drain`,
+# `allocated+drain`, `down+drain`) keeps every flag; the long form (`%T`) folds DOWN+DRAIN
+# into `drained` and so hides that the node is down. Timestamp is when the reason was set,
+# epoch seconds with SLURM_TIME_FORMAT=%s, `Unknown` for a node without one.
+SINFO_FIELDS = ("NodeList", "StateComplete", "Reason", "Timestamp")
+
+# Vigil's node states (schema.NODE_STATES) from the words of a Slurm node state, long or
+# complete form (sinfo(1) "NODE STATE CODES"; the 22.05 names seen on the test cluster are in
+# tests/collectors/test_slurm_watcher.py). Abbreviations are those of `%t`.
+NODE_DOWN_WORDS = frozenset(
+    {"down", "fail", "failing", "not_responding", "error", "err", "inval", "invalid_reg"}
+)
+NODE_DRAINING_WORDS = frozenset({"draining", "drng"})
+NODE_DRAINED_WORDS = frozenset({"drained", "drain"})  # `drain`: a flag in the complete form
+# Jobs still on the node: with the DRAIN flag it is draining, not drained yet.
+NODE_BUSY_WORDS = frozenset({"allocated", "alloc", "mixed", "mix", "completing", "comp"})
+# Says nothing of the node yet: the controller has not heard from it, or it is not built.
+NODE_NO_STATE_WORDS = frozenset({"unknown", "unk", "future", "futr"})
+# What sinfo appends to a state: `*` not responding, `~` powered off, `#` powering up, `!` and
+# `%` powering down, `$` maintenance reservation, `@` reboot pending, `^` reboot issued, `-`
+# planned by the backfill scheduler.
+NODE_STATE_SUFFIXES = "*~#!%$@^-"
+
+
+def node_state_of(slurm_state: str) -> str | None:
+    """Vigil's node state (up, draining, drained, down) for a Slurm node state, or None when
+    Slurm does not know it yet (`unknown`, `future`).
+
+    Down wins over drain (`down+drain` is down: the node is not there, drained or not), and
+    not responding (`idle*`, `+not_responding`) is down whatever else is said. Every other
+    state (idle, mixed, allocated, completing, planned, reserved, powered down) is up: the
+    node takes jobs.
+    """
+    text = slurm_state.strip().lower()
+    if not text:
+        return None
+    words = {w.strip().rstrip(NODE_STATE_SUFFIXES) for w in text.split("+")} - {""}
+    if "*" in text or words & NODE_DOWN_WORDS:
+        return "down"
+    if words & NODE_DRAINING_WORDS:
+        return "draining"
+    if words & NODE_DRAINED_WORDS:
+        return "draining" if words & NODE_BUSY_WORDS else "drained"
+    if not words or words & NODE_NO_STATE_WORDS:
+        return None
+    return "up"
+
+
+@dataclass
+class SlurmNode:
+    """One node as `sinfo` shows it."""
+
+    name: str
+    slurm_state: str  # as Slurm prints it (StateComplete), e.g. `allocated+drain`
+    reason: str = ""  # "" when the node has none
+    reason_ts: float | None = None  # when the reason was set
+
+
+def sinfo_args() -> list[str]:
+    """One line per node (`-N`), every partition (`--all`), fields ended by SEP (a reason may
+    hold `|` or spaces; with no width given sinfo does not cut a field)."""
+    fmt = ",".join(f"{f}:{SEP}" for f in SINFO_FIELDS)
+    return ["sinfo", "--all", "--Node", "--noheader", "-O", fmt]
+
+
+def parse_sinfo(text: str) -> list[SlurmNode]:
+    """Rows of `sinfo_args()` output, one per node (a node of several partitions is listed
+    once per partition by sinfo, here once)."""
+    nodes: dict[str, SlurmNode] = {}
+    n = len(SINFO_FIELDS)
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cols = [c.strip() for c in line.split(SEP)]
+        if len(cols) < n:
+            log.warning("sinfo: skipping a line with %d of %d fields: %r", len(cols), n, line)
+            continue
+        f = dict(zip(SINFO_FIELDS, cols[:n], strict=True))
+        for name in expand_hostlist(f["NodeList"]):
+            reason = f["Reason"]
+            nodes.setdefault(
+                name,
+                SlurmNode(
+                    name=name,
+                    slurm_state=f["StateComplete"],
+                    # sinfo prints `none` for no reason (lower case: not a slurm_null word).
+                    reason="" if reason.lower() == "none" else slurm_null(reason),
+                    reason_ts=parse_time(f["Timestamp"]),
+                ),
+            )
+    return list(nodes.values())
 
 
 def parse_jobcomp_config(text: str) -> Path | None:

@@ -1,4 +1,5 @@
-"""The Slurm watcher's parsing of recorded squeue / scontrol / jobcomp text, and its events."""
+"""The Slurm watcher's parsing of recorded squeue / sinfo / scontrol / jobcomp text, and its
+events and node states."""
 
 from __future__ import annotations
 
@@ -8,18 +9,22 @@ from pathlib import Path
 import pytest
 
 from collectors.schema import JobEventBatch, JobGpus
+from collectors.watchers import slurm as slurm_watcher
 from collectors.watchers.slurm import SlurmWatcher
 from collectors.watchers.slurmtext import (
     SEP,
     end_state,
     expand_hostlist,
     gres_gpu_indices,
+    node_state_of,
     parse_exit_code,
     parse_jobcomp_config,
     parse_jobcomp_line,
     parse_scontrol_job,
+    parse_sinfo,
     parse_squeue,
     parse_time,
+    sinfo_args,
     squeue_args,
     tres_gpus,
 )
@@ -71,6 +76,20 @@ JOBCOMP = """\
 JobId=3 UserId=root(0) GroupId=root(0) Name=wrap JobState=CANCELLED Partition=gpu TimeLimit=UNLIMITED StartTime=2026-11-29T09:00:35 EndTime=2026-11-29T09:00:35 NodeList=(null) NodeCnt=0 ProcCnt=0 WorkDir=/tmp/w ReservationName= Tres=cpu=1,mem=4G,node=1,billing=1 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T09:00:34 EligibleTime=2026-11-29T09:00:34 DerivedExitCode=0:0 ExitCode=0:0
 JobId=2 UserId=root(0) GroupId=root(0) Name=my job JobState=FAILED Partition=gpu TimeLimit=UNLIMITED StartTime=2026-11-29T09:00:37 EndTime=2026-11-29T09:00:37 NodeList=vm NodeCnt=1 ProcCnt=1 WorkDir=/tmp/w ReservationName= Tres=cpu=1,mem=4G,node=1,billing=1,gres/gpu=1 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T09:00:34 EligibleTime=2026-11-29T09:00:34 DerivedExitCode=0:0 ExitCode=1:0
 """
+
+
+# `sinfo_args()` on tests/slurm.py's two-node cluster (vn1, vn2), SLURM_TIME_FORMAT=%s: vn1
+# runs a job and is drained by hand (draining), vn2 was drained idle with a reason holding a
+# `|`; a third line lists vn2 again, as sinfo does for a node in two partitions.
+SINFO = (
+    f"vn1{SEP}allocated+drain{SEP}drain while running{SEP}1796168229{SEP}\n"
+    f"vn2{SEP}idle+drain{SEP}hand drain | with pipe{SEP}1796168216{SEP}\n"
+    f"vn2{SEP}idle+drain{SEP}hand drain | with pipe{SEP}1796168216{SEP}\n"
+)
+
+
+def sinfo_line(node, state, reason="none", ts="Unknown"):
+    return f"{node}{SEP}{state}{SEP}{reason}{SEP}{ts}{SEP}\n"
 
 
 def squeue_line(
@@ -187,11 +206,101 @@ def test_jobcomp_location_from_scontrol_show_config():
     assert parse_jobcomp_config(conf + "JobCompType = jobcomp/none\n") is None
 
 
+# What Slurm 22.05 printed on tests/slurm.py's two-node cluster for each node state seen
+# there: the complete form the watcher reads (`StateComplete`), then the long (`%T`) and short
+# (`%t`) forms of the same states, with Vigil's state for each.
+SEEN_STATES = [
+    ("idle", "up"),
+    ("mixed", "up"),  # a job on some of its CPUs
+    ("allocated", "up"),  # a job on all of them
+    ("allocated+drain", "draining"),  # drained by hand, its job still running
+    ("idle+drain", "drained"),
+    ("down", "down"),  # scontrol update State=DOWN
+    ("down+drain", "down"),  # drained, then State=DOWN (%T says `drained`, hiding the down)
+    ("idle+fail", "down"),  # scontrol update State=FAIL
+    ("mixed+fail", "down"),  # State=FAIL with a job still running
+    ("idle+not_responding", "down"),  # its slurmd killed
+    ("idle+drain+not_responding", "down"),  # then drained
+    # %T
+    ("draining", "draining"),
+    ("drained", "drained"),
+    ("fail", "down"),
+    ("idle*", "down"),
+    ("drained*", "down"),
+    # %t
+    ("mix", "up"),
+    ("alloc", "up"),
+    ("drng", "draining"),
+    ("drain", "drained"),
+    ("drain*", "down"),
+]
+
+
+@pytest.mark.parametrize(("slurm", "vigil"), SEEN_STATES)
+def test_node_states_as_slurm_prints_them(slurm, vigil):
+    assert node_state_of(slurm) == vigil
+
+
+@pytest.mark.parametrize(
+    ("slurm", "vigil"),
+    [
+        # Documented in sinfo(1) "NODE STATE CODES", not reproduced on the test cluster.
+        ("unknown*", "down"),
+        ("down+drain+not_responding", "down"),
+        ("failing", "down"),
+        ("inval", "down"),
+        ("allocated", "up"),
+        ("completing", "up"),
+        ("mixed+completing", "up"),
+        ("planned", "up"),
+        ("idle~", "up"),  # powered off by power saving, will boot for a job
+        ("idle+cloud+powered_down", "up"),
+        ("reserved", "up"),
+        ("drng", "draining"),  # the %t abbreviations
+        ("drain", "drained"),
+        ("mixed+drain", "draining"),
+        ("completing+drain", "draining"),
+        ("idle+drain+maintenance", "drained"),
+        ("DRAINED", "drained"),
+        # Not known yet: nothing to report.
+        ("unknown", None),
+        ("future", None),
+        ("", None),
+    ],
+)
+def test_node_states_by_the_names_sinfo_documents(slurm, vigil):
+    assert node_state_of(slurm) == vigil
+
+
+def test_sinfo_rows():
+    args = sinfo_args()
+    assert args[:5] == ["sinfo", "--all", "--Node", "--noheader", "-O"]
+    assert "StateComplete:" + SEP in args[-1] and "Reason:" + SEP in args[-1]
+    vn1, vn2 = parse_sinfo(SINFO + sinfo_line("vn3", "idle"))[:2]
+    assert (vn1.name, vn1.slurm_state, vn1.reason) == (
+        "vn1",
+        "allocated+drain",
+        "drain while running",
+    )
+    assert vn1.reason_ts == 1796168229.0
+    assert vn2.reason == "hand drain | with pipe" and vn2.slurm_state == "idle+drain"
+    (*_, vn3) = parse_sinfo(SINFO + sinfo_line("vn3", "idle"))
+    assert (vn3.name, vn3.reason, vn3.reason_ts) == ("vn3", "", None)  # `none`, `Unknown`
+    assert [n.name for n in parse_sinfo(SINFO + sinfo_line("gpu[01-02]", "idle"))] == [
+        "vn1",
+        "vn2",
+        "gpu01",
+        "gpu02",
+    ]
+    assert parse_sinfo("garbage\n") == []
+
+
 class FakeSlurm:
     """Answers the watcher's commands from recorded text the test changes between polls."""
 
     def __init__(self) -> None:
         self.squeue = ""
+        self.sinfo = ""
         self.scontrol: dict[str, str] = {}
         self.calls: list[list[str]] = []
 
@@ -199,6 +308,8 @@ class FakeSlurm:
         self.calls.append(args)
         if args[0] == "squeue":
             return self.squeue
+        if args[0] == "sinfo":
+            return self.sinfo
         if args[:3] == ["scontrol", "show", "job"]:
             return self.scontrol.get(args[-1], "")
         raise AssertionError(args)
@@ -316,3 +427,105 @@ def test_watcher_polls_no_more_often_than_its_interval(interval):
     w.poll(1010.0 + 1e9)
     w.poll(1031.0 + 1e9)
     assert sum(c[0] == "squeue" for c in slurm.calls) == 2
+
+
+def states_of(batches):
+    out = []
+    for _id, text in batches:
+        out += JobEventBatch.model_validate_json(text).node_states
+    return out
+
+
+def test_watcher_reports_node_states_when_they_change_and_survives_a_restart(tmp_path):
+    slurm = FakeSlurm()
+    state = tmp_path / "state.json"
+
+    def watcher():
+        return SlurmWatcher("seren", "ctl", "t" * 20, state_path=state, detect_jobcomp=False,
+                            runner=slurm)  # fmt: skip
+
+    w = watcher()
+    slurm.sinfo = sinfo_line("vn1", "idle") + sinfo_line("vn2", "mixed")
+    # The first poll says where every node stands, in a batch with no job events.
+    batches = w.poll(1795942860.0)
+    w.commit()
+    assert len(batches) == 1 and events_of(batches) == []
+    assert [(s.node, s.state, s.reason, s.since) for s in states_of(batches)] == [
+        ("vn1", "up", "", 1795942860.0),
+        ("vn2", "up", "", 1795942860.0),
+    ]
+    slurm.sinfo = sinfo_line("vn1", "allocated") + sinfo_line("vn2", "idle")
+    assert w.poll(1795942861.0) == []  # busy or not, both still up: nothing to send
+
+    # Drained by hand while its job runs, then the job ends: each step once, since the drain.
+    slurm.sinfo = sinfo_line("vn1", "idle") + sinfo_line(
+        "vn2", "allocated+drain", "bad gpu, ticket 7", "1795942862"
+    )
+    (draining,) = states_of(w.poll(1795942863.0))
+    w.commit()
+    assert (draining.node, draining.state, draining.reason) == (
+        "vn2",
+        "draining",
+        "bad gpu, ticket 7",
+    )
+    assert draining.since == 1795942862.0
+    slurm.sinfo = sinfo_line("vn1", "idle") + sinfo_line(
+        "vn2", "idle+drain", "bad gpu, ticket 7", "1795942862"
+    )
+    (drained,) = states_of(w.poll(1795942864.0))
+    w.commit()
+    assert (drained.state, drained.since) == ("drained", 1795942862.0)
+
+    # A restarted watcher remembers; the reason changing is news.
+    w = watcher()
+    assert w.poll(1795942865.0) == []
+    slurm.sinfo = sinfo_line("vn1", "idle") + sinfo_line(
+        "vn2", "idle+drain", "RMA " + "x" * 300, "1795942866"
+    )
+    (again,) = states_of(w.poll(1795942867.0))
+    w.commit()
+    assert again.reason == ("RMA " + "x" * 300)[:256] and again.since == 1795942866.0
+
+    # Resumed: up, stamped when the watcher saw it (sinfo gives no time for up nodes).
+    slurm.sinfo = sinfo_line("vn1", "idle") + sinfo_line("vn2", "idle")
+    (resumed,) = states_of(w.poll(1795942870.0))
+    w.commit()
+    assert (resumed.node, resumed.state, resumed.reason, resumed.since) == (
+        "vn2",
+        "up",
+        "",
+        1795942870.0,
+    )
+    # A node Slurm does not know yet reports nothing; one removed is forgotten.
+    slurm.sinfo = sinfo_line("vn1", "unknown")
+    assert w.poll(1795942871.0) == []
+    w.commit()
+    assert list(json.loads(state.read_text())["nodes"]) == ["vn1"]
+
+
+def test_node_states_go_out_even_when_squeue_fails(tmp_path):
+    from collectors.watchers.slurmtext import SlurmError
+
+    slurm = FakeSlurm()
+    slurm.sinfo = sinfo_line("vn1", "down", "Not responding", "1795942800")
+
+    def no_squeue(args):
+        if args[0] == "squeue":
+            raise SlurmError("squeue: slurm_load_jobs error: Socket timed out")
+        return slurm(args)
+
+    w = SlurmWatcher("seren", "ctl", "t" * 20, detect_jobcomp=False, runner=no_squeue)
+    (down,) = states_of(w.poll(1795942870.0))
+    assert (down.state, down.reason, down.since) == ("down", "Not responding", 1795942800.0)
+
+
+def test_a_cluster_larger_than_a_batch_goes_in_several(monkeypatch):
+    monkeypatch.setattr(slurm_watcher, "MAX_NODE_STATES_PER_BATCH", 2)
+    slurm = FakeSlurm()
+    slurm.sinfo = "".join(sinfo_line(f"n{i}", "idle") for i in range(5))
+    slurm.squeue = squeue_line("1", "PENDING")
+    w = SlurmWatcher("seren", "ctl", "t" * 20, detect_jobcomp=False, runner=slurm)
+    batches = w.poll(1795942870.0)
+    assert [len(JobEventBatch.model_validate_json(t).node_states) for _, t in batches] == [2, 2, 1]
+    assert len(events_of(batches)) == 1  # the job event goes once, in the first batch
+    assert [s.node for s in states_of(batches)] == [f"n{i}" for i in range(5)]

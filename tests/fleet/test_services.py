@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.utils import timezone
 
 from collectors.schema import GpuInfo
 from tests.helpers import make_batch
@@ -105,3 +108,105 @@ def test_a_node_token_speaks_for_its_own_node_only(db):
     event = GpuErrorEvent.objects.get()
     assert (event.node.hostname, event.gpu_id) == ("node-a", None)
     assert GpuSample.objects.filter(gpu__node__hostname="node-b").count() == 1  # its own
+
+
+# --- Node states from the scheduler ---------------------------------------------------------
+
+
+def _states(*states: tuple) -> list:
+    """NodeStateIn from (node, state, reason, since) tuples."""
+    from collectors.schema import NodeStateIn
+
+    return [NodeStateIn(node=n, state=s, reason=r, since=t) for n, s, r, t in states]
+
+
+def _node_row(cluster: str, hostname: str) -> Node:
+    return Node.objects.get(cluster__name=cluster, hostname=hostname)
+
+
+def test_scheduler_states_land_on_the_nodes_of_the_senders_cluster_only(db):
+    from webapp.fleet.services import node_states_apply
+
+    _node("c1", "gpu-01")
+    _node("c1", "gpu-02")
+    _node("c2", "gpu-01")  # the same name in another cluster
+    c1 = Node.objects.get(cluster__name="c1", hostname="gpu-01").cluster_id
+    t = time.time() - 60
+
+    unknown = node_states_apply(
+        c1,
+        _states(
+            ("gpu-01", "drained", "vigil: gpu_off_bus failure 123", t),
+            ("gpu-02", "draining", "hand drain, ticket 7", t + 1),
+            ("login-01", "down", "Not responding", t),  # a Slurm node Vigil does not know
+        ),
+    )
+
+    assert unknown == 1
+    drained = _node_row("c1", "gpu-01")
+    assert (drained.state, drained.state_reason) == ("drained", "vigil: gpu_off_bus failure 123")
+    assert drained.state_since == datetime.fromtimestamp(t, UTC)
+    assert _node_row("c1", "gpu-02").state == "draining"
+    other = _node_row("c2", "gpu-01")
+    assert (other.state, other.state_reason, other.state_since) == ("registered", "", None)
+    assert not Node.objects.filter(hostname="login-01").exists()
+
+
+def test_telemetry_does_not_return_a_drained_node_to_up_the_scheduler_does(db):
+    from webapp.fleet.selectors import node_state_now
+    from webapp.fleet.services import node_states_apply, nodes_mark_stale
+
+    token = node_token_issue("c1", "gpu-01")
+    node_token_issue("c1", "gpu-02")  # never reported telemetry
+    samples_ingest(json.dumps(make_batch("c1", "gpu-01", token, gpus=1)))
+    cluster = _node_row("c1", "gpu-01").cluster_id
+    assert _node_row("c1", "gpu-01").state == "up"
+    t = time.time() - 60
+    node_states_apply(
+        cluster, _states(("gpu-01", "drained", "bad gpu", t), ("gpu-02", "down", "", t))
+    )
+
+    # The node keeps reporting and later falls silent: drained all along, on the page too.
+    samples_ingest(json.dumps(make_batch("c1", "gpu-01", token, gpus=1)))
+    node = _node_row("c1", "gpu-01")
+    assert node.state == "drained" and node.last_seen is not None
+    nodes_mark_stale(older_than=timezone.now() + timedelta(hours=1))
+    assert _node_row("c1", "gpu-01").state == "drained"
+    assert (
+        node_state_now("drained", node.last_seen - timedelta(days=1), timezone.now()) == "drained"
+    )
+
+    # Resumed in Slurm: back to what telemetry says (seen: up; never seen: registered).
+    node_states_apply(cluster, _states(("gpu-01", "up", "", t + 10), ("gpu-02", "up", "", t + 10)))
+    node = _node_row("c1", "gpu-01")
+    assert (node.state, node.state_reason) == ("up", "")
+    assert node.state_since == datetime.fromtimestamp(t + 10, UTC)
+    assert _node_row("c1", "gpu-02").state == "registered"
+
+
+def test_up_from_the_scheduler_leaves_a_stale_node_stale(db):
+    from webapp.fleet.services import node_states_apply, nodes_mark_stale
+
+    token = node_token_issue("c1", "gpu-01")
+    samples_ingest(json.dumps(make_batch("c1", "gpu-01", token, gpus=1)))
+    nodes_mark_stale(older_than=timezone.now() + timedelta(hours=1))
+    node_states_apply(
+        _node_row("c1", "gpu-01").cluster_id, _states(("gpu-01", "up", "", time.time()))
+    )
+    assert _node_row("c1", "gpu-01").state == "stale"  # Slurm's "up" is not telemetry
+
+
+def test_an_older_state_arriving_late_changes_nothing(db):
+    from webapp.fleet.services import node_states_apply
+
+    _node("c1", "gpu-01")
+    cluster = _node_row("c1", "gpu-01").cluster_id
+    t = time.time() - 600
+    node_states_apply(cluster, _states(("gpu-01", "drained", "second drain", t + 100)))
+    # A batch replayed from a spool, from before the drain.
+    node_states_apply(cluster, _states(("gpu-01", "up", "", t)))
+    node = _node_row("c1", "gpu-01")
+    assert (node.state, node.state_reason) == ("drained", "second drain")
+    # The same time again (draining, then drained with the same reason time) applies.
+    node_states_apply(cluster, _states(("gpu-01", "down", "second drain", t + 100)))
+    assert _node_row("c1", "gpu-01").state == "down"

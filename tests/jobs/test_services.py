@@ -363,3 +363,57 @@ def test_worker_refuses_job_events_of_a_node_without_the_scheduler_role(
     wait_for(lambda: broker.hlen(OUTBOX_KEY) == 0)
     assert outbox_redeliver(older_than_s=0) == 0
     assert nothing_stored()
+
+
+def node_state(node: str, state: str, since: float, reason: str = "") -> dict:
+    return {"node": node, "state": state, "reason": reason, "since": since}
+
+
+def test_node_states_from_the_scheduler_set_the_nodes_state(sender, t0):
+    """A batch of node states alone (a watcher saw a drain and no job change)."""
+    result = job_events_ingest(
+        sender.raw(
+            node_states=[
+                node_state("gpu-node-01", "drained", t0, "vigil: gpu_off_bus failure 123"),
+                node_state("gpu-node-02", "draining", t0 + 1, "hand drain"),
+                node_state("login-01", "down", t0, "Not responding"),
+            ]
+        )
+    )
+
+    assert (result.events, result.node_states, result.node_states_unknown) == (0, 3, 1)
+    nodes = {n.hostname: n for n in Node.objects.filter(cluster__name="testcluster")}
+    assert (nodes["gpu-node-01"].state, nodes["gpu-node-01"].state_reason) == (
+        "drained",
+        "vigil: gpu_off_bus failure 123",
+    )
+    assert nodes["gpu-node-01"].state_since == at(t0)
+    assert nodes["gpu-node-02"].state == "draining"
+    assert nodes["scheduler-k8s"].state == "registered"  # the sender itself is not named
+    assert not Node.objects.filter(hostname="login-01").exists()  # ignored, not created
+
+
+def test_a_refused_batch_changes_no_node_state(sender, t0):
+    raw = sender.raw(
+        event("j", "started", t0 + 100, submit_ts=t0 + 200),  # starts before it was submitted
+        node_states=[node_state("gpu-node-01", "drained", t0, "bad gpu")],
+    )
+    with pytest.raises(BatchError):
+        job_events_ingest(raw)
+    node = Node.objects.get(hostname="gpu-node-01")
+    assert (node.state, node.state_reason) == ("registered", "")
+    assert nothing_stored()
+
+
+def test_node_states_need_the_scheduler_role(sender, t0):
+    from webapp.fleet.services import node_token_issue
+
+    token = node_token_issue("testcluster", "gpu-node-01")
+    raw = sender.raw(
+        node="gpu-node-01",
+        token=token,
+        node_states=[node_state("gpu-node-02", "down", t0, "sabotage")],
+    )
+    with pytest.raises(AuthError, match="may not send job events"):
+        job_events_ingest(raw)
+    assert Node.objects.get(hostname="gpu-node-02").state == "registered"

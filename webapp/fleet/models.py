@@ -25,6 +25,10 @@ class Node(models.Model):
     hostname = models.CharField(max_length=128)
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.REGISTERED)
     last_seen = models.DateTimeField(null=True, blank=True)
+    # As the scheduler's watcher last reported it (draining, drained, down with the reason
+    # the scheduler gives, e.g. Slurm's `sinfo -R`), and since when.
+    state_reason = models.CharField(max_length=256, blank=True, default="")
+    state_since = models.DateTimeField(null=True, blank=True)
     # sha256 of the node's token; the token itself is shown once, when issued.
     token_hash = models.CharField(max_length=64)
     token_issued_at = models.DateTimeField(null=True, blank=True)

@@ -1,4 +1,5 @@
-"""Writes to the inventory: node tokens, self-registration of nodes and GPUs, liveness."""
+"""Writes to the inventory: node tokens, self-registration of nodes and GPUs, liveness, and
+node states as the scheduler reports them."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from collectors.schema import Bearer, Credential, GpuInfo, Signature, node_key
+from collectors.schema import Bearer, Credential, GpuInfo, NodeStateIn, Signature, node_key
 from webapp.core.refusals import AuthError
-from webapp.fleet.choices import NodeState
+from webapp.core.units import epoch_to_utc
+from webapp.fleet.choices import SCHEDULER_OUT_OF_SERVICE, NodeState
 from webapp.fleet.models import Cluster, Gpu, Node
 
 log = logging.getLogger("vigil.fleet")
@@ -216,15 +218,18 @@ def node_scheduler_grant(cluster_name: str, hostname: str, granted: bool = True)
     _auth_cache.pop((cluster_name, hostname), None)
 
 
+_OUT_OF_SERVICE_SQL = ", ".join(f"'{s}'" for s in SCHEDULER_OUT_OF_SERVICE)
+
 # A node reported: a registered or stale node becomes up, and last_seen never moves backwards,
-# so replaying a spool of old batches does not make a live node look stale. Ingest runs this
-# inside its own statement (telemetry.services), one per batch; the rules live here once.
+# so replaying a spool of old batches does not make a live node look stale. A node the
+# scheduler took out of service (draining, drained, down) stays so: only the scheduler says
+# when it is back (node_states_apply). Ingest runs this inside its own statement
+# (telemetry.services), one per batch; the rules live here once.
 NODE_SEEN_UPDATE = f"""
 UPDATE fleet_node SET
     last_seen = greatest(last_seen, %(seen_at)s),
     source = %(seen_source)s,
-    state = CASE WHEN state IN ('{NodeState.DRAINING}', '{NodeState.DOWN}')
-        THEN state ELSE '{NodeState.UP}' END
+    state = CASE WHEN state IN ({_OUT_OF_SERVICE_SQL}) THEN state ELSE '{NodeState.UP}' END
 WHERE id = %(seen_node)s
 """
 
@@ -233,6 +238,53 @@ def node_seen(node_id: int, at: datetime, source: str) -> None:
     """Record that the node reported; a registered or stale node becomes up."""
     with connection.cursor() as cur:
         cur.execute(NODE_SEEN_UPDATE, {"seen_node": node_id, "seen_at": at, "seen_source": source})
+
+
+# One statement for a whole batch of scheduler node states (a watcher's first poll names every
+# node of the cluster). A state older than the one stored (a batch replayed from a spool, or
+# delivered late) changes nothing. A node reported up leaves the scheduler's states for what
+# telemetry says: up if it was ever seen (stale follows if it is silent), else registered; a
+# node that was not out of service keeps its telemetry state.
+_NODE_STATES_UPDATE = f"""
+UPDATE fleet_node AS n SET
+    state = CASE
+        WHEN s.state <> '{NodeState.UP}' THEN s.state
+        WHEN n.state NOT IN ({_OUT_OF_SERVICE_SQL}) THEN n.state
+        WHEN n.last_seen IS NULL THEN '{NodeState.REGISTERED}'
+        ELSE '{NodeState.UP}' END,
+    state_reason = s.reason,
+    state_since = s.since
+FROM unnest(%(hostnames)s::text[], %(states)s::text[], %(reasons)s::text[],
+            %(sinces)s::timestamptz[]) AS s(hostname, state, reason, since)
+WHERE n.cluster_id = %(cluster)s AND n.hostname = s.hostname
+    AND (n.state_since IS NULL OR n.state_since <= s.since)
+"""
+
+
+def node_states_apply(cluster_id: int, states: list[NodeStateIn]) -> int:
+    """Set the scheduler's state, reason and since-time on the named nodes of this cluster
+    (only this cluster's: the sender speaks for its own). Names the fleet does not know (a
+    scheduler node without a collector) are ignored; returns how many there were."""
+    if not states:
+        return 0
+    hostnames = [s.node for s in states]
+    known = set(
+        Node.objects.filter(cluster_id=cluster_id, hostname__in=hostnames).values_list(
+            "hostname", flat=True
+        )
+    )
+    with connection.cursor() as cur:
+        cur.execute(
+            _NODE_STATES_UPDATE,
+            {
+                "cluster": cluster_id,
+                "hostnames": hostnames,
+                "states": [s.state for s in states],
+                "reasons": [s.reason for s in states],
+                "sinces": [epoch_to_utc(s.since) for s in states],
+            },
+        )
+    return len(set(hostnames) - known)
 
 
 def nodes_mark_stale(older_than: datetime) -> int:

@@ -11,7 +11,8 @@ transaction:
   3. apply each event. A re-sent event (same job, kind, ts: the JobEvent unique key) changes
      nothing. Events may arrive out of order, so every state change is guarded by the time of
      the event that set the current state (`Job.state_at`), and allocation intervals are cut
-     by the job's closing events (requeued, ended) whenever they arrived.
+     by the job's closing events (requeued, ended) whenever they arrived;
+  4. set the scheduler's node states the batch carries (`fleet.services.node_states_apply`).
 A batch that fails validation, authentication or a cross-event check is refused whole
 (BatchError / AuthError) and nothing of it is stored; the caller records it with
 `batch_reject`.
@@ -34,7 +35,7 @@ from collectors.schema import BatchError, JobEventBatch, JobEventIn, parse_job_e
 from webapp.core.refusals import AuthError
 from webapp.core.units import epoch_to_utc
 from webapp.fleet.models import Gpu, Node
-from webapp.fleet.services import AuthenticatedNode, node_authenticate
+from webapp.fleet.services import AuthenticatedNode, node_authenticate, node_states_apply
 from webapp.jobs.choices import SCHEDULER_STATES, JobEventKind, JobSource, JobState
 from webapp.jobs.models import Job, JobAllocation, JobTally, JobTypeRule
 from webapp.jobs.tallies import (
@@ -127,6 +128,8 @@ class JobEventsResult:
     events: int  # events in the batch
     applied: int  # events not seen before
     jobs: int  # distinct jobs the batch names
+    node_states: int = 0  # scheduler node states in the batch
+    node_states_unknown: int = 0  # of those, names the fleet does not know (ignored)
 
     @property
     def duplicates(self) -> int:
@@ -142,7 +145,15 @@ def job_events_ingest(raw: str | bytes) -> JobEventsResult:
     with transaction.atomic():
         applier = _Applier(batch, sender)
         applied = applier.run()
-    return JobEventsResult(str(batch.batch_id), len(batch.events), applied, len(applier.jobs))
+        unknown = node_states_apply(sender.cluster_id, batch.node_states)
+    return JobEventsResult(
+        str(batch.batch_id),
+        len(batch.events),
+        applied,
+        len(applier.jobs),
+        node_states=len(batch.node_states),
+        node_states_unknown=unknown,
+    )
 
 
 def _scheduler_check(batch: JobEventBatch, sender: AuthenticatedNode) -> None:
