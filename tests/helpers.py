@@ -127,6 +127,7 @@ class WorkerProcess:
         concurrency: int = 1,
         visibility_timeout_s: int = 5,
         queues: str = "ingest,default",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.db_url = db_url
         self.logfile = logfile
@@ -134,6 +135,7 @@ class WorkerProcess:
         self.concurrency = concurrency
         self.visibility_timeout_s = visibility_timeout_s
         self.queues = queues
+        self.env = env or {}
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60) -> None:
@@ -141,6 +143,7 @@ class WorkerProcess:
             self.db_url,
             VIGIL_BROKER_VISIBILITY_TIMEOUT=str(self.visibility_timeout_s),
             VIGIL_BROKER_RESTORE_INTERVAL_S="1",
+            **self.env,
         )
         self._log = open(self.logfile, "ab")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(

@@ -441,6 +441,12 @@ VIGIL_HEALTHCHECK_TIMEOUT_S = envint("VIGIL_HEALTHCHECK_TIMEOUT_S", "600", minim
 # Transient scheduler errors are retried this many times in all.
 VIGIL_SCHEDULER_TIMEOUT_S = envint("VIGIL_SCHEDULER_TIMEOUT_S", "60", minimum=1)
 VIGIL_RECOVERY_LEASE_GRACE_S = envint("VIGIL_RECOVERY_LEASE_GRACE_S", "30", minimum=1)
+# Seconds a job failure's actions wait for the log lines of its nodes before they run: an agent
+# sends them once per interval (collectors: --interval, 10 s by default), and a diagnosis made
+# before they came would act on a guess. A GPU error (its Xid is the evidence) does not wait.
+VIGIL_RECOVERY_SETTLE_S = envfloat("VIGIL_RECOVERY_SETTLE_S", "12", minimum=0)
+# First delay of `retry` (a transient auxiliary service), doubled per restart, capped at 10 min.
+VIGIL_RECOVERY_RETRY_BASE_S = envfloat("VIGIL_RECOVERY_RETRY_BASE_S", "30", minimum=0)
 VIGIL_RECOVERY_MAX_ATTEMPTS = envint("VIGIL_RECOVERY_MAX_ATTEMPTS", "6", minimum=1)
 # A GPU under 0.8x its job's median this many minutes in a row is a straggler (the ratio and
 # its source: webapp/failures/stragglers.py).

@@ -164,3 +164,23 @@ def test_a_node_cannot_attach_windows_to_a_job_that_has_not_started(fleet):
     fleet.run_job("500", t - 3600, t + 60, nodes=("gpu-node-01",))
     failure_diagnose(FailureEvent.objects.get(job__scheduler_id="500").pk)
     assert not JobLogWindow.objects.filter(job__scheduler_id="500").exists()
+
+
+def test_corrected_ecc_errors_counted_by_a_gpu_open_no_failure(fleet):
+    # A healthy GPU's single-bit (corrected) ECC counter rises now and then: recording it is
+    # right, paging someone and draining the node for it is not.
+    t = _now() - 600
+    node_events_ingest(
+        fleet.node_batch(
+            "gpu-node-02",
+            gpu_events=[
+                {"ts": t, "kind": "ecc_sbe", "source": "counter",
+                 "gpu_uuid": "GPU-gpu-node-02-05", "delta": 2},
+            ],
+        )
+    )  # fmt: skip
+    assert GpuErrorEvent.objects.filter(kind="ecc_sbe").count() == 1
+    assert not FailureEvent.objects.exists()
+    # An uncorrectable (double-bit) error on the same GPU does.
+    node_events_ingest(fleet.node_batch("gpu-node-02", gpu_events=[xid_event(t + 60, 48)]))
+    assert FailureEvent.objects.filter(kind="gpu_error").count() == 1

@@ -105,3 +105,13 @@ def test_outcomes_do_nothing_and_escalations_page_operators():
     d = decide(Facts(cause="filesystem", action="escalate", job=JOB))
     assert (d.action, kinds(d)) == ("escalate", [("notify", "4242")])
     assert d.steps[0].audience == "operators" and d.steps[0].params == {"severity": "page"}
+
+
+def test_at_the_restart_limit_a_node_that_failed_twice_is_still_drained():
+    tired = JobFacts("4242", hosts=("n1",), restarts_in_a_row=3)
+    d = decide(
+        Facts(cause="cuda_fault", action="restart", blamed_host="n1", job=tired,
+              same_cause_hosts=("n1",), max_restarts=3)
+    )  # fmt: skip
+    assert (d.action, d.rule) == ("notify", "restart_limit")
+    assert kinds(d) == [("drain", "n1"), ("notify", "4242")]

@@ -120,3 +120,41 @@ def test_rejecting_the_drain_cancels_the_requeue_after_it(fleet):
     drain.refresh_from_db()
     assert drain.status == "rejected" and "node under maintenance" in drain.result
     assert requeue.status == "cancelled"
+
+
+@pytest.mark.django_db
+def test_a_new_diagnosis_replaces_the_plan_until_it_has_acted(fleet):
+    # The job's end arrives before its log lines: first "unknown" (notify), then the
+    # traceback comes and the same failure is diagnosed again as the user's own error.
+    policy("auto")
+    end = _now() - 60
+    fleet.run_job("740", end - 3600, end, nodes=("gpu-node-01",))
+    failure = FailureEvent.objects.get(job__scheduler_id="740")
+    failure_diagnose(failure.pk)
+    assert failure.recovery_plan.cause == "unknown"
+    node_events_ingest(
+        fleet.node_batch(
+            "gpu-node-01",
+            log_windows=[
+                {
+                    "job_id": "740",
+                    "ts": end - 5,
+                    "path": "/logs/740.err",
+                    "first_line_no": 1,
+                    "lines": [
+                        "Traceback (most recent call last):",
+                        '  File "/home/alice/train.py", line 3, in <module>',
+                        "    step(1)",
+                        "TypeError: unsupported operand type(s) for +: 'int' and 'str'",
+                    ],
+                }
+            ],
+        )
+    )
+    again = failure_diagnose(failure.pk)
+    assert again.cause == "user_exception"
+    plan = RecoveryPlan.objects.get(failure=failure)
+    assert (plan.cause, plan.rule) == ("user_exception", "script_error")
+    statuses = sorted(plan.actions.values_list("kind", "status", "result"))
+    assert statuses[0][:2] == ("notify", "cancelled") and "superseded" in statuses[0][2]
+    assert statuses[1][:2] == ("notify", "succeeded")

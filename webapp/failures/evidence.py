@@ -17,6 +17,7 @@ from typing import NamedTuple
 from webapp.core.units import iso_utc
 from webapp.failures import diagnosis as engine
 from webapp.failures import taxonomy
+from webapp.failures.choices import GpuErrorKind
 from webapp.failures.models import FailureEvent, FailureKind, GpuErrorEvent, JobLogWindow
 from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Node
@@ -121,7 +122,11 @@ def _job_input(job: Job) -> EngineInput:
     errors = GpuErrorEvent.objects.filter(
         node_id__in=list(nodes), ts__gte=lo, ts__lte=job.end_at + EVIDENCE_AFTER
     ).order_by("ts", "id")
-    kernel = [xid_line(e, nodes[e.node_id]) for e in errors if e.xid]
+    # A rise of the corrected (single-bit) ECC counter is not the driver's Xid 92 (a high
+    # corrected-error rate): it explains no failure (node_events._critical).
+    kernel = [
+        xid_line(e, nodes[e.node_id]) for e in errors if e.xid and e.kind != GpuErrorKind.ECC_SBE
+    ]
     end_line = scheduler_end_line(job, _end_line_host(job, nodes))
     streams.append(EvidenceStream("scheduler", [end_line], kernel_evidence=True))
     if kernel:

@@ -70,6 +70,7 @@ class Facts:
     # a second failure of the same incident (the GPU error and the job it killed) adds nothing.
     hosts_drained: frozenset[str] = frozenset()
     jobs_requeued: frozenset[str] = frozenset()
+    retry_base_s: float = RETRY_BASE_S
 
 
 @dataclass(frozen=True)
@@ -117,13 +118,12 @@ def breaker_apply(
             + "): points to software, no automatic restart",
         )
     if action in AUTO_RESTART_ACTIONS and restarts_in_a_row >= max_restarts:
-        return (
-            Action.NOTIFY.value,
-            "restart_limit",
-            f"already restarted automatically {restarts_in_a_row} times in a row "
-            f"(limit {max_restarts})",
-        )
+        return Action.NOTIFY.value, "restart_limit", _limited(restarts_in_a_row, max_restarts)
     return action, "", ""
+
+
+def _limited(restarts: int, max_restarts: int) -> str:
+    return f"already restarted automatically {restarts} times in a row (limit {max_restarts})"
 
 
 def _category(facts: Facts) -> str:
@@ -142,9 +142,14 @@ def decide(facts: Facts) -> Decision:
     host = facts.blamed_host or facts.error_host
     job = facts.job
     restarts = job.restarts_in_a_row if job else 0
-    action, rule, why = breaker_apply(
-        action, host, facts.same_cause_hosts, restarts, facts.max_restarts
-    )
+    # The breaker first, without the limit: a node that failed twice is drained even when
+    # the job may not be restarted again.
+    action, rule, why = breaker_apply(action, host, facts.same_cause_hosts)
+    if action in AUTO_RESTART_ACTIONS and job and restarts >= facts.max_restarts:
+        why = _limited(restarts, facts.max_restarts)
+        notify = _notify(facts, "restart_limit", why)
+        drains = tuple(_drain(facts, host)) if action == Action.CORDON_RESTART else ()
+        return Decision(Action.NOTIFY.value, "restart_limit", why, drains + notify.steps)
     once = facts.cause in RESTART_ONCE_CAUSES
     if action == Action.RESTART and job and once and job.restarts_for_cause >= 1:
         action, rule = Action.NOTIFY.value, "restart_once"
@@ -180,7 +185,8 @@ def decide(facts: Facts) -> Decision:
         else:
             params = {}
             if action == Action.RETRY:
-                params["delay_s"] = min(RETRY_MAX_S, RETRY_BASE_S * 2**j.restarts_in_a_row)
+                delay = facts.retry_base_s * 2**j.restarts_in_a_row
+                params["delay_s"] = min(RETRY_MAX_S, delay)
             steps.append(Step("requeue", job=j.scheduler_id, params=params, reason=why))
     return Decision(action, rule, why, tuple(steps))
 

@@ -150,6 +150,24 @@ def _jobs_requeued(jobs: list[Job]) -> frozenset[str]:
     return frozenset(out)
 
 
+def _host_of(failure: FailureEvent) -> str | None:
+    """The node a failure points at: the one blamed, the one a GPU error came from, or the
+    only node of a single-node job (every rank's error is on that node)."""
+    if failure.blamed_host:
+        return failure.blamed_host
+    if failure.node_id:
+        return failure.node.hostname
+    if failure.job_id:
+        hosts = list(
+            JobAllocation.objects.filter(job_id=failure.job_id)
+            .values_list("node__hostname", flat=True)
+            .distinct()[:2]
+        )
+        if len(hosts) == 1:
+            return hosts[0]
+    return None
+
+
 def _facts(failure: FailureEvent, max_restarts: int) -> tuple[policy.Facts, dict[str, Job]]:
     since = failure.occurred_at - timedelta(hours=policy.BREAKER_WINDOW_H)
     earlier = (
@@ -163,7 +181,7 @@ def _facts(failure: FailureEvent, max_restarts: int) -> tuple[policy.Facts, dict
         .exclude(pk=failure.pk)
         .select_related("node")
     )
-    same_cause = tuple(f.blamed_host or (f.node.hostname if f.node else None) for f in earlier)
+    same_cause = tuple(_host_of(f) for f in earlier)
     jobs: list[Job] = []
     job_facts = None
     on_host: tuple[policy.JobFacts, ...] = ()
@@ -177,7 +195,7 @@ def _facts(failure: FailureEvent, max_restarts: int) -> tuple[policy.Facts, dict
         cause=failure.cause,
         action=failure.default_action or failure.action,
         category=failure.category,
-        blamed_host=failure.blamed_host or None,
+        blamed_host=_host_of(failure),
         error_host=failure.node.hostname if failure.node else None,
         job=job_facts,
         jobs_on_host=on_host,
@@ -185,17 +203,16 @@ def _facts(failure: FailureEvent, max_restarts: int) -> tuple[policy.Facts, dict
         max_restarts=max_restarts,
         hosts_drained=_hosts_drained(failure.cluster_id, timezone.now()),
         jobs_requeued=_jobs_requeued(jobs),
+        retry_base_s=settings.VIGIL_RECOVERY_RETRY_BASE_S,
     )
     return facts, {j.scheduler_id: j for j in jobs}
 
 
 def _started(plan: RecoveryPlan) -> bool:
-    return (
-        plan.actions.exclude(
-            status__in=[ActionStatus.AWAITING_APPROVAL, ActionStatus.READY, ActionStatus.DRY_RUN]
-        ).exists()
-        or plan.actions.filter(attempts__gt=0).exists()
-    )
+    """Whether the plan already touched the scheduler (a notification does not)."""
+    acting = plan.actions.exclude(kind=ActionKind.NOTIFY)
+    untouched = [ActionStatus.AWAITING_APPROVAL, ActionStatus.READY, ActionStatus.DRY_RUN]
+    return acting.exclude(status__in=untouched).exists() or acting.filter(attempts__gt=0).exists()
 
 
 def failure_recovery_plan(failure: FailureEvent) -> RecoveryPlan | None:
@@ -300,9 +317,16 @@ def _actions_create(
         action.save()
         _commands_build(action)
         created.append(action)
+    settle = 0.0
+    if plan.failure_id and plan.failure.kind == FailureKind.JOB_FAILURE:
+        # A job's end can reach Vigil before its nodes' agents send the log lines that
+        # explain it: act once they have had time to arrive (a new diagnosis meanwhile
+        # replaces these actions, failure_recovery_plan).
+        settle = settings.VIGIL_RECOVERY_SETTLE_S
     for action in created:
         if action.status == ActionStatus.READY:
-            action_dispatch(action, countdown=action.params.get("delay_s"))
+            delay = max(settle, action.params.get("delay_s") or 0.0)
+            action_dispatch(action, countdown=delay or None)
     return created
 
 

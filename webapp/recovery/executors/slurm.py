@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -147,6 +148,8 @@ class SlurmExecutor(Executor):
         return super().timeout_s(target)
 
     def run(self, argv: Sequence[str], target: Target) -> CommandResult:
+        if target.kind == "requeue" and "StartTime=now" in argv:
+            self._wait_requeued(target.job)
         if target.kind == "health_check":
             healthcheck_output(target).parent.mkdir(parents=True, exist_ok=True)
         if target.kind == "resubmit" and "write" in argv:
@@ -197,6 +200,15 @@ class SlurmExecutor(Executor):
 
     def _node_reason(self, host: str) -> str:
         return self._node(host, "%E")
+
+    def _wait_requeued(self, job: str, timeout_s: float = 10.0) -> None:
+        """A requeued job passes through COMPLETING / REQUEUED before it is PENDING again, and
+        only a pending job can be made eligible; wait (briefly) for that."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._job(job).get("JobState") in ("PENDING", "RUNNING", ""):
+                return
+            time.sleep(0.05)
 
     def _job(self, job: str) -> dict[str, str]:
         result = command_run([self.tool("scontrol"), "show", "job", "-o", job])

@@ -1,0 +1,170 @@
+"""A recovery rig on a real Slurm: the test Slurm's logical nodes known to Vigil, a node agent
+on the first node (fake NVML fixture, a kernel log file, the jobs' log files, and the Slurm
+watcher), a Celery worker for ingest and diagnosis and one on the cluster's recovery queue.
+
+Used by tests/recovery/test_slurm.py and bench/recovery.py. The caller provides the database
+(pytest's, or the bench's embedded one) and a SlurmCluster (tests/slurm.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+from tests.helpers import ROOT, WorkerProcess
+from tests.slurm import SlurmCluster
+from webapp.fleet import services as fleet_services
+from webapp.fleet.models import Cluster
+from webapp.recovery.services import recovery_policy_set, recovery_queue
+
+CLUSTER = "rcv"
+FIXTURE = "h100-sxm5-80gb"
+# GPU 0 of the fixture is at 00000000:18:00.0; the kernel names it by domain:bus:device.
+XID_LINE = "NVRM: Xid (PCI:0000:18:00): {xid}, pid=4242, name=python, GPU has fallen off the bus."
+FAKE_HEALTHCHECK = Path(__file__).with_name("healthcheck_fake.sh")
+
+
+class Rig:
+    def __init__(self, slurm: SlurmCluster, tmp: Path, db_url: str) -> None:
+        self.slurm = slurm
+        self.tmp = Path(tmp)
+        self.db_url = db_url
+        self.kernel_log = self.tmp / "kern.log"
+        self.kernel_log.touch()
+        self.bad_nodes = self.tmp / "bad-nodes.txt"  # the fake health check's verdicts
+        self.bad_nodes.touch()
+        self.tokens: dict[str, str] = {}
+        self.workers: list[WorkerProcess] = []
+        self.agent: subprocess.Popen | None = None
+
+    @property
+    def agent_node(self) -> str:
+        return self.slurm.nodes[0]
+
+    def vigil(self, mode: str = "auto", max_auto_restarts: int | None = None) -> None:
+        """The cluster's nodes known to Vigil; the first node's agent also watches Slurm."""
+        for node in self.slurm.nodes:
+            self.tokens[node] = fleet_services.node_token_issue(CLUSTER, node)
+        fleet_services.node_scheduler_grant(CLUSTER, self.agent_node)
+        self.cluster_id = Cluster.objects.get(name=CLUSTER).pk
+        self.policy(mode, max_auto_restarts)
+
+    def policy(self, mode: str, max_auto_restarts: int | None = None) -> None:
+        found = recovery_policy_set(self.cluster_id, mode=mode, executor="slurm", user="test")
+        found.max_auto_restarts = max_auto_restarts
+        found.save(update_fields=["max_auto_restarts"])
+
+    def worker_env(self, **extra: str) -> dict[str, str]:
+        return {
+            "SLURM_CONF": str(self.slurm.conf),
+            "VIGIL_RECOVERY_WORKDIR": str(self.slurm.workdir),
+            "VIGIL_HEALTHCHECK_SCRIPT": str(FAKE_HEALTHCHECK),
+            "VIGIL_HEALTHCHECK_ARGS": str(self.bad_nodes),
+            "VIGIL_HEALTHCHECK_TIMEOUT_S": "60",
+            "VIGIL_RECOVERY_RETRY_BASE_S": "1",
+            # The agent here sends every 0.5 s.
+            "VIGIL_RECOVERY_SETTLE_S": "3",
+            **extra,
+        }
+
+    def start_worker(self, queues: str, **env: str) -> WorkerProcess:
+        name = queues.replace(",", "-").replace(".", "_")
+        worker = WorkerProcess(
+            self.db_url,
+            self.tmp / f"worker-{name}-{len(self.workers)}.log",
+            queues=queues,
+            env=self.worker_env(**env),
+        )
+        worker.start()
+        self.workers.append(worker)
+        return worker
+
+    def start(self, **recovery_env: str) -> None:
+        """One worker for ingest and diagnosis, one on the recovery queue, and the agent."""
+        self.start_worker("ingest,default")
+        self.recovery_worker = self.start_worker(recovery_queue(CLUSTER), **recovery_env)
+        self.start_agent()
+
+    def start_agent(self) -> None:
+        node = self.agent_node
+        self._agent_log = open(self.tmp / "agent.log", "ab")  # noqa: SIM115 (closed in stop)
+        self.agent = subprocess.Popen(
+            [
+                sys.executable, "-m", "collectors", "--source", "nvml", "--fixture", FIXTURE,
+                "--cluster", CLUSTER, "--node", node, "--token", self.tokens[node],
+                "--broker", settings.CELERY_BROKER_URL,
+                "--interval", "0.5", "--jobs", "slurm", "--jobs-interval", "0.5",
+                "--kernel-log", str(self.kernel_log), "--job-logs-slurm",
+                "--state-dir", str(self.tmp / "agent-state"),
+                "--spool-dir", str(self.tmp / "agent-spool"),
+            ],
+            cwd=ROOT,
+            env={**os.environ, "SLURM_CONF": str(self.slurm.conf)},
+            stdout=self._agent_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+    def xid(self, xid: int = 79) -> float:
+        """A GPU error line in the agent node's kernel log; when it was written."""
+        at = time.time()
+        with self.kernel_log.open("a") as f:
+            f.write(XID_LINE.format(xid=xid) + "\n")
+        return at
+
+    def submit_on_agent_node(self, *args: str) -> str:
+        """Submit a job that starts on the agent's node: the other nodes are held meanwhile."""
+        others = [n for n in self.slurm.nodes if n != self.agent_node]
+        for node in others:
+            self.slurm.run(
+                "scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=test: hold"
+            )
+        try:
+            job = self.slurm.sbatch(*args)
+            self.wait_running(job)
+        finally:
+            for node in others:
+                self.slurm.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+        return job
+
+    def job(self, job: str) -> dict[str, str]:
+        out = self.slurm.run("scontrol", "show", "job", "-o", job, check=False)
+        return dict(re.findall(r"(\w+)=(\S*)", out))
+
+    def wait_running(self, job: str, *, restarts: int = 0, timeout: float = 60) -> dict:
+        deadline = time.monotonic() + timeout
+        info: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            info = self.job(job)
+            if info.get("JobState") == "RUNNING" and int(info.get("Restarts", -1)) >= restarts:
+                return info
+            time.sleep(0.1)
+        keys = ("JobState", "Reason", "Restarts", "NodeList", "ExcNodeList", "StartTime")
+        raise AssertionError(f"job {job} not running again: {[(k, info.get(k)) for k in keys]}")
+
+    def stop(self) -> None:
+        if self.agent and self.agent.poll() is None:
+            self.agent.terminate()
+            try:
+                self.agent.wait(10)
+            except subprocess.TimeoutExpired:
+                self.agent.kill()
+        if getattr(self, "_agent_log", None):
+            self._agent_log.close()
+        for worker in self.workers:
+            worker.stop()
+        self.slurm.cancel_all()
+        self.slurm.resume_all()
+
+    def logs(self) -> str:
+        parts = [f"--- {w.logfile.name}\n{w.log()[-3000:]}" for w in self.workers]
+        agent = self.tmp / "agent.log"
+        if agent.exists():
+            parts.append(f"--- agent\n{agent.read_text(errors='replace')[-3000:]}")
+        return "\n".join(parts)
