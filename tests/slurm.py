@@ -23,9 +23,11 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from collectors.watchers.slurmtext import node_state_of
 from tests.realparts import missing
 from webapp.core.embedded import process_stop
 
@@ -268,22 +270,18 @@ class SlurmCluster:
 
 
 def _out_of_service(state: str) -> bool:
-    """Whether a `sinfo %T` state is drained, draining, down or not responding (`*`)."""
-    state = state.lower()
-    return (
-        not state
-        or state.endswith("*")
-        or any(word in state for word in ("drain", "down", "fail", "unknown"))
-    )
+    """Whether a `sinfo %T` state is anything but up: draining, drained, down, not responding
+    (`*`), or not known yet (the watcher's own mapping decides)."""
+    return node_state_of(state) != "up"
 
 
-def _cluster(prefix: str, **kwargs: object) -> Iterator[SlurmCluster]:
+def _cluster(prefix: str, **kwargs: Any) -> Iterator[SlurmCluster]:
     reason = slurm_missing_reason()
     if reason:
         missing("slurm", reason)
     # Short path: slurmd puts unix sockets (108-byte limit) in its spool folder.
     root = Path(tempfile.mkdtemp(prefix=prefix))
-    cluster = SlurmCluster(root, **kwargs)  # type: ignore[arg-type]
+    cluster = SlurmCluster(root, **kwargs)
     cluster.start()
     yield cluster
     cluster.stop()

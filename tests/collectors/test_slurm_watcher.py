@@ -221,12 +221,14 @@ SEEN_STATES = [
     ("mixed+fail", "down"),  # State=FAIL with a job still running
     ("idle+not_responding", "down"),  # its slurmd killed
     ("idle+drain+not_responding", "down"),  # then drained
+    ("down+not_responding", "down"),  # SlurmdTimeout (300 s) later: reason "Not responding"
     # %T
     ("draining", "draining"),
     ("drained", "drained"),
     ("fail", "down"),
     ("idle*", "down"),
     ("drained*", "down"),
+    ("down*", "down"),
     # %t
     ("mix", "up"),
     ("alloc", "up"),
