@@ -61,6 +61,8 @@ CAUSES: dict[str, Cause] = {
         Cause("nccl_timeout", _I, ("NCCLTimeoutError",), Action.LOCATE_RESTART, "watchdog"),
         Cause("nccl_remote", _I, ("NCCLRemoteError",), Action.LOCATE_RESTART, "remote peer"),
         Cause("cuda_fault", _F, ("CUDAError",), Action.RESTART, "illegal memory access"),
+        # The taxonomy writes "(native crash)", a label the paper's table does not have.
+        Cause("native_crash", _F, (), Action.RESTART, "Segmentation fault, SIGABRT"),
         Cause("dataloader_killed", _F, ("DataloaderKilled",), Action.NOTIFY, "shm bus error"),
         Cause("gpu_oom", _F, ("OutOfMemoryError",), Action.NOTIFY, "CUDA out of memory"),
         # loss_nan and host_oom: the taxonomy writes "(loss spike)" and "(OS / OOM)", labels
@@ -97,6 +99,7 @@ CAUSES: dict[str, Cause] = {
         Cause("cancelled", _O, (), Action.NONE, "CANCELLED AT ... (no reason)"),
         Cause("timeout", _O, (), Action.NONE, "DUE TO TIME LIMIT"),
         Cause("preempted", _O, (), Action.RESTART, "DUE TO PREEMPTION"),
+        Cause("requeued", _O, (), Action.NONE, "DUE TO JOB REQUEUE"),
         Cause("unknown", Category.UNKNOWN, (), Action.NOTIFY, "nothing matched"),
     )
 }
