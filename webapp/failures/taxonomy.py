@@ -151,10 +151,16 @@ def acme_alias(cause: str, detail: str | None = None) -> str | None:
 #   (failure-signatures.md "C (warn)"): they only decide when no exception explains the exit.
 # - weak: exit signals (SIGKILL, SIGBUS) and step cancels that the scheduler itself causes;
 #   they decide only when nothing else, not even a scheduler outcome, is there.
+# - reason: a scheduler record that names the reason (TIME LIMIT, PREEMPTION, JOB REQUEUE)
+#   outranks the exceptions and timeouts it caused on the ranks (failure-taxonomy.md step 3);
+#   NODE FAILURE is a cause of the node tier already.
+# - native: "CUDA fault > native crash > Python exception" (failure-taxonomy.md step 3).
 TIERS: tuple[str, ...] = (
     "hardware",
     "node",
+    "reason",
     "cuda",
+    "native",
     "exception",
     "hardware_warning",
     "network",
