@@ -33,7 +33,8 @@ def _score(folder: Path, labels: dict[str, dict]) -> dict:
     """Per-cause (cause right, total), category and blame counts, and the misses."""
     per_cause: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     category = blame_ok = blame_total = 0
-    misses = []
+    misses: list[str] = []
+    action_misses: list[str] = []
     for name, label in sorted(labels.items()):
         got = diagnose_paths(folder / name)
         want_category = label.get("category") or taxonomy.CAUSES[label["cause"]].category.value
@@ -49,17 +50,17 @@ def _score(folder: Path, labels: dict[str, dict]) -> dict:
                 f"{name}: want {label['cause']} on {label.get('blamed_node')}, "
                 f"got {got.cause} on {got.blamed_node} ({got.rule_id})"
             )
-        if label.get("action"):
-            # The action follows from the cause (and the Xid table); a wrong one is a miss too.
-            if ok and got.action != label["action"]:
-                misses.append(f"{name}: want action {label['action']}, got {got.action}")
+        # The action follows from the cause (and the Xid table); a wrong one is a miss too.
+        if ok and label.get("action") and got.action != label["action"]:
+            action_misses.append(f"{name}: want action {label['action']}, got {got.action}")
     return {
         "per_cause": dict(per_cause),
         "n": len(labels),
         "cause": sum(g for g, _ in per_cause.values()),
         "category": category,
         "blame": (blame_ok, blame_total),
-        "misses": misses,
+        "misses": misses + action_misses,
+        "action_misses": action_misses,
     }
 
 
@@ -99,4 +100,5 @@ def test_accuracy_on_real_and_synthetic_logs(capsys):
     assert real["cause"] / n >= REAL_CAUSE_MIN, real["misses"]
     assert real["category"] / n >= REAL_CATEGORY_MIN, real["misses"]
     assert total and ok / total >= REAL_BLAME_MIN, real["misses"]
+    assert real["action_misses"] == []
     assert synthetic["cause"] == synthetic["n"], synthetic["misses"]

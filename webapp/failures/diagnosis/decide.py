@@ -122,7 +122,9 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
     """loss_nan from the loss curve at the end of each file: NaN/inf last, or a spike."""
     events = []
     value = re.compile(r"[-+]?(nan|inf|\d*\.?\d+(?:e[-+]?\d+)?)\s*$", re.I)
-    grad = re.compile(r"grad[_ ]norm['\"]?: ?['\"]?([-+]?(?:nan|inf|\d*\.?\d+(?:e[-+]?\d+)?))", re.I)
+    grad = re.compile(
+        r"grad[_ ]norm['\"]?: ?['\"]?([-+]?(?:nan|inf|\d*\.?\d+(?:e[-+]?\d+)?))", re.I
+    )
     for file_index, name, last_line, tail in tails:
         if b"loss" not in tail.lower():
             continue
