@@ -601,7 +601,9 @@ def cases():  # noqa: C901 - a catalogue of cases
             *srun_tail("node-01", 0, cancel=False),
         ]
 
-    @add("user_exception_5_device_assert", "user_exception", None)
+    # failure-taxonomy.md (issue 15): a device-side assert is a CUDA fault whatever frame
+    # reports it; the case keeps its file name.
+    @add("user_exception_5_device_assert", "cuda_fault", None)
     def _(r):
         return [
             "../aten/src/ATen/native/cuda/Indexing.cu:1289: indexSelectLargeIndex: block: [412,0,0], thread: [64,0,0] Assertion `srcIndex < srcSelectDimSize` failed.",
@@ -650,6 +652,41 @@ def cases():  # noqa: C901 - a catalogue of cases
                 + " ***",
                 "srun: error: node-01: task 0: Killed",
                 *child_failed(0, -9, "node-01")[9:14],
+            ]
+
+    # Native crashes (failure-taxonomy.md native_crash; real shapes: pytorch/pytorch#80802,
+    # kijai/ComfyUI-FluxTrainer#85): the training process dies in native code, the launcher's
+    # summary and the step cancel follow.
+    @add("native_crash_1", "native_crash", "node-04")
+    def _(r):
+        return [
+            "node-04: /var/spool/slurmd/job884213/slurm_script: line 41: 51234 Segmentation fault      (core dumped) python pretrain_gpt.py",
+            "srun: error: node-04: task 24: Exited with exit code 139",
+            *srun_tail("node-04", 24),
+        ]
+
+    @add("native_crash_2", "native_crash", None)
+    def _(r):
+        return [
+            "[rank3]: Fatal Python error: Segmentation fault",
+            "[rank3]: Current thread 0x00007f3a2effd700 (most recent call first):",
+            '[rank3]:   File "/opt/conda/lib/python3.10/site-packages/torch/autograd/graph.py", line 744 in _engine_run_backward',
+            *child_failed(3, -11, "node-02")[9:14],
+        ]
+
+    # Requeue records (facebookincubator/submitit#1708): the SIGTERM and exits that follow
+    # are the requeue's consequence; the job comes back by itself.
+    for i in (1, 2):
+
+        @add(f"requeued_{i}", "requeued", None)
+        def _(r, i=i):
+            return [
+                f"slurmstepd: error: *** JOB 88422{i} ON node-0{i} CANCELLED AT 2024-05-07T04:00:1{i} DUE TO JOB REQUEUE ***",
+                f"slurmstepd: error: *** STEP 88422{i}.0 ON node-0{i} CANCELLED AT 2024-05-07T04:00:1{i} DUE TO JOB REQUEUE ***",
+                "[rank0]: Traceback (most recent call last):",
+                '[rank0]:   File "/home/alice/llm/pretrain_gpt.py", line 131, in train_step',
+                "[rank0]: torch.distributed.elastic.multiprocessing.api.SignalException: Process 4021 got signal: 15",
+                f"srun: error: node-0{i}: tasks 0-7: Exited with exit code 1",
             ]
 
     @add("unknown_1", "unknown", None)

@@ -61,6 +61,8 @@ CAUSES: dict[str, Cause] = {
         Cause("nccl_timeout", _I, ("NCCLTimeoutError",), Action.LOCATE_RESTART, "watchdog"),
         Cause("nccl_remote", _I, ("NCCLRemoteError",), Action.LOCATE_RESTART, "remote peer"),
         Cause("cuda_fault", _F, ("CUDAError",), Action.RESTART, "illegal memory access"),
+        # The taxonomy writes "(native crash)", a label the paper's table does not have.
+        Cause("native_crash", _F, (), Action.RESTART, "Segmentation fault, SIGABRT"),
         Cause("dataloader_killed", _F, ("DataloaderKilled",), Action.NOTIFY, "shm bus error"),
         Cause("gpu_oom", _F, ("OutOfMemoryError",), Action.NOTIFY, "CUDA out of memory"),
         # loss_nan and host_oom: the taxonomy writes "(loss spike)" and "(OS / OOM)", labels
@@ -97,6 +99,7 @@ CAUSES: dict[str, Cause] = {
         Cause("cancelled", _O, (), Action.NONE, "CANCELLED AT ... (no reason)"),
         Cause("timeout", _O, (), Action.NONE, "DUE TO TIME LIMIT"),
         Cause("preempted", _O, (), Action.RESTART, "DUE TO PREEMPTION"),
+        Cause("requeued", _O, (), Action.NONE, "DUE TO JOB REQUEUE"),
         Cause("unknown", Category.UNKNOWN, (), Action.NOTIFY, "nothing matched"),
     )
 }
@@ -148,10 +151,16 @@ def acme_alias(cause: str, detail: str | None = None) -> str | None:
 #   (failure-signatures.md "C (warn)"): they only decide when no exception explains the exit.
 # - weak: exit signals (SIGKILL, SIGBUS) and step cancels that the scheduler itself causes;
 #   they decide only when nothing else, not even a scheduler outcome, is there.
+# - reason: a scheduler record that names the reason (TIME LIMIT, PREEMPTION, JOB REQUEUE)
+#   outranks the exceptions and timeouts it caused on the ranks (failure-taxonomy.md step 3);
+#   NODE FAILURE is a cause of the node tier already.
+# - native: "CUDA fault > native crash > Python exception" (failure-taxonomy.md step 3).
 TIERS: tuple[str, ...] = (
     "hardware",
     "node",
+    "reason",
     "cuda",
+    "native",
     "exception",
     "hardware_warning",
     "network",

@@ -41,6 +41,9 @@ class Rule:
     confidence: float
     detail: str | None
     per_line: bool
+    # The event counts only where the log ends in it (within LAST_ONLY_LINES of its file's
+    # end): a retry the run outlived explains nothing (rules.yaml tracker-retry).
+    last_only: bool
     source: str
     examples: tuple[str, ...]
 
@@ -93,6 +96,7 @@ def _rule(raw: dict[str, Any]) -> Rule:
         confidence=float(confidence),
         detail=raw.get("detail"),
         per_line=bool(raw.get("per_line", True)),
+        last_only=bool(raw.get("last_only", False)),
         source=str(raw.get("source", "")),
         examples=tuple(raw.get("examples") or ()),
     )

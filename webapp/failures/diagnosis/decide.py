@@ -52,6 +52,17 @@ MAX_CONFIDENCE = 0.99
 # spike needs a baseline, a non-finite value does not): as sure as an explicit NaN line
 # (rule loss-nan-grad-norm, 0.9).
 NONFINITE_LOSS_CONFIDENCE = 0.9
+# A short curve (a few printed values, as small runs and pasted excerpts have) still shows a
+# spike: the baseline needs this many values before the last LOSS_SPIKE_STEPS
+# (ml-explore/mlx-examples#620: train loss 1.4 -> 6.4 and no recovery within 9 values).
+LOSS_BASELINE_MIN = 3
+# Non-finite grad norms printed this many times in a row at the end of the log, with a finite
+# loss beside them (HF Trainer's {'loss': 0.0, 'grad_norm': nan}, AnswerDotAI/ModernBERT#233):
+# the run diverged. One NaN grad norm is an fp16 overflow the scaler skips (a maintainer in
+# JiaquanYe/TableMASTER-mmocr#32), so a run of them is required.
+GRAD_NORM_NAN_RUN = 3
+# rules.yaml `last_only`: the event must be among the last lines of its file.
+LAST_ONLY_LINES = 3
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,9 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
     """loss_nan from the loss curve at the end of each file: NaN/inf last, or a spike."""
     events = []
     value = re.compile(r"[-+]?(nan|inf|\d*\.?\d+(?:e[-+]?\d+)?)\s*$", re.I)
+    grad = re.compile(
+        r"grad[_ ]norm['\"]?: ?['\"]?([-+]?(?:nan|inf|\d*\.?\d+(?:e[-+]?\d+)?))", re.I
+    )
     for file_index, name, last_line, tail in tails:
         if b"loss" not in tail.lower():
             continue
@@ -118,12 +132,14 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
         if lines and lines[-1] == "":
             lines.pop()
         first = last_line - len(lines) + 1
+        # The first tail line may be cut, unless the tail is the whole file.
+        lowest = 0 if first == 1 else 1
         # The checks below read at most the last LOSS_SPIKE_STEPS + LOSS_BASELINE_STEPS values
         # and the run of non-finite ones at the end: read the lines backwards until both are
         # known (the first tail line may be cut, so it never counts).
         series: list[tuple[int, float, str]] = []
         finite = False
-        for i in range(len(lines) - 1, 0, -1):
+        for i in range(len(lines) - 1, lowest - 1, -1):
             m = cat.loss.regex.search(lines[i])
             vm = value.search(m.group(0)) if m else None
             if vm:
@@ -134,6 +150,13 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
         series.reverse()
         if not series:
             continue
+        grads: list[tuple[int, float, str]] = []
+        for i in range(len(lines) - 1, lowest - 1, -1):
+            gm = grad.search(lines[i]) if "norm" in lines[i] else None
+            if gm:
+                grads.append((first + i, float(gm.group(1)), lines[i]))
+                if len(grads) >= GRAD_NORM_NAN_RUN:
+                    break
         run = 0
         while run < len(series) and not math.isfinite(series[-1 - run][1]):
             run += 1
@@ -142,7 +165,11 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
             hit = series[-run]
             detail = f"loss {hit[1]} at the end of the log"
             conf = max(conf, NONFINITE_LOSS_CONFIDENCE)
-        elif len(series) >= LOSS_SPIKE_STEPS + 20:
+        elif len(grads) >= GRAD_NORM_NAN_RUN and not any(math.isfinite(v) for _, v, _ in grads):
+            hit = grads[-1]
+            detail = f"grad norm {hit[1]} in the last {len(grads)} steps of the log"
+            conf = max(conf, NONFINITE_LOSS_CONFIDENCE)
+        elif len(series) >= LOSS_SPIKE_STEPS + LOSS_BASELINE_MIN:
             recent = [v for _, v, _ in series[-LOSS_SPIKE_STEPS:]]
             base = statistics.median(
                 v for _, v, _ in series[-LOSS_SPIKE_STEPS - LOSS_BASELINE_STEPS : -LOSS_SPIKE_STEPS]
@@ -184,7 +211,13 @@ def _tail_stamps(tails: list[tuple[int, str, int, bytes]]) -> list[Stamp]:
 
 def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
     """Apply the window, coalescing, ordering and blame rules to what a scan found."""
-    events = scan.events + _loss_events(scan.cat, scan.tails)
+    ends = {file_index: last_line for file_index, _, last_line, _ in scan.tails}
+    events = [
+        e
+        for e in scan.events
+        if not e.rule.last_only or e.line_no > ends.get(e.file_index, 0) - LAST_ONLY_LINES
+    ]
+    events += _loss_events(scan.cat, scan.tails)
     notes = list(scan.notes)
     if scan.kernel_lines_ignored:
         notes.append(
@@ -257,7 +290,9 @@ def _pick(events: list[Event]) -> Event:
     """Causes before symptoms and outcomes; then tier; then the earliest in that tier."""
 
     def group(e: Event) -> tuple[int, int]:
-        return (0 if e.kind == "cause" else 1, taxonomy.TIER_RANK[e.tier])
+        # A scheduler record naming the reason (tier "reason") ranks with the causes.
+        causal = e.kind == "cause" or e.tier == "reason"
+        return (0 if causal else 1, taxonomy.TIER_RANK[e.tier])
 
     top = min(group(e) for e in events)
     tied = [e for e in events if group(e) == top]
@@ -292,6 +327,9 @@ def _diagnosis(best: Event, events: list[Event], scan: Scan, notes: list[str]) -
         named = [e for e in events if e.cause == best.cause and e.host]
         if named and best.cause not in ("nccl_timeout",):
             node = min(named, key=lambda e: e.seq).host
+    if node is None and best.cause == "node_lost" and len(scan.exec_hosts) == 1:
+        # The failed node is the job's one node that the scheduler record names.
+        node = next(iter(scan.exec_hosts))
     action = best.action or cause.action.value
 
     confidence = best.confidence

@@ -48,7 +48,8 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
         False,
     ),
     ("uptime", r"\[\s*\d+\.\d+\]\s*", r"\[", False),
-    ("rank", r"\[[Rr]ank ?(\d+)\]:?\s*", r"\[", False),
+    # torchrun's "[rank3]:" and, with --tee, "[default3]:".
+    ("rank", r"\[(?:[Rr]ank ?|default)(\d+)\]:?\s*", r"\[", False),
     (
         "c10",
         r"\[[EWIF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.\d+ (?:\d+ )?[\w./-]+:\d+\]\s*",
@@ -94,6 +95,12 @@ _PREFIX_FOR: dict[str, tuple[re.Pattern[str], dict[int, tuple[int, int]], tuple[
     for c in map(chr, range(128))
 }
 _PREFIX_ANY = _alternation(tuple(range(len(_PREFIXES))))
+# Terminal noise around a message (issue 15: pasted real logs carry it): ANSI colour codes,
+# tqdm bars a message is glued to ("...| 11/56 [00:02<00:08,  5.02it/s]Segmentation fault",
+# Henry1iu/TNT-Trajectory-Prediction#33) and carriage returns of redrawn bars (the last
+# segment is what the terminal showed).
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_TQDM = re.compile(r"^.*?\d{1,3}%\|[^|]*\|[^\]]*\]\s*")
 _RANK_IN_MSG = re.compile(r"\[(?:PG \d+ )?Rank (\d+)\]|\bRank (\d+):", re.I)
 
 # A time without a year ("May 07 03:12:44", torch's "E0507 03:12:44"): resolved after the scan
@@ -128,7 +135,7 @@ def _prefix(rest: str) -> tuple[str, re.Match[str], int] | None:
 
 def parse_line(text: str) -> Line:
     """Strip the usual prefixes (timestamps, host, [rankN]:, srun labels, program names)."""
-    rest = text.strip()
+    rest = _clean(text.strip())
     host = rank = program = stamp = None
     for _ in range(10):
         found = _prefix(rest)
@@ -195,6 +202,22 @@ def parse_line(text: str) -> Line:
         if m:
             rank = int(m.group(1) or m.group(2))
     return Line(text, rest, host, rank, program, stamp)
+
+
+def _clean(rest: str) -> str:
+    """`rest` without ANSI codes, tqdm bars before the message and redrawn segments."""
+    if "\x1b[" in rest:
+        rest = _ANSI.sub("", rest)
+    if "\r" in rest:
+        rest = next((seg.strip() for seg in reversed(rest.split("\r")) if seg.strip()), "")
+    for _ in range(4):  # a few bars glued in a row (facebookresearch/maskrcnn-benchmark#400)
+        if "%|" not in rest:
+            break
+        m = _TQDM.match(rest)
+        if m is None:
+            break
+        rest = rest[m.end() :]
+    return rest
 
 
 def _host(name: str) -> str | None:

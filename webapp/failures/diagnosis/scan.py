@@ -79,6 +79,8 @@ class Scan:
         self.events: list[Event] = []
         self.per_rule: dict[str, int] = {}
         self.rank_host: dict[int, str] = {}
+        # Hosts a scheduler record names as the job's (rules.yaml scheduler-exec-host).
+        self.exec_hosts: set[str] = set()
         self.bytes_total = 0
         self.binary_bytes = 0
         self.lines_total = 0
@@ -176,6 +178,8 @@ class Scan:
             line, rule = known
             if line.host and line.rank is not None:
                 rank_host.setdefault(line.rank, line.host)
+            if rule is not None and rule.id == "scheduler-exec-host":
+                self.exec_hosts.add(line.message.split(":", 1)[1].strip().split("/")[0])
             if rule is None or rule.kind == "ignore":
                 continue
             # Lines are numbered only where an event may be made, and counted in one pass.

@@ -1,0 +1,104 @@
+"""The diagnosis on failure logs nobody on the project wrote, and on the synthetic corpus.
+
+tests/data/real_logs/ holds verbatim excerpts of public issue threads (README.md there says
+where each comes from); labels.json gives each its cause, category, action and, where the
+source establishes it, the blamed node. The figures are printed per cause, for the real and the
+synthetic corpus separately. Plain functions over files: no database, broker or Django models.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+from webapp.failures import taxonomy
+from webapp.failures.diagnosis import diagnose_paths
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+REAL = DATA / "real_logs"
+REAL_LABELS: dict[str, dict] = json.loads((REAL / "labels.json").read_text(encoding="utf-8"))
+SYNTHETIC = DATA / "failure_logs"
+SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").read_text())
+
+# Acceptance of issue 15 (the real corpus) and the synthetic corpus' own bar.
+REAL_CAUSE_MIN = 0.95
+REAL_CATEGORY_MIN = 0.97
+REAL_BLAME_MIN = 0.90
+
+
+def _score(folder: Path, labels: dict[str, dict]) -> dict:
+    """Per-cause (cause right, total), category and blame counts, and the misses."""
+    per_cause: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    category = blame_ok = blame_total = 0
+    misses: list[str] = []
+    action_misses: list[str] = []
+    for name, label in sorted(labels.items()):
+        got = diagnose_paths(folder / name)
+        want_category = label.get("category") or taxonomy.CAUSES[label["cause"]].category.value
+        ok = got.cause == label["cause"]
+        per_cause[label["cause"]][0] += ok
+        per_cause[label["cause"]][1] += 1
+        category += got.category == want_category
+        if label.get("blamed_node"):
+            blame_total += 1
+            blame_ok += got.blamed_node == label["blamed_node"]
+        if not ok or (label.get("blamed_node") and got.blamed_node != label["blamed_node"]):
+            misses.append(
+                f"{name}: want {label['cause']} on {label.get('blamed_node')}, "
+                f"got {got.cause} on {got.blamed_node} ({got.rule_id})"
+            )
+        # The action follows from the cause (and the Xid table); a wrong one is a miss too.
+        if ok and label.get("action") and got.action != label["action"]:
+            action_misses.append(f"{name}: want action {label['action']}, got {got.action}")
+    return {
+        "per_cause": dict(per_cause),
+        "n": len(labels),
+        "cause": sum(g for g, _ in per_cause.values()),
+        "category": category,
+        "blame": (blame_ok, blame_total),
+        "misses": misses + action_misses,
+        "action_misses": action_misses,
+    }
+
+
+def _print(title: str, s: dict) -> None:
+    print(f"\n{title}: cause accuracy per cause (correct/total)")
+    for cause in taxonomy.CAUSES:
+        if cause in s["per_cause"]:
+            good, total = s["per_cause"][cause]
+            print(f"  {cause:22s} {good}/{total}")
+    n = s["n"]
+    ok, total = s["blame"]
+    print(f"  {'cause':22s} {s['cause']}/{n} = {s['cause'] / n:.1%}")
+    print(f"  {'category':22s} {s['category']}/{n} = {s['category'] / n:.1%}")
+    print(f"  {'blame (labelled)':22s} {ok}/{total} = {ok / max(total, 1):.1%}")
+    for miss in s["misses"]:
+        print("  MISS", miss)
+
+
+def test_real_corpus_size_and_labels_are_well_formed():
+    assert len(REAL_LABELS) >= 80
+    for name, label in REAL_LABELS.items():
+        assert (REAL / name).is_file(), name
+        cause = taxonomy.CAUSES[label["cause"]]
+        assert label["category"] == cause.category.value, name
+        assert label["source"].startswith("https://"), name
+        assert label["why"], name
+
+
+def test_accuracy_on_real_and_synthetic_logs(capsys):
+    real = _score(REAL, REAL_LABELS)
+    synthetic = _score(SYNTHETIC, SYNTHETIC_LABELS)
+    with capsys.disabled():
+        _print("real logs (tests/data/real_logs)", real)
+        _print("synthetic logs (tests/data/failure_logs)", synthetic)
+    n = real["n"]
+    ok, total = real["blame"]
+    assert real["cause"] / n >= REAL_CAUSE_MIN, real["misses"]
+    assert real["category"] / n >= REAL_CATEGORY_MIN, real["misses"]
+    assert total and ok / total >= REAL_BLAME_MIN, real["misses"]
+    assert real["action_misses"] == []
+    assert synthetic["cause"] == synthetic["n"], synthetic["misses"]
