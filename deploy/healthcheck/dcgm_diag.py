@@ -15,7 +15,7 @@ protocol"):
 
 and exits 0 when every node passed, 1 when one failed, 2 on bad usage (no verdict lines).
 
-Standard library only, Python 3.8+: sbatch copies this one file to the batch node, so it
+Standard library only, Python 3.9+: sbatch copies this one file to the batch node, so it
 imports nothing of Vigil (and repeats the few lines it shares with nccl_pairwise.py).
 """
 
@@ -262,9 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         outcomes = list(pool.map(lambda n: node_verdict(n, args), nodes))
-    for node, (passed, detail) in zip(nodes, outcomes):  # noqa: B905 (3.8+: no strict=)
-        print(health_line(node, passed, detail), flush=True)
-    failed = [n for n, (passed, _) in zip(nodes, outcomes) if not passed]  # noqa: B905
+    for i, node in enumerate(nodes):
+        print(health_line(node, *outcomes[i]), flush=True)
+    failed = [node for i, node in enumerate(nodes) if not outcomes[i][0]]
     print(
         f"dcgm_diag: {len(nodes)} nodes, {len(failed)} failed"
         + (f": {', '.join(failed)}" if failed else ""),

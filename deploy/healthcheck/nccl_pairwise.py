@@ -20,7 +20,7 @@ It prints one verdict line per node on stdout (README.md, "The line protocol"):
 
 and exits 0 when every node passed, 1 when one failed, 2 on bad usage (no verdict lines).
 
-Standard library only, Python 3.8+: sbatch copies this one file to the batch node, so it
+Standard library only, Python 3.9+: sbatch copies this one file to the batch node, so it
 imports nothing of Vigil. The worker mode (`--worker`, one process per GPU, started by srun)
 imports torch when it runs, and only then.
 """
@@ -61,7 +61,7 @@ ALL_GATHER_ITERS = 10
 KILL_GRACE_S = 10
 DETAIL_MAX_CHARS = 300
 
-Pair = tuple  # (node_a, node_b); (node, node) is a node tested alone
+Pair = tuple[str, str]  # (node_a, node_b); (node, node) is a node tested alone
 
 
 class PairResult(NamedTuple):
@@ -271,8 +271,6 @@ def worker_command(pair: Pair, port: int, args: argparse.Namespace, worker_path:
         args.python,
         worker_path,
         "--worker",
-        "--master-addr",
-        nodes[0],
         "--master-port",
         str(port),
         "--size-mb",
@@ -329,8 +327,11 @@ def job_nodes(nodes_arg: str) -> list[str]:
     if nodes_arg:
         return [n for n in (s.strip() for s in nodes_arg.split(",")) if n]
     nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
-    if not nodelist:
-        return []
+    return hostnames(nodelist) if nodelist else []
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """A Slurm hostlist ("n[1-3,7]") as node names, in Slurm's order."""
     out = subprocess.run(
         ["scontrol", "show", "hostnames", nodelist],
         capture_output=True,
@@ -413,10 +414,13 @@ def worker(args: argparse.Namespace) -> int:
     rank = int(os.environ["SLURM_PROCID"])
     world = int(os.environ["SLURM_NTASKS"])
     local_rank = int(os.environ.get("SLURM_LOCALID", "0"))
+    # Rank 0 runs on the first node of the step's list, which Slurm sorts (not the order
+    # given to -w); PyTorch Lightning's SLURMEnvironment picks its root node the same way.
+    master = hostnames(os.environ["SLURM_STEP_NODELIST"])[0]
     torch.cuda.set_device(local_rank)
     dist.init_process_group(
         "nccl",
-        init_method=f"tcp://{args.master_addr}:{args.master_port}",
+        init_method=f"tcp://{master}:{args.master_port}",
         rank=rank,
         world_size=world,
         timeout=timedelta(seconds=args.timeout_s),
@@ -432,7 +436,7 @@ def worker(args: argparse.Namespace) -> int:
     torch.cuda.synchronize()
     seconds = (time.perf_counter() - start) / ALL_GATHER_ITERS
     expected = torch.arange(world, dtype=torch.int32, device="cuda").unsqueeze(1)
-    wrong = (recv.view(world, elements) != expected).any().to(torch.int32)
+    wrong = (recv.view(world, elements) != expected).any().to(torch.int32).reshape(1)
     dist.all_reduce(wrong)  # every rank learns whether any rank received bad data
     if rank == 0 and wrong.item() == 0:
         # Bus bandwidth of an all-gather: bytes received / time x (n-1)/n
@@ -471,7 +475,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--srun-args", default="", help="extra srun options for the workers")
     parser.add_argument("--python", default=sys.executable, help="python with torch on the nodes")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--master-addr", default="", help=argparse.SUPPRESS)
     parser.add_argument("--master-port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for name in ("timeout_s", "size_mb", "gpus_per_node", "port"):
@@ -479,8 +482,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error(
                 f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}"
             )
-    if args.worker and not (args.master_addr and args.master_port):
-        parser.error("--worker needs --master-addr and --master-port")
+    if args.worker and not (args.master_port and os.environ.get("SLURM_STEP_NODELIST")):
+        parser.error("--worker runs under srun (SLURM_STEP_NODELIST) with --master-port")
     return args
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -173,6 +174,24 @@ def test_when_no_pair_passes_nodes_are_re_paired_with_new_partners():
     assert "the fewest bad nodes that explain the failed pairs include it" in verdicts["n1"].detail
 
 
+@pytest.mark.parametrize("count", range(1, 9))
+def test_one_bad_node_anywhere_is_found_alone_and_no_bad_node_that_fails_alone_passes(count):
+    """The claims in deploy/healthcheck/README.md, for every placement of bad nodes."""
+    nodes = names(count)
+    for bad in nodes:
+        assert failed(simulate(nodes, {bad})[1]) == {bad}
+        between = failed(simulate(nodes, {bad}, alone_ok=True)[1])
+        if count == 1:
+            assert between == set()  # a lone node's network cannot be tested
+        elif count == 2:
+            assert between == set(nodes)  # cannot tell which end of the link
+        else:
+            assert between == {bad}
+    for size in range(2, count + 1):
+        for bad in itertools.combinations(nodes, size):
+            assert set(bad) <= failed(simulate(nodes, set(bad))[1]), bad
+
+
 def test_a_verdict_line_is_one_line_whatever_the_detail():
     line = nccl.health_line("n7", nccl.Verdict(False, "exit 1:\nNCCL WARN\tremote " + "x" * 500))
     assert line.startswith("VIGIL-HEALTH n7 FAIL exit 1: NCCL WARN remote xxx")
@@ -197,8 +216,6 @@ def test_the_default_pair_command_runs_one_nccl_worker_per_gpu_on_both_nodes():
         sys.executable,
         "/opt/check/nccl_pairwise.py",
         "--worker",
-        "--master-addr",
-        "n3",
         "--master-port",
         "29501",
         "--size-mb",
@@ -319,6 +336,12 @@ def test_bad_usage_exits_2_with_one_line_and_no_verdicts(args, message):
     assert proc.returncode == 2
     assert message in proc.stderr
     assert health_lines(proc.stdout) == []
+
+
+def test_the_worker_mode_refuses_to_run_outside_srun():
+    proc = run_script(NCCL_SCRIPT, "--worker", "--master-port", "29500")
+    assert proc.returncode == 2
+    assert "--worker runs under srun (SLURM_STEP_NODELIST) with --master-port" in proc.stderr
 
 
 # --- dcgmi diag: the verdict from its JSON --------------------------------------------------------
