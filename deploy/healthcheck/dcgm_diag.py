@@ -13,7 +13,7 @@ protocol"):
     VIGIL-HEALTH <node> PASS [detail...]
     VIGIL-HEALTH <node> FAIL <detail...>
 
-and exits 0 when every node passed, 1 when one failed, 2 on bad usage (no verdict lines).
+and exits 0 when every node passed, 1 when any failed, 2 on bad usage (no verdict lines).
 
 Standard library only, Python 3.9+: sbatch copies this one file to the batch node, so it
 imports nothing of Vigil (and repeats the few lines it shares with nccl_pairwise.py).
