@@ -5,7 +5,20 @@ answers the same and nothing is kept in process memory. Guarded by VIGIL_METRICS
 webapp/core/keyauth.py). Names follow Prometheus conventions (STYLE.md).
 
 Each app contributes its own metric families: it calls `register(SomeCollector)` when it
-loads (its AppConfig.ready), so a new app adds metrics without editing core.
+loads (its AppConfig.ready), so a new app adds metrics without editing core. A collector is
+built anew for every scrape and should read with one query per family, never one per GPU or
+node: `/metrics` must stay cheap for a fleet of 50,000 GPUs. Where the families live:
+
+- core: `vigil_ingest_rejected_batches_total{reason}` (below),
+  `vigil_api_unauthenticated_requests_total` (keyauth.py);
+- telemetry (telemetry/metrics.py): per GPU `vigil_gpu_*` (labels cluster, node, gpu, uuid,
+  model), per cluster `vigil_gpus`, `vigil_cluster_*`, nodes, `vigil_ingest_lag_seconds`,
+  `vigil_ingest_samples_total`;
+- failures (failures/metrics.py): `vigil_failures_total`, `vigil_gpu_errors_total`.
+- alerts: the alerts app registers its own collector the same way, from its AppConfig.ready,
+  with the family `vigil_alerts_firing{rule,severity}` (a gauge: alerts firing now, silenced
+  ones left out). The shipped Prometheus rules (deploy/prometheus/rules/vigil.rules.yml) do
+  not depend on it.
 """
 
 from __future__ import annotations
@@ -39,7 +52,7 @@ class IngestCollector(Collector):
         rejected = CounterMetricFamily(
             "vigil_ingest_rejected_batches", "Batches refused whole, by reason", labels=["reason"]
         )
-        for row in RejectedBatch.objects.values("reason").annotate(n=Count("id")):
+        for row in RejectedBatch.objects.values("reason").annotate(n=Count("id")).order_by():
             rejected.add_metric([row["reason"]], row["n"])
         yield rejected
 
