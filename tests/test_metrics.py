@@ -13,6 +13,7 @@ from collectors.backends.base import GPU_POS
 from collectors.schema import BatchError
 from tests.failures.conftest import CLUSTER, make_fleet, xid_event
 from tests.helpers import make_batch
+from webapp.core.metrics import TextFamily, labels_text
 from webapp.core.refusals import AuthError, batch_reject
 from webapp.failures.models import FailureEvent
 from webapp.failures.node_events import node_events_ingest
@@ -185,3 +186,17 @@ def test_metrics_read_a_fleet_with_a_fixed_number_of_queries(client, db, setting
         token = node_token_issue(CLUSTER, host)
         samples_ingest(json.dumps(make_batch(CLUSTER, host, token)))
     assert queries() == small
+
+
+def test_text_families_escape_what_prometheus_would_misread():
+    """Label values a site does not control (a GPU's model name) stay one value each."""
+    family = TextFamily("vigil_test_bytes", "help with a \\ backslash\nand a newline", "counter")
+    family.add(labels_text(["model", "node"], ['H100 "SXM" \\ 80GB\n', "n1"]), 42949672960)
+    family.add(labels_text(["model", "node"], ["plain", "n2"]), float("nan"))
+    [parsed] = text_string_to_metric_families(family.text())
+    assert parsed.type == "counter"
+    assert [(s.labels, s.value) for s in parsed.samples][0] == (
+        {"model": 'H100 "SXM" \\ 80GB\n', "node": "n1"},
+        42949672960.0,
+    )
+    assert parsed.samples[1].value != parsed.samples[1].value  # NaN

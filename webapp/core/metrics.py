@@ -23,7 +23,8 @@ node: `/metrics` must stay cheap for a fleet of 50,000 GPUs. Where the families 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
@@ -32,19 +33,84 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from webapp.core.keyauth import key_refusal
 from webapp.core.models import RejectedBatch
 
-_collectors: list[Callable[[], Collector]] = []
+
+class TextCollector(Protocol):
+    """A collector that renders its families itself, in the text format (0.0.4)."""
+
+    def exposition(self) -> bytes: ...
 
 
-def register(factory: Callable[[], Collector]) -> None:
-    """Add a collector (built anew for every scrape) to `/metrics`; registering twice is a no-op."""
+_collectors: list[Callable[[], Collector | TextCollector]] = []
+
+
+def register(factory: Callable[[], Collector | TextCollector]) -> None:
+    """Add a collector (built anew for every scrape) to `/metrics`; registering twice is a no-op.
+
+    A collector is a prometheus_client Collector (its `collect()` yields metric families), or
+    one with `exposition()` returning text-format bytes, for families with a series per GPU.
+    """
     if factory not in _collectors:
         _collectors.append(factory)
+
+
+# --- Families with a series per GPU -------------------------------------------------------
+# prometheus_client builds an object per sample and validates and escapes every label of
+# every sample again when it renders: about 40 us a series here, so 16 s for 50,000 GPUs x 7
+# families (measured on the project's 2-core machine). TextFamily renders a line straight
+# from a label string escaped once per GPU: the same text, several times faster.
+
+
+def label_value_escape(value: str) -> str:
+    """A label value as the text format writes it between quotes (backslash, quote,
+    newline escaped: Prometheus "Exposition formats", text format details)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def labels_text(names: Iterable[str], values: Iterable[str]) -> str:
+    """`a="1",b="2"`: the inside of a sample's braces, to render once and reuse per family."""
+    return ",".join(
+        f'{name}="{label_value_escape(value)}"' for name, value in zip(names, values, strict=True)
+    )
+
+
+class TextFamily:
+    """One metric family rendered as text as its samples are added (see above)."""
+
+    def __init__(self, name: str, documentation: str, kind: str = "gauge") -> None:
+        # A counter's samples are named <name>_total, as prometheus_client writes them.
+        self.sample_name = f"{name}_total" if kind == "counter" else name
+        help_text = documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        self._lines = [f"# HELP {self.sample_name} {help_text}\n# TYPE {self.sample_name} {kind}\n"]
+
+    def add(self, labels: str, value: float) -> None:
+        """One sample; `labels` from labels_text()."""
+        value = float(value)
+        # repr is what floatToGoString returns for these (NaN, infinities and exponents
+        # aside), at a third of its cost.
+        text = repr(value) if -1e15 < value < 1e15 else floatToGoString(value)
+        self._lines.append(f"{self.sample_name}{{{labels}}} {text}\n")
+
+    def text(self) -> str:
+        return "".join(self._lines)
+
+
+def families_exposition(families: Iterable[Metric]) -> bytes:
+    """Ordinary prometheus_client families in the text format (for a TextCollector's rest)."""
+
+    class _Families(Collector):
+        def collect(self) -> Iterator[Metric]:
+            yield from families
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families())
+    return generate_latest(registry)
 
 
 class IngestCollector(Collector):
@@ -68,6 +134,13 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if refusal is not None:
         return refusal
     registry = CollectorRegistry(auto_describe=False)
+    rendered: list[bytes] = []
     for factory in _collectors:
-        registry.register(factory())
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+        collector = factory()
+        exposition = getattr(collector, "exposition", None)
+        if exposition is not None:
+            rendered.append(exposition())
+        else:
+            registry.register(collector)
+    body = generate_latest(registry) + b"".join(rendered)
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from django.core.cache import cache
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
 
+from webapp.core.metrics import TextFamily, families_exposition, labels_text
 from webapp.core.units import mj_to_joules
 from webapp.fleet.models import Cluster, Node
 from webapp.telemetry.choices import GPU_STATUSES, GpuStatus
@@ -79,45 +79,40 @@ def ingest_samples_count(stored: int) -> None:
         log.warning("could not count %d stored samples", stored, exc_info=True)
 
 
-def _gpu_labels(g: LatestGpu) -> list[str]:
-    return [g.cluster, g.hostname, str(g.index), g.uuid, g.model]
-
-
-def gpu_families(gpus: Iterable[LatestGpu]) -> list[GaugeMetricFamily | CounterMetricFamily]:
-    """Per-GPU families from the latest samples; a missing value (stale, or NULL: not
-    supported on that GPU) has no series."""
+def gpu_families_text(gpus: Iterable[LatestGpu]) -> str:
+    """Per-GPU families from the latest samples, rendered as text (core.metrics.TextFamily:
+    one label string per GPU). A missing value (stale, or NULL: not supported on that GPU)
+    has no series."""
     gauges = [
-        (GaugeMetricFamily(name, text, labels=GPU_LABELS), column, factor)
-        for name, text, column, factor in _GPU_GAUGES
+        (TextFamily(name, text), column, factor) for name, text, column, factor in _GPU_GAUGES
     ]
-    throttling = GaugeMetricFamily(
+    throttling = TextFamily(
         "vigil_gpu_thermal_throttling",
         "1 if the latest sample's clocks event reasons include a thermal slowdown "
         "(NVML SwThermalSlowdown 0x20 or HwThermalSlowdown 0x40), else 0",
-        labels=GPU_LABELS,
     )
-    energy = CounterMetricFamily(
+    energy = TextFamily(
         "vigil_gpu_energy_joules",
         "NVML cumulative energy counter (nvmlDeviceGetTotalEnergyConsumption, mJ) in joules; "
         "resets when the driver reloads",
-        labels=GPU_LABELS,
+        "counter",
     )
     for g in gpus:
         if g.ts is None:
             continue
-        labels = _gpu_labels(g)
+        labels = labels_text(GPU_LABELS, (g.cluster, g.hostname, str(g.index), g.uuid, g.model))
         values = g.values
         for family, column, factor in gauges:
             value = values.get(column)
             if value is not None:
-                family.add_metric(labels, value * factor)
+                family.add(labels, value * factor)
         reasons = values.get("clocks_event_reasons")
         if reasons is not None:
-            throttling.add_metric(labels, 1.0 if reasons & THERMAL_CLOCK_EVENTS else 0.0)
+            throttling.add(labels, 1.0 if reasons & THERMAL_CLOCK_EVENTS else 0.0)
         energy_mj = values.get("energy_mj")
         if energy_mj is not None:
-            energy.add_metric(labels, mj_to_joules(energy_mj))
-    return [family for family, _, _ in gauges] + [throttling, energy]
+            energy.add(labels, mj_to_joules(energy_mj))
+    return "".join(f.text() for f in [*(f for f, _, _ in gauges), throttling, energy])
 
 
 def cluster_families(clusters: list[Cluster], gpus: list[LatestGpu]) -> list[GaugeMetricFamily]:
@@ -192,26 +187,32 @@ def node_families() -> list[GaugeMetricFamily]:
     return [nodes, seen, lag]
 
 
-class FleetCollector(Collector):
-    def collect(self) -> Iterator:
+class FleetCollector:
+    """core.metrics TextCollector: the per-GPU families are rendered as text, the rest by
+    prometheus_client; one `gpus_latest()` query serves both."""
+
+    def exposition(self) -> bytes:
         clusters = list(Cluster.objects.order_by("name"))
         gpus = gpus_latest()
-        yield from gpu_families(gpus)
-        yield from cluster_families(clusters, gpus)
-        yield from node_families()
-        yield GaugeMetricFamily(
-            "vigil_rollup_pending_batches",
-            "Stored batches not yet folded into the 1-minute rollup",
-            value=RollupDirty.objects.count(),
+        families = [*cluster_families(clusters, gpus), *node_families()]
+        families.append(
+            GaugeMetricFamily(
+                "vigil_rollup_pending_batches",
+                "Stored batches not yet folded into the 1-minute rollup",
+                value=RollupDirty.objects.count(),
+            )
         )
         try:
             stored = int(cache.get(INGEST_SAMPLES_KEY) or 0)
         except Exception:  # a cache outage must not take /metrics down: leave the series out
             log.warning("ingest sample count unavailable", exc_info=True)
-            return
-        yield CounterMetricFamily(
-            "vigil_ingest_samples",
-            "GPU samples stored (new rows; a redelivered batch adds none), since the cache "
-            "was last cleared",
-            value=stored,
-        )
+        else:
+            families.append(
+                CounterMetricFamily(
+                    "vigil_ingest_samples",
+                    "GPU samples stored (new rows; a redelivered batch adds none), since the "
+                    "cache was last cleared",
+                    value=stored,
+                )
+            )
+        return families_exposition(families) + gpu_families_text(gpus).encode()
