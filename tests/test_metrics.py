@@ -156,9 +156,11 @@ def test_metrics_show_each_gpu_its_cluster_failures_and_refusals(client, db, set
         job_type="pretrain",
     )
     assert m["vigil_failures_total"] == {failed_pretraining: 1}  # the pending Xid one: not yet
-    assert m["vigil_gpu_errors_total"] == {
-        _key(cluster=CLUSTER, node="gpu-node-02", kind="xid", xid="79", page="true"): 1
-    }
+    diagnosed = FailureEvent.objects.get(kind="job_failure").diagnosed_at.timestamp()
+    assert m["vigil_failures_last_diagnosed_timestamp_seconds"] == {failed_pretraining: diagnosed}
+    xid79 = _key(cluster=CLUSTER, node="gpu-node-02", kind="xid", xid="79", page="true")
+    assert m["vigil_gpu_errors_total"] == {xid79: 1}
+    assert m["vigil_gpu_errors_last_timestamp_seconds"] == {xid79: t0}
 
 
 def test_a_redelivered_batch_adds_no_samples_to_the_count(client, node_token, settings):
