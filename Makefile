@@ -24,9 +24,10 @@ install: $(STAMP)
 demo: install
 	VIGIL_DEBUG=true $(PY) manage.py demo
 
-# Chromium for the browser tests and Slurm for the scheduler tests come from Debian (never
-# `playwright install`: it downloads). Without them those tests are skipped with the reason,
-# except in CI (CI set), where `make test` requires them and their fixtures fail instead.
+# Chromium for the browser tests, Slurm for the scheduler tests and Prometheus / Alertmanager
+# for deploy/prometheus come from Debian (never `playwright install`: it downloads). Without
+# them those tests are skipped with the reason, except in CI (CI set), where `make test`
+# requires them and their fixtures fail instead.
 test-deps: install
 	@if [ ! -x /usr/sbin/slurmctld ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -42,13 +43,20 @@ test-deps: install
 	      || echo "chromium could not be installed: browser tests will be skipped"; \
 	  else echo "chromium not found and not root: browser tests will be skipped"; fi; \
 	fi
+	@if ! command -v promtool >/dev/null 2>&1 || [ ! -x /usr/bin/prometheus-alertmanager ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing prometheus and prometheus-alertmanager (apt)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null) \
+	      || echo "prometheus could not be installed: Prometheus tests will be skipped"; \
+	  else echo "prometheus not found and not root: Prometheus tests will be skipped"; fi; \
+	fi
 
 test: test-deps
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	# No database needed to compare models with migrations: start no embedded servers.
 	VIGIL_OFFLINE=true $(PY) -W ignore::RuntimeWarning manage.py makemigrations --check --dry-run
-	$(if $(CI),VIGIL_REQUIRE_REAL_PARTS=chromium$(comma)slurm) $(PY) -m pytest
+	$(if $(CI),VIGIL_REQUIRE_REAL_PARTS=chromium$(comma)slurm$(comma)prometheus$(comma)alertmanager) $(PY) -m pytest
 
 lint:
 	$(PY) -m ruff check .

@@ -20,7 +20,12 @@ the samples (`--no-counter-events`), and error windows from job logs (`--job-log
 `--job-logs-slurm`). With `--source simulated`, failed jobs leave the same kind of events
 (`--no-sim-failures` to turn that off).
 
-Exit status: 0 done, 2 bad flags or configuration, 3 collector disabled (no NVIDIA driver).
+The agent's own Prometheus endpoint: `--metrics-port 9401` serves the latest reading at
+/metrics in dcgm-exporter's metric names (collectors/exporter.py), on 127.0.0.1 unless
+`--metrics-addr` says otherwise.
+
+Exit status: 0 done, 2 bad flags or configuration (a --metrics-port that cannot be bound
+too), 3 collector disabled (no NVIDIA driver).
 """
 
 from __future__ import annotations
@@ -74,6 +79,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535)")
     return value
 
 
@@ -194,6 +209,20 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="--source simulated: failed jobs leave GPU error events and log windows (default: on)",
+    )
+    exporter = p.add_argument_group("Prometheus (the agent's own /metrics)")
+    exporter.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        help="serve the latest reading on this port at /metrics, in dcgm-exporter's metric names "
+        "(default: off)",
+    )
+    exporter.add_argument(
+        "--metrics-addr",
+        default=None,
+        help="address --metrics-port listens on (default 127.0.0.1: this host only; 0.0.0.0 "
+        "for a Prometheus elsewhere)",
     )
     p.add_argument("--log-level", default=os.environ.get("VIGIL_LOG_LEVEL", "INFO"))
     return p
@@ -334,6 +363,8 @@ def _check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("--history-minutes only applies to --source simulated")
     if args.history_minutes and args.count:
         parser.error("--history-minutes runs live afterwards: it does not go with --count")
+    if args.metrics_addr is not None and args.metrics_port is None:
+        parser.error("--metrics-addr only applies with --metrics-port")
     # What the server's schema refuses must not get past the edge (collectors/schema.py).
     if args.intervals_per_batch > MAX_INTERVALS_PER_BATCH:
         parser.error(f"--intervals-per-batch: at most {MAX_INTERVALS_PER_BATCH} per batch")
@@ -471,6 +502,28 @@ def _sinks(parser: argparse.ArgumentParser, args: argparse.Namespace) -> _Sinks:
     return _Sinks(samples, job_events, node_events, transport)
 
 
+def _metrics_server(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, sinks: _Sinks
+) -> tuple[Any, Any]:
+    """With --metrics-port: the latest-reading store the agent's /metrics serves
+    (collectors/exporter.py) and its running server; (None, None) without. A port that cannot
+    be bound is a configuration error, found before any backend starts."""
+    if args.metrics_port is None:
+        return None, None
+    from collectors.exporter import LatestReadings, serve
+
+    latest = LatestReadings()
+    addr = args.metrics_addr or "127.0.0.1"
+    try:
+        server, _ = serve(latest, args.metrics_port, addr)
+    except OSError as exc:
+        if sinks.transport is not None:
+            sinks.transport.close()
+        parser.error(f"--metrics-port {args.metrics_port} on {addr}: {exc.strerror or exc}")
+    log.info("serving /metrics on %s:%d", addr, args.metrics_port)
+    return latest, server
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -486,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # The spool folder is a configuration error too: it is checked before any backend starts.
     sinks = _sinks(parser, args)
+    latest, metrics_server = _metrics_server(parser, args, sinks)
 
     from collectors.backends.base import BackendError
 
@@ -494,15 +548,27 @@ def main(argv: list[str] | None = None) -> int:
     except BackendError as exc:
         if sinks.transport is not None:
             sinks.transport.close()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
         print(f"vigil-collector: {exc}", file=sys.stderr)
         return EXIT_DISABLED
     watchers = _job_watchers(args, backend, tokens)
     event_watchers = _event_watchers(args, backend, tokens)
+    sampled, event_sink = backend, sinks.node_events
+    if latest is not None:
+        from collectors.exporter import RecordingBackend
+
+        sampled = RecordingBackend(backend, latest)
+
+        def event_sink(batch_id: str, text: str) -> None:
+            latest.observe_node_events(text)  # the last Xid of each GPU
+            sinks.node_events(batch_id, text)
 
     from collectors.agent import Agent
 
     agent = Agent(
-        backend,
+        sampled,
         tokens,
         sinks.samples,
         interval_s=args.interval,
@@ -511,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         watchers=watchers,
         job_sink=sinks.job_events,
         event_watchers=event_watchers,
-        event_sink=sinks.node_events,
+        event_sink=event_sink,
     )
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.stop())
@@ -549,6 +615,9 @@ def main(argv: list[str] | None = None) -> int:
                 log.warning(
                     "%d batches stay spooled in %s", len(sinks.transport.spool), args.spool_dir
                 )
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
         if fake is not None:
             fake.uninstall()
     log.info(

@@ -1,8 +1,9 @@
-"""Real parts that a machine may lack (Chromium, Slurm): skipped locally, required in CI.
+"""Real parts that a machine may lack (Chromium, Slurm, Prometheus, Alertmanager): skipped
+locally, required in CI.
 
-`make test` sets VIGIL_REQUIRE_REAL_PARTS=chromium,slurm when CI is set; a fixture that finds
-its part missing then fails the run instead of skipping, so CI can never go green without
-the browser and scheduler tests.
+`make test` sets VIGIL_REQUIRE_REAL_PARTS=chromium,slurm,prometheus,alertmanager when CI is
+set; a fixture that finds its part missing then fails the run instead of skipping, so CI can
+never go green without the browser, scheduler and Prometheus tests.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 
 import pytest
 
-PARTS = frozenset({"chromium", "slurm"})
+PARTS = frozenset({"chromium", "slurm", "prometheus", "alertmanager"})
 
 
 def required() -> frozenset[str]:

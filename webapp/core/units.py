@@ -8,10 +8,16 @@ GIB = 2**30  # bytes in a GiB
 
 # NVML's energy counter is in millijoules: 1 kWh = 3.6e6 J = 3.6e9 mJ.
 MJ_PER_KWH = 3.6e9
+MJ_PER_J = 1000  # millijoules in a joule
 
 
 def mj_to_kwh(energy_mj: float) -> float:
     return energy_mj / MJ_PER_KWH
+
+
+def mj_to_joules(energy_mj: float) -> float:
+    """NVML's millijoule counter in joules, the unit Prometheus names (`_joules`)."""
+    return energy_mj / MJ_PER_J
 
 
 def epoch_to_utc(ts: float | None) -> datetime | None:

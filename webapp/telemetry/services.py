@@ -43,6 +43,7 @@ from webapp.core.ingest import Refused, db_outage, store_failure
 from webapp.core.models import RejectedBatch
 from webapp.core.refusals import AuthError, batch_reject
 from webapp.fleet.services import NODE_SEEN_UPDATE, gpus_register, node_authenticate
+from webapp.telemetry.metrics import ingest_samples_count
 from webapp.telemetry.models import ROLLUP_METRICS
 from webapp.telemetry.partitions import oldest_kept, partition_ensure
 
@@ -181,7 +182,9 @@ class _Ready:
 def samples_ingest(raw: str | bytes) -> IngestResult:
     """Validate and store one wire batch. Raises BatchError or AuthError to refuse it whole,
     and what storing it raised (the caller's policy decides)."""
-    return _store([_ready(raw)], refuse_failed=False)[0]
+    [result] = _store([_ready(raw)], refuse_failed=False)
+    ingest_samples_count(result.samples_stored)
+    return result
 
 
 def samples_ingest_many(raws: Sequence[str | bytes]) -> list[IngestResult | RejectedBatch]:
@@ -206,6 +209,7 @@ def samples_ingest_many(raws: Sequence[str | bytes]) -> list[IngestResult | Reje
             refused.append((raw, store_failure(exc)))
             valid.append(False)
     outcomes = _store(ready, refused)
+    ingest_samples_count(sum(o.samples_stored for o in outcomes if isinstance(o, IngestResult)))
     stored, rejected = iter(outcomes[: len(ready)]), iter(outcomes[len(ready) :])
     return [next(stored) if ok else next(rejected) for ok in valid]
 
