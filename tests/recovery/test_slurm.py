@@ -12,6 +12,8 @@ import pytest
 from tests.helpers import database_url, wait_for
 from tests.recovery.rig import Rig
 from tests.slurm import slurm_two_nodes  # noqa: F401 (the session fixture)
+from webapp.fleet import services as fleet_services
+from webapp.fleet.models import Node
 from webapp.jobs.models import JobEvent
 from webapp.recovery import services
 from webapp.recovery.models import RecoveryAction, RecoveryPlan
@@ -157,3 +159,185 @@ def test_dry_run_runs_nothing_and_says_what_it_would_have_run(rig):
     assert drain.steps == [] and requeue.steps == []
     assert rig.slurm.drain_reason(vn1) in ("", "none")
     assert (rig.job(job)["JobState"], rig.job(job)["Restarts"]) == ("RUNNING", "0")
+
+
+CUDA_FAULT = """\
+import os, time
+print("step 1 loss 2.31", flush=True)
+time.sleep(1)
+if int(os.environ.get("SLURM_RESTART_COUNT", "0")) < {fail_runs}:
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+time.sleep(300)
+"""
+
+
+def _failing_job(rig: Rig, name: str, fail_runs: int) -> str:
+    """A job pinned to the agent's node whose first `fail_runs` runs hit a CUDA fault."""
+    script = rig.slurm.workdir / f"{name}.py"
+    script.write_text(CUDA_FAULT.format(fail_runs=fail_runs))
+    return rig.slurm.sbatch(
+        "--gres=gpu:1", f"--nodelist={rig.agent_node}", "-J", name, "--wrap",
+        f"sleep 1; python3 {script}; rc=$?; sleep 2; exit $rc",
+    )  # fmt: skip
+
+
+def _plans_of(job: str, n: int, timeout: float = 90) -> list[RecoveryPlan]:
+    """The job's first n plans that have settled (every action final), oldest first."""
+
+    def settled():
+        plans = list(
+            RecoveryPlan.objects.filter(failure__job__scheduler_id=job)
+            .exclude(cause="unknown")
+            .order_by("failure__occurred_at")
+        )
+        if len(plans) < n:
+            return None
+        live = [a for p in plans[:n] for a in p.actions.exclude(status="cancelled")]
+        return plans[:n] if all(a.status in ("succeeded", "failed") for a in live) else None
+
+    return wait_for(settled, timeout=timeout, interval=0.3)
+
+
+def test_the_breaker_drains_the_node_on_its_second_same_cause_failure(rig):
+    rig.vigil(mode="auto")
+    rig.start()
+    vn1 = rig.agent_node
+    job = _failing_job(rig, "pretrain-cuda", fail_runs=2)
+    first, second = _plans_of(job, 2)
+    assert (first.cause, first.action, first.rule) == ("cuda_fault", "restart", "default_restart")
+    assert list(first.actions.exclude(status="cancelled").values_list("kind", flat=True)) == [
+        "requeue"
+    ]
+    assert (second.cause, second.action, second.rule) == (
+        "cuda_fault",
+        "cordon_restart",
+        "breaker_same_node",
+    )
+    live = second.actions.exclude(status="cancelled").order_by("seq")
+    kinds = list(live.values_list("kind", "host", "status"))
+    assert kinds == [("drain", vn1, "succeeded"), ("requeue", "", "succeeded")]
+    assert rig.slurm.drain_reason(vn1) == f"vigil: cuda_fault failure {second.failure_id}"
+    assert second.failure.breaker.startswith(f"same cause on {vn1} twice within 24 h")
+    assert rig.job(job)["Restarts"] == "2"
+
+
+def test_the_restart_limit_stops_restarting_and_tells_the_owner(rig):
+    rig.vigil(mode="auto", max_auto_restarts=1)
+    rig.start()
+    job = _failing_job(rig, "pretrain-limit", fail_runs=9)
+    first, second = _plans_of(job, 2)
+    assert first.rule == "default_restart"
+    assert (second.action, second.rule) == ("notify", "restart_limit")
+    assert "1 times in a row (limit 1)" in second.reason
+    live = second.actions.exclude(status="cancelled")
+    # At the limit the node is still drained (second same-cause failure), but not restarted.
+    assert sorted(live.values_list("kind", flat=True)) == ["drain", "notify"]
+    time.sleep(3)
+    info = rig.job(job)
+    assert (info["JobState"], info["Restarts"]) == ("FAILED", "1")
+
+
+NCCL_HANG = """\
+import time
+print("[rank0]: step 1200 loss 2.31", flush=True)
+time.sleep(1)
+print("[rank3]:[E1201 09:10:00.000 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught "
+      "collective operation timeout: WorkNCCL(SeqNum=4821, OpType=ALLREDUCE, NumelIn=1, "
+      "NumelOut=1, Timeout(ms)=600000) ran for 600021 milliseconds before timing out.",
+      flush=True)
+raise SystemExit(1)
+"""
+
+
+def test_a_hang_health_checks_the_job_nodes_and_drains_exactly_the_bad_one(rig):
+    rig.vigil(mode="auto")
+    vn1, vn2 = rig.slurm.nodes
+    rig.bad_nodes.write_text(f"{vn2}\n")  # the health check fails on vn2 only
+    rig.start()
+    script = rig.slurm.workdir / "pretrain-hang.py"
+    script.write_text(NCCL_HANG)
+    job = rig.slurm.sbatch(
+        "--nodes=2", "--gres=gpu:8", "-J", "pretrain-hang", "--wrap",
+        f"sleep 1; python3 {script}; rc=$?; sleep 2; exit $rc",
+    )  # fmt: skip
+    (plan,) = _plans_of(job, 1, timeout=120)
+    assert (plan.cause, plan.action) == ("nccl_timeout", "locate_restart")
+    actions = list(plan.actions.exclude(status="cancelled").order_by("seq"))
+    assert [(a.kind, a.host, a.status) for a in actions] == [
+        ("health_check", "", "succeeded"),
+        ("drain", vn2, "succeeded"),
+        ("requeue", "", "succeeded"),
+    ]
+    check = actions[0]
+    assert check.params["hosts"] == [vn1, vn2]
+    assert check.params["found"]["failed"] == [vn2]
+    assert check.result == "2 node(s) checked, 1 failed: " + vn2
+    assert rig.slurm.drain_reason(vn2) == f"vigil: nccl_timeout failure {plan.failure_id}"
+    assert rig.slurm.drain_reason(vn1) == ""
+    assert rig.job(job)["Restarts"] == "1"
+
+
+SLOW_SCONTROL = """\
+#!/bin/sh
+# scontrol that logs each call, and answers a drain only seconds after making it
+echo "$*" >> {log}
+{real} "$@"; rc=$?
+case "$*" in *State=DRAIN*) sleep 4;; esac
+exit $rc
+"""
+
+
+def test_a_recovery_worker_killed_mid_action_finishes_it_once(rig, tmp_path):
+    import shutil
+
+    bindir = tmp_path / "slurm-bin"
+    bindir.mkdir()
+    calls = tmp_path / "scontrol.calls"
+    for tool in ("sinfo", "sbatch", "squeue"):
+        (bindir / tool).symlink_to(shutil.which(tool))
+    wrapper = bindir / "scontrol"
+    wrapper.write_text(SLOW_SCONTROL.format(log=calls, real=shutil.which("scontrol")))
+    wrapper.chmod(0o755)
+    env = {
+        "VIGIL_SLURM_BIN_DIR": str(bindir),
+        "VIGIL_SCHEDULER_TIMEOUT_S": "10",
+        "VIGIL_RECOVERY_LEASE_GRACE_S": "1",
+    }
+    rig.vigil(mode="auto")
+    rig.start(**env)
+    vn1 = rig.agent_node
+    job = rig.submit_on_agent_node("--gres=gpu:8", "--wrap", "sleep 300")
+    wait_for(lambda: JobEvent.objects.filter(job__scheduler_id=job, kind="started").exists())
+    rig.xid(79)
+    # The drain has been sent to Slurm, and the worker has not recorded its answer yet.
+    wait_for(lambda: calls.exists() and "State=DRAIN" in calls.read_text(), timeout=60)
+    rig.recovery_worker.kill()
+    rig.start_worker(rig.recovery_worker.queues, **env)
+
+    plan = _plan(failure__kind="gpu_error")
+    drain, requeue = _settled(plan, timeout=90)
+    rig.wait_running(job, restarts=1)
+    lines = calls.read_text().splitlines()
+    assert sum("State=DRAIN" in line for line in lines) == 1  # drained once
+    assert sum(line.startswith("requeue") for line in lines) == 1  # requeued once
+    assert (drain.status, drain.attempts) == ("succeeded", 2)
+    (step,) = drain.steps
+    assert step["verified"] is True and step["exit"] == 0
+    assert rig.slurm.drain_reason(vn1) == f"vigil: gpu_off_bus failure {plan.failure_id}"
+    assert rig.job(job)["Restarts"] == "1"
+
+
+def test_a_scheduler_command_that_fails_ends_the_action_with_slurms_reason(rig):
+    rig.vigil(mode="auto")
+    rig.start()
+    # A node Vigil knows but this Slurm does not (renamed, or a typo in a deployment).
+    fleet_services.node_token_issue("rcv", "ghost-node")
+    ghost = Node.objects.get(hostname="ghost-node")
+    plan = services.node_return_to_service(ghost, "olivia", check=False)
+    (resume,) = _settled(plan)
+    assert (resume.status, resume.attempts) == ("failed", 1)  # permanent: not retried
+    assert resume.commands == [["scontrol", "update", "NodeName=ghost-node", "State=RESUME"]]
+    assert "Invalid node name specified" in resume.error
+    assert resume.result.startswith("failed: ")
+    assert resume.steps[0]["exit"] != 0
+    assert rig.slurm.node_state(rig.slurm.nodes[0]) in ("idle", "mixed")  # nothing else moved

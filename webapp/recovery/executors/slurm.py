@@ -79,7 +79,7 @@ class SlurmExecutor(Executor):
     def _drain(self, t: Target) -> list[list[str]]:
         return [
             [
-                self.tool("scontrol"),
+                "scontrol",
                 "update",
                 f"NodeName={t.host}",
                 "State=DRAIN",
@@ -88,14 +88,14 @@ class SlurmExecutor(Executor):
         ]
 
     def _resume(self, t: Target) -> list[list[str]]:
-        return [[self.tool("scontrol"), "update", f"NodeName={t.host}", "State=RESUME"]]
+        return [["scontrol", "update", f"NodeName={t.host}", "State=RESUME"]]
 
     def _requeue(self, t: Target) -> list[list[str]]:
         # Slurm holds a requeued batch job back (Reason=BeginTime) before it may start again;
         # the bad node is drained already, so the job is made eligible at once.
         return [
-            [self.tool("scontrol"), "requeue", t.job],
-            [self.tool("scontrol"), "update", f"JobId={t.job}", "StartTime=now"],
+            ["scontrol", "requeue", t.job],
+            ["scontrol", "update", f"JobId={t.job}", "StartTime=now"],
         ]
 
     def optional(self, argv: Sequence[str], target: Target) -> bool:
@@ -110,9 +110,9 @@ class SlurmExecutor(Executor):
             f"VIGIL_SKIP_STEPS={t.params.get('skip_steps', '')}"
         )
         return [
-            [self.tool("scontrol"), "write", "batch_script", t.job, str(script)],
+            ["scontrol", "write", "batch_script", t.job, str(script)],
             [
-                self.tool("sbatch"),
+                "sbatch",
                 "--parsable",
                 export,
                 f"--comment=vigil-action-{t.action_id}",
@@ -127,7 +127,7 @@ class SlurmExecutor(Executor):
         minutes = max(1, math.ceil(settings.VIGIL_HEALTHCHECK_TIMEOUT_S / 60))
         return [
             [
-                self.tool("sbatch"),
+                "sbatch",
                 "--wait",
                 "--parsable",
                 f"--nodes={len(hosts)}",
@@ -154,7 +154,9 @@ class SlurmExecutor(Executor):
             healthcheck_output(target).parent.mkdir(parents=True, exist_ok=True)
         if target.kind == "resubmit" and "write" in argv:
             Path(argv[-1]).parent.mkdir(parents=True, exist_ok=True)
-        return super().run(argv, target)
+        # The recorded command names the tool as an operator types it; the recovery worker's
+        # host decides where it lives.
+        return super().run([self.tool(argv[0]), *argv[1:]], target)
 
     def before(self, argv: Sequence[str], target: Target) -> dict:
         if target.kind == "requeue":

@@ -1,0 +1,127 @@
+"""Executors as data: the command lines each builds, how a result is read (transient or
+permanent), and the health check's verdict lines. No scheduler runs here (the real Slurm runs
+in test_slurm.py); Kubernetes is tested only through its command lines, as no cluster runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from webapp.recovery.executors import CommandResult, Target, executor_for
+from webapp.recovery.executors.base import UnsupportedAction
+from webapp.recovery.executors.slurm import healthcheck_verdicts, show_fields
+
+
+def target(kind: str, **kw) -> Target:
+    return Target(action_id=7, kind=kind, cause="gpu_off_bus", failure_id=123, **kw)
+
+
+def test_slurm_drains_with_a_reason_naming_the_cause_and_the_failure():
+    (argv,) = executor_for("slurm").commands(target("drain", host="n1"))
+    assert argv == [
+        "scontrol", "update", "NodeName=n1", "State=DRAIN",
+        "Reason=vigil: gpu_off_bus failure 123",
+    ]  # fmt: skip
+
+
+def test_slurm_requeues_then_makes_the_job_eligible_at_once():
+    assert executor_for("slurm").commands(target("requeue", job="4242")) == [
+        ["scontrol", "requeue", "4242"],
+        ["scontrol", "update", "JobId=4242", "StartTime=now"],
+    ]
+
+
+def test_rollback_skip_resubmits_with_the_documented_environment(settings, tmp_path):
+    settings.VIGIL_RECOVERY_WORKDIR = str(tmp_path)
+    params = {
+        "resume_checkpoint": "1000",
+        "skip_steps": "1001-1200",
+        "sbatch_args": ["--job-name=pretrain-7b", "--nodes=2", "--gres=gpu:8"],
+    }
+    write, submit = executor_for("slurm").commands(target("resubmit", job="77", params=params))
+    assert write == ["scontrol", "write", "batch_script", "77", str(tmp_path / "resubmit-7.sh")]
+    assert submit[:4] == [
+        "sbatch",
+        "--parsable",
+        "--export=ALL,VIGIL_RESUME_CHECKPOINT=1000,VIGIL_SKIP_STEPS=1001-1200",
+        "--comment=vigil-action-7",
+    ]
+    assert submit[4:] == [*params["sbatch_args"], str(tmp_path / "resubmit-7.sh")]
+
+
+def test_the_health_check_is_one_batch_job_over_the_nodes(settings, tmp_path):
+    settings.VIGIL_RECOVERY_WORKDIR = str(tmp_path)
+    settings.VIGIL_HEALTHCHECK_SCRIPT = "/opt/vigil/deploy/healthcheck/nccl_pairwise.py"
+    settings.VIGIL_HEALTHCHECK_ARGS = "--size-mb 256 --gpus-per-node 8"
+    settings.VIGIL_HEALTHCHECK_TIMEOUT_S = 300
+    (argv,) = executor_for("slurm").commands(target("health_check", params={"hosts": ["a", "b"]}))
+    assert argv == [
+        "sbatch", "--wait", "--parsable", "--nodes=2", "--nodelist=a,b", "--exclusive",
+        "--time=5", "--job-name=vigil-healthcheck-7", f"--output={tmp_path}/healthcheck-7.out",
+        "/opt/vigil/deploy/healthcheck/nccl_pairwise.py", "--size-mb", "256",
+        "--gpus-per-node", "8",
+    ]  # fmt: skip
+
+
+def test_verdict_lines_a_node_without_one_failed():
+    text = "\n".join(
+        [
+            "round 1: (a, b) (c, d)",
+            "VIGIL-HEALTH a PASS 182.4 GB/s",
+            "VIGIL-HEALTH b FAIL all_gather timed out after 180 s",
+            "VIGIL-HEALTH c PASS",
+            "VIGIL-HEALTH z FAIL not a node of this check",
+        ]
+    )
+    verdicts = healthcheck_verdicts(text, ["a", "b", "c", "d"])
+    assert verdicts == {
+        "a": (True, "182.4 GB/s"),
+        "b": (False, "all_gather timed out after 180 s"),
+        "c": (True, ""),
+        "d": (False, "no verdict"),
+    }
+
+
+def test_slurm_tells_an_unreachable_controller_from_a_wrong_request():
+    slurm = executor_for("slurm")
+    down = CommandResult(("scontrol",), 1, "", "slurm_update error: Unable to contact slurm "
+                         "controller (connect failure)")  # fmt: skip
+    wrong = CommandResult(("scontrol",), 1, "", "slurm_update error: Invalid node name specified")
+    assert slurm.transient(down) and not slurm.transient(wrong)
+    assert slurm.transient(CommandResult(("scontrol",), 124, "", "timed out after 60 s"))
+
+
+def test_scontrol_show_output_reads_as_fields():
+    fields = show_fields("JobId=4242 JobName=train JobState=PENDING Reason=BeginTime Restarts=1")
+    assert (fields["JobState"], fields["Restarts"], fields["Reason"]) == (
+        "PENDING",
+        "1",
+        "BeginTime",
+    )
+
+
+def test_kubernetes_cordons_annotates_and_deletes_the_pod(settings):
+    settings.VIGIL_KUBECTL = "kubectl"
+    k8s = executor_for("kubernetes")
+    assert k8s.commands(target("drain", host="gpu-node-07")) == [
+        ["kubectl", "cordon", "gpu-node-07"],
+        [
+            "kubectl", "annotate", "node", "gpu-node-07", "--overwrite", "vigil.io/action=7",
+            "vigil.io/failure=123", "vigil.io/cause=gpu_off_bus",
+        ],
+    ]  # fmt: skip
+    assert k8s.commands(target("requeue", job="llm/pretrain-70b-worker-3")) == [
+        ["kubectl", "delete", "pod", "--namespace", "llm", "pretrain-70b-worker-3", "--wait=false"]
+    ]
+    assert k8s.commands(target("requeue", job="eval-pod"))[0][4:6] == ["default", "eval-pod"]
+    assert k8s.commands(target("resume", host="gpu-node-07"))[0] == [
+        "kubectl", "uncordon", "gpu-node-07"
+    ]  # fmt: skip
+    refused = CommandResult(("kubectl",), 1, "", "Unable to connect to the server: i/o timeout")
+    assert k8s.transient(refused)
+
+
+def test_an_action_an_executor_cannot_do_is_refused_with_the_reason():
+    with pytest.raises(UnsupportedAction, match="kubernetes cannot run a health_check action"):
+        executor_for("kubernetes").commands(target("health_check", params={"hosts": ["a"]}))
+    with pytest.raises(UnsupportedAction, match="unknown executor 'pbs'"):
+        executor_for("pbs")
