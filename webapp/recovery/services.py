@@ -129,9 +129,12 @@ def _jobs_on_node(node_id: int, at: datetime) -> list[Job]:
 
 def _hosts_drained(cluster_id: int, now: datetime) -> frozenset[str]:
     by_scheduler = Node.objects.filter(cluster_id=cluster_id, state__in=DRAIN_STATES)
+    # A drain Vigil made counts until the scheduler has reported the node since (it may have
+    # been returned to service meanwhile).
+    unreported = Q(node__state_since__isnull=True) | Q(node__state_since__lt=F("ended_at"))
     by_vigil = RecoveryAction.objects.filter(cluster_id=cluster_id, kind=ActionKind.DRAIN).filter(
         Q(status__in=[ActionStatus.AWAITING_APPROVAL, ActionStatus.READY, ActionStatus.RUNNING])
-        | Q(status=ActionStatus.SUCCEEDED, ended_at__gte=now - DRAIN_REPORT_LAG)
+        | (Q(status=ActionStatus.SUCCEEDED, ended_at__gte=now - DRAIN_REPORT_LAG) & unreported)
     )
     return frozenset(by_scheduler.values_list("hostname", flat=True)) | frozenset(
         by_vigil.values_list("host", flat=True)

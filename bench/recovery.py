@@ -1,0 +1,144 @@
+"""Time from a GPU failing on a node to its job running again elsewhere, on a real Slurm.
+
+    .venv/bin/python bench/recovery.py [--runs 10]
+
+Needs root and Debian's slurm-wlm (`make test` installs it). Starts its own embedded
+PostgreSQL and Redis in a temporary folder and a two-node Slurm on this host (tests/slurm.py),
+then the recovery rig of tests/recovery/rig.py: the node agent of vn1 (fake NVML, a kernel
+log file, the Slurm watcher), a worker for ingest and diagnosis and one on the recovery
+queue. Each run:
+  1. a job starts on vn1 and Vigil has seen it start;
+  2. an Xid 79 line is appended to vn1's kernel log (t0);
+  3. the clock stops when `squeue` shows the job RUNNING again (on vn2), requeued once.
+Phases: to the failure on record (agent + ingest), to the drain done, to the requeue done
+(Vigil's part), and from the requeue to RUNNING (Slurm's own scheduling, `slurm_sched_s`).
+Between runs the node is resumed and the run's failure records are deleted: a GPU error
+burst on one node within 3 minutes is one failure, and the breaker would remember the rest.
+The baseline in the same run is the bare scheduler path: the same two commands typed at once
+by hand (`scontrol requeue`, then `scontrol update StartTime=now` once the job is pending), to
+RUNNING again: the floor that any recovery on this Slurm pays.
+Last line: JSON with median_s, p95_s, runs, and per phase medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="vigil-bench-recovery-"))
+    os.environ["VIGIL_DATA_DIR"] = str(tmp / "data")
+    for var in ("DATABASE_URL", "CELERY_BROKER_URL"):
+        os.environ.pop(var, None)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+    os.environ.setdefault("VIGIL_DEBUG", "true")
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from tests.recovery.rig import Rig
+    from tests.slurm import SlurmCluster, slurm_missing_reason
+    from webapp.core import embedded
+    from webapp.failures.models import FailureEvent
+    from webapp.jobs.models import JobEvent
+    from webapp.recovery.models import RecoveryAction
+
+    reason = slurm_missing_reason()
+    if reason:
+        sys.exit(f"bench/recovery.py: {reason}")
+    slurm = SlurmCluster(Path(tempfile.mkdtemp(prefix="vigil-slurm-")), nodes=["vn1", "vn2"])
+    rig = None
+    try:
+        call_command("migrate", verbosity=0)
+        slurm.start()
+        rig = Rig(slurm, tmp, os.environ["DATABASE_URL"])
+        rig.vigil(mode="auto")
+        rig.start()
+        vn1 = rig.agent_node
+
+        baseline = []
+        for _ in range(3):
+            job = rig.submit_on_agent_node("--gres=gpu:8", "--wrap", "sleep 600")
+            t0 = time.monotonic()
+            slurm.run("scontrol", "requeue", job)
+            while rig.job(job).get("JobState") != "PENDING":
+                time.sleep(0.02)
+            slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+            rig.wait_running(job, restarts=1)
+            baseline.append(time.monotonic() - t0)
+            slurm.cancel_all()
+
+        totals, detect, drained, requeued, sched = [], [], [], [], []
+        for i in range(args.runs):
+            job = rig.submit_on_agent_node("--gres=gpu:8", "--wrap", "sleep 600")
+            while not JobEvent.objects.filter(job__scheduler_id=job, kind="started").exists():
+                time.sleep(0.05)
+            t0_wall = rig.xid(79)
+            t0 = time.monotonic()
+            info = rig.wait_running(job, restarts=1, timeout=120)
+            total = time.monotonic() - t0
+            failure = FailureEvent.objects.filter(kind="gpu_error").latest("detected_at")
+            actions = {a.kind: a for a in RecoveryAction.objects.filter(plan__failure=failure)}
+            drain_end = actions["drain"].ended_at.timestamp() - t0_wall
+            requeue_end = actions["requeue"].ended_at.timestamp() - t0_wall
+            totals.append(total)
+            detect.append(failure.detected_at.timestamp() - t0_wall)
+            drained.append(drain_end)
+            requeued.append(requeue_end)
+            sched.append(total - requeue_end)
+            print(
+                f"run {i + 1}: {total:.2f} s to RUNNING on {info['NodeList']} (detected "
+                f"{detect[-1]:.2f}, drained {drain_end:.2f}, requeued {requeue_end:.2f})",
+                file=sys.stderr,
+            )
+            slurm.cancel_all()
+            slurm.run("scontrol", "update", f"NodeName={vn1}", "State=RESUME")
+            FailureEvent.objects.all().delete()  # the next GPU error is a failure of its own
+            time.sleep(1.5)  # the watcher reports vn1 up again before the next failure
+
+        median = statistics.median
+        result = {
+            "runs": len(totals),
+            "median_s": round(median(totals), 3),
+            "p95_s": round(_p95(totals), 3),
+            "vigil_median_s": round(median(requeued), 3),
+            "vigil_p95_s": round(_p95(requeued), 3),
+            "slurm_sched_s": round(median(sched), 3),
+            "slurm_sched_p95_s": round(_p95(sched), 3),
+            "detect_median_s": round(median(detect), 3),
+            "drained_median_s": round(median(drained), 3),
+            "baseline_manual_requeue_s": round(median(baseline), 3),
+        }
+    finally:
+        if rig is not None:
+            rig.stop()
+        slurm.stop()
+        embedded.stop_all()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
