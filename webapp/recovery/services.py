@@ -16,6 +16,7 @@ a node to service.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -25,11 +26,13 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from collectors.schema import NodeStateIn
 from webapp.celery import app
 from webapp.failures.choices import FailureKind
 from webapp.failures.models import FailureEvent
 from webapp.failures.services import failure_action_record
 from webapp.fleet.models import Node
+from webapp.fleet.services import node_states_apply
 from webapp.jobs.models import Job, JobAllocation
 from webapp.recovery import policy
 from webapp.recovery.choices import (
@@ -683,13 +686,24 @@ def _after_health_check(action: RecoveryAction, failed: list[str]) -> None:
 
 
 def _simulated_effects(action: RecoveryAction) -> None:
-    """The demo's simulated executor: what Slurm would report, recorded in Vigil at once."""
-    if action.executor != ExecutorKind.SIMULATED or action.node_id is None:
+    """The demo's simulated executor: what Slurm's watcher would report, recorded at once."""
+    if action.executor != ExecutorKind.SIMULATED or not action.host:
         return
-    if action.kind == ActionKind.DRAIN:
-        Node.objects.filter(pk=action.node_id).update(state="drained")
-    elif action.kind == ActionKind.RESUME:
-        Node.objects.filter(pk=action.node_id).update(state="up")
+    if action.kind not in (ActionKind.DRAIN, ActionKind.RESUME):
+        return
+    drained = action.kind == ActionKind.DRAIN
+    reason = f"vigil (simulated): {action.plan.cause} failure {action.plan.failure_id}"
+    node_states_apply(
+        action.cluster_id,
+        [
+            NodeStateIn(
+                node=action.host,
+                state="drained" if drained else "up",
+                reason=reason if drained else "",
+                since=time.time(),
+            )
+        ],
+    )
 
 
 # --- return to service and the sweep ---------------------------------------------------------

@@ -81,6 +81,13 @@ class Command(BaseCommand):
                         "issue_node_token", "--cluster", c, "--json", *flags, *names, stdout=out
                     )
                     tokens.update(json.loads(out.getvalue()))
+        for c in clusters:
+            # The demo acts on what it diagnoses, through the simulated executor (labelled
+            # as such on every page); a real cluster starts in dry_run.
+            call_command(
+                "recovery_mode", "--cluster", c, "--mode", "auto", "--executor", "simulated",
+                stdout=io.StringIO(),
+            )  # fmt: skip
         token_file = state / "tokens.json"
         token_file.write_text(json.dumps(tokens))
         token_file.chmod(0o600)
@@ -103,7 +110,8 @@ class Command(BaseCommand):
         ready = state / "collector-ready"
         ready.unlink(missing_ok=True)
         commands = {
-            "worker": [py, "-m", "celery", "-A", "webapp", "worker", "-Q", "ingest,default",
+            "worker": [py, "-m", "celery", "-A", "webapp", "worker", "-Q",
+                       ",".join(["ingest", "default", *(f"recovery.{c}" for c in clusters)]),
                        "-c", "2", "-l", "WARNING", "--without-gossip", "--without-mingle"],
             "beat": [py, "-m", "celery", "-A", "webapp", "beat", "-l", "WARNING",
                      "--schedule", str(state / "celerybeat-schedule")],
