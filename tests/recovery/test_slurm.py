@@ -341,3 +341,65 @@ def test_a_scheduler_command_that_fails_ends_the_action_with_slurms_reason(rig):
     assert resume.result.startswith("failed: ")
     assert resume.steps[0]["exit"] != 0
     assert rig.slurm.node_state(rig.slurm.nodes[0]) in ("idle", "mixed")  # nothing else moved
+
+
+LOSS_SPIKE = """\
+import os, time
+if os.environ.get("VIGIL_RESUME_CHECKPOINT"):
+    print("resumed from", os.environ["VIGIL_RESUME_CHECKPOINT"], "skipping",
+          os.environ["VIGIL_SKIP_STEPS"], flush=True)
+    time.sleep(300)
+for it, loss in ((1198, "2.309113E+00"), (1199, "2.305271E+00"), (1200, "nan")):
+    print(f" iteration {it:8d}/    5000 | consumed samples: {it * 1024:12d} | "
+          f"lm loss: {loss} | loss scale: 1.0 | grad norm: 0.3 |", flush=True)
+    time.sleep(0.5)
+raise RuntimeError("loss is nan at iteration 1200")
+"""
+
+
+def test_a_loss_spike_resubmits_from_a_checkpoint_skipping_the_bad_steps(rig):
+    rig.vigil(mode="auto")
+    rig.start()
+    script = rig.slurm.workdir / "pretrain-spike.py"
+    script.write_text(LOSS_SPIKE)
+    job = rig.submit_on_agent_node(
+        "--gres=gpu:1", "-J", "pretrain-spike", "--wrap",
+        f"sleep 1; python3 {script}; rc=$?; sleep 2; exit $rc",
+    )  # fmt: skip
+    (plan,) = _plans_of(job, 1)
+    assert (plan.cause, plan.action) == ("loss_nan", "rollback_skip")
+    (resubmit,) = plan.actions.exclude(status="cancelled")
+    assert (resubmit.kind, resubmit.status) == ("resubmit", "succeeded")
+    assert resubmit.params["skip_steps"] == "1200-1200"
+    new_job = resubmit.steps[-1]["stdout"].strip().split(";")[0]
+    assert new_job and new_job != job
+    out = rig.slurm.workdir / f"slurm-{new_job}.out"
+    wait_for(lambda: out.exists() and "skipping" in out.read_text(), timeout=60)
+    assert out.read_text().strip() == "resumed from previous skipping 1200-1200"
+    assert rig.job(new_job)["Comment"] == f"vigil-action-{resubmit.pk}"
+
+
+def test_return_to_service_checks_the_node_then_resumes_it(rig):
+    rig.vigil(mode="auto")
+    rig.start()
+    vn2 = rig.slurm.nodes[1]
+    rig.slurm.run("scontrol", "update", f"NodeName={vn2}", "State=DRAIN", "Reason=bad dimm")
+    node = Node.objects.get(hostname=vn2)
+    # The watcher reports the hand-made drain with its reason.
+    wait_for(lambda: Node.objects.get(pk=node.pk).state == "drained", timeout=30)
+    assert Node.objects.get(pk=node.pk).state_reason == "bad dimm"
+
+    rig.bad_nodes.write_text(f"{vn2}\n")  # still bad: it stays drained
+    plan = services.node_return_to_service(node, "olivia")
+    check, resume = _settled(plan)
+    assert (check.status, resume.status) == ("succeeded", "cancelled")
+    assert resume.result == f"cancelled: health check failed on {vn2}"
+    assert rig.slurm.drain_reason(vn2) == "bad dimm"
+
+    rig.bad_nodes.write_text("")  # repaired
+    plan = services.node_return_to_service(node, "olivia")
+    check, resume = _settled(plan)
+    assert (check.status, resume.status) == ("succeeded", "succeeded")
+    assert (resume.approved_by, plan.requested_by) == ("olivia", "olivia")
+    assert rig.slurm.node_state(vn2) == "idle"
+    wait_for(lambda: Node.objects.get(pk=node.pk).state in ("up", "registered"), timeout=30)

@@ -16,6 +16,7 @@ a node to service.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -103,7 +104,20 @@ def _restarts(job: Job, cause: str | None = None) -> int:
     return qs.count()
 
 
-def _job_facts(job: Job, cause: str) -> policy.JobFacts:
+# "iteration 1200/ 5000 | ... lm loss: 6.44E+00" (Megatron), "step 1200 loss nan", "'step':
+# 1200" (Hugging Face): the step a loss spike was seen at.
+STEP = re.compile(r"\b(?:iteration|step|global_step)['\"]?\s*[:=]?\s*(\d+)", re.IGNORECASE)
+
+
+def _spike_step(failure: FailureEvent | None) -> int | None:
+    """The last training step the loss_nan evidence names, if any."""
+    if failure is None or failure.cause != "loss_nan":
+        return None
+    steps = [int(m) for e in failure.evidence for m in STEP.findall(e.get("text", ""))]
+    return max(steps) if steps else None
+
+
+def _job_facts(job: Job, cause: str, failure: FailureEvent | None = None) -> policy.JobFacts:
     hosts = (
         JobAllocation.objects.filter(job=job)
         .order_by("node__hostname")
@@ -116,6 +130,7 @@ def _job_facts(job: Job, cause: str) -> policy.JobFacts:
         hosts=tuple(hosts),
         restarts_in_a_row=_restarts(job),
         restarts_for_cause=_restarts(job, cause),
+        spike_step=_spike_step(failure),
     )
 
 
@@ -193,7 +208,7 @@ def _facts(failure: FailureEvent, max_restarts: int) -> tuple[policy.Facts, dict
     on_host: tuple[policy.JobFacts, ...] = ()
     if failure.job is not None:
         jobs = [failure.job]
-        job_facts = _job_facts(failure.job, failure.cause)
+        job_facts = _job_facts(failure.job, failure.cause, failure)
     elif failure.kind == FailureKind.GPU_ERROR and failure.node_id:
         jobs = _jobs_on_node(failure.node_id, failure.occurred_at)
         on_host = tuple(_job_facts(j, failure.cause) for j in jobs)
@@ -582,6 +597,8 @@ def _run(action: RecoveryAction) -> Outcome:
         _save_steps(action)  # on record before the command runs
         result = executor.run(argv, target)
         step.update(result.as_dict(), ended_at=_now_iso())
+        if list(result.argv[1:]) != list(argv[1:]):
+            step["ran"] = list(result.argv)  # what the executor added (e.g. the workdir)
         _save_steps(action)
         if not result.ok and executor.optional(argv, target):
             step["optional"] = True

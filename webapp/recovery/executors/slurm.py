@@ -154,6 +154,12 @@ class SlurmExecutor(Executor):
             healthcheck_output(target).parent.mkdir(parents=True, exist_ok=True)
         if target.kind == "resubmit" and "write" in argv:
             Path(argv[-1]).parent.mkdir(parents=True, exist_ok=True)
+        argv = list(argv)
+        if target.kind == "resubmit" and argv[0] == "sbatch":
+            # The new job runs where the old one did (its output files land beside it).
+            workdir = self._job(target.job).get("WorkDir")
+            if workdir and not any(a.startswith("--chdir=") for a in argv):
+                argv.insert(1, f"--chdir={workdir}")
         # The recorded command names the tool as an operator types it; the recovery worker's
         # host decides where it lives.
         return super().run([self.tool(argv[0]), *argv[1:]], target)
