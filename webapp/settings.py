@@ -6,6 +6,7 @@ message naming the variable, instead of being guessed at.
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 from datetime import timedelta
@@ -427,6 +428,9 @@ VIGIL_RECOVERY_WORKDIR = os.environ.get("VIGIL_RECOVERY_WORKDIR") or str(
 # Folder of the Slurm tools (scontrol, sbatch, sinfo, squeue) when they are not on PATH.
 VIGIL_SLURM_BIN_DIR = os.environ.get("VIGIL_SLURM_BIN_DIR", "")
 VIGIL_KUBECTL = os.environ.get("VIGIL_KUBECTL", "kubectl")
+# The Slurm user the recovery worker runs as: the only user of the maintenance reservation a
+# drained node is health-checked in before it returns to service.
+VIGIL_SLURM_USER = os.environ.get("VIGIL_SLURM_USER") or getpass.getuser()
 # The node health check locate_restart and "return to service" submit (deploy/healthcheck/:
 # the paper's two-round pairwise NCCL test by default; dcgm_diag.sh is the other one shipped).
 # Empty: return to service resumes without a check.

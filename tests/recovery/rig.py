@@ -73,6 +73,13 @@ class Rig:
             **extra,
         }
 
+    def settings_apply(self, settings) -> None:
+        """The workers' settings in this process too, for plans made here (a page's POST)."""
+        settings.VIGIL_RECOVERY_WORKDIR = str(self.slurm.workdir)
+        settings.VIGIL_HEALTHCHECK_SCRIPT = str(FAKE_HEALTHCHECK)
+        settings.VIGIL_HEALTHCHECK_ARGS = str(self.bad_nodes)
+        settings.VIGIL_HEALTHCHECK_TIMEOUT_S = 60
+
     def start_worker(self, queues: str, **env: str) -> WorkerProcess:
         name = queues.replace(",", "-").replace(".", "_")
         worker = WorkerProcess(

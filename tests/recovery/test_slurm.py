@@ -379,7 +379,8 @@ def test_a_loss_spike_resubmits_from_a_checkpoint_skipping_the_bad_steps(rig):
     assert rig.job(new_job)["Comment"] == f"vigil-action-{resubmit.pk}"
 
 
-def test_return_to_service_checks_the_node_then_resumes_it(rig):
+def test_return_to_service_checks_the_node_then_resumes_it(rig, settings):
+    rig.settings_apply(settings)  # the plan is made here, in the test (the page's process)
     rig.vigil(mode="auto")
     rig.start()
     vn2 = rig.slurm.nodes[1]
@@ -391,15 +392,21 @@ def test_return_to_service_checks_the_node_then_resumes_it(rig):
 
     rig.bad_nodes.write_text(f"{vn2}\n")  # still bad: it stays drained
     plan = services.node_return_to_service(node, "olivia")
-    check, resume = _settled(plan)
-    assert (check.status, resume.status) == ("succeeded", "cancelled")
+    check, resume, drain = _settled(plan)
+    assert (check.status, resume.status, drain.status) == ("succeeded", "cancelled", "succeeded")
     assert resume.result == f"cancelled: health check failed on {vn2}"
-    assert rig.slurm.drain_reason(vn2) == "bad dimm"
+    assert check.commands[0][:4] == [
+        "scontrol", "create", "reservation", f"ReservationName=vigil-rts-{plan.pk}"
+    ]  # fmt: skip
+    reason = f"vigil: bad dimm (failed the health check, action {check.pk})"
+    assert rig.slurm.drain_reason(vn2) == reason
+    assert "vigil-rts" not in rig.slurm.run("scontrol", "show", "reservation")  # released
 
     rig.bad_nodes.write_text("")  # repaired
     plan = services.node_return_to_service(node, "olivia")
     check, resume = _settled(plan)
     assert (check.status, resume.status) == ("succeeded", "succeeded")
+    assert resume.commands == [["scontrol", "delete", f"ReservationName=vigil-rts-{plan.pk}"]]
     assert (resume.approved_by, plan.requested_by) == ("olivia", "olivia")
     assert rig.slurm.node_state(vn2) == "idle"
     wait_for(lambda: Node.objects.get(pk=node.pk).state in ("up", "registered"), timeout=30)

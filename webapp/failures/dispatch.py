@@ -1,4 +1,5 @@
-"""Follow-up tasks the failures writes fan out: sent by task name, after the commit.
+"""What the failures writes fan out: follow-up tasks sent by name after the commit, and the
+`failure_diagnosed` signal other apps act on.
 
 By name, so that no write module imports tasks.py (which imports the writes): the task is
 registered under DIAGNOSE_TASK in tasks.py, and the worker resolves the name.
@@ -7,10 +8,15 @@ registered under DIAGNOSE_TASK in tasks.py, and the worker resolves the name.
 from __future__ import annotations
 
 from django.db import transaction
+from django.dispatch import Signal
 
 from webapp.celery import app
 
 DIAGNOSE_TASK = "vigil.failures.diagnose"
+
+# Sent inside the transaction that stored a diagnosis (sender FailureEvent, `failure`): the
+# recovery app plans from it, the alerts app alerts from it; the failures app knows neither.
+failure_diagnosed = Signal()
 
 
 def failure_diagnose_later(pk: int) -> None:

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from webapp.failures import diagnosis as engine
 from webapp.failures import taxonomy
-from webapp.failures.dispatch import failure_diagnose_later
+from webapp.failures.dispatch import failure_diagnose_later, failure_diagnosed
 from webapp.failures.evidence import failure_evidence
 from webapp.failures.models import (
     DiagnosisSource,
@@ -33,7 +33,6 @@ from webapp.failures.models import (
     ProposedRule,
 )
 from webapp.failures.node_events import pci_bdf
-from webapp.failures.signals import failure_diagnosed
 from webapp.fleet.models import Node
 from webapp.jobs.choices import JobState
 from webapp.jobs.models import Job, JobAllocation

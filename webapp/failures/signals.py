@@ -1,5 +1,4 @@
-"""Job saves the failures app reacts to, without the jobs app knowing about failures; and the
-signal it sends when a failure is diagnosed.
+"""Job saves the failures app reacts to, without the jobs app knowing about failures.
 
 - A job that ends failed gets its failure event (and a diagnosis task after commit).
 - A pretraining job's new last_checkpoint_at is recorded, so the reliability page can derive
@@ -11,14 +10,10 @@ from __future__ import annotations
 
 from django.db import connection
 from django.db.models.signals import post_save
-from django.dispatch import Signal, receiver
+from django.dispatch import receiver
 
 from webapp.jobs.choices import JobType
 from webapp.jobs.models import Job
-
-# Sent inside the transaction that stored a diagnosis (sender FailureEvent, `failure`): the
-# recovery app plans from it, the alerts app alerts from it; the failures app knows neither.
-failure_diagnosed = Signal()
 
 
 @receiver(post_save, sender=Job, dispatch_uid="failures.job_saved")

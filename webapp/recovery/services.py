@@ -600,7 +600,7 @@ def _run(action: RecoveryAction) -> Outcome:
         if list(result.argv[1:]) != list(argv[1:]):
             step["ran"] = list(result.argv)  # what the executor added (e.g. the workdir)
         _save_steps(action)
-        if not result.ok and executor.optional(argv, target):
+        if not result.ok and executor.tolerated(argv, target, result):
             step["optional"] = True
         elif not result.ok:
             return _failed(action, executor.transient(result), result)
@@ -609,7 +609,9 @@ def _run(action: RecoveryAction) -> Outcome:
 
 
 def _failed(action: RecoveryAction, transient: bool, result: CommandResult) -> Outcome:
-    detail = (result.stderr or result.stdout).strip() or f"exit status {result.returncode}"
+    detail = result.stderr.strip() or f"exit status {result.returncode}"
+    if result.stdout.strip() and not result.stderr.strip():
+        detail += f" (output: {result.stdout.strip()[-300:]})"
     first = detail.splitlines()[0] if detail else ""
     if transient and action.attempts < settings.VIGIL_RECOVERY_MAX_ATTEMPTS:
         RecoveryAction.objects.filter(pk=action.pk, status=ActionStatus.RUNNING).update(
@@ -684,12 +686,25 @@ def _after_health_check(action: RecoveryAction, failed: list[str]) -> None:
     later = RecoveryAction.objects.filter(plan=plan, seq__gt=action.seq)
     if plan.kind == PlanKind.RETURN_TO_SERVICE:
         if failed:
-            # The node is still bad: it stays drained.
+            # The node is still bad: drained again (ending the check's reservation), with the
+            # reason it had before, not resumed.
             later.exclude(status__in=FINAL_STATES).update(
                 status=ActionStatus.CANCELLED,
                 result=f"cancelled: health check failed on {', '.join(failed)}"[:512],
                 ended_at=timezone.now(),
             )
+            reason = action.params.get("drained_reason") or "drained"
+            steps = tuple(
+                policy.Step(
+                    "drain",
+                    host=h,
+                    params={"reason": f"{reason} (failed the health check, action {action.pk})",
+                            "reservation": action.params.get("reservation", "")},
+                    reason="failed the health check",
+                )
+                for h in failed
+            )  # fmt: skip
+            _actions_create(plan, steps, {}, action.seq + 2, approved_by=action.approved_by)
         return
     if not failed:
         return
@@ -729,6 +744,7 @@ def _simulated_effects(action: RecoveryAction) -> None:
 def node_return_to_service(node: Node, user: str, *, check: bool = True) -> RecoveryPlan:
     """Health-check a drained node, then resume it in the scheduler; audited like the rest."""
     policy_row = recovery_policy(node.cluster_id)
+    node.refresh_from_db(fields=["state", "state_reason"])
     with transaction.atomic():
         plan = RecoveryPlan.objects.create(
             cluster_id=node.cluster_id,
@@ -742,13 +758,26 @@ def node_return_to_service(node: Node, user: str, *, check: bool = True) -> Reco
             requested_by=user[:150],
         )
         steps: list[policy.Step] = []
+        resume_params: dict = {}
         if check and settings.VIGIL_HEALTHCHECK_SCRIPT:
+            reservation = f"vigil-rts-{plan.pk}"
+            resume_params = {"reservation": reservation}
             steps.append(
                 policy.Step(
-                    "health_check", params={"hosts": [node.hostname]}, reason="before resuming"
+                    "health_check",
+                    params={
+                        "hosts": [node.hostname],
+                        "reservation": reservation,
+                        "drained_reason": node.state_reason,
+                    },
+                    reason="before resuming",
                 )
             )
-        steps.append(policy.Step("resume", host=node.hostname, reason=f"requested by {user}"))
+        steps.append(
+            policy.Step(
+                "resume", host=node.hostname, params=resume_params, reason=f"requested by {user}"
+            )
+        )
         # The operator asked: that is the approval (a dry-run cluster still only records).
         mode = plan.mode if plan.mode == Mode.DRY_RUN else Mode.AUTO
         plan.mode = mode

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.dispatch import receiver
 
+from webapp.failures.dispatch import failure_diagnosed
 from webapp.failures.models import FailureEvent
-from webapp.failures.signals import failure_diagnosed
 
 
 @receiver(failure_diagnosed, sender=FailureEvent, dispatch_uid="recovery.failure_diagnosed")

@@ -104,8 +104,8 @@ class Executor:
         """Whether an interrupted command already took effect (then it is not run again)."""
         return False
 
-    def optional(self, argv: Sequence[str], target: Target) -> bool:
-        """Whether a failure of this command is recorded but does not fail the action."""
+    def tolerated(self, argv: Sequence[str], target: Target, result: CommandResult) -> bool:
+        """Whether this failed command is recorded but does not fail the action."""
         return False
 
     def transient(self, result: CommandResult) -> bool:
@@ -115,15 +115,3 @@ class Executor:
     def followups(self, target: Target, results: Sequence[CommandResult]) -> dict:
         """What the action found, for the services (a health check's failing nodes)."""
         return {}
-
-
-def executor_for(kind: str) -> Executor:
-    from webapp.recovery.executors.kubernetes import KubernetesExecutor
-    from webapp.recovery.executors.simulated import SimulatedExecutor
-    from webapp.recovery.executors.slurm import SlurmExecutor
-
-    classes = {c.kind: c for c in (SlurmExecutor, KubernetesExecutor, SimulatedExecutor)}
-    try:
-        return classes[kind]()
-    except KeyError:
-        raise UnsupportedAction(f"unknown executor {kind!r}") from None

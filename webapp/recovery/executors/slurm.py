@@ -36,6 +36,8 @@ VERDICT = re.compile(r"^VIGIL-HEALTH\s+(\S+)\s+(PASS|FAIL)\b\s*(.*)$")
 
 def drain_reason(target: Target) -> str:
     """`vigil: <cause> failure <id>` (what `sinfo -R` shows), or the action's own reason."""
+    if target.params.get("reason"):
+        return f"vigil: {target.params['reason']}"
     if target.failure_id is not None:
         return f"vigil: {target.cause or 'failure'} failure {target.failure_id}"
     return f"vigil: action {target.action_id}"
@@ -77,18 +79,18 @@ class SlurmExecutor(Executor):
         return str(Path(bindir) / name) if bindir else name
 
     def _drain(self, t: Target) -> list[list[str]]:
-        return [
-            [
-                "scontrol",
-                "update",
-                f"NodeName={t.host}",
-                "State=DRAIN",
-                f"Reason={drain_reason(t)}",
-            ]
-        ]
+        drain = ["scontrol", "update", f"NodeName={t.host}", "State=DRAIN"]
+        return [[*drain, f"Reason={drain_reason(t)}"], *self._release(t)]
 
     def _resume(self, t: Target) -> list[list[str]]:
+        if t.params.get("reservation"):
+            # Resumed into the check's reservation already: ending it returns the node.
+            return self._release(t)
         return [["scontrol", "update", f"NodeName={t.host}", "State=RESUME"]]
+
+    def _release(self, t: Target) -> list[list[str]]:
+        name = t.params.get("reservation")
+        return [["scontrol", "delete", f"ReservationName={name}"]] if name else []
 
     def _requeue(self, t: Target) -> list[list[str]]:
         # Slurm holds a requeued batch job back (Reason=BeginTime) before it may start again;
@@ -98,9 +100,16 @@ class SlurmExecutor(Executor):
             ["scontrol", "update", f"JobId={t.job}", "StartTime=now"],
         ]
 
-    def optional(self, argv: Sequence[str], target: Target) -> bool:
-        # Making a requeued job eligible fails harmlessly when it has started already.
-        return target.kind == "requeue" and "StartTime=now" in argv
+    def tolerated(self, argv: Sequence[str], target: Target, result: CommandResult) -> bool:
+        if target.kind == "requeue" and "StartTime=now" in argv:
+            return True  # making a requeued job eligible fails harmlessly once it started
+        if target.kind == "health_check" and argv[0] == "sbatch":
+            # A check exits non-zero when a node fails: that is its answer, not an error.
+            try:
+                return "VIGIL-HEALTH" in healthcheck_output(target).read_text(errors="replace")
+            except FileNotFoundError:
+                return False
+        return False
 
     def _resubmit(self, t: Target) -> list[list[str]]:
         script = Path(settings.VIGIL_RECOVERY_WORKDIR) / f"resubmit-{t.action_id}.sh"
@@ -125,7 +134,24 @@ class SlurmExecutor(Executor):
         hosts = list(t.params.get("hosts", []))
         script = settings.VIGIL_HEALTHCHECK_SCRIPT
         minutes = max(1, math.ceil(settings.VIGIL_HEALTHCHECK_TIMEOUT_S / 60))
+        before: list[list[str]] = []
+        placed: list[str] = []
+        if t.params.get("reservation"):
+            # A drained node runs no job, the check's neither: resume it into a maintenance
+            # reservation that only Vigil's user may use, so no user job lands on it before
+            # it passed. The reservation ends by itself if nothing releases it.
+            name = t.params["reservation"]
+            before = [
+                [
+                    "scontrol", "create", "reservation", f"ReservationName={name}",
+                    f"Nodes={','.join(hosts)}", "StartTime=now", f"Duration={minutes + 10}",
+                    f"Users={settings.VIGIL_SLURM_USER}", "Flags=MAINT,IGNORE_JOBS",
+                ],
+                *(["scontrol", "update", f"NodeName={h}", "State=RESUME"] for h in hosts),
+            ]  # fmt: skip
+            placed = [f"--reservation={name}"]
         return [
+            *before,
             [
                 "sbatch",
                 "--wait",
@@ -136,9 +162,10 @@ class SlurmExecutor(Executor):
                 f"--time={minutes}",
                 f"--job-name=vigil-healthcheck-{t.action_id}",
                 f"--output={healthcheck_output(t)}",
+                *placed,
                 script,
                 *shlex.split(settings.VIGIL_HEALTHCHECK_ARGS),
-            ]
+            ],
         ]
 
     def timeout_s(self, target: Target) -> float:
