@@ -61,6 +61,12 @@ LOSS_BASELINE_MIN = 3
 # the run diverged. One NaN grad norm is an fp16 overflow the scaler skips (a maintainer in
 # JiaquanYe/TableMASTER-mmocr#32), so a run of them is required.
 GRAD_NORM_NAN_RUN = 3
+# Megatron's training_log prints a loss only `if avg > 0.0`, which a NaN fails: its last
+# iteration line without "lm loss" where earlier ones had it is a NaN loss (epfLLM/Megatron-LLM#33,
+# "NaN losses after ~3300 steps" with the lm loss field gone and the skip counters at 0).
+# An iteration line is told by the fields printed on both sides of the loss.
+MEGATRON_LINE = ("iteration", "global batch size:", "loss scale:")
+MEGATRON_LOSS = "lm loss:"
 # rules.yaml `last_only`: the event must be among the last lines of its file.
 LAST_ONLY_LINES = 3
 
@@ -161,9 +167,14 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
         while run < len(series) and not math.isfinite(series[-1 - run][1]):
             run += 1
         hit, detail, conf = None, None, cat.loss.confidence
+        hidden = _megatron_hidden_loss(lines, lowest)
         if run:
             hit = series[-run]
             detail = f"loss {hit[1]} at the end of the log"
+            conf = max(conf, NONFINITE_LOSS_CONFIDENCE)
+        elif hidden is not None:
+            hit = (first + hidden, math.nan, lines[hidden])
+            detail = "Megatron printed no lm loss at its last iteration (a NaN loss is not printed)"
             conf = max(conf, NONFINITE_LOSS_CONFIDENCE)
         elif len(grads) >= GRAD_NORM_NAN_RUN and not any(math.isfinite(v) for _, v, _ in grads):
             hit = grads[-1]
@@ -197,6 +208,20 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
                 )
             )
     return events
+
+
+def _megatron_hidden_loss(lines: list[str], lowest: int) -> int | None:
+    """Index of the last Megatron iteration line if it has no lm loss and an earlier one had."""
+    last = None
+    for i in range(len(lines) - 1, lowest - 1, -1):
+        if all(f in lines[i] for f in MEGATRON_LINE):
+            if last is None:
+                if MEGATRON_LOSS in lines[i]:
+                    return None
+                last = i
+            elif MEGATRON_LOSS in lines[i]:
+                return last
+    return None
 
 
 def _tail_stamps(tails: list[tuple[int, str, int, bytes]]) -> list[Stamp]:
@@ -327,9 +352,16 @@ def _diagnosis(best: Event, events: list[Event], scan: Scan, notes: list[str]) -
         named = [e for e in events if e.cause == best.cause and e.host]
         if named and best.cause not in ("nccl_timeout",):
             node = min(named, key=lambda e: e.seq).host
-    if node is None and best.cause == "node_lost" and len(scan.exec_hosts) == 1:
-        # The failed node is the job's one node that the scheduler record names.
-        node = next(iter(scan.exec_hosts))
+    if node is None and best.rule.blame == "line" and best.cause != "nccl_timeout":
+        if len(scan.exec_hosts) == 1:
+            # The job's one node, named by the scheduler record (PBS "Exec host", the failed
+            # node of cBio/cbio-cluster#187) or by its runner (mmcv's "Start running, host:",
+            # TuSimple/centerformer#4): a one-node job errored there.
+            node = next(iter(scan.exec_hosts))
+        elif best.tier in ("hardware", "node") and len(scan.inspected_hosts) == 1:
+            # A GPU fault no line names a host for, pasted with the shell prompt of the one
+            # node whose GPUs were inspected (rwth-i6/returnn#1486).
+            node = next(iter(scan.inspected_hosts))
     action = best.action or cause.action.value
 
     confidence = best.confidence

@@ -65,6 +65,12 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
         False,
     ),
     ("host_pid_tid", r"([A-Za-z][\w.-]*):(\d+):(\d+) ", "[A-Za-z]", True),
+    # Sites that tag slurmstepd with its node: "slurmstepd-gpu20-15: error: ..."
+    # (ZwwWayne/K-Net#30); before "host", which would take the whole word for the host.
+    ("slurm_host", r"(?:slurmstepd|slurmd)-([A-Za-z0-9][\w.-]*): ", "s", True),
+    # Ray's worker prefix "(RayWorkerVllm pid=7046) ", with ", ip=10.0.0.3" on other nodes
+    # (vllm-project/vllm#4108, wandb/wandb#6038): the ip is the worker's node.
+    ("ray", r"\([\w.-]+ pid=\d+(?:, ip=([\d.]+))?\) ?", r"\(", False),
     ("host", r"([a-z][a-z0-9.-]*[0-9][a-z0-9.-]*|[a-z][a-z0-9]*-[a-z0-9.-]+): ", "[a-z]", True),
     ("task", r"(\d{1,5}): ", "[0-9]", False),
 )
@@ -174,6 +180,13 @@ def parse_line(text: str) -> Line:
         elif kind == "host":
             host = host or m.group(g)
             rest = rest[end:].lstrip()
+        elif kind == "slurm_host":
+            host = host or m.group(g)
+            program = program or "slurmstepd"
+            rest = rest[end:]
+        elif kind == "ray":
+            host = host or m.group(g)
+            rest = rest[end:]
         elif kind == "host_program":
             host = host or m.group(g)
             program = program or m.group(g + 1).split("[")[0]
