@@ -67,6 +67,8 @@ GRAD_NORM_NAN_RUN = 3
 # An iteration line is told by the fields printed on both sides of the loss.
 MEGATRON_LINE = ("iteration", "global batch size:", "loss scale:")
 MEGATRON_LOSS = "lm loss:"
+# srun --label's task prefix "3: " (lines.py takes the task id for the rank).
+_SRUN_LABEL = re.compile(r"\s*\d{1,5}: ")
 # rules.yaml `last_only`: the event must be among the last lines of its file.
 LAST_ONLY_LINES = 3
 
@@ -334,7 +336,8 @@ def _diagnosis(best: Event, events: list[Event], scan: Scan, notes: list[str]) -
         node = gpu = rank = None
     elif best.rule.blame == "peer":
         peers = [e.peer for e in events if e.peer and e.tier == best.tier]
-        node, gpu, rank = (peers[0] if peers else None), None, None
+        # A peer named by address is the host whose NCCL interface line gave that address.
+        node, gpu, rank = (scan.ip_host.get(peers[0], peers[0]) if peers else None), None, None
         if node is None:
             notes.append("no peer host named: run the pairwise NCCL test to locate the node")
     if best.cause == "nccl_timeout" and best.kind != "cause":
@@ -347,6 +350,9 @@ def _diagnosis(best: Event, events: list[Event], scan: Scan, notes: list[str]) -
             node = gpu = rank = None
     if best.rule.blame != "none" and node is None and rank is not None:
         node = scan.rank_host.get(rank)
+        if node is None and _SRUN_LABEL.match(best.text):
+            # srun --label's "3: ..." is srun task 3: the host srun named for task 3.
+            node = scan.task_host.get(rank)
     if best.rule.blame == "line" and node is None:
         # "The rank/node that errored first": the earliest event of this cause naming a node.
         named = [e for e in events if e.cause == best.cause and e.host]
@@ -384,7 +390,8 @@ def _diagnosis(best: Event, events: list[Event], scan: Scan, notes: list[str]) -
             evidence.append(e)
     detail = best.detail or ""
     if best.cause == "ib_link" and best.peer:
-        detail = f"{detail} (peer {best.peer})"
+        host = scan.ip_host.get(best.peer)
+        detail = f"{detail} (peer {best.peer}{f' = {host}' if host else ''})"
     return Diagnosis(
         cause=cause.name,
         category=cause.category.value,

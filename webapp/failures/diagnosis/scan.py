@@ -86,6 +86,12 @@ class Scan:
         # Hosts a scheduler record or the job's runner names as the job's own
         # (rules.yaml scheduler-exec-host, runner-host).
         self.exec_hosts: set[str] = set()
+        # srun task id -> host, from "srun: error: <host>: task 3: Exited ..." (or "tasks 0-3"):
+        # only for lines that srun --label tagged with the same task id ("3: ...").
+        self.task_host: dict[int, str] = {}
+        # IP address -> host, from the NCCL interface lines each host prints
+        # (rules.yaml nccl-interface-address): peers named by address resolve through it.
+        self.ip_host: dict[str, str] = {}
         # Hosts a pasted shell prompt inspects the GPUs of (rules.yaml shell-prompt-host).
         self.inspected_hosts: set[str] = set()
         # The torchrun failure record being read: (file index, host, rank, anchored lines left).
@@ -191,8 +197,10 @@ class Scan:
                 self.record = self.record[:3] + (self.record[3] - 1,)
                 if self.record[3] < 0 or self.record[0] != file_index:
                     self.record = None
+            if "task" in text and "srun" in text:
+                self._srun_tasks(text)
             if rule is not None and rule.kind == "ignore" and rule.id in _HOST_MAP_RULES:
-                self._host_map(rule.id, line.message, file_index)
+                self._host_map(rule.id, line, file_index)
             if rule is None or rule.kind == "ignore":
                 continue
             # Lines are numbered only where an event may be made, and counted in one pass.
@@ -201,8 +209,24 @@ class Scan:
             self._line(text, line, rule, line_no, file_index, name, piece, start, context)
         return False, line_no - first_line + _newlines(piece, counted, end)
 
-    def _host_map(self, rule_id: str, message: str, file_index: int) -> None:
+    def _srun_tasks(self, text: str) -> None:
+        """Learn which host ran which srun task from srun's per-task error line."""
+        m = _SRUN_TASKS.search(text)
+        if m is None:
+            return
+        for part in m.group(2).split(","):
+            lo, _, hi = part.partition("-")
+            for task in range(int(lo), int(hi or lo) + 1)[:MAX_TASKS_PER_LINE]:
+                self.task_host.setdefault(task, m.group(1))
+
+    def _host_map(self, rule_id: str, line: Line, file_index: int) -> None:
         """Learn a host from a line of a launcher's or scheduler's rank-to-host map."""
+        message = line.message
+        if rule_id == "nccl-interface-address":
+            if line.host:
+                for ip in _IPV4.findall(message):
+                    self.ip_host.setdefault(ip, line.host)
+            return
         if rule_id == "shell-prompt-host":  # "user@host ~ % nvidia-smi"
             self.inspected_hosts.add(re.split(r"[: ]", message.split("@", 1)[1], maxsplit=1)[0])
             return
@@ -303,8 +327,18 @@ def _spans(rx: Any, buf: bytes, end: int) -> Iterator[tuple[int, int]]:
 
 
 _HOST_MAP_RULES = frozenset(
-    {"scheduler-exec-host", "runner-host", "shell-prompt-host", "torchrun-failure-record"}
+    {
+        "scheduler-exec-host",
+        "runner-host",
+        "shell-prompt-host",
+        "torchrun-failure-record",
+        "nccl-interface-address",
+    }
 )
+# "srun: error: node-03: task 12: Exited with exit code 1", "srun: error: gpu-1: tasks 0-3,8: ..."
+_SRUN_TASKS = re.compile(r"srun: error: ([A-Za-z0-9][\w.-]*): tasks? ([\d,-]+):")
+MAX_TASKS_PER_LINE = 4096  # a range this long is a whole job's, not worth mapping task by task
+_IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})<\d+>")
 
 _NON_CONTROL = bytes(b for b in range(256) if not (b < 9 or 13 < b < 32 or b == 127))
 
