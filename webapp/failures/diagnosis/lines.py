@@ -72,6 +72,9 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
     # (vllm-project/vllm#4108, wandb/wandb#6038): the ip is the worker's node.
     ("ray", r"\([\w.-]+ pid=\d+(?:, ip=([\d.]+))?\) ?", r"\(", False),
     ("host", r"([a-z][a-z0-9.-]*[0-9][a-z0-9.-]*|[a-z][a-z0-9]*-[a-z0-9.-]+): ", "[a-z]", True),
+    # pdsh-style launchers (DeepSpeed's multi-node runner) prefix each line with the host
+    # they ran it on, often an address: "192.168.13.81: [rank19]:..." (hiyouga/LlamaFactory#8871).
+    ("ip_host", r"(\d{1,3}(?:\.\d{1,3}){3}): ", "[0-9]", False),
     ("task", r"(\d{1,5}): ", "[0-9]", False),
 )
 
@@ -177,7 +180,7 @@ def parse_line(text: str) -> Line:
         elif kind == "rank" or kind == "task":
             rank = int(m.group(g)) if rank is None else rank
             rest = rest[end:].lstrip()
-        elif kind == "host":
+        elif kind == "host" or kind == "ip_host":
             host = host or m.group(g)
             rest = rest[end:].lstrip()
         elif kind == "slurm_host":
