@@ -31,10 +31,11 @@ SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").r
 REAL_CAUSE_MIN = 0.95
 REAL_CATEGORY_MIN = 0.97
 REAL_BLAME_MIN = 0.90
-# The held-out set may not fall below its first contact (README there: cause 32/38, blame
-# 5/9, before any rule was changed for it); it is a measure, so no higher bar is set.
-HELDOUT_CAUSE_MIN = 32
-HELDOUT_BLAME_MIN = 5
+# The held-out set may not fall below its first contact (README there: batch 1 cause 32/38,
+# blame 5/9; batch 2 cause 16/18, blame 0/2, each before any rule was changed for it); it is
+# a measure, so no higher bar is set.
+HELDOUT_CAUSE_MIN = 32 + 16
+HELDOUT_BLAME_MIN = 5 + 0
 # Issue 15 "Blame": at least 15 real cases whose source establishes the blamed node.
 BLAME_LABELLED_MIN = 15
 
