@@ -67,7 +67,9 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
     ("host_pid_tid", r"([A-Za-z][\w.-]*):(\d+):(\d+) ", "[A-Za-z]", True),
     # Sites that tag slurmstepd with its node: "slurmstepd-gpu20-15: error: ..."
     # (ZwwWayne/K-Net#30); before "host", which would take the whole word for the host.
-    ("slurm_host", r"(?:slurmstepd|slurmd)-([A-Za-z0-9][\w.-]*): ", "s", True),
+    # Not needs_host: "slurmstepd-localhost: " (lyulyul/shine-cluster#4) names no host, but
+    # it is still this prefix, not a host called "slurmstepd-localhost".
+    ("slurm_host", r"(?:slurmstepd|slurmd)-([A-Za-z0-9][\w.-]*): ", "s", False),
     # Ray's worker prefix "(RayWorkerVllm pid=7046) ", with ", ip=10.0.0.3" on other nodes
     # (vllm-project/vllm#4108, wandb/wandb#6038): the ip is the worker's node.
     ("ray", r"\([\w.-]+ pid=\d+(?:, ip=([\d.]+))?\) ?", r"\(", False),
@@ -184,7 +186,7 @@ def parse_line(text: str) -> Line:
             host = host or m.group(g)
             rest = rest[end:].lstrip()
         elif kind == "slurm_host":
-            host = host or m.group(g)
+            host = host or _host(m.group(g))
             program = program or "slurmstepd"
             rest = rest[end:]
         elif kind == "ray":
