@@ -221,3 +221,60 @@ def test_same_diagnoses_without_re2s_private_match_binding(monkeypatch):
         (r.cause, r.blamed_node, r.evidence) for r in fast
     ]
     assert {r.cause for r in slow} == {LABELS[name]["cause"] for name in names}
+
+
+# Blame from the rank-to-host maps launchers print (issue 15 "Blame"). Each blamed host is one
+# the log itself names; line wordings are the real ones of the threads cited in rules.yaml.
+
+
+def test_srun_task_line_names_the_host_of_a_labelled_task():
+    log = (
+        "0: step 10 loss 2.1\n"
+        "3: Traceback (most recent call last):\n"
+        '3:   File "/opt/conda/lib/python3.10/site-packages/torch/nn/modules/module.py",'
+        " line 1501, in _call_impl\n"
+        "3: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "srun: error: gpu-node-07: task 3: Exited with exit code 1\n"
+        "srun: error: gpu-node-02: tasks 0-2: Terminated\n"
+    )
+    got = diagnose_text(log)
+    assert (got.cause, got.blamed_node, got.blamed_rank) == ("cuda_fault", "gpu-node-07", 3)
+    # torchrun's [rank3] is a global rank, not srun task 3 (one task per node): no guess.
+    got = diagnose_text(log.replace("3: ", "[rank3]: "))
+    assert (got.cause, got.blamed_node) == ("cuda_fault", None)
+
+
+def test_peer_address_resolves_through_the_logs_own_nccl_interface_lines():
+    log = (
+        "node-a:100:100 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+        "node-b:200:200 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.2<0>\n"
+        "node-a:100:150 [0] misc/socket.cc:518 NCCL WARN Net : Call to recv from"
+        " 10.0.0.2<58355> failed : Connection reset by peer\n"
+    )
+    got = diagnose_text(log)
+    assert (got.cause, got.blamed_node) == ("nccl_remote", "node-b")
+    ib = log + (
+        "node-a:100:150 [0] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer"
+        " 10.0.0.2<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv)\n"
+    )
+    got = diagnose_text(ib)
+    assert (got.cause, got.blamed_node) == ("ib_link", "node-a")
+    assert "peer 10.0.0.2 = node-b" in got.detail
+    # An address no line of the log maps stays an address.
+    got = diagnose_text(log.replace("OOB eth0:10.0.0.2<0>", "OOB eth0:10.0.0.9<0>"))
+    assert got.blamed_node == "10.0.0.2"
+
+
+def test_torchrun_failure_record_blames_the_failed_ranks_host():
+    log = (
+        "Root Cause (first observed failure):\n"
+        "[0]:\n"
+        "  time      : 2025-12-23_05:17:58\n"
+        "  host      : yotta-B200-232\n"
+        "  rank      : 0 (local_rank: 0)\n"
+        "  exitcode  : -11 (pid: 3304209)\n"
+        "  error_file: <N/A>\n"
+        "  traceback : Signal 11 (SIGSEGV) received by PID 3304209\n"
+    )
+    got = diagnose_text(log)
+    assert (got.cause, got.blamed_node, got.blamed_rank) == ("native_crash", "yotta-B200-232", 0)

@@ -2,8 +2,10 @@
 
 tests/data/real_logs/ holds verbatim excerpts of public issue threads (README.md there says
 where each comes from); labels.json gives each its cause, category, action and, where the
-source establishes it, the blamed node. The figures are printed per cause, for the real and the
-synthetic corpus separately. Plain functions over files: no database, broker or Django models.
+source establishes it, the blamed node. tests/data/real_logs_heldout/ is a second set, in the
+same format, labelled before the diagnoser ever ran on it: its README records the first-contact
+figure. The figures are printed per cause, for the development, held-out and synthetic corpora
+separately. Plain functions over files: no database, broker or Django models.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from webapp.failures.diagnosis import diagnose_paths
 DATA = Path(__file__).resolve().parent.parent / "data"
 REAL = DATA / "real_logs"
 REAL_LABELS: dict[str, dict] = json.loads((REAL / "labels.json").read_text(encoding="utf-8"))
+HELDOUT = DATA / "real_logs_heldout"
+HELDOUT_LABELS: dict[str, dict] = json.loads((HELDOUT / "labels.json").read_text(encoding="utf-8"))
 SYNTHETIC = DATA / "failure_logs"
 SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").read_text())
 
@@ -27,6 +31,13 @@ SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").r
 REAL_CAUSE_MIN = 0.95
 REAL_CATEGORY_MIN = 0.97
 REAL_BLAME_MIN = 0.90
+# The held-out set may not fall below its first contact (README there: batch 1 cause 32/38,
+# blame 5/9; batch 2 cause 16/18, blame 0/2, each before any rule was changed for it); it is
+# a measure, so no higher bar is set.
+HELDOUT_CAUSE_MIN = 32 + 16
+HELDOUT_BLAME_MIN = 5 + 0
+# Issue 15 "Blame": at least 15 real cases whose source establishes the blamed node.
+BLAME_LABELLED_MIN = 15
 
 
 def _score(folder: Path, labels: dict[str, dict]) -> dict:
@@ -79,21 +90,39 @@ def _print(title: str, s: dict) -> None:
         print("  MISS", miss)
 
 
-def test_real_corpus_size_and_labels_are_well_formed():
-    assert len(REAL_LABELS) >= 80
-    for name, label in REAL_LABELS.items():
-        assert (REAL / name).is_file(), name
+def _well_formed(folder: Path, labels: dict[str, dict]) -> None:
+    for name, label in labels.items():
+        assert (folder / name).is_file(), name
         cause = taxonomy.CAUSES[label["cause"]]
         assert label["category"] == cause.category.value, name
         assert label["source"].startswith("https://"), name
         assert label["why"], name
 
 
+def test_real_corpus_size_and_labels_are_well_formed():
+    assert len(REAL_LABELS) >= 80
+    _well_formed(REAL, REAL_LABELS)
+
+
+def test_heldout_set_is_new_and_well_formed():
+    assert len(HELDOUT_LABELS) >= 30
+    _well_formed(HELDOUT, HELDOUT_LABELS)
+    # Held out means no thread of the development corpus is in it.
+    development = {label["source"] for label in REAL_LABELS.values()}
+    assert not development & {label["source"] for label in HELDOUT_LABELS.values()}
+    labelled = [
+        label for label in [*REAL_LABELS.values(), *HELDOUT_LABELS.values()] if label["blamed_node"]
+    ]
+    assert len(labelled) >= BLAME_LABELLED_MIN
+
+
 def test_accuracy_on_real_and_synthetic_logs(capsys):
     real = _score(REAL, REAL_LABELS)
+    heldout = _score(HELDOUT, HELDOUT_LABELS)
     synthetic = _score(SYNTHETIC, SYNTHETIC_LABELS)
     with capsys.disabled():
-        _print("real logs (tests/data/real_logs)", real)
+        _print("real logs (tests/data/real_logs, development)", real)
+        _print("real logs held out (tests/data/real_logs_heldout)", heldout)
         _print("synthetic logs (tests/data/failure_logs)", synthetic)
     n = real["n"]
     ok, total = real["blame"]
@@ -102,3 +131,5 @@ def test_accuracy_on_real_and_synthetic_logs(capsys):
     assert total and ok / total >= REAL_BLAME_MIN, real["misses"]
     assert real["action_misses"] == []
     assert synthetic["cause"] == synthetic["n"], synthetic["misses"]
+    assert heldout["cause"] >= HELDOUT_CAUSE_MIN, heldout["misses"]
+    assert heldout["blame"][0] >= HELDOUT_BLAME_MIN, heldout["misses"]

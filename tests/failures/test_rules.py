@@ -68,6 +68,15 @@ def test_anchor_outside_ascii_is_rejected():
         catalogue_parse(text)
 
 
+def test_anchor_that_yaml_reads_as_a_mapping_is_rejected():
+    # Unquoted, "start running, host:" is a YAML mapping; it must not become the text of one.
+    text = RULES_PATH.read_text(encoding="utf-8").replace(
+        '  - "start running, host:"', "  - start running, host: ", 1
+    )
+    with pytest.raises(RuleError, match="start running, host"):
+        catalogue_parse(text)
+
+
 @pytest.mark.skipif(shutil.which("grep") is None, reason="no grep")
 def test_grep_reads_every_pattern(tmp_path):
     from webapp.failures.diagnosis import grep_patterns

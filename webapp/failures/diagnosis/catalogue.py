@@ -185,7 +185,11 @@ def catalogue_parse(text: str) -> Catalogue:
     loss = [r for r in rules if not r.per_line and r.cause == "loss_nan"]
     if len(loss) != 1:
         raise RuleError("exactly one per_line: false rule (the loss curve) is expected")
-    anchors = tuple(str(a).lower() for a in data["anchors"])
+    not_text = [a for a in data["anchors"] if not isinstance(a, str)]
+    if not_text:
+        # An unquoted "host: x" in YAML is a mapping, not the text "host: x": quote it.
+        raise RuleError(f"anchors must be strings (quote ones with ': '): {not_text[0]!r}")
+    anchors = tuple(a.lower() for a in data["anchors"])
     bad = [a for a in anchors if not a.isascii() or "\n" in a or not a]
     if bad:
         # The scan folds ASCII case only (as bytes.lower() does); a line break never matches.

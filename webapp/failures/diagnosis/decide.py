@@ -61,6 +61,14 @@ LOSS_BASELINE_MIN = 3
 # the run diverged. One NaN grad norm is an fp16 overflow the scaler skips (a maintainer in
 # JiaquanYe/TableMASTER-mmocr#32), so a run of them is required.
 GRAD_NORM_NAN_RUN = 3
+# Megatron's training_log prints a loss only `if avg > 0.0`, which a NaN fails: its last
+# iteration line without "lm loss" where earlier ones had it is a NaN loss (epfLLM/Megatron-LLM#33,
+# "NaN losses after ~3300 steps" with the lm loss field gone and the skip counters at 0).
+# An iteration line is told by the fields printed on both sides of the loss.
+MEGATRON_LINE = ("iteration", "global batch size:", "loss scale:")
+MEGATRON_LOSS = "lm loss:"
+# srun --label's task prefix "3: " (lines.py takes the task id for the rank).
+_SRUN_LABEL = re.compile(r"\s*\d{1,5}: ")
 # rules.yaml `last_only`: the event must be among the last lines of its file.
 LAST_ONLY_LINES = 3
 
@@ -161,9 +169,14 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
         while run < len(series) and not math.isfinite(series[-1 - run][1]):
             run += 1
         hit, detail, conf = None, None, cat.loss.confidence
+        hidden = _megatron_hidden_loss(lines, lowest)
         if run:
             hit = series[-run]
             detail = f"loss {hit[1]} at the end of the log"
+            conf = max(conf, NONFINITE_LOSS_CONFIDENCE)
+        elif hidden is not None:
+            hit = (first + hidden, math.nan, lines[hidden])
+            detail = "Megatron printed no lm loss at its last iteration (a NaN loss is not printed)"
             conf = max(conf, NONFINITE_LOSS_CONFIDENCE)
         elif len(grads) >= GRAD_NORM_NAN_RUN and not any(math.isfinite(v) for _, v, _ in grads):
             hit = grads[-1]
@@ -197,6 +210,20 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
                 )
             )
     return events
+
+
+def _megatron_hidden_loss(lines: list[str], lowest: int) -> int | None:
+    """Index of the last Megatron iteration line if it has no lm loss and an earlier one had."""
+    last = None
+    for i in range(len(lines) - 1, lowest - 1, -1):
+        if all(f in lines[i] for f in MEGATRON_LINE):
+            if last is None:
+                if MEGATRON_LOSS in lines[i]:
+                    return None
+                last = i
+            elif MEGATRON_LOSS in lines[i]:
+                return last
+    return None
 
 
 def _tail_stamps(tails: list[tuple[int, str, int, bytes]]) -> list[Stamp]:
@@ -309,7 +336,8 @@ def _diagnosis(best: Event, events: list[Event], scan: Scan, notes: list[str]) -
         node = gpu = rank = None
     elif best.rule.blame == "peer":
         peers = [e.peer for e in events if e.peer and e.tier == best.tier]
-        node, gpu, rank = (peers[0] if peers else None), None, None
+        # A peer named by address is the host whose NCCL interface line gave that address.
+        node, gpu, rank = (scan.ip_host.get(peers[0], peers[0]) if peers else None), None, None
         if node is None:
             notes.append("no peer host named: run the pairwise NCCL test to locate the node")
     if best.cause == "nccl_timeout" and best.kind != "cause":
@@ -322,14 +350,24 @@ def _diagnosis(best: Event, events: list[Event], scan: Scan, notes: list[str]) -
             node = gpu = rank = None
     if best.rule.blame != "none" and node is None and rank is not None:
         node = scan.rank_host.get(rank)
+        if node is None and _SRUN_LABEL.match(best.text):
+            # srun --label's "3: ..." is srun task 3: the host srun named for task 3.
+            node = scan.task_host.get(rank)
     if best.rule.blame == "line" and node is None:
         # "The rank/node that errored first": the earliest event of this cause naming a node.
         named = [e for e in events if e.cause == best.cause and e.host]
         if named and best.cause not in ("nccl_timeout",):
             node = min(named, key=lambda e: e.seq).host
-    if node is None and best.cause == "node_lost" and len(scan.exec_hosts) == 1:
-        # The failed node is the job's one node that the scheduler record names.
-        node = next(iter(scan.exec_hosts))
+    if node is None and best.rule.blame == "line" and best.cause != "nccl_timeout":
+        if len(scan.exec_hosts) == 1:
+            # The job's one node, named by the scheduler record (PBS "Exec host", the failed
+            # node of cBio/cbio-cluster#187) or by its runner (mmcv's "Start running, host:",
+            # TuSimple/centerformer#4): a one-node job errored there.
+            node = next(iter(scan.exec_hosts))
+        elif best.tier in ("hardware", "node") and len(scan.inspected_hosts) == 1:
+            # A GPU fault no line names a host for, pasted with the shell prompt of the one
+            # node whose GPUs were inspected (rwth-i6/returnn#1486).
+            node = next(iter(scan.inspected_hosts))
     action = best.action or cause.action.value
 
     confidence = best.confidence
@@ -352,7 +390,8 @@ def _diagnosis(best: Event, events: list[Event], scan: Scan, notes: list[str]) -
             evidence.append(e)
     detail = best.detail or ""
     if best.cause == "ib_link" and best.peer:
-        detail = f"{detail} (peer {best.peer})"
+        host = scan.ip_host.get(best.peer)
+        detail = f"{detail} (peer {best.peer}{f' = {host}' if host else ''})"
     return Diagnosis(
         cause=cause.name,
         category=cause.category.value,

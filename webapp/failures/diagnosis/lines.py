@@ -65,7 +65,18 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
         False,
     ),
     ("host_pid_tid", r"([A-Za-z][\w.-]*):(\d+):(\d+) ", "[A-Za-z]", True),
+    # Sites that tag slurmstepd with its node: "slurmstepd-gpu20-15: error: ..."
+    # (ZwwWayne/K-Net#30); before "host", which would take the whole word for the host.
+    # Not needs_host: "slurmstepd-localhost: " (lyulyul/shine-cluster#4) names no host, but
+    # it is still this prefix, not a host called "slurmstepd-localhost".
+    ("slurm_host", r"(?:slurmstepd|slurmd)-([A-Za-z0-9][\w.-]*): ", "s", False),
+    # Ray's worker prefix "(RayWorkerVllm pid=7046) ", with ", ip=10.0.0.3" on other nodes
+    # (vllm-project/vllm#4108, wandb/wandb#6038): the ip is the worker's node.
+    ("ray", r"\([\w.-]+ pid=\d+(?:, ip=([\d.]+))?\) ?", r"\(", False),
     ("host", r"([a-z][a-z0-9.-]*[0-9][a-z0-9.-]*|[a-z][a-z0-9]*-[a-z0-9.-]+): ", "[a-z]", True),
+    # pdsh-style launchers (DeepSpeed's multi-node runner) prefix each line with the host
+    # they ran it on, often an address: "192.168.13.81: [rank19]:..." (hiyouga/LlamaFactory#8871).
+    ("ip_host", r"(\d{1,3}(?:\.\d{1,3}){3}): ", "[0-9]", False),
     ("task", r"(\d{1,5}): ", "[0-9]", False),
 )
 
@@ -171,9 +182,16 @@ def parse_line(text: str) -> Line:
         elif kind == "rank" or kind == "task":
             rank = int(m.group(g)) if rank is None else rank
             rest = rest[end:].lstrip()
-        elif kind == "host":
+        elif kind == "host" or kind == "ip_host":
             host = host or m.group(g)
             rest = rest[end:].lstrip()
+        elif kind == "slurm_host":
+            host = host or _host(m.group(g))
+            program = program or "slurmstepd"
+            rest = rest[end:]
+        elif kind == "ray":
+            host = host or m.group(g)
+            rest = rest[end:]
         elif kind == "host_program":
             host = host or m.group(g)
             program = program or m.group(g + 1).split("[")[0]

@@ -41,6 +41,10 @@ SEEN_LINE_CHARS = 512
 MAX_FRAME_LOOKUPS = 500  # traceback look-backs per file (pathological logs stay linear)
 FRAME_LOOKBACK_BYTES = 16384
 FRAME_LOOKBACK_LINES = 120
+# torchrun's failure record: "host : h" then "rank : n (local_rank: m)", "exitcode : -11",
+# "error_file", "traceback : Signal 11 ..." (NVIDIA/Megatron-LM#1880). The host line names the
+# host of the events on this many anchored lines after it.
+RECORD_LINES = 4
 # A chunk whose sample has more than 10% control bytes is binary (text, UTF-8 included, has
 # almost none; random bytes have 13%).
 BINARY_CONTROL_SHARE = 0.10
@@ -79,8 +83,19 @@ class Scan:
         self.events: list[Event] = []
         self.per_rule: dict[str, int] = {}
         self.rank_host: dict[int, str] = {}
-        # Hosts a scheduler record names as the job's (rules.yaml scheduler-exec-host).
+        # Hosts a scheduler record or the job's runner names as the job's own
+        # (rules.yaml scheduler-exec-host, runner-host).
         self.exec_hosts: set[str] = set()
+        # srun task id -> host, from "srun: error: <host>: task 3: Exited ..." (or "tasks 0-3"):
+        # only for lines that srun --label tagged with the same task id ("3: ...").
+        self.task_host: dict[int, str] = {}
+        # IP address -> host, from the NCCL interface lines each host prints
+        # (rules.yaml nccl-interface-address): peers named by address resolve through it.
+        self.ip_host: dict[str, str] = {}
+        # Hosts a pasted shell prompt inspects the GPUs of (rules.yaml shell-prompt-host).
+        self.inspected_hosts: set[str] = set()
+        # The torchrun failure record being read: (file index, host, rank, anchored lines left).
+        self.record: tuple[int, str, int | None, int] | None = None
         self.bytes_total = 0
         self.binary_bytes = 0
         self.lines_total = 0
@@ -178,8 +193,14 @@ class Scan:
             line, rule = known
             if line.host and line.rank is not None:
                 rank_host.setdefault(line.rank, line.host)
-            if rule is not None and rule.id == "scheduler-exec-host":
-                self.exec_hosts.add(line.message.split(":", 1)[1].strip().split("/")[0])
+            if self.record is not None:
+                self.record = self.record[:3] + (self.record[3] - 1,)
+                if self.record[3] < 0 or self.record[0] != file_index:
+                    self.record = None
+            if "task" in text and "srun" in text:
+                self._srun_tasks(text)
+            if rule is not None and rule.kind == "ignore" and rule.id in _HOST_MAP_RULES:
+                self._host_map(rule.id, line, file_index)
             if rule is None or rule.kind == "ignore":
                 continue
             # Lines are numbered only where an event may be made, and counted in one pass.
@@ -187,6 +208,39 @@ class Scan:
             counted = start
             self._line(text, line, rule, line_no, file_index, name, piece, start, context)
         return False, line_no - first_line + _newlines(piece, counted, end)
+
+    def _srun_tasks(self, text: str) -> None:
+        """Learn which host ran which srun task from srun's per-task error line."""
+        m = _SRUN_TASKS.search(text)
+        if m is None:
+            return
+        for part in m.group(2).split(","):
+            lo, _, hi = part.partition("-")
+            for task in range(int(lo), int(hi or lo) + 1)[:MAX_TASKS_PER_LINE]:
+                self.task_host.setdefault(task, m.group(1))
+
+    def _host_map(self, rule_id: str, line: Line, file_index: int) -> None:
+        """Learn a host from a line of a launcher's or scheduler's rank-to-host map."""
+        message = line.message
+        if rule_id == "nccl-interface-address":
+            if line.host:
+                for ip in _IPV4.findall(message):
+                    self.ip_host.setdefault(ip, line.host)
+            return
+        if rule_id == "shell-prompt-host":  # "user@host ~ % nvidia-smi"
+            self.inspected_hosts.add(re.split(r"[: ]", message.split("@", 1)[1], maxsplit=1)[0])
+            return
+        value = message.split(":", 1)[1].strip()
+        if rule_id == "scheduler-exec-host":
+            self.exec_hosts.add(value.split("/")[0])
+        elif rule_id == "runner-host":
+            self.exec_hosts.add(value.split("@", 1)[1].split(",")[0].strip())
+        elif message.lstrip().startswith("host"):
+            self.record = (file_index, value, None, RECORD_LINES)
+        elif self.record is not None:  # "rank : 0 (local_rank: 0)" of the record being read
+            rank = int(value.split()[0])
+            self.rank_host.setdefault(rank, self.record[1])
+            self.record = (file_index, self.record[1], rank, self.record[3])
 
     # Classifying ---------------------------------------------------------------------------
 
@@ -226,6 +280,10 @@ class Scan:
         if count >= MAX_EVENTS_PER_RULE:
             return
         ev.file_index, ev.file, ev.line_no = file_index, name, line_no
+        if self.record is not None and ev.host is None:
+            # A line of a torchrun failure record: the record's host and rank are its own.
+            ev.host = self.record[1]
+            ev.rank = self.record[2] if ev.rank is None else ev.rank
         self.events.append(ev)
 
 
@@ -267,6 +325,20 @@ def _spans(rx: Any, buf: bytes, end: int) -> Iterator[tuple[int, int]]:
         yield start, stop
         pos = stop if stop > start else stop + 1
 
+
+_HOST_MAP_RULES = frozenset(
+    {
+        "scheduler-exec-host",
+        "runner-host",
+        "shell-prompt-host",
+        "torchrun-failure-record",
+        "nccl-interface-address",
+    }
+)
+# "srun: error: node-03: task 12: Exited with exit code 1", "srun: error: gpu-1: tasks 0-3,8: ..."
+_SRUN_TASKS = re.compile(r"srun: error: ([A-Za-z0-9][\w.-]*): tasks? ([\d,-]+):")
+MAX_TASKS_PER_LINE = 4096  # a range this long is a whole job's, not worth mapping task by task
+_IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})<\d+>")
 
 _NON_CONTROL = bytes(b for b in range(256) if not (b < 9 or 13 < b < 32 or b == 127))
 
