@@ -31,7 +31,7 @@ from webapp.failures.models import FailureEvent
 from webapp.failures.services import failure_action_record
 from webapp.fleet.models import Node
 from webapp.jobs.models import Job, JobAllocation
-from webapp.recovery import policy
+from webapp.recovery import policy, signals
 from webapp.recovery.choices import (
     FINAL_STATES,
     ActionKind,
@@ -603,6 +603,7 @@ def _failed(action: RecoveryAction, transient: bool, result: CommandResult) -> O
             lease_until=None,
         )
         _cancel_after(action, f"cancelled: action {action.pk} failed")
+        signals.action_failed.send(sender=RecoveryAction, action=action)
     log.warning("recovery action %s (%s) failed: %s", action.pk, action.kind, first)
     return Outcome(ActionStatus.FAILED, note=first)
 
