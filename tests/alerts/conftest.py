@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import importlib
 import socket
 import threading
 from datetime import datetime, timedelta
@@ -88,13 +89,24 @@ def with_email(user, address: str | None = None):
     return user
 
 
+def default_rules() -> None:
+    """The built-in rules of migration 0002 (a transactional test's flush empties the table)."""
+    from webapp.alerts.models import AlertRule
+
+    migration = importlib.import_module("webapp.alerts.migrations.0002_default_rules")
+    for rule in migration.RULES:
+        AlertRule.objects.get_or_create(name=rule["name"], defaults=rule)
+
+
 @pytest.fixture
 def fleet(db):
+    default_rules()
     return make_fleet()
 
 
 @pytest.fixture
 def committed_fleet(transactional_db):
+    default_rules()
     return make_fleet()
 
 
