@@ -216,3 +216,19 @@ def test_a_failed_debug_job_does_not_page_and_big_pretraining_does(fleet, smtp, 
     fleet_job.save(update_fields=["gpus_requested"])
     [alert] = services.failure_alerts(big.pk)
     assert alert.severity == "critical"
+
+
+def test_a_recipient_over_its_hourly_limit_gets_no_more_and_the_log_says_why(
+    fleet, smtp, owner, settings
+):
+    settings.VIGIL_ALERTS_RATE_LIMIT_PER_HOUR = 1
+    with_email(owner)
+    first = _failed_job(fleet, "900", with_logs=False, nodes=("gpu-node-01",))
+    services.failure_alerts(first.pk)
+    deliver(later(2))
+    second = _failed_job(fleet, "901", with_logs=False, nodes=("gpu-node-01",))
+    services.failure_alerts(second.pk)
+    deliver(later(70))
+    assert len(smtp.to("alice@example.org")) == 1
+    skipped = Notification.objects.get(status=NotificationStatus.SKIPPED)
+    assert "rate limit" in skipped.error
