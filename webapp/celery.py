@@ -40,6 +40,12 @@ app.conf.beat_schedule = {
         "task": "vigil.recovery.sweep",
         "schedule": 30.0,
     },
+    # Alert rules on conditions (temperature, node down, idle GPUs, ingest), due groups and
+    # stale deliveries; failures and failed actions alert at once, on their own events.
+    "alerts-evaluate": {
+        "task": "vigil.alerts.evaluate",
+        "schedule": 15.0,
+    },
     "fleet-node-states": {
         "task": "vigil.fleet.mark_stale_nodes",
         "schedule": 30.0,

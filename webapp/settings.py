@@ -137,6 +137,7 @@ INSTALLED_APPS = [
     "webapp.failures",
     "webapp.teams",
     "webapp.recovery",
+    "webapp.alerts",
 ]
 
 MIDDLEWARE = [
@@ -294,6 +295,10 @@ else:
 # --- Email ---------------------------------------------------------------------------------
 _email = dj_email_url.parse(os.environ.get("EMAIL_URL", "console://"))
 EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+if DEBUG and not os.environ.get("EMAIL_URL"):
+    # `make demo` and development: emails are kept in a table the outbox page lists
+    # (webapp/alerts/outbox.py), so a newcomer sees what the simulated failures sent.
+    EMAIL_BACKEND = "webapp.alerts.outbox.OutboxEmailBackend"
 EMAIL_HOST = _email["EMAIL_HOST"]
 EMAIL_PORT = _email["EMAIL_PORT"]
 EMAIL_HOST_USER = _email["EMAIL_HOST_USER"]
@@ -460,3 +465,29 @@ VIGIL_STRAGGLER_MINUTES = envint("VIGIL_STRAGGLER_MINUTES", "10", minimum=1)
 VIGIL_CHECKPOINT_WRITE_S = envfloat("VIGIL_CHECKPOINT_WRITE_S", "60", minimum=0)
 if VIGIL_CHECKPOINT_WRITE_S == 0:
     raise ImproperlyConfigured("VIGIL_CHECKPOINT_WRITE_S=0 is not a duration (use seconds > 0)")
+
+# --- Alerts --------------------------------------------------------------------------------
+# Links in emails point here (no trailing slash); the unsubscribe link too.
+VIGIL_BASE_URL = os.environ.get("VIGIL_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+# The right-hand side of every email's Message-ID (RFC 5322 section 3.6.4: a domain the sender
+# owns); defaults to the host of VIGIL_BASE_URL.
+VIGIL_EMAIL_DOMAIN = os.environ.get("VIGIL_EMAIL_DOMAIN") or (
+    urlsplit(VIGIL_BASE_URL).hostname or "localhost"
+)
+# Per recipient (channel): at most this many notifications in any hour; the rest are recorded
+# as skipped (an incident of a hundred nodes must not send a hundred emails to one person).
+VIGIL_ALERTS_RATE_LIMIT_PER_HOUR = envint("VIGIL_ALERTS_RATE_LIMIT_PER_HOUR", "30", minimum=1)
+# A worker holds a claimed notification this long (SMTP or HTTP timeout plus grace); after it,
+# the sweep hands the row to another worker (the first one died).
+VIGIL_ALERTS_SEND_TIMEOUT_S = envint("VIGIL_ALERTS_SEND_TIMEOUT_S", "20", minimum=1)
+VIGIL_ALERTS_LEASE_S = envint("VIGIL_ALERTS_LEASE_S", "60", minimum=5)
+# Transient delivery errors are retried this many times in all (backoff 2, 4, 8 ... s).
+VIGIL_ALERTS_MAX_ATTEMPTS = envint("VIGIL_ALERTS_MAX_ATTEMPTS", "8", minimum=1)
+# The default HMAC-SHA256 key of webhook channels (a channel may name its own environment
+# variable in its config, "secret_env"). Only ever read from the environment, never logged.
+VIGIL_WEBHOOK_SECRET = os.environ.get("VIGIL_WEBHOOK_SECRET", "")
+# Tests only: seconds a worker sleeps after claiming a notification and before sending it,
+# so a test can kill it in that window. 0 in every real deployment.
+VIGIL_ALERTS_TEST_PAUSE_BEFORE_SEND_S = envfloat(
+    "VIGIL_ALERTS_TEST_PAUSE_BEFORE_SEND_S", "0", minimum=0
+)

@@ -209,5 +209,6 @@ class Command(BaseCommand):
             username=DEMO_USER, defaults={"is_staff": True, "is_superuser": True}
         )
         user.set_password(password)
+        user.email = user.email or f"{DEMO_USER}@localhost"  # the alert emails' outbox address
         user.save()
         return password

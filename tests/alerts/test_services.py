@@ -1,0 +1,234 @@
+"""The alerts engine against real PostgreSQL and a real SMTP server (aiosmtpd): what reaches
+whose inbox, once, for diagnosed failures, groups, resolutions, silences, refusals and the
+three personas. The flush and send tasks' services run in the test process (conftest
+`deliver`) with a clock the test moves; tests/alerts/test_tasks.py runs them in real workers.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tests.alerts.conftest import REFUSED, deliver, later, text_of, with_email
+from tests.failures.conftest import nccl_window, xid_event
+from webapp.alerts import services
+from webapp.alerts.choices import AlertState, NotificationStatus
+from webapp.alerts.models import Alert, Channel, Notification
+from webapp.alerts.selectors import alerts_firing_counts
+from webapp.failures.models import FailureEvent
+from webapp.failures.node_events import node_events_ingest
+from webapp.failures.services import failure_diagnose
+from webapp.fleet.models import Cluster, Node
+
+pytestmark = pytest.mark.django_db
+
+
+def _now() -> float:
+    return float(int(time.time()))
+
+
+def _failed_job(fleet, job_id: str, *, with_logs: bool = True, **kw) -> FailureEvent:
+    """A job that failed and was diagnosed, through the real ingest and diagnosis."""
+    end = _now() - 300
+    start = end - 6 * 3600
+    if with_logs:
+        fleet.run_job(job_id, start, None, last_checkpoint_ts=end - 1800, **kw)
+        node_events_ingest(
+            fleet.node_batch(
+                "gpu-node-02",
+                gpu_events=[
+                    xid_event(end - 700, 79, index=3, message="GPU has fallen off the bus.")
+                ],
+            )
+        )
+        node_events_ingest(
+            fleet.node_batch("gpu-node-01", log_windows=[nccl_window(job_id, end - 60)])
+        )
+    fleet.run_job(job_id, start, end, **kw)
+    failure = FailureEvent.objects.get(kind="job_failure", job__scheduler_id=job_id)
+    return failure_diagnose(failure.pk)
+
+
+def test_a_diagnosed_failure_sends_one_email_with_the_diagnosis_and_evidence(fleet, smtp, owner):
+    with_email(owner)
+    failure = _failed_job(fleet, "200")
+    services.failure_alerts(failure.pk)
+    deliver(later(2))
+    deliver(later(3))  # nothing new: nothing more
+    [msg] = smtp.to("alice@example.org")
+    body = text_of(msg)
+    assert "Job 200" in msg["Subject"] and "gpu off bus" in msg["Subject"]
+    assert "Diagnosis: gpu_off_bus (infrastructure" in body
+    assert "Blamed: node gpu-node-02, GPU" in body
+    assert "GPU-hours lost: 8.0" in body
+    assert "Watchdog caught collective operation timeout" in body  # the evidence lines
+    assert f"/failures/{failure.pk}/" in body
+    note = Notification.objects.get(to="alice@example.org")
+    assert msg["Message-ID"] == note.message_id
+    assert note.status == NotificationStatus.SENT and note.sent_at is not None
+    assert "/alerts/unsubscribe/" in body
+
+
+def test_ten_failures_of_one_cause_within_a_minute_are_one_grouped_email(fleet, smtp, owner):
+    with_email(owner)
+    for i in range(10):
+        failure = _failed_job(fleet, f"30{i}", with_logs=False, nodes=("gpu-node-01",))
+        services.failure_alerts(failure.pk)
+    deliver(later(2))
+    deliver(later(70))
+    [msg] = smtp.to("alice@example.org")
+    assert "10 alerts firing" in msg["Subject"]
+    body = text_of(msg)
+    for i in range(10):
+        assert f"Job 30{i} " in body
+
+
+def _node_down(fleet, minutes: float) -> Node:
+    node = Node.objects.get(hostname="gpu-node-02")
+    Node.objects.filter(pk=node.pk).update(last_seen=timezone.now() - timedelta(minutes=minutes))
+    return node
+
+
+def test_a_resolved_alert_sends_one_resolved_email(fleet, smtp, operator, broker):
+    with_email(operator)
+    node = _node_down(fleet, 20)
+    services.alerts_evaluate(timezone.now())
+    deliver(later(2))
+    [firing] = smtp.to("operator@example.org")
+    assert "gpu-node-02 has not reported" in firing["Subject"]
+    Node.objects.filter(pk=node.pk).update(last_seen=timezone.now())
+    services.alerts_evaluate(later(5))
+    assert Alert.objects.get(rule__name="node-down").state == AlertState.RESOLVED
+    deliver(later(70))  # group_interval after the first email
+    deliver(later(80))
+    first, resolved = smtp.to("operator@example.org")
+    assert resolved["Subject"].startswith("[Vigil resolved]")
+    assert "gpu-node-02" in text_of(resolved)
+
+
+def test_a_silence_suppresses_until_it_is_expired(fleet, smtp, operator, broker):
+    with_email(operator)
+    _node_down(fleet, 20)
+    silence = services.silence_create(
+        user="operator",
+        comment="rack 4 maintenance",
+        ends_at=later(3600),
+        cluster=Cluster.objects.get(name="testcluster"),
+    )
+    services.alerts_evaluate(timezone.now())
+    deliver(later(2))
+    services.alerts_evaluate(later(3))
+    deliver(later(5))
+    assert smtp.all() == []
+    assert Alert.objects.get(rule__name="node-down").state == AlertState.FIRING
+    assert alerts_firing_counts() == []  # silenced alerts are not counted as firing
+    services.silence_expire(silence.pk, "operator")
+    services.alerts_evaluate(later(6))
+    deliver(later(8))
+    [msg] = smtp.to("operator@example.org")
+    assert "gpu-node-02" in msg["Subject"]
+
+
+def test_a_node_down_alert_inhibits_that_nodes_gpu_alert(fleet, smtp, operator, broker):
+    with_email(operator)
+    _node_down(fleet, 20)
+    services.alerts_evaluate(timezone.now())
+    deliver(later(2))
+    end = _now()
+    node_events_ingest(
+        fleet.node_batch("gpu-node-02", gpu_events=[xid_event(end - 5, 79, index=3)])
+    )
+    gpu_failure = FailureEvent.objects.get(kind="gpu_error")
+    failure_diagnose(gpu_failure.pk)
+    [alert] = services.failure_alerts(gpu_failure.pk)
+    assert alert.node.hostname == "gpu-node-02"
+    deliver(later(5))
+    deliver(later(120))
+    [msg] = smtp.to("operator@example.org")  # the node-down email only
+    assert "has not reported" in msg["Subject"]
+
+
+def test_a_recipient_the_server_refuses_disables_the_channel_with_the_error(fleet, smtp, owner):
+    with_email(owner, REFUSED)
+    failure = _failed_job(fleet, "400", with_logs=False, nodes=("gpu-node-01",))
+    services.failure_alerts(failure.pk)
+    deliver(later(2))
+    assert smtp.all() == []
+    channel = Channel.objects.get(config__address=REFUSED)
+    assert channel.disabled
+    assert "550" in channel.last_error and "User unknown" in channel.last_error
+    note = Notification.objects.get(channel=channel)
+    assert note.status == NotificationStatus.FAILED
+
+
+def test_an_outsiders_subscription_never_receives_another_teams_job_failure(
+    fleet, smtp, owner, teammate, outsider, broker
+):
+    for user in (owner, teammate, outsider):
+        with_email(user)
+        if user != owner:
+            services.subscription_create(user)  # every cluster, every severity
+    failure = _failed_job(fleet, "500", with_logs=False, nodes=("gpu-node-01",))
+    services.failure_alerts(failure.pk)
+    deliver(later(2))
+    assert len(smtp.to("alice@example.org")) == 1  # the owner
+    assert len(smtp.to("carol@example.org")) == 1  # the owner's team
+    assert smtp.to("mallory@example.org") == []
+    # Mallory's subscription works: an alert about no job reaches her, naming no job.
+    _node_down(fleet, 20)
+    services.alerts_evaluate(later(3))
+    deliver(later(5))
+    [msg] = smtp.to("mallory@example.org")
+    assert "500" not in text_of(msg) and "train-500" not in text_of(msg)
+
+
+def test_the_unsubscribe_link_turns_off_that_subscription_without_login(fleet, smtp, owner):
+    with_email(owner)
+    failure = _failed_job(fleet, "600", with_logs=False, nodes=("gpu-node-01",))
+    services.failure_alerts(failure.pk)
+    deliver(later(2))
+    [msg] = smtp.to("alice@example.org")
+    token = re.search(r"/alerts/unsubscribe/([^/\s]+)/", text_of(msg)).group(1)
+    sub = services.subscription_unsubscribe(token)
+    assert not sub.active
+    with pytest.raises(services.AlertsError, match="not valid"):
+        services.subscription_unsubscribe(token[:-2] + "xx")
+    again = _failed_job(fleet, "601", with_logs=False, nodes=("gpu-node-01",))
+    services.failure_alerts(again.pk)
+    deliver(later(70))
+    assert len(smtp.to("alice@example.org")) == 1
+
+
+def test_a_failed_debug_job_does_not_page_and_big_pretraining_does(fleet, smtp, owner):
+    with_email(owner)
+    debug = _failed_job(fleet, "700", with_logs=False, nodes=("gpu-node-01",), job_type="debug")
+    [alert] = services.failure_alerts(debug.pk)
+    assert alert.severity == "info"
+    big = _failed_job(fleet, "701", with_logs=False, gpus=8, job_type="pretrain")
+    [alert] = services.failure_alerts(big.pk)
+    assert alert.severity == "warning"  # 16 GPUs: below the 64 that page
+    fleet_job = big.job
+    fleet_job.gpus_requested = 64
+    fleet_job.save(update_fields=["gpus_requested"])
+    [alert] = services.failure_alerts(big.pk)
+    assert alert.severity == "critical"
+
+
+def test_a_recipient_over_its_hourly_limit_gets_no_more_and_the_log_says_why(
+    fleet, smtp, owner, settings
+):
+    settings.VIGIL_ALERTS_RATE_LIMIT_PER_HOUR = 1
+    with_email(owner)
+    first = _failed_job(fleet, "900", with_logs=False, nodes=("gpu-node-01",))
+    services.failure_alerts(first.pk)
+    deliver(later(2))
+    second = _failed_job(fleet, "901", with_logs=False, nodes=("gpu-node-01",))
+    services.failure_alerts(second.pk)
+    deliver(later(70))
+    assert len(smtp.to("alice@example.org")) == 1
+    skipped = Notification.objects.get(status=NotificationStatus.SKIPPED)
+    assert "rate limit" in skipped.error

@@ -1,0 +1,10 @@
+"""Alerts: rules, alerts and their groups, silences, channels, subscriptions, notifications.
+
+For the pages (views.py, urls.py, templates/alerts/): emails link to two fixed paths, the
+alert list `/alerts/` (emails.ALERTS_PATH) and the unsubscribe page
+`/alerts/unsubscribe/<token>/` (services.UNSUBSCRIBE_PATH), which must work without a login
+and call `services.subscription_unsubscribe(token)`. Reads for the pages are in selectors.py
+(alerts_active, subscriptions_of, notifications_for_channel); writes in services.py
+(silence_create / silence_expire, subscription_create / _update / _delete, channel_enable).
+The demo's outbox is the OutboxMessage table.
+"""

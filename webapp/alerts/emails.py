@@ -1,0 +1,152 @@
+"""The alert emails: each kind is three templates (templates/emails/<name>-subject.html,
+-body-text.html, -body-html.html, as in healthchecks), rendered by one function per kind from
+the context `alert_context` builds for one recipient.
+
+What a recipient may read decides what the context holds: evidence lines only for those who
+may read the job's logs (teams.selectors.job_logs_visible); routing (selectors.py) already
+keeps other teams' jobs out of their emails altogether.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.template.loader import render_to_string
+from django.urls import NoReverseMatch, reverse
+
+from webapp.alerts.models import Alert
+from webapp.recovery.choices import ActionKind
+from webapp.recovery.models import RecoveryAction
+
+# Where the pages helper's alert list lives (webapp/alerts/urls.py, "alerts:list"); a fixed
+# path here, so emails link to it even before that page exists.
+ALERTS_PATH = "/alerts/"
+
+
+@dataclass(frozen=True)
+class Rendered:
+    subject: str
+    text: str
+    html: str
+
+
+def absolute(path: str) -> str:
+    return f"{settings.VIGIL_BASE_URL}{path}"
+
+
+def _url(name: str, *args: object) -> str:
+    try:
+        return absolute(reverse(name, args=args))
+    except NoReverseMatch:
+        return ""
+
+
+def _actions(alert: Alert) -> list[dict]:
+    """The recovery actions of the alert's failure plan (or the alert's own action)."""
+    qs = RecoveryAction.objects.none()
+    if alert.failure_id:
+        qs = RecoveryAction.objects.filter(plan__failure_id=alert.failure_id)
+    elif alert.recovery_action_id:
+        qs = RecoveryAction.objects.filter(pk=alert.recovery_action_id)
+    return [
+        {
+            "kind": a.get_kind_display(),
+            "status": a.get_status_display(),
+            "target": a.host or a.job_scheduler_id or a.audience,
+            "result": a.result,
+            "waiting": a.status == "awaiting_approval",
+        }
+        for a in qs.exclude(kind=ActionKind.NOTIFY).order_by("seq", "id")
+    ]
+
+
+def alert_context(alert: Alert, *, show_logs: bool) -> dict:
+    """One alert as the templates show it."""
+    f = alert.failure
+    job = alert.job
+    item = {
+        "summary": alert.summary,
+        "rule": alert.rule.name,
+        "severity": alert.severity,
+        "state": alert.state,
+        "starts_at": alert.starts_at,
+        "ends_at": alert.ends_at,
+        "cluster": alert.cluster.name if alert.cluster_id else "",
+        "node": alert.node.hostname if alert.node_id else alert.labels.get("node", ""),
+        "gpu": alert.labels.get("gpu", ""),
+        "cause": alert.cause,
+        "value": alert.value,
+        "job": None,
+        "failure": None,
+        "actions": _actions(alert),
+        "evidence": [],
+        "evidence_hidden": False,
+        "url": absolute(ALERTS_PATH),
+    }
+    if job is not None:
+        item["job"] = {
+            "id": job.scheduler_id,
+            "name": job.name,
+            "user": job.user,
+            "type": job.get_job_type_display(),
+            "gpus": job.gpus_requested,
+            "url": _url("jobs:detail", job.pk),
+        }
+    if f is not None:
+        item["failure"] = {
+            "cause": f.cause,
+            "category": f.category,
+            "confidence": f.confidence,
+            "detail": f.detail,
+            "blamed_host": f.blamed_host,
+            "blamed_gpu": f.blamed_gpu_label,
+            "gpu_hours_lost": f.gpu_hours_lost,
+            "url": _url("failures:detail", f.pk),
+        }
+        if show_logs:
+            item["evidence"] = f.evidence
+        else:
+            item["evidence_hidden"] = bool(f.evidence)
+        item["url"] = item["failure"]["url"] or item["url"]
+    return item
+
+
+def _render(name: str, context: dict) -> Rendered:
+    context = {**context, "base_url": settings.VIGIL_BASE_URL}
+    subject = render_to_string(f"emails/{name}-subject.html", context)
+    # A header is one line (RFC 5322 2.2); templates may wrap.
+    subject = " ".join(subject.split())[:512]
+    return Rendered(
+        subject,
+        render_to_string(f"emails/{name}-body-text.html", context),
+        render_to_string(f"emails/{name}-body-html.html", context),
+    )
+
+
+def email_alert_firing(item: dict, *, unsubscribe_url: str) -> Rendered:
+    return _render("alert-firing", {"a": item, "unsubscribe_url": unsubscribe_url})
+
+
+def email_alerts_grouped(items: list[dict], *, group: str, unsubscribe_url: str) -> Rendered:
+    firing = [i for i in items if i["state"] == "firing"]
+    resolved = [i for i in items if i["state"] == "resolved"]
+    return _render(
+        "alert-grouped",
+        {
+            "firing": firing,
+            "resolved": resolved,
+            "group": group,
+            "unsubscribe_url": unsubscribe_url,
+        },
+    )
+
+
+def email_alerts_resolved(items: list[dict], *, group: str, unsubscribe_url: str) -> Rendered:
+    return _render(
+        "alert-resolved", {"resolved": items, "group": group, "unsubscribe_url": unsubscribe_url}
+    )
+
+
+def email_approval_waiting(item: dict, *, unsubscribe_url: str) -> Rendered:
+    return _render("alert-approval", {"a": item, "unsubscribe_url": unsubscribe_url})

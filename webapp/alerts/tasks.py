@@ -1,0 +1,55 @@
+"""Celery tasks of the alerts app: thin wrappers over services (ids in, one service call).
+
+`send` is acknowledged late and rejected on worker loss (DURABLE_TASK): a worker killed while
+sending leaves the message to be delivered again, and the Notification's own record (claim,
+lease, sent_at) decides whether it is sent.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from webapp.alerts.services import (
+    ACTION_TASK,
+    FAILURE_TASK,
+    FLUSH_TASK,
+    SEND_TASK,
+    alerts_evaluate,
+    failure_alerts,
+    group_flush,
+    notification_send,
+    recovery_action_alerts,
+)
+from webapp.core.ingest import DURABLE_TASK
+
+
+@shared_task(name=FAILURE_TASK, **DURABLE_TASK)
+def failure(self, failure_id: int) -> dict:
+    """Raise the alerts of a failure just diagnosed (sent on the diagnosis' commit)."""
+    return {"alerts": [a.pk for a in failure_alerts(failure_id)]}
+
+
+@shared_task(name=ACTION_TASK, **DURABLE_TASK)
+def recovery_action(self, action_id: int) -> dict:
+    return {"alerts": [a.pk for a in recovery_action_alerts(action_id)]}
+
+
+@shared_task(name=FLUSH_TASK, **DURABLE_TASK)
+def flush(self, group_id: int) -> dict:
+    """Send a group's due notification (after its group_wait / group_interval)."""
+    return {"notifications": [n.pk for n in group_flush(group_id)]}
+
+
+@shared_task(name=SEND_TASK, **DURABLE_TASK)
+def send(self, notification_id: int) -> dict:
+    """Deliver one notification; come back when asked to (backoff, another worker's lease)."""
+    outcome = notification_send(notification_id, worker=self.request.hostname or "worker")
+    if outcome.retry_in_s is not None:
+        raise self.retry(countdown=outcome.retry_in_s, max_retries=None)
+    return {"notification": notification_id, "status": outcome.status}
+
+
+@shared_task(name="vigil.alerts.evaluate", ignore_result=True)
+def evaluate() -> dict:
+    """Condition rules, expiry, due groups and stale deliveries (from beat)."""
+    return alerts_evaluate()
