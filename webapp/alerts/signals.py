@@ -3,7 +3,7 @@ diagnosis or the recovery action never waits on mail):
 
 - `failures.signals.failure_diagnosed`: a failure was diagnosed (its alert, and the alerts of
   its recovery actions awaiting approval);
-- `recovery.signals.action_failed`: a recovery action failed for good (sent from
+- `recovery.dispatch.action_failed`: a recovery action failed for good (sent from
   recovery.services._failed).
 """
 
@@ -13,10 +13,10 @@ from django.db import transaction
 from django.dispatch import receiver
 
 from webapp.celery import app
+from webapp.failures.dispatch import failure_diagnosed
 from webapp.failures.models import FailureEvent
-from webapp.failures.signals import failure_diagnosed
+from webapp.recovery.dispatch import action_failed
 from webapp.recovery.models import RecoveryAction
-from webapp.recovery.signals import action_failed
 
 
 @receiver(failure_diagnosed, sender=FailureEvent, dispatch_uid="alerts.failure_diagnosed")

@@ -35,7 +35,7 @@ from webapp.failures.services import failure_action_record
 from webapp.fleet.models import Node
 from webapp.fleet.services import node_states_apply
 from webapp.jobs.models import Job, JobAllocation
-from webapp.recovery import policy, signals
+from webapp.recovery import policy
 from webapp.recovery.choices import (
     FINAL_STATES,
     ActionKind,
@@ -44,6 +44,7 @@ from webapp.recovery.choices import (
     Mode,
     PlanKind,
 )
+from webapp.recovery.dispatch import action_failed
 from webapp.recovery.executors import Target, executor_for
 from webapp.recovery.executors.base import CommandResult, UnsupportedAction
 from webapp.recovery.models import RecoveryAction, RecoveryPlan, RecoveryPolicy
@@ -628,7 +629,7 @@ def _failed(action: RecoveryAction, transient: bool, result: CommandResult) -> O
             lease_until=None,
         )
         _cancel_after(action, f"cancelled: action {action.pk} failed")
-        signals.action_failed.send(sender=RecoveryAction, action=action)
+        action_failed.send(sender=RecoveryAction, action=action)
     log.warning("recovery action %s (%s) failed: %s", action.pk, action.kind, first)
     return Outcome(ActionStatus.FAILED, note=first)
 

@@ -3,7 +3,7 @@ diagnosis is never on record without its plan, and no poll stands between the tw
 
 from __future__ import annotations
 
-from django.dispatch import Signal, receiver
+from django.dispatch import receiver
 
 from webapp.failures.dispatch import failure_diagnosed
 from webapp.failures.models import FailureEvent
@@ -14,8 +14,3 @@ def plan_recovery(sender: type[FailureEvent], failure: FailureEvent, **kwargs: o
     from webapp.recovery.services import failure_recovery_plan
 
     failure_recovery_plan(failure)
-
-
-# Sent inside the transaction that marks a recovery action failed for good
-# (services._failed, sender RecoveryAction, `action`): the alerts app alerts from it.
-action_failed = Signal()
