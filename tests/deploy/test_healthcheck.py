@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,15 +27,9 @@ import pytest
 from tests.helpers import ROOT
 from tests.realparts import missing
 from tests.slurm import (
-    CPUS,
-    GPUS,
-    SLURMCTLD,
-    SLURMD,
     SlurmCluster,
-    _free_port,
     slurm_missing_reason,
 )
-from webapp.core.embedded import process_stop
 
 HEALTHCHECK = ROOT / "deploy" / "healthcheck"
 NCCL_SCRIPT = HEALTHCHECK / "nccl_pairwise.py"
@@ -538,95 +531,20 @@ def test_the_dcgm_driver_fails_a_node_where_dcgmi_cannot_run(fake_srun, tmp_path
 NODES = ["n1", "n2", "n3"]
 
 
-class MultiNodeSlurm(SlurmCluster):
-    """tests/slurm.py's cluster with several logical nodes on this host, one slurmd each
-    (shared/reference/real-parts.md, "Several logical nodes on one host")."""
-
-    PER_NODE_KEYS = (
-        "NodeName=",
-        "PartitionName=",
-        "SlurmdPort=",
-        "SlurmdSpool",
-        "SlurmdPid",
-        "SlurmdLog",
-    )
-
-    def __init__(self, root: Path, nodes: list[str]) -> None:
-        super().__init__(root)
-        self.nodes = nodes
-        self.ports = {n: _free_port() for n in nodes}
-
-    def write_config(self) -> None:
-        super().write_config()
-        r = self.root
-        lines = [
-            line
-            for line in self.conf.read_text().splitlines()
-            if not line.startswith(self.PER_NODE_KEYS)
-        ]
-        lines += [
-            f"SlurmdSpoolDir={r / 'spool'}%n",
-            f"SlurmdPidFile={r / 'run'}/slurmd.%n.pid",
-            f"SlurmdLogFile={r / 'log'}/slurmd.%n.log",
-        ]
-        lines += [
-            f"NodeName={n} NodeHostname={self.node} NodeAddr=127.0.0.1 Port={self.ports[n]} "
-            f"CPUs={CPUS} RealMemory=4096 Gres=gpu:{GPUS} State=UNKNOWN"
-            for n in self.nodes
-        ]
-        lines.append(f"PartitionName=gpu Nodes={','.join(self.nodes)} Default=YES State=UP")
-        self.conf.write_text("\n".join(lines) + "\n")
-        (r / "gres.conf").write_text(
-            "AutoDetect=off\n"
-            + "".join(
-                f"NodeName={n} Name=gpu File={r / 'gpus'}/fakegpu[0-{GPUS - 1}]\n"
-                for n in self.nodes
-            )
-        )
-
-    def start(self) -> None:
-        self.write_config()
-        daemons = [("slurmctld", [SLURMCTLD])] + [
-            (f"slurmd.{n}", [SLURMD, "-N", n]) for n in self.nodes
-        ]
-        try:
-            for name, command in daemons:
-                subprocess.run(command, env=self.env, check=True, timeout=30, capture_output=True)
-                self._pids[name] = self._read_pid(name)
-            self.wait_all_idle()
-        except BaseException:
-            self.stop()
-            raise
-
-    def wait_all_idle(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        states = ""
-        while time.monotonic() < deadline:
-            states = self.run("sinfo", "-N", "-h", "-o", "%N %T", check=False)
-            if sorted(states.split()) == sorted([*self.nodes, *["idle"] * len(self.nodes)]):
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"nodes not idle: {states!r}; logs in {self.root / 'log'}")
-
-    def stop(self) -> None:
-        for name in list(self._pids):
-            process_stop(self._pids.pop(name))
-
-
 @pytest.fixture(scope="module")
-def slurm_nodes() -> Iterator[MultiNodeSlurm]:
+def slurm_nodes() -> Iterator[SlurmCluster]:
     reason = slurm_missing_reason()
     if reason:
         missing("slurm", reason)
     root = Path(tempfile.mkdtemp(prefix="vigil-hc-"))  # short: slurmd's unix sockets
-    cluster = MultiNodeSlurm(root, NODES)
+    cluster = SlurmCluster(root, nodes=NODES)
     cluster.start()
     yield cluster
     cluster.stop()
     shutil.rmtree(root, ignore_errors=True)
 
 
-def submit_check(cluster: MultiNodeSlurm, tmp_path: Path, script: Path, *args: str):
+def submit_check(cluster: SlurmCluster, tmp_path: Path, script: Path, *args: str):
     """The check as the recovery app submits it; (sbatch's exit status, the job's output)."""
     out = tmp_path / "check.out"
     proc = subprocess.run(
