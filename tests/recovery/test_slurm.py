@@ -79,14 +79,14 @@ def test_an_xid_79_drains_the_node_and_the_job_runs_again_elsewhere(rig):
     wait_for(lambda: failure.node.__class__.objects.get(pk=failure.node_id).state == "drained")
 
 
-def _python_job(rig: Rig, name: str, body: str) -> str:
+def _python_job(rig: Rig, name: str, body: str, *sbatch: str, on_agent_node: bool = True) -> str:
     """A batch job running a Python file of the user's (its traceback names that file)."""
     script = rig.slurm.workdir / f"{name}.py"
     script.write_text(body)
     # The job lives on a moment after Python exits, so the agent reads the last lines.
-    return rig.submit_on_agent_node(
-        "--gres=gpu:1", "-J", name, "--wrap", f"sleep 1; python3 {script}; rc=$?; sleep 2; exit $rc"
-    )
+    wrap = f"sleep 1; python3 {script}; rc=$?; sleep 2; exit $rc"
+    args = [*(sbatch or ["--gres=gpu:1"]), "-J", name, "--wrap", wrap]
+    return rig.submit_on_agent_node(*args) if on_agent_node else rig.slurm.sbatch(*args)
 
 
 TYPE_ERROR = """\
@@ -173,12 +173,9 @@ time.sleep(300)
 
 def _failing_job(rig: Rig, name: str, fail_runs: int) -> str:
     """A job pinned to the agent's node whose first `fail_runs` runs hit a CUDA fault."""
-    script = rig.slurm.workdir / f"{name}.py"
-    script.write_text(CUDA_FAULT.format(fail_runs=fail_runs))
-    return rig.slurm.sbatch(
-        "--gres=gpu:1", f"--nodelist={rig.agent_node}", "-J", name, "--wrap",
-        f"sleep 1; python3 {script}; rc=$?; sleep 2; exit $rc",
-    )  # fmt: skip
+    pinned = ("--gres=gpu:1", f"--nodelist={rig.agent_node}")
+    body = CUDA_FAULT.format(fail_runs=fail_runs)
+    return _python_job(rig, name, body, *pinned, on_agent_node=False)
 
 
 def _plans_of(job: str, n: int, timeout: float = 90) -> list[RecoveryPlan]:
@@ -254,12 +251,8 @@ def test_a_hang_health_checks_the_job_nodes_and_drains_exactly_the_bad_one(rig):
     vn1, vn2 = rig.slurm.nodes
     rig.bad_nodes.write_text(f"{vn2}\n")  # the health check fails on vn2 only
     rig.start()
-    script = rig.slurm.workdir / "pretrain-hang.py"
-    script.write_text(NCCL_HANG)
-    job = rig.slurm.sbatch(
-        "--nodes=2", "--gres=gpu:8", "-J", "pretrain-hang", "--wrap",
-        f"sleep 1; python3 {script}; rc=$?; sleep 2; exit $rc",
-    )  # fmt: skip
+    sbatch = ("--nodes=2", "--gres=gpu:8")
+    job = _python_job(rig, "pretrain-hang", NCCL_HANG, *sbatch, on_agent_node=False)
     (plan,) = _plans_of(job, 1, timeout=120)
     assert (plan.cause, plan.action) == ("nccl_timeout", "locate_restart")
     actions = list(plan.actions.exclude(status="cancelled").order_by("seq"))
@@ -360,12 +353,7 @@ raise RuntimeError("loss is nan at iteration 1200")
 def test_a_loss_spike_resubmits_from_a_checkpoint_skipping_the_bad_steps(rig):
     rig.vigil(mode="auto")
     rig.start()
-    script = rig.slurm.workdir / "pretrain-spike.py"
-    script.write_text(LOSS_SPIKE)
-    job = rig.submit_on_agent_node(
-        "--gres=gpu:1", "-J", "pretrain-spike", "--wrap",
-        f"sleep 1; python3 {script}; rc=$?; sleep 2; exit $rc",
-    )  # fmt: skip
+    job = _python_job(rig, "pretrain-spike", LOSS_SPIKE)
     (plan,) = _plans_of(job, 1)
     assert (plan.cause, plan.action) == ("loss_nan", "rollback_skip")
     (resubmit,) = plan.actions.exclude(status="cancelled")
