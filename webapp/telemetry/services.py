@@ -6,7 +6,9 @@ The path of a group of batches (a worker takes several at a time), in one transa
      redelivered batch; the natural key is gpu + ts), the transaction is rolled back and each
      batch goes again alone, its rows through a temp table with ON CONFLICT DO NOTHING, so a
      redelivery adds nothing;
-  2. per batch, one prepared statement for the rest: the node samples (natural key node +
+  2. one statement that brings `telemetry_gpulatest` (one row per GPU) up to the newest of
+     those rows, changing a GPU's row only when the group has a newer ts than it holds;
+  3. per batch, one prepared statement for the rest: the node samples (natural key node +
      ts; the retry of a redelivered batch skips stored ones), one `RollupDirty` row naming
      the GPUs and minutes that changed, and the node marked seen.
 `rollups_refresh` (a beat task, every 15 s) then recomputes exactly those rollup cells in
@@ -116,6 +118,25 @@ _ROLLUP_SET = ", ".join(
     for col in ["n", "energy_mj_min", "energy_mj_max", *_ROLLUP_COLS.split(", ")]
 )
 
+# The latest sample of each GPU (telemetry_gpulatest), from the rows just stored: one index
+# lookup per GPU of the group for its newest (gpu, ts), then an upsert that changes a row only
+# when that ts is newer than the one kept, so a late or redelivered batch leaves it alone.
+# Values are copied from the stored row, so the latest table holds exactly what the samples
+# do (real columns stay real). The ts bounds are parameters the planner prunes partitions
+# with; rows go in gpu order, so two groups naming the same GPUs lock them in one order and
+# cannot deadlock.
+_LATEST_UPSERT = f"""
+INSERT INTO telemetry_gpulatest AS l (gpu_id, ts, {_GPU_COLS})
+SELECT s.gpu_id, s.ts, {", ".join("s." + name for name in GPU_FIELD_NAMES)}
+FROM unnest(%(gpu_ids)s::bigint[], %(tss)s::timestamptz[]) AS u(gpu_id, ts)
+JOIN telemetry_gpusample s ON s.gpu_id = u.gpu_id AND s.ts = u.ts
+WHERE s.ts >= %(lo)s::timestamptz AND s.ts <= %(hi)s::timestamptz
+ORDER BY s.gpu_id
+ON CONFLICT (gpu_id) DO UPDATE SET
+    ts = excluded.ts, {", ".join(f"{name} = excluded.{name}" for name in GPU_FIELD_NAMES)}
+WHERE excluded.ts > l.ts
+"""
+
 # Recompute the rollup cells (gpu, minute) named by claimed RollupDirty rows from the raw
 # rows of those minutes: exact whatever was redelivered, and cheap because only changed
 # minutes are read. Claim and recompute share one snapshot, and runs are serialized by an
@@ -165,6 +186,7 @@ class IngestResult:
 _EPOCH = date(1970, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
 _MINUTE = timedelta(minutes=1)
+_NEVER = datetime.min.replace(tzinfo=UTC)
 _pk = itemgetter(0, 1)  # (gpu id, ts) of a GPU row
 
 
@@ -271,6 +293,7 @@ def _store(
             results = []
             if ready:
                 _copy(cur, _COPY_GPU_ROWS, [row for r in ready for row in r.gpu_rows])
+                _latest_upsert([r.gpu_rows for r in ready])
                 stored = [len(r.gpu_rows) for r in ready]
                 node_stored = _store_rests(_STORE_REST_FIRST, [r.rest for r in ready], stored)
                 results = list(map(_result, ready, stored, node_stored))
@@ -290,6 +313,7 @@ def _store(
         try:
             with transaction.atomic(), connection.cursor() as cur:
                 stored = _copy_new(cur, r.gpu_rows)
+                _latest_upsert([r.gpu_rows])
                 [node_stored] = _store_rests(_STORE_REST_NEW, [r.rest], [stored])
             outcomes.append(_result(r, stored, node_stored))
         except Exception as exc:
@@ -378,6 +402,35 @@ def _store_rests(sql: str, params: list[dict], gpu_rows_stored: list[int]) -> li
             return counts
     finally:
         raw.prepare_threshold = threshold
+
+
+def _latest_upsert(groups: list[list[tuple]]) -> None:
+    """Bring telemetry_gpulatest up to the newest of these stored GPU rows (lists of
+    (gpu id, ts, values...)), in the caller's transaction, in one statement."""
+    newest: dict[int, datetime] = {}
+    get = newest.get
+    for rows in groups:
+        for row in rows:
+            if row[1] > get(row[0], _NEVER):
+                newest[row[0]] = row[1]
+    if not newest:
+        return
+    gpu_ids = sorted(newest)
+    tss = [newest[g] for g in gpu_ids]
+    raw = connection.connection
+    with psycopg.Cursor(raw) as cur:  # server-side binding: binary parameters
+        cur.adapters.register_dumper(pgcopy.Binary, pgcopy.BinaryDumper)
+        cur.execute(
+            _LATEST_UPSERT,
+            {
+                "gpu_ids": pgcopy.array_binary("int8", gpu_ids),
+                "tss": pgcopy.array_binary(
+                    "timestamptz", [(t - pgcopy.PG_EPOCH) // _MICROSECOND for t in tss]
+                ),
+                "lo": min(tss),
+                "hi": max(tss),
+            },
+        )
 
 
 def _copy(cur, sql: str, rows: list[tuple]) -> int:
