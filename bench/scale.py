@@ -10,8 +10,9 @@ the latest-values table and the RollupDirty rows are filled as ingest fills them
 
 First 1 h of samples, then the rest back to --hours; each time, and each figure the median of
 three runs:
-  - latest_ms: gpus_latest() (the latest-values table), against latest_old_ms: the query it
-    replaced (DISTINCT ON over the raw samples of the stale window);
+  - latest_sql_ms: the query of gpus_latest() (the latest-values table), against
+    latest_old_sql_ms: the query it replaced (DISTINCT ON over the raw samples of the stale
+    window); latest_ms: gpus_latest() whole (its Python objects too);
   - rollup_refresh_ms: rollups_refresh() of one 15 s round (a dirty row per node for the
     current minute: a cell per GPU), against rollup_refresh_old_ms: the statement it replaced
     on the same dirty rows; partition_count_ms: a plain count(*) of today's partition;
@@ -43,16 +44,24 @@ GPUS_PER_NODE = 8
 BIG_JOBS = (2048, 1024, 512)  # the rest of the fleet runs 64-GPU jobs
 SMALL_JOB = 64
 
+
 # The statements issue 17 replaced, timed on the same data as their replacements.
-OLD_LATEST_SQL = """
-SELECT g.id, s.ts, s.gpu_util, s.power_w
+def _old_latest_sql() -> str:
+    from collectors.schema import GPU_FIELD_NAMES
+
+    return f"""
+SELECT g.id, g.index, g.uuid, g.model, n.id, n.hostname, c.id, c.name, s.ts,
+    {", ".join("s." + name for name in GPU_FIELD_NAMES)}
 FROM fleet_gpu g
+JOIN fleet_node n ON n.id = g.node_id
+JOIN fleet_cluster c ON c.id = n.cluster_id
 LEFT JOIN (
     SELECT DISTINCT ON (gpu_id) *
     FROM telemetry_gpusample
     WHERE ts > now() - %s * interval '1 second'
     ORDER BY gpu_id, ts DESC
 ) s ON s.gpu_id = g.id
+ORDER BY c.name, n.hostname, g.index
 """
 
 
@@ -314,11 +323,12 @@ def _measure(fleet: dict, step_s: int, metrics_key: str) -> dict:
     from webapp.failures.stragglers import STRAGGLER_METRICS, stragglers_detect
     from webapp.jobs.models import JobAllocation
     from webapp.telemetry.partitions import partition_name
-    from webapp.telemetry.selectors import gpus_latest, gpus_minute_means
+    from webapp.telemetry.selectors import _LATEST_SQL, gpus_latest, gpus_minute_means
     from webapp.telemetry.services import rollups_refresh
 
     newest = _topup(fleet, step_s)
     minute = newest - newest % 60
+    stale = settings.VIGIL_STALE_AFTER_S
     out: dict = {}
 
     def sql(statement: str, params: list | None = None):
@@ -329,8 +339,10 @@ def _measure(fleet: dict, step_s: int, metrics_key: str) -> dict:
 
         return run
 
+    # The query alone (fetched, no Python objects), then gpus_latest() whole.
+    out["latest_sql_ms"] = _timed(sql(_LATEST_SQL.format(where=""), [stale]))
+    out["latest_old_sql_ms"] = _timed(sql(_old_latest_sql(), [stale]))
     out["latest_ms"] = _timed(gpus_latest)
-    out["latest_old_ms"] = _timed(sql(OLD_LATEST_SQL, [settings.VIGIL_STALE_AFTER_S]))
     fresh = sum(g.ts is not None for g in gpus_latest())
 
     def refresh_new():

@@ -320,11 +320,15 @@ def gpus_minute_means(
         raise ValueError(f"not a rolled-up GPU metric: {unknown[0]!r}")
     if not gpu_ids or not metrics:
         return {}
-    means = ", ".join(f"{m}_sum / NULLIF({m}_cnt, 0)" for m in metrics)
+    means = ", ".join(f"r.{m}_sum / NULLIF(r.{m}_cnt, 0)" for m in metrics)
+    # One index range scan per GPU (LATERAL), not `gpu_id = ANY(array)`: with the thousands
+    # of GPUs of the straggler pass, planning and filtering by a long array cost seconds, and
+    # a join could hash the whole partition; the constant bounds prune partitions.
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT gpu_id, minute, {means} FROM telemetry_gpurollup1m "
-            "WHERE gpu_id = ANY(%s) AND minute BETWEEN %s AND %s",
+            f"SELECT u.gpu_id, r.minute, {means} FROM unnest(%s::bigint[]) AS u(gpu_id) "
+            "CROSS JOIN LATERAL (SELECT * FROM telemetry_gpurollup1m r "
+            "WHERE r.gpu_id = u.gpu_id AND r.minute BETWEEN %s AND %s) r",
             [list(gpu_ids), first, last],
         )
         rows = cur.fetchall()
