@@ -4,6 +4,8 @@ telemetry (ingested, rolled up, read through webapp.telemetry.selectors)."""
 from __future__ import annotations
 
 import json
+import random
+import statistics
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -70,3 +72,49 @@ def test_straggling_gpu_of_a_running_job_is_a_performance_event(fleet, operator_
     assert [t["name"] for t in timeline["data"]] == ["performance"]
     # Not a failure: reliability does not count it.
     assert operator_client.get("/failures/reliability/").context["r"].failures == 0
+
+
+def _stragglers_by_definition(series: dict, minutes: list, ratio: float = 0.8) -> dict:
+    """The rule as written: every GPU against the median of all the others, minute by minute
+    (quadratic; the reference the one-pass version must equal)."""
+    out: dict = {}
+    for metric in ("sm_active", "power_w", "sm_clock_mhz"):
+        for gpu in series:
+            trail = []
+            for minute in minutes:
+                mine = series[gpu].get(minute, {}).get(metric)
+                others = [
+                    v
+                    for g, per in series.items()
+                    if g != gpu and (v := per.get(minute, {}).get(metric)) is not None
+                ]
+                if mine is None or not others or statistics.median(others) <= 0:
+                    break
+                if mine >= ratio * statistics.median(others):
+                    break
+                trail.append((mine, statistics.median(others)))
+            else:
+                if trail:
+                    out.setdefault(gpu, {})[metric] = trail
+    return out
+
+
+@pytest.mark.parametrize("gpus", [2, 3, 8, 33])
+def test_one_pass_finds_exactly_the_stragglers_of_the_rule(gpus):
+    rng = random.Random(gpus)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    minutes = [t0 + timedelta(minutes=k) for k in range(4)]
+    for _ in range(50):
+        # Peers near 0.7, some GPUs slow, ties, gaps (no value) and a dead (0) minute.
+        series = {
+            g: {
+                m: {
+                    "sm_active": rng.choice([None, 0.0, 0.2, 0.5, 0.7, 0.7, 0.72, 0.69]),
+                    "power_w": rng.choice([300.0, 650.0, 700.0]),
+                }
+                for m in minutes
+                if rng.random() > 0.05
+            }
+            for g in range(gpus)
+        }
+        assert stragglers_find(series, minutes) == _stragglers_by_definition(series, minutes)

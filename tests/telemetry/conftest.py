@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
+from django.db import connection
 
 from collectors.schema import GPU_FIELD_NAMES
 from tests.helpers import make_batch
@@ -106,3 +107,28 @@ def seed_small_fleet() -> SmallFleet:
 @pytest.fixture
 def small_fleet(db) -> SmallFleet:
     return seed_small_fleet()
+
+
+def plan_scans(sql: str) -> list[tuple[str, str]]:
+    """(node type, relation) of every scan in the plan PostgreSQL makes for `sql` (EXPLAIN,
+    not run): which tables and partitions a query reads, and how."""
+    with connection.cursor() as cur:
+        cur.execute(f"EXPLAIN (FORMAT JSON) {sql}")
+        plan = cur.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    scans: list[tuple[str, str]] = []
+
+    def walk(node: dict) -> None:
+        if "Relation Name" in node:
+            scans.append((node["Node Type"], node["Relation Name"]))
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    return scans
+
+
+def partitions_of(table: str, scans: list[tuple[str, str]]) -> set[str]:
+    """The partitions of `table` among `scans`."""
+    return {rel for _, rel in scans if rel.startswith(f"{table}_p")}

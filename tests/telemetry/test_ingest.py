@@ -5,17 +5,22 @@ from __future__ import annotations
 import json
 import math
 import time
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from collectors.schema import GPU_FIELD_NAMES, NODE_FIELD_NAMES, BatchError
 from tests.helpers import make_batch
+from tests.telemetry.conftest import plan_scans
 from webapp.core.models import RejectedBatch
 from webapp.core.refusals import AuthError, batch_reject
 from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Gpu, Node
-from webapp.telemetry.models import GpuRollup1m, GpuSample, NodeSample, RollupDirty
+from webapp.telemetry import services as telemetry_services
+from webapp.telemetry.models import GpuLatest, GpuRollup1m, GpuSample, NodeSample, RollupDirty
+from webapp.telemetry.partitions import partition_name, partitions_maintain
 from webapp.telemetry.services import (
     rollups_refresh,
     samples_ingest,
@@ -365,3 +370,92 @@ def test_samples_ingest_raises_what_storing_raised(node_token):
     with pytest.raises(IntegrityError):
         samples_ingest(json.dumps(poisoned(make_batch(cluster, node, token))))
     assert RejectedBatch.objects.count() == 0 and _stored_nothing()
+
+
+# --- The latest sample per GPU -------------------------------------------------------------
+
+
+def _latest(node: str) -> dict[int, tuple[float, float]]:
+    """{GPU index: (ts, gpu_util)} of the node's rows in the latest-values table."""
+    return {
+        index: (ts.timestamp(), util)
+        for index, ts, util in GpuLatest.objects.filter(gpu__node__hostname=node).values_list(
+            "gpu__index", "ts", "gpu_util"
+        )
+    }
+
+
+def _with_util(batch: dict, util: float) -> dict:
+    for row in batch["samples"]:
+        row[2 + GPU_FIELD_NAMES.index("gpu_util")] = util
+    return batch
+
+
+def test_latest_table_follows_the_newest_batch_only(node_token):
+    cluster, node, token = node_token
+    t = float(int(time.time()) - 120)
+    newer = _with_util(make_batch(cluster, node, token, t0=t, gpus=2), 0.3)
+    samples_ingest(json.dumps(newer))
+    assert _latest(node) == {0: (t, pytest.approx(0.3)), 1: (t, pytest.approx(0.3))}
+    # A late batch (older samples) and a redelivery leave it alone; a newer one moves it.
+    samples_ingest(json.dumps(_with_util(make_batch(cluster, node, token, t0=t - 60, gpus=2), 9)))
+    samples_ingest(json.dumps(newer))
+    assert _latest(node)[0] == (t, pytest.approx(0.3))
+    samples_ingest(json.dumps(_with_util(make_batch(cluster, node, token, t0=t + 15, gpus=2), 5)))
+    assert _latest(node)[1] == (t + 15, 5.0)
+    # The values are the stored sample's, as PostgreSQL stores it (real).
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM telemetry_gpulatest l JOIN telemetry_gpusample s "
+            "USING (gpu_id, ts) WHERE s.gpu_util = l.gpu_util AND s.power_w = l.power_w"
+        )
+        assert cur.fetchone()[0] == 2
+
+
+def test_latest_table_of_a_group_takes_the_newest_of_its_batches(node_token):
+    cluster, node, token = node_token
+    t = float(int(time.time()) - 120)
+    # Newest first in the group, and the older one overlapping the stored rows (the group then
+    # stores one batch at a time): the newest still wins.
+    samples_ingest(json.dumps(make_batch(cluster, node, token, t0=t - 30, gpus=2)))
+    group = [
+        _with_util(make_batch(cluster, node, token, t0=t, gpus=2), 7),
+        _with_util(make_batch(cluster, node, token, t0=t - 30, intervals=2, gpus=2), 1),
+    ]
+    samples_ingest_many([json.dumps(b) for b in group])
+    assert _latest(node) == {0: (t, 7.0), 1: (t, 7.0)}
+
+
+# --- The rollup refresh, bounded --------------------------------------------------------------
+
+
+def test_rollup_refresh_is_bounded_per_run_and_leaves_the_rest(node_token, monkeypatch):
+    cluster, node, token = node_token
+    minute = (int(time.time()) // 60 - 10) * 60
+    for k in range(3):  # three batches, each 8 GPUs x one minute = 8 cells
+        samples_ingest(json.dumps(make_batch(cluster, node, token, t0=minute + 60 * k)))
+    monkeypatch.setattr(telemetry_services, "ROLLUP_CELLS_PER_STATEMENT", 8)
+    assert rollups_refresh(max_rounds=1) == (1, 8)
+    assert RollupDirty.objects.count() == 2 and GpuRollup1m.objects.count() == 8
+    assert rollups_refresh() == (2, 16)  # the next run does the rest
+    assert GpuRollup1m.objects.count() == 24 and not RollupDirty.objects.exists()
+
+
+def test_rollup_refresh_reads_only_the_partitions_of_its_minutes_by_index(node_token):
+    cluster, node, token = node_token
+    now = time.time()
+    for days_ago in (2, 1, 0):
+        t0 = now - days_ago * 86400 - 60
+        samples_ingest(json.dumps(make_batch(cluster, node, token, t0=t0)))
+        if days_ago:
+            rollups_refresh()  # older days are rolled up already
+    partitions_maintain()
+    with CaptureQueriesContext(connection) as ctx:
+        assert rollups_refresh() == (1, 8)
+    [refresh] = [q["sql"] for q in ctx.captured_queries if "LATERAL" in q["sql"]]
+    scans = plan_scans(refresh)
+    sample_scans = [(kind, rel) for kind, rel in scans if rel.startswith("telemetry_gpusample")]
+    today = datetime.fromtimestamp(now - 60, UTC).date()
+    assert {rel for _, rel in sample_scans} == {partition_name("telemetry_gpusample", today)}
+    # A scan of each cell's range in the primary key, never a whole partition.
+    assert {kind for kind, _ in sample_scans} <= {"Index Scan", "Index Only Scan"}

@@ -8,7 +8,12 @@ from datetime import UTC, date, datetime, timedelta
 from django.db import connection
 
 from tests.helpers import make_batch
-from webapp.telemetry.partitions import partition_name, partitions_maintain
+from webapp.telemetry.models import GpuLatest
+from webapp.telemetry.partitions import (
+    PARTITION_DROPS_PER_RUN,
+    partition_name,
+    partitions_maintain,
+)
 from webapp.telemetry.services import samples_ingest
 from webapp.telemetry.tasks import maintain_partitions
 
@@ -67,3 +72,25 @@ def test_ingest_creates_a_missing_partition_for_older_samples(db, node_token):
     result = samples_ingest(json.dumps(make_batch(cluster, node, token, t0=t0)))
     assert result.samples_stored == 8
     assert partition_name("telemetry_gpusample", day) in _partitions("telemetry_gpusample")
+
+
+def test_retention_drops_a_bounded_number_of_partitions_per_run(db, settings, node_token):
+    settings.VIGIL_RETENTION_DAYS = 30
+    cluster, node, token = node_token
+    today = datetime.now(UTC).date()
+    old_days = [today - timedelta(days=20 + k) for k in range(PARTITION_DROPS_PER_RUN + 2)]
+    for day in old_days:
+        t0 = datetime(day.year, day.month, day.day, 12, tzinfo=UTC).timestamp()
+        samples_ingest(json.dumps(make_batch(cluster, node, token, t0=t0)))
+    # Retention shortened to 10 days: every one of those days is due, oldest first, a few a run.
+    settings.VIGIL_RETENTION_DAYS = 10
+    names = [partition_name("telemetry_gpusample", day) for day in sorted(old_days)]
+    first = partitions_maintain()["telemetry_gpusample"]
+    assert first["dropped"] == names[:PARTITION_DROPS_PER_RUN]
+    assert first["left"] == names[PARTITION_DROPS_PER_RUN:]
+    assert set(names[PARTITION_DROPS_PER_RUN:]) <= _partitions("telemetry_gpusample")
+    second = partitions_maintain()["telemetry_gpusample"]
+    assert second["dropped"] == names[PARTITION_DROPS_PER_RUN:] and second["left"] == []
+    assert not set(names) & _partitions("telemetry_gpusample")
+    # The GPUs' latest rows were of those days: they went with them.
+    assert not GpuLatest.objects.exists()

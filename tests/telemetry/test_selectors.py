@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from tests.telemetry.conftest import seed_node
+from tests.telemetry.conftest import partitions_of, plan_scans, seed_node
 from webapp.fleet.models import Cluster
 from webapp.telemetry import selectors
 from webapp.telemetry.choices import GpuStatus
+from webapp.telemetry.partitions import partition_name, partitions_maintain
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -111,3 +113,55 @@ def test_hour_range_reads_raw_samples(db):
     assert "telemetry_gpusample" in ctx.captured_queries[0]["sql"]
     assert series.values["gpu_util"] == [1.0, 1.0, 1.0, 70.0]
     assert series.values["sm_active"] == pytest.approx([0.4] * 4)
+
+
+# --- What each query reads: plans with three days of partitions present ---------------------
+
+
+def _three_days() -> tuple[int, datetime]:
+    """A GPU with samples today, yesterday and the day before, every partition made ahead too;
+    (its id, the time of today's newest sample)."""
+    now = time.time()
+    for days_ago in (2, 1):
+        seed_node("alpha", "n1", utils=[20.0 + days_ago], t0=now - days_ago * 86400)
+    node = seed_node("alpha", "n1", utils=[77.0], t0=now - 60, intervals=4, step_s=10)
+    partitions_maintain()
+    gpu = selectors.gpus_latest(node_id=node.id)[0]
+    return gpu.gpu_id, gpu.ts
+
+
+def _day_partitions(table: str, since: datetime, until: datetime) -> set[str]:
+    days = {since.date() + timedelta(days=k) for k in range((until.date() - since.date()).days + 1)}
+    return {partition_name(table, day) for day in days}
+
+
+def test_latest_reads_the_latest_table_and_no_sample_partition(db):
+    gpu_id, newest = _three_days()
+    for read in (selectors.gpus_latest, lambda: selectors.gpu_sample_latest(gpu_id)):
+        with CaptureQueriesContext(connection) as ctx:
+            read()
+        relations = {rel for q in ctx.captured_queries for _, rel in plan_scans(q["sql"])}
+        assert "telemetry_gpulatest" in relations
+        assert not [rel for rel in relations if rel.startswith("telemetry_gpusample")]
+    # And it is today's newest sample, not an older day's.
+    [gpu] = selectors.gpus_latest()
+    assert (gpu.ts, gpu.value("gpu_util")) == (newest, 77.0)
+    assert selectors.gpu_sample_latest(gpu_id)[1]["gpu_util"] == 77.0
+
+
+@pytest.mark.parametrize(
+    ("key", "table"), [("1h", "telemetry_gpusample"), ("1d", "telemetry_gpurollup1m")]
+)
+def test_series_read_only_the_partitions_of_their_window(db, key, table):
+    gpu_id, _ = _three_days()
+    until = timezone.now()
+    since = until - timedelta(seconds=selectors.RANGES[key].seconds)
+    with CaptureQueriesContext(connection) as ctx:
+        series = selectors.gpus_series([gpu_id], selectors.RANGES[key], until=until)[gpu_id]
+    [query] = ctx.captured_queries
+    scanned = partitions_of(table, plan_scans(query["sql"]))
+    assert scanned == _day_partitions(table, since, until)
+    # Two days ago and the days made ahead are never read.
+    assert partition_name(table, (until - timedelta(days=2)).date()) not in scanned
+    assert partition_name(table, (until + timedelta(days=1)).date()) not in scanned
+    assert series.ts and (key == "1d" or series.values["gpu_util"][-1] == 77.0)

@@ -1,4 +1,4 @@
-"""GPU and node samples, their 1-minute rollup, and the log of refused batches.
+"""GPU and node samples, the latest sample of each GPU, and their 1-minute rollup.
 
 The sample tables are partitioned by day in PostgreSQL (see the 0001 migration), which Django
 cannot create, so their models are unmanaged: Django reads them, `services.py` writes them
@@ -46,6 +46,33 @@ class GpuSample(models.Model):
 
 for _m in GPU_FIELDS:
     GpuSample.add_to_class(_m.name, _metric_field(_m.kind))
+
+
+class GpuLatest(models.Model):
+    """The newest sample of each GPU: one row per GPU, upserted by ingest in the same
+    transaction as the samples, only when a batch brings a newer ts.
+
+    Pages, `/metrics` and the straggler pass read "now" here, so their cost depends on the
+    number of GPUs, never on how much raw data the sample partitions hold (issue 17). Kept
+    apart from the raw samples on purpose: compacting or dropping old raw partitions never
+    touches it.
+    """
+
+    # Managed, so test flushes empty it with fleet_gpu, but made by SQL (migration 0005): its
+    # columns have the samples' types (real, not double) and its pages room for in-place
+    # (HOT) updates.
+    gpu = models.OneToOneField(Gpu, primary_key=True, on_delete=models.CASCADE, related_name="+")
+    ts = models.DateTimeField()
+
+    class Meta:
+        db_table = "telemetry_gpulatest"
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} latest @ {self.ts}"
+
+
+for _m in GPU_FIELDS:
+    GpuLatest.add_to_class(_m.name, _metric_field(_m.kind))
 
 
 class NodeSample(models.Model):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,20 @@ def partition_ensure(table: str, day: date) -> bool:
     return not exists
 
 
+# Retention is bounded per run (issue 17): the hourly beat task drops at most this many
+# partitions per table, oldest first, so a backlog (retention shortened, beat down for weeks)
+# is worked off over a few runs instead of one long run. 24 runs a day x 4 is far more than
+# the one partition per table that falls out of retention each day.
+PARTITION_DROPS_PER_RUN = 4
+# DROP of a partition takes an ACCESS EXCLUSIVE lock on its parent, and waiting for it would
+# queue every ingest transaction behind the drop; past this wait the drop is left for the next
+# run (PostgreSQL docs, "lock_timeout").
+PARTITION_DROP_LOCK_TIMEOUT = "2s"
+
+
 def partitions_maintain(today: date | None = None) -> dict[str, dict[str, list[str]]]:
-    """Create partitions for the retention window and the days ahead; drop older ones."""
+    """Create partitions for the retention window and the days ahead; drop older ones, at
+    most PARTITION_DROPS_PER_RUN per table (what is left, under "left", goes next run)."""
     today = today or datetime.now(UTC).date()
     ahead = settings.VIGIL_PARTITIONS_AHEAD_DAYS
     report: dict[str, dict[str, list[str]]] = {}
@@ -87,14 +99,45 @@ def partitions_maintain(today: date | None = None) -> dict[str, dict[str, list[s
             day = today + timedelta(days=offset)
             if partition_ensure(table.name, day):
                 created.append(partition_name(table.name, day))
-        for name, day in sorted(_existing(table.name).items()):
-            if day < oldest:
-                with transaction.atomic(), connection.cursor() as cur:
-                    cur.execute(f'DROP TABLE IF EXISTS "{name}"')
+        due = [(n, d) for n, d in sorted(_existing(table.name).items(), key=_by_day) if d < oldest]
+        for name, day in due[:PARTITION_DROPS_PER_RUN]:
+            if _drop(name):
                 _known.discard((table.name, day))
                 dropped.append(name)
-        report[table.name] = {"created": created, "dropped": dropped}
+        left = [name for name, _ in due if name not in dropped]
+        report[table.name] = {"created": created, "dropped": dropped, "left": left}
+    # The latest-values table keeps a row per GPU however old; one that fell out of raw
+    # retention goes with it (a GPU that reports again gets a new row).
+    with connection.cursor() as cur:
+        cur.execute(
+            "DELETE FROM telemetry_gpulatest WHERE ts < %s",
+            [_midnight(oldest_kept(today=today))],
+        )
     return report
+
+
+def _by_day(item: tuple[str, date]) -> date:
+    return item[1]
+
+
+def _midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def _drop(name: str) -> bool:
+    """Drop one partition in its own short transaction; False if its lock was not had in
+    PARTITION_DROP_LOCK_TIMEOUT (readers or writers of the table held it)."""
+    try:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(
+                "SELECT set_config('lock_timeout', %s, true)", [PARTITION_DROP_LOCK_TIMEOUT]
+            )
+            cur.execute(f'DROP TABLE IF EXISTS "{name}"')
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != "55P03":  # lock_not_available
+            raise
+        return False
+    return True
 
 
 def oldest_kept(table: str = "telemetry_gpusample", today: date | None = None) -> date:

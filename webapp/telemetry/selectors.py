@@ -1,16 +1,18 @@
 """Reads of telemetry: the latest sample of every GPU, fleet summaries, and time series.
 
-Latest values come from one `DISTINCT ON (gpu_id)` query over the raw samples of the last
-`VIGIL_STALE_AFTER_S` seconds (the primary key (gpu_id, ts) serves it, and the time bound
-prunes every partition but today's). Series of a day or more read only the 1-minute rollup
-(`telemetry_gpurollup1m`), never raw samples.
+Latest values come from `telemetry_gpulatest`, one row per GPU that ingest keeps current in
+the samples' own transaction: reading "now" costs the same whether the sample partitions hold
+an hour or two weeks, and never touches them. Every series query is bounded by constant times
+the planner prunes partitions with (tests/telemetry/test_selectors.py checks the plans).
+Series of a day or more read only the 1-minute rollup (`telemetry_gpurollup1m`), never raw
+samples.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
@@ -22,6 +24,7 @@ from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Cluster, Node
 from webapp.fleet.selectors import node_state_now
 from webapp.telemetry.choices import GPU_STATUSES, GpuStatus
+from webapp.telemetry.partitions import oldest_kept
 
 # Metrics the live pages show, with the unit the figures use.
 SERIES_METRICS: tuple[str, ...] = (
@@ -97,12 +100,7 @@ SELECT g.id, g.index, g.uuid, g.model, n.id, n.hostname, c.id, c.name, s.ts,
 FROM fleet_gpu g
 JOIN fleet_node n ON n.id = g.node_id
 JOIN fleet_cluster c ON c.id = n.cluster_id
-LEFT JOIN (
-    SELECT DISTINCT ON (gpu_id) *
-    FROM telemetry_gpusample
-    WHERE ts > now() - %s * interval '1 second'
-    ORDER BY gpu_id, ts DESC
-) s ON s.gpu_id = g.id
+LEFT JOIN telemetry_gpulatest s ON s.gpu_id = g.id AND s.ts > now() - %s * interval '1 second'
 {{where}}
 ORDER BY c.name, n.hostname, g.index
 """
@@ -297,11 +295,12 @@ def gpus_series(
 
 def gpu_sample_latest(gpu_id: int) -> tuple[datetime | None, dict[str, float | int | None]]:
     """The newest sample of one GPU however old (within retention), as (ts, values)."""
+    kept = oldest_kept()
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT ts, {', '.join(GPU_FIELD_NAMES)} FROM telemetry_gpusample "
-            "WHERE gpu_id = %s ORDER BY ts DESC LIMIT 1",
-            [gpu_id],
+            f"SELECT ts, {', '.join(GPU_FIELD_NAMES)} FROM telemetry_gpulatest "
+            "WHERE gpu_id = %s AND ts >= %s",
+            [gpu_id, datetime(kept.year, kept.month, kept.day, tzinfo=UTC)],
         )
         row = cur.fetchone()
     if row is None:
@@ -321,15 +320,26 @@ def gpus_minute_means(
         raise ValueError(f"not a rolled-up GPU metric: {unknown[0]!r}")
     if not gpu_ids or not metrics:
         return {}
-    means = ", ".join(f"{m}_sum / NULLIF({m}_cnt, 0)" for m in metrics)
+    means = ", ".join(f"r.{m}_sum / NULLIF(r.{m}_cnt, 0)" for m in metrics)
+    # One index range scan per GPU (LATERAL), not `gpu_id = ANY(array)`: with the thousands
+    # of GPUs of the straggler pass, planning and filtering by a long array cost seconds, and
+    # a join could hash the whole partition; the constant bounds prune partitions.
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT gpu_id, minute, {means} FROM telemetry_gpurollup1m "
-            "WHERE gpu_id = ANY(%s) AND minute BETWEEN %s AND %s",
+            f"SELECT u.gpu_id, extract(epoch FROM r.minute)::bigint, {means} "
+            "FROM unnest(%s::bigint[]) AS u(gpu_id) "
+            "CROSS JOIN LATERAL (SELECT * FROM telemetry_gpurollup1m r "
+            "WHERE r.gpu_id = u.gpu_id AND r.minute BETWEEN %s AND %s) r",
             [list(gpu_ids), first, last],
         )
         rows = cur.fetchall()
+    # Minutes travel as epoch seconds: a few distinct ones, each made a datetime once (parsing
+    # a timestamp per row was most of this read's cost with thousands of GPUs).
+    minutes: dict[int, datetime] = {}
     out: dict[int, dict[datetime, dict[str, float | None]]] = {}
-    for gpu_id, minute, *values in rows:
+    for gpu_id, epoch_s, *values in rows:
+        minute = minutes.get(epoch_s) or minutes.setdefault(
+            epoch_s, datetime.fromtimestamp(epoch_s, UTC)
+        )
         out.setdefault(gpu_id, {})[minute] = dict(zip(metrics, values, strict=True))
     return out

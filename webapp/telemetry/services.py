@@ -6,7 +6,9 @@ The path of a group of batches (a worker takes several at a time), in one transa
      redelivered batch; the natural key is gpu + ts), the transaction is rolled back and each
      batch goes again alone, its rows through a temp table with ON CONFLICT DO NOTHING, so a
      redelivery adds nothing;
-  2. per batch, one prepared statement for the rest: the node samples (natural key node +
+  2. one statement that brings `telemetry_gpulatest` (one row per GPU) up to the newest of
+     those rows, changing a GPU's row only when the group has a newer ts than it holds;
+  3. per batch, one prepared statement for the rest: the node samples (natural key node +
      ts; the retry of a redelivered batch skips stored ones), one `RollupDirty` row naming
      the GPUs and minutes that changed, and the node marked seen.
 `rollups_refresh` (a beat task, every 15 s) then recomputes exactly those rollup cells in
@@ -116,14 +118,52 @@ _ROLLUP_SET = ", ".join(
     for col in ["n", "energy_mj_min", "energy_mj_max", *_ROLLUP_COLS.split(", ")]
 )
 
+# The latest sample of each GPU (telemetry_gpulatest), from the rows just stored: one index
+# lookup per GPU of the group for its newest (gpu, ts), then an upsert that changes a row only
+# when that ts is newer than the one kept, so a late or redelivered batch leaves it alone.
+# Values are copied from the stored row, so the latest table holds exactly what the samples
+# do (real columns stay real). The ts bounds are parameters the planner prunes partitions
+# with; rows go in gpu order, so two groups naming the same GPUs lock them in one order and
+# cannot deadlock.
+_LATEST_UPSERT = f"""
+INSERT INTO telemetry_gpulatest AS l (gpu_id, ts, {_GPU_COLS})
+SELECT s.gpu_id, s.ts, {", ".join("s." + name for name in GPU_FIELD_NAMES)}
+FROM unnest(%(gpu_ids)s::bigint[], %(tss)s::timestamptz[]) AS u(gpu_id, ts)
+JOIN telemetry_gpusample s ON s.gpu_id = u.gpu_id AND s.ts = u.ts
+WHERE s.ts >= %(lo)s::timestamptz AND s.ts <= %(hi)s::timestamptz
+ORDER BY s.gpu_id
+ON CONFLICT (gpu_id) DO UPDATE SET
+    ts = excluded.ts, {", ".join(f"{name} = excluded.{name}" for name in GPU_FIELD_NAMES)}
+WHERE excluded.ts > l.ts
+"""
+
 # Recompute the rollup cells (gpu, minute) named by claimed RollupDirty rows from the raw
-# rows of those minutes: exact whatever was redelivered, and cheap because only changed
-# minutes are read. Claim and recompute share one snapshot, and runs are serialized by an
-# advisory lock, so a batch committed later is simply picked up by the next run.
+# rows of those minutes: exact whatever was redelivered. A run's cost follows the cells it
+# claims, never the data the partitions hold (issue 17: a hash join over a whole day's
+# partition took 13-19 s a run):
+#   - _ROLLUP_PICK chooses the dirty rows of one statement, oldest first, up to about
+#     ROLLUP_CELLS_PER_STATEMENT cells, and the time span they cover;
+#   - _ROLLUP_REFRESH claims them and reads each cell with its own index range scan of
+#     (gpu_id, ts) (a LATERAL subquery: a nested loop over the cells, never a hash join
+#     over a partition), and the span's constant bounds let the planner drop every
+#     partition outside it.
+# Claim and recompute share one snapshot, and runs are serialized by an advisory lock, so a
+# batch committed later is simply picked up by the next run.
+_ROLLUP_PICK = """
+SELECT array_agg(id), min(lo), max(hi)
+FROM (
+    SELECT id, lo, hi, cells, sum(cells) OVER (ORDER BY id) AS upto
+    FROM (
+        SELECT id, lo, hi,
+            cardinality(gpu_ids) * (extract(epoch FROM hi - lo) / 60)::bigint AS cells
+        FROM telemetry_rollupdirty ORDER BY id LIMIT %(rows)s
+    ) oldest
+) d
+WHERE upto - cells < %(cells)s
+"""
 _ROLLUP_REFRESH = f"""
 WITH claimed AS (
-    DELETE FROM telemetry_rollupdirty
-    WHERE id IN (SELECT id FROM telemetry_rollupdirty ORDER BY id LIMIT %s)
+    DELETE FROM telemetry_rollupdirty WHERE id = ANY(%(ids)s)
     RETURNING gpu_ids, lo, hi
 ), cells AS (
     SELECT DISTINCT g AS gpu_id, m AS minute
@@ -133,11 +173,17 @@ WITH claimed AS (
 ), upserted AS (
     INSERT INTO telemetry_gpurollup1m AS r
         (gpu_id, minute, n, energy_mj_min, energy_mj_max, {_ROLLUP_COLS})
-    SELECT s.gpu_id, c.minute, count(*), min(energy_mj), max(energy_mj), {_ROLLUP_AGGS}
+    SELECT c.gpu_id, c.minute, a.*
     FROM cells c
-    JOIN telemetry_gpusample s
-        ON s.gpu_id = c.gpu_id AND s.ts >= c.minute AND s.ts < c.minute + interval '1 minute'
-    GROUP BY 1, 2 ORDER BY 1, 2
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n, min(energy_mj), max(energy_mj), {_ROLLUP_AGGS}
+        FROM telemetry_gpusample s
+        WHERE s.gpu_id = c.gpu_id
+            AND s.ts >= c.minute AND s.ts < c.minute + interval '1 minute'
+            AND s.ts >= %(lo)s AND s.ts < %(hi)s
+    ) a
+    WHERE a.n > 0
+    ORDER BY 1, 2
     ON CONFLICT (gpu_id, minute) DO UPDATE SET {_ROLLUP_SET}
     RETURNING 1
 )
@@ -146,7 +192,13 @@ SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM upserted)
 
 # Two-key advisory lock space 2 = "rollup refresh" (one run at a time).
 _LOCK_ROLLUP = "SELECT pg_try_advisory_xact_lock(2, 0)"
-ROLLUP_CLAIM_LIMIT = 2000  # dirty rows (batches) per statement, to bound one transaction
+ROLLUP_CLAIM_LIMIT = 2000  # dirty rows (batches) looked at per statement
+# Cells (GPU x minute) per statement and statements per run: a 15 s run of a 50,000-GPU fleet
+# at 15 s samples has 50,000-100,000 new cells (each GPU's current minute, and the one before
+# at a minute's turn), so a run folds that and catches up at twice the rate after an outage;
+# the rest of a backlog is left for the next runs, each transaction kept short.
+ROLLUP_CELLS_PER_STATEMENT = 20_000
+ROLLUP_ROUNDS_PER_RUN = 10
 
 
 @dataclass(frozen=True)
@@ -165,6 +217,7 @@ class IngestResult:
 _EPOCH = date(1970, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
 _MINUTE = timedelta(minutes=1)
+_NEVER = datetime.min.replace(tzinfo=UTC)
 _pk = itemgetter(0, 1)  # (gpu id, ts) of a GPU row
 
 
@@ -271,6 +324,7 @@ def _store(
             results = []
             if ready:
                 _copy(cur, _COPY_GPU_ROWS, [row for r in ready for row in r.gpu_rows])
+                _latest_upsert([r.gpu_rows for r in ready])
                 stored = [len(r.gpu_rows) for r in ready]
                 node_stored = _store_rests(_STORE_REST_FIRST, [r.rest for r in ready], stored)
                 results = list(map(_result, ready, stored, node_stored))
@@ -290,6 +344,7 @@ def _store(
         try:
             with transaction.atomic(), connection.cursor() as cur:
                 stored = _copy_new(cur, r.gpu_rows)
+                _latest_upsert([r.gpu_rows])
                 [node_stored] = _store_rests(_STORE_REST_NEW, [r.rest], [stored])
             outcomes.append(_result(r, stored, node_stored))
         except Exception as exc:
@@ -380,6 +435,35 @@ def _store_rests(sql: str, params: list[dict], gpu_rows_stored: list[int]) -> li
         raw.prepare_threshold = threshold
 
 
+def _latest_upsert(groups: list[list[tuple]]) -> None:
+    """Bring telemetry_gpulatest up to the newest of these stored GPU rows (lists of
+    (gpu id, ts, values...)), in the caller's transaction, in one statement."""
+    newest: dict[int, datetime] = {}
+    get = newest.get
+    for rows in groups:
+        for row in rows:
+            if row[1] > get(row[0], _NEVER):
+                newest[row[0]] = row[1]
+    if not newest:
+        return
+    gpu_ids = sorted(newest)
+    tss = [newest[g] for g in gpu_ids]
+    raw = connection.connection
+    with psycopg.Cursor(raw) as cur:  # server-side binding: binary parameters
+        cur.adapters.register_dumper(pgcopy.Binary, pgcopy.BinaryDumper)
+        cur.execute(
+            _LATEST_UPSERT,
+            {
+                "gpu_ids": pgcopy.array_binary("int8", gpu_ids),
+                "tss": pgcopy.array_binary(
+                    "timestamptz", [(t - pgcopy.PG_EPOCH) // _MICROSECOND for t in tss]
+                ),
+                "lo": min(tss),
+                "hi": max(tss),
+            },
+        )
+
+
 def _copy(cur, sql: str, rows: list[tuple]) -> int:
     """Binary COPY of GPU rows (gpu id, ts, values...); raises UniqueViolation on a row that
     is already stored."""
@@ -402,11 +486,12 @@ def _copy_new(cur, rows: list[tuple]) -> int:
     return cur.rowcount
 
 
-def rollups_refresh(max_rounds: int = 50) -> tuple[int, int]:
+def rollups_refresh(max_rounds: int = ROLLUP_ROUNDS_PER_RUN) -> tuple[int, int]:
     """Fold newly stored samples into the 1-minute rollup; return (batches, cells) done.
 
-    Returns (0, 0) at once if another refresh holds the lock: it will see our rows too, or
-    the next run will.
+    At most `max_rounds` statements of about ROLLUP_CELLS_PER_STATEMENT cells each, oldest
+    first: what is left waits for the next run. Returns (0, 0) at once if another refresh
+    holds the lock: it will see our rows too, or the next run will.
     """
     batches = cells = 0
     for _ in range(max_rounds):
@@ -414,10 +499,14 @@ def rollups_refresh(max_rounds: int = 50) -> tuple[int, int]:
             cur.execute(_LOCK_ROLLUP)
             if not cur.fetchone()[0]:
                 break
-            cur.execute(_ROLLUP_REFRESH, [ROLLUP_CLAIM_LIMIT])
+            cur.execute(
+                _ROLLUP_PICK, {"rows": ROLLUP_CLAIM_LIMIT, "cells": ROLLUP_CELLS_PER_STATEMENT}
+            )
+            ids, lo, hi = cur.fetchone()
+            if not ids:
+                break
+            cur.execute(_ROLLUP_REFRESH, {"ids": ids, "lo": lo, "hi": hi})
             claimed, upserted = cur.fetchone()
         batches += claimed
         cells += upserted
-        if claimed < ROLLUP_CLAIM_LIMIT:
-            break
     return batches, cells

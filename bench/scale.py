@@ -1,0 +1,409 @@
+"""What "now" costs at a fleet's size, at 1 h of data and at --hours, in one run (issue 17).
+
+    .venv/bin/python bench/scale.py [--gpus 4704] [--hours 4] [--step-s 15]
+
+Starts its own embedded PostgreSQL and Redis in a temporary folder, migrates, and builds an
+Acme-sized fleet with the ORM (2 clusters, 8 GPUs a node; running jobs of 2,048, 1,024 and
+512 GPUs, the rest in 64-GPU jobs, one straggling GPU in the biggest). Samples are bulk
+binary COPY straight into telemetry_gpusample (a bench: ingest's own cost is bench/ingest.py),
+the latest-values table and the RollupDirty rows are filled as ingest fills them.
+
+First 1 h of samples, then the rest back to --hours; each time, and each figure the median of
+three runs:
+  - latest_sql_ms: the query of gpus_latest() (the latest-values table), against
+    latest_old_sql_ms: the query it replaced (DISTINCT ON over the raw samples of the stale
+    window); latest_ms: gpus_latest() whole (its Python objects too);
+  - rollup_refresh_ms: rollups_refresh() of one 15 s round (a dirty row per node for the
+    current minute: a cell per GPU), against rollup_refresh_old_ms: the statement it replaced
+    on the same dirty rows; partition_count_ms: a plain count(*) of today's partition;
+  - stragglers_ms: stragglers_detect(), against stragglers_read_ms: its rollup read alone;
+  - metrics_ms and overview_ms (with overview_bytes): /metrics and /api/v1/overview.json
+    through Django's test client with a logged-in session (in process, no HTTP server).
+"Cost independent of the data kept" reads as: each figure at --hours within noise of its 1 h
+figure, while the old queries and the count grow with the data. Last line: JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+GPUS_PER_NODE = 8
+BIG_JOBS = (2048, 1024, 512)  # the rest of the fleet runs 64-GPU jobs
+SMALL_JOB = 64
+
+
+# The statements issue 17 replaced, timed on the same data as their replacements.
+def _old_latest_sql() -> str:
+    from collectors.schema import GPU_FIELD_NAMES
+
+    return f"""
+SELECT g.id, g.index, g.uuid, g.model, n.id, n.hostname, c.id, c.name, s.ts,
+    {", ".join("s." + name for name in GPU_FIELD_NAMES)}
+FROM fleet_gpu g
+JOIN fleet_node n ON n.id = g.node_id
+JOIN fleet_cluster c ON c.id = n.cluster_id
+LEFT JOIN (
+    SELECT DISTINCT ON (gpu_id) *
+    FROM telemetry_gpusample
+    WHERE ts > now() - %s * interval '1 second'
+    ORDER BY gpu_id, ts DESC
+) s ON s.gpu_id = g.id
+ORDER BY c.name, n.hostname, g.index
+"""
+
+
+def _old_refresh_sql() -> str:
+    from webapp.telemetry.services import _ROLLUP_AGGS, _ROLLUP_COLS, _ROLLUP_SET
+
+    return f"""
+WITH claimed AS (
+    DELETE FROM telemetry_rollupdirty
+    WHERE id IN (SELECT id FROM telemetry_rollupdirty ORDER BY id LIMIT 2000)
+    RETURNING gpu_ids, lo, hi
+), cells AS (
+    SELECT DISTINCT g AS gpu_id, m AS minute
+    FROM claimed, unnest(gpu_ids) AS g,
+        generate_series(lo, hi - interval '1 minute', interval '1 minute') AS m
+), upserted AS (
+    INSERT INTO telemetry_gpurollup1m AS r
+        (gpu_id, minute, n, energy_mj_min, energy_mj_max, {_ROLLUP_COLS})
+    SELECT s.gpu_id, c.minute, count(*), min(energy_mj), max(energy_mj), {_ROLLUP_AGGS}
+    FROM cells c
+    JOIN telemetry_gpusample s
+        ON s.gpu_id = c.gpu_id AND s.ts >= c.minute AND s.ts < c.minute + interval '1 minute'
+    GROUP BY 1, 2 ORDER BY 1, 2
+    ON CONFLICT (gpu_id, minute) DO UPDATE SET {_ROLLUP_SET}
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM upserted)
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=4704)
+    parser.add_argument("--hours", type=float, default=4.0)
+    parser.add_argument("--step-s", type=int, default=15, help="seconds between samples")
+    args = parser.parse_args()
+    if args.gpus < sum(BIG_JOBS) + SMALL_JOB or args.gpus % GPUS_PER_NODE:
+        raise SystemExit(f"--gpus: need a multiple of 8 of at least {sum(BIG_JOBS) + SMALL_JOB}")
+    if args.hours < 1:
+        raise SystemExit("--hours: at least 1 (the first measurement is at 1 h)")
+
+    tmp = tempfile.mkdtemp(prefix="vigil-bench-")
+    os.environ["VIGIL_DATA_DIR"] = tmp
+    for var in ("DATABASE_URL", "CELERY_BROKER_URL"):
+        os.environ.pop(var, None)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+    os.environ.setdefault("VIGIL_DEBUG", "false")
+    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
+    os.environ.setdefault("ALLOWED_HOSTS", "localhost,testserver")
+    os.environ["VIGIL_METRICS_KEY"] = metrics_key = secrets.token_urlsafe(16)
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from webapp.core import embedded
+
+    started = time.perf_counter()
+    try:
+        call_command("migrate", verbosity=0)
+        fleet = _fleet(args.gpus)
+        now = time.time()
+        end = now - now % args.step_s
+        print(f"{args.gpus} GPUs, {len(fleet['nodes'])} nodes", file=sys.stderr)
+        _copy(fleet, end - 3600, end + args.step_s, args.step_s)
+        at_1h = _measure(fleet, args.step_s, metrics_key)
+        print(f"1 h: {json.dumps(at_1h)}", file=sys.stderr)
+        _copy(fleet, end - args.hours * 3600, end - 3600, args.step_s)
+        at_full = _measure(fleet, args.step_s, metrics_key)
+        print(f"{args.hours} h: {json.dumps(at_full)}", file=sys.stderr)
+        result = {
+            "gpus": args.gpus,
+            "hours": args.hours,
+            "step_s": args.step_s,
+            "samples": _count(),
+            **{f"{k}_1h": v for k, v in at_1h.items()},
+            **at_full,
+            "bench_s": round(time.perf_counter() - started),
+            "cpus": os.cpu_count(),
+        }
+        print(json.dumps(result))
+    finally:
+        embedded.stop_all()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _fleet(gpus: int) -> dict:
+    """Two clusters of 8-GPU nodes, running jobs over every GPU; ids for the COPY."""
+    from django.contrib.auth import get_user_model
+
+    from webapp.fleet.models import Cluster, Gpu, Node
+    from webapp.jobs.choices import JobState
+    from webapp.jobs.models import Job, JobAllocation
+
+    nodes_n = gpus // GPUS_PER_NODE
+    clusters = [Cluster.objects.create(name=n) for n in ("acme-seren", "acme-kalos")]
+    nodes = Node.objects.bulk_create(
+        Node(
+            cluster=clusters[k % 2],
+            hostname=f"node-{k:05d}",
+            state="up",
+            token_hash=secrets.token_hex(32),
+        )
+        for k in range(nodes_n)
+    )
+    gpu_rows = Gpu.objects.bulk_create(
+        Gpu(node=n, index=i, uuid=f"GPU-{n.hostname}-{i}", model="NVIDIA A100-SXM4-80GB")
+        for n in nodes
+        for i in range(GPUS_PER_NODE)
+    )
+    started = datetime.now(UTC) - timedelta(days=2)
+    sizes = [*BIG_JOBS]
+    while sum(sizes) + SMALL_JOB <= gpus:
+        sizes.append(SMALL_JOB)
+    # Jobs fill nodes in order within a cluster's GPUs, as a scheduler packs them.
+    order = sorted(gpu_rows, key=lambda g: (g.node.cluster_id, g.node_id, g.index))
+    allocations, at = [], 0
+    for k, size in enumerate(sizes):
+        job = Job.objects.create(
+            cluster_id=order[at].node.cluster_id,
+            scheduler_id=str(1000 + k),
+            state=JobState.RUNNING,
+            start_at=started,
+            gpus_requested=size,
+        )
+        allocations += [
+            JobAllocation(job=job, node=g.node, gpu=g, gpu_index=g.index, start=started)
+            for g in order[at : at + size]
+        ]
+        at += size
+    JobAllocation.objects.bulk_create(allocations)
+    user = get_user_model().objects.create_user("bench", password=secrets.token_urlsafe(12))
+    user.is_staff = user.is_superuser = True
+    user.save()
+    return {
+        "nodes": {n.id: [g.id for g in gpu_rows if g.node_id == n.id] for n in nodes},
+        "gpu_ids": [g.id for g in gpu_rows],
+        "straggler": order[5].id,  # GPU 5 of the 2,048-GPU job's first node
+        "user": user,
+        "last_copied": None,
+    }
+
+
+def _copy(fleet: dict, t_from: float, t_to: float, step_s: int) -> None:
+    """Samples of every GPU for t_from <= ts < t_to, binary COPY in 10-minute chunks."""
+    import numpy as np
+    from django.db import connection, transaction
+
+    from collectors.schema import GPU_FIELD_NAMES, GPU_FIELDS
+    from webapp.core import pgcopy
+    from webapp.telemetry.partitions import partition_ensure
+
+    gpu_ids = np.array(fleet["gpu_ids"], dtype=np.int64)
+    straggler = gpu_ids == fleet["straggler"]
+    rng = np.random.default_rng(17)
+    cols = ", ".join(GPU_FIELD_NAMES)
+    chunk_s = 600
+    for start in np.arange(t_from, t_to, chunk_s):
+        stamps = np.arange(start, min(start + chunk_s, t_to), step_s)
+        for day in {datetime.fromtimestamp(t, UTC).date() for t in (stamps[0], stamps[-1])}:
+            for table in ("telemetry_gpusample", "telemetry_nodesample", "telemetry_gpurollup1m"):
+                partition_ensure(table, day)
+        # GPU-major (primary-key order), as ingest writes.
+        gpu = np.repeat(gpu_ids, len(stamps))
+        ts = np.tile(stamps, len(gpu_ids))
+        rows = len(gpu)
+        columns = {
+            "gpu_id": pgcopy.Fixed("int8", gpu),
+            "ts": pgcopy.Fixed(
+                "timestamptz", ((ts - pgcopy.PG_EPOCH_UNIX_S) * 1_000_000).astype(np.int64)
+            ),
+        }
+        slow = np.repeat(straggler, len(stamps))
+        for m in GPU_FIELDS:
+            if m.kind == "float":
+                values = rng.uniform(0.6, 0.8, rows).astype(np.float32)
+                if m.name == "sm_active":
+                    values[slow] = 0.2
+                elif m.name in ("gpu_util",):
+                    values *= 100
+                elif m.name in ("power_w", "sm_clock_mhz"):
+                    values *= 900
+                columns[m.name] = pgcopy.Fixed("float4", values)
+            elif m.name == "energy_mj":
+                columns[m.name] = pgcopy.Fixed("int8", (ts * 400_000).astype(np.int64))
+            else:
+                columns[m.name] = pgcopy.Fixed("int8", 0)
+        with transaction.atomic(), connection.cursor() as cur:
+            sql = f"COPY telemetry_gpusample (gpu_id, ts, {cols}) FROM STDIN (FORMAT BINARY)"
+            with cur.copy(sql) as copy:
+                for buf in pgcopy.copy_binary(rows, columns):
+                    copy.write(buf)
+    if fleet["last_copied"] is None or t_to > fleet["last_copied"]:
+        fleet["last_copied"] = t_to
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE telemetry_gpusample")
+
+
+def _topup(fleet: dict, step_s: int) -> float:
+    """Samples up to now (the stale window is minutes), the latest table as ingest keeps it,
+    and the rollup current; the newest ts."""
+    from django.db import connection
+
+    from collectors.schema import GPU_FIELD_NAMES
+    from webapp.telemetry.services import rollups_refresh
+
+    now = time.time()
+    newest = now - now % step_s
+    first = fleet["last_copied"]
+    if newest >= first:
+        _copy(fleet, first, newest + step_s, step_s)
+    cols = ", ".join(GPU_FIELD_NAMES)
+    sets = ", ".join(f"{c} = excluded.{c}" for c in GPU_FIELD_NAMES)
+    with connection.cursor() as cur:
+        cur.execute(
+            f"""
+            INSERT INTO telemetry_gpulatest (gpu_id, ts, {cols})
+            SELECT DISTINCT ON (gpu_id) gpu_id, ts, {cols} FROM telemetry_gpusample
+            WHERE ts >= to_timestamp(%s) ORDER BY gpu_id, ts DESC
+            ON CONFLICT (gpu_id) DO UPDATE SET ts = excluded.ts, {sets}
+            """,
+            [newest],
+        )
+    # The rollup of the straggler window and more, as the beat keeps it.
+    minute = newest - newest % 60
+    _dirty(fleet, minute - 15 * 60, minute + 60)
+    while rollups_refresh() != (0, 0):
+        pass
+    return newest
+
+
+def _dirty(fleet: dict, lo: float, hi: float) -> None:
+    """A RollupDirty row per node for the minutes lo..hi, as a node's batch writes one."""
+    from webapp.telemetry.models import RollupDirty
+
+    lo_dt, hi_dt = datetime.fromtimestamp(lo, UTC), datetime.fromtimestamp(hi, UTC)
+    RollupDirty.objects.bulk_create(
+        RollupDirty(gpu_ids=ids, lo=lo_dt, hi=hi_dt) for ids in fleet["nodes"].values()
+    )
+
+
+def _timed(fn, runs: int = 3) -> float:
+    """Median milliseconds of `runs` calls."""
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000)
+    return round(statistics.median(times), 1)
+
+
+def _measure(fleet: dict, step_s: int, metrics_key: str) -> dict:
+    from django.conf import settings
+    from django.db import connection, transaction
+    from django.test import Client
+
+    from webapp.failures.models import FailureEvent
+    from webapp.failures.stragglers import STRAGGLER_METRICS, stragglers_detect
+    from webapp.jobs.models import JobAllocation
+    from webapp.telemetry.partitions import partition_name
+    from webapp.telemetry.selectors import _LATEST_SQL, gpus_latest, gpus_minute_means
+    from webapp.telemetry.services import rollups_refresh
+
+    newest = _topup(fleet, step_s)
+    minute = newest - newest % 60
+    stale = settings.VIGIL_STALE_AFTER_S
+    out: dict = {}
+
+    def sql(statement: str, params: list | None = None):
+        def run():
+            with connection.cursor() as cur:
+                cur.execute(statement, params or [])
+                cur.fetchall()
+
+        return run
+
+    # The query alone (fetched, no Python objects), then gpus_latest() whole.
+    out["latest_sql_ms"] = _timed(sql(_LATEST_SQL.format(where=""), [stale]))
+    out["latest_old_sql_ms"] = _timed(sql(_old_latest_sql(), [stale]))
+    out["latest_ms"] = _timed(gpus_latest)
+    fresh = sum(g.ts is not None for g in gpus_latest())
+
+    def refresh_new():
+        _dirty(fleet, minute, minute + 60)
+        t0 = time.perf_counter()
+        rollups_refresh()
+        return time.perf_counter() - t0
+
+    def refresh_old():
+        _dirty(fleet, minute, minute + 60)
+        t0 = time.perf_counter()
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(_old_refresh_sql())
+        return time.perf_counter() - t0
+
+    out["rollup_refresh_ms"] = round(statistics.median(refresh_new() for _ in range(3)) * 1000, 1)
+    out["rollup_refresh_old_ms"] = round(
+        statistics.median(refresh_old() for _ in range(3)) * 1000, 1
+    )
+    today = partition_name("telemetry_gpusample", datetime.fromtimestamp(newest, UTC).date())
+    out["partition_count_ms"] = _timed(sql(f'SELECT count(*) FROM "{today}"'), runs=1)
+
+    def stragglers():
+        FailureEvent.objects.filter(kind="performance").delete()
+        return stragglers_detect()
+
+    out["stragglers_ms"] = _timed(stragglers)
+    out["stragglers_found"] = stragglers()
+    end = datetime.fromtimestamp(minute, UTC)
+    gpu_ids = list(JobAllocation.objects.filter(end__isnull=True).values_list("gpu_id", flat=True))
+    n = settings.VIGIL_STRAGGLER_MINUTES
+    out["stragglers_read_ms"] = _timed(
+        lambda: gpus_minute_means(
+            gpu_ids, end - timedelta(minutes=n), end - timedelta(minutes=1), STRAGGLER_METRICS
+        )
+    )
+
+    client = Client()
+    client.force_login(fleet["user"])
+    metrics = Client(headers={"authorization": f"Bearer {metrics_key}"})
+    out["metrics_ms"] = _timed(lambda: _ok(metrics.get("/metrics")))
+    out["overview_ms"] = _timed(lambda: _ok(client.get("/api/v1/overview.json")))
+    out["overview_bytes"] = len(client.get("/api/v1/overview.json").content)
+    out["gpus_fresh"] = fresh
+    out["samples"] = _count()
+    return out
+
+
+def _ok(response):
+    if response.status_code != 200:
+        raise SystemExit(f"{response.request['PATH_INFO']}: HTTP {response.status_code}")
+    return response
+
+
+def _count() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM telemetry_gpusample")
+        return cur.fetchone()[0]
+
+
+if __name__ == "__main__":
+    main()
