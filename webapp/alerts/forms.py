@@ -69,11 +69,11 @@ class SilenceForm(forms.Form):
     """
 
     cluster = forms.ModelChoiceField(
-        Cluster.objects.order_by("name"), to_field_name="name", required=False
+        Cluster.objects.order_by("name"), to_field_name="name", required=False, empty_label="any"
     )
     node = forms.CharField(required=False, max_length=128, help_text="hostname")
     cause = forms.ChoiceField(choices=silence_causes, required=False)
-    team = forms.ModelChoiceField(queryset=None, required=False)
+    team = forms.ModelChoiceField(queryset=None, required=False, empty_label="any")
     until = forms.DateTimeField(input_formats=[DATETIME_LOCAL, "iso-8601"], help_text="UTC")
     why = forms.CharField(max_length=512)
 
