@@ -179,3 +179,64 @@ def subscriptions_of(user: AbstractBaseUser) -> QuerySet:
         .prefetch_related("clusters")
         .order_by("scope", "pk")
     )
+
+
+# --- the pages -------------------------------------------------------------------------------
+
+
+def team_ids_of(user: AbstractBaseUser) -> frozenset[int]:
+    """The teams a user is in, directly or through a group (one query, for a whole page)."""
+    from webapp.teams.models import Team
+
+    ids = Team.objects.filter(Q(users=user) | Q(groups__user=user)).values_list("pk", flat=True)
+    return frozenset(ids)
+
+
+def alerts_filter(
+    *,
+    cluster: str = "",
+    state: str = "",
+    severity: str = "",
+    rule: str = "",
+    node: str = "",
+) -> QuerySet:
+    """Alerts firing, pending and resolved, newest first; each filter given narrows."""
+    qs = Alert.objects.select_related("rule", "cluster", "node", "job", "team", "failure")
+    if cluster:
+        qs = qs.filter(cluster__name=cluster)
+    if state:
+        qs = qs.filter(state=state)
+    if severity:
+        qs = qs.filter(severity=severity)
+    if rule:
+        qs = qs.filter(rule__name=rule)
+    if node:
+        qs = qs.filter(node__hostname=node)
+    return qs.order_by("-starts_at", "-id")
+
+
+def silences_visible() -> QuerySet:
+    """Silences in force first, then the ended ones (every logged-in user may read them: they
+    say why alerts are quiet)."""
+    return Silence.objects.select_related("cluster", "node", "team").order_by("-ends_at", "-id")
+
+
+def channels_visible(user: AbstractBaseUser) -> QuerySet:
+    """Every channel for an operator; otherwise the user's own and their teams' channels."""
+    qs = Channel.objects.annotate(n_subscriptions=Count("subscriptions")).select_related(
+        "user", "team"
+    )
+    if not user_is_operator(user):
+        qs = qs.filter(Q(user=user) | Q(team__in=team_ids_of(user)))
+    return qs.order_by("kind", "name", "pk")
+
+
+def notifications_visible(user: AbstractBaseUser, *, channel_id: int | None = None) -> QuerySet:
+    """The delivery log: every attempt for an operator, else attempts to the user's own or
+    their teams' channels (a message to someone else may name their jobs)."""
+    qs = Notification.objects.select_related("channel")
+    if not user_is_operator(user):
+        qs = qs.filter(Q(channel__user=user) | Q(channel__team__in=team_ids_of(user)))
+    if channel_id is not None:
+        qs = qs.filter(channel_id=channel_id)
+    return qs.order_by("-created_at", "-id")
