@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet, Window as W
+from django.db.models import Count, Q, QuerySet
+from django.db.models import Window as SqlWindow
 from django.db.models.functions import RowNumber
 
 from webapp.core.windows import Window
@@ -98,8 +99,18 @@ def action_label(action: RecoveryAction) -> str:
 
 def failure_timeline(failure: FailureEvent) -> FailureRecovery:
     """occurred -> detected -> diagnosed -> each action (start, end, status, result) -> the
-    job running again. Two or three queries: the plan, its actions, the job's next start."""
-    plan = RecoveryPlan.objects.filter(failure_id=failure.pk).prefetch_related("actions").first()
+    job running again. One query for the actions with their plan (a second for a plan with
+    no action), and one for the job's next start once a restart succeeded: the failure page
+    stays within its query budget."""
+    actions = list(
+        RecoveryAction.objects.filter(plan__failure_id=failure.pk)
+        .select_related("plan")
+        .order_by("seq", "id")
+    )
+    if actions:
+        plan = actions[0].plan
+    else:
+        plan = RecoveryPlan.objects.filter(failure_id=failure.pk).first()
     phases = [
         Phase("occurred", "Occurred", failure.occurred_at),
         Phase(
@@ -124,7 +135,7 @@ def failure_timeline(failure: FailureEvent) -> FailureRecovery:
     if plan is None:
         return FailureRecovery(None, phases)
     restart = None
-    for a in plan.actions.all():  # ordered by seq
+    for a in actions:
         start = a.started_at or a.created_at
         phases.append(
             Phase(
@@ -247,7 +258,7 @@ def node_drains(node_ids: list[int], per_node: int = DRAINS_PER_NODE) -> dict[in
     rows = (
         RecoveryAction.objects.filter(kind=ActionKind.DRAIN, node_id__in=node_ids)
         .annotate(
-            rn=W(RowNumber(), partition_by=["node_id"], order_by=["-created_at", "-id"]),
+            rn=SqlWindow(RowNumber(), partition_by=["node_id"], order_by=["-created_at", "-id"]),
         )
         .filter(rn__lte=per_node)
         .values(
