@@ -373,3 +373,23 @@ def test_main_pages_query_counts_stay_flat(
     ):
         with django_assert_max_num_queries(most):
             assert operator_client.get(url).status_code == 200
+
+
+# --- The reliability page's time to recover ----------------------------------------------------
+
+
+def test_reliability_page_gains_time_to_recover_by_category(outsider_client, recovered):
+    response = outsider_client.get("/failures/reliability/?cluster=testcluster&days=1")
+    rows = {x["category"]: x for x in response.context["r"].recovery}
+    assert (rows["infrastructure"]["failures"], rows["infrastructure"]["running_again"]) == (1, 1)
+    assert rows["all"]["median_s"] == rows["infrastructure"]["median_s"] >= 120
+    body = response.content.decode()
+    assert 'id="time-to-recover"' in body and 'data-category="infrastructure"' in body
+    csv_rows = _rows(
+        outsider_client.get("/api/v1/failures/reliability/recovery.csv?cluster=testcluster&days=1")
+    )
+    assert [(r["category"], r["jobs_running_again"]) for r in csv_rows] == [
+        ("infrastructure", "1"),
+        ("all", "1"),
+    ]
+    assert float(csv_rows[0]["time_to_recover_median_s"]) >= 120
