@@ -199,7 +199,7 @@ def test_failure_page_shows_the_recovery_timeline_with_durations(owner_client, r
     for phase in ("occurred", "detected", "diagnosed", "action", "running_again"):
         assert f'data-phase="{phase}"' in body, phase
     assert "Drain node gpu-node-02 (simulated)" in body
-    assert "Requeue job job 300 (simulated)" in body
+    assert "Requeue job 300 (simulated)" in body
     assert 'id="recovery-total"' in body  # failure to job running again
     rows = _rows(owner_client.get(f"/api/v1/recovery/failures/{recovered.pk}/timeline.csv"))
     assert [r["phase"] for r in rows] == [

@@ -88,13 +88,26 @@ def running_again_at(job_id: int | None, since: datetime | None) -> datetime | N
     )
 
 
-def action_label(action: RecoveryAction) -> str:
-    """What the action did, and to what; a simulated one says so."""
-    target = action.host or (f"job {action.job_scheduler_id}" if action.job_scheduler_id else "")
+def action_title(action: RecoveryAction) -> str:
+    """What the action does, and to what: "Drain node gpu-07", "Requeue job 4242"."""
+    kind = action.get_kind_display()
     if action.kind == ActionKind.NOTIFY:
-        target = action.get_audience_display().lower() if action.audience else ""
-    text = action.get_kind_display() + (f" {target}" if target else "")
-    return text + (" (simulated)" if action.executor == ExecutorKind.SIMULATED else "")
+        return kind + (f" {action.get_audience_display().lower()}" if action.audience else "")
+    if action.kind == ActionKind.HEALTH_CHECK:
+        hosts = action.params.get("hosts") or ([action.host] if action.host else [])
+        return kind + (f" of {', '.join(hosts)}" if hosts else "")
+    if action.host:
+        return f"{kind} {action.host}"
+    if action.job_scheduler_id:
+        # The kinds that act on a job say "job" in their label already.
+        return f"{kind} {action.job_scheduler_id}"
+    return kind
+
+
+def action_label(action: RecoveryAction) -> str:
+    """The title, and "(simulated)" for an action of the simulated executor."""
+    simulated = action.executor == ExecutorKind.SIMULATED
+    return action_title(action) + (" (simulated)" if simulated else "")
 
 
 def failure_timeline(failure: FailureEvent) -> FailureRecovery:

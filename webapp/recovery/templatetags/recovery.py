@@ -26,6 +26,11 @@ def approvals_waiting() -> int:
 
 
 @register.filter
+def action_title(action) -> str:
+    return selectors.action_title(action)
+
+
+@register.filter
 def seconds(value: float | None) -> str:
     """A duration for people: 0.4 s, 12 s, 3 min 5 s, 2 h 10 min; '–' when unknown."""
     if value is None:
