@@ -314,14 +314,19 @@ def reliability(window: Window, ckpt_write_s: float | None = None) -> Reliabilit
 # on the node when it happened (a GPU error): the scheduler's `started` event of the requeued or
 # restarted job. One query for all counted failures; the (job, kind, ts) index serves each.
 _RUNNING_AGAIN_SQL = """
-SELECT f.id, (
+SELECT f.id, CASE WHEN f.job_id IS NOT NULL THEN (
     SELECT min(e.ts) FROM jobs_jobevent e
-    WHERE e.kind = 'started' AND e.ts > f.occurred_at
-      AND (e.job_id = f.job_id OR (f.job_id IS NULL AND e.job_id IN (
-          SELECT a.job_id FROM jobs_joballocation a
-          WHERE a.node_id = f.node_id AND a.start <= f.occurred_at
-            AND (a."end" IS NULL OR a."end" >= f.occurred_at))))
-)
+    WHERE e.job_id = f.job_id AND e.kind = 'started' AND e.ts > f.occurred_at
+) ELSE (
+    SELECT min(s.ts) FROM (
+        SELECT DISTINCT a.job_id FROM jobs_joballocation a
+        WHERE a.node_id = f.node_id AND a.start <= f.occurred_at
+          AND (a."end" IS NULL OR a."end" >= f.occurred_at)
+    ) j CROSS JOIN LATERAL (
+        SELECT min(e.ts) AS ts FROM jobs_jobevent e
+        WHERE e.job_id = j.job_id AND e.kind = 'started' AND e.ts > f.occurred_at
+    ) s
+) END
 FROM failures_failureevent f WHERE f.id = ANY(%s)
 """
 

@@ -198,7 +198,9 @@ def actions_filter(
     until: datetime | None = None,
 ) -> QuerySet[RecoveryAction]:
     """Actions newest first (the (cluster, created_at) index serves the window)."""
-    qs = RecoveryAction.objects.select_related("cluster", "plan", "plan__failure")
+    # The plan for its failure id and mode; not the failure row (its evidence and inputs are
+    # large JSON): an export of 100k actions reads only what it writes.
+    qs = RecoveryAction.objects.select_related("cluster", "plan")
     if cluster_id:
         qs = qs.filter(cluster_id=cluster_id)
     if status:
@@ -215,14 +217,20 @@ def actions_filter(
 
 
 def plans_filter(window: Window) -> QuerySet[RecoveryPlan]:
-    """A cluster's plans in the window, newest first, with their action counts."""
+    """A cluster's plans in the window, newest first (count it, page it, then `plans_counted`
+    the page: counting the annotated queryset would aggregate every plan of the window)."""
     qs = RecoveryPlan.objects.filter(cluster_id=window.cluster.id)
     if window.since:
         qs = qs.filter(created_at__gte=window.since)
     if window.until:
         qs = qs.filter(created_at__lt=window.until)
+    return qs.order_by("-created_at", "-id")
+
+
+def plans_counted(plans: QuerySet[RecoveryPlan]) -> QuerySet[RecoveryPlan]:
+    """The plans with their nodes, jobs and action counts (per status)."""
     return (
-        qs.select_related("failure", "node", "job")
+        plans.select_related("node", "job")
         .annotate(
             n_actions=Count("actions"),
             n_succeeded=Count("actions", filter=Q(actions__status=ActionStatus.SUCCEEDED)),
@@ -321,33 +329,36 @@ class ClusterRecovery:
     avoided_share: float | None = None
 
 
+# One pass: the window's failure plans (the plans' (cluster, created_at) index), their actions
+# aggregated per plan (the actions' (cluster, created_at) index: an action is never older than
+# its plan), and the job's next start after the restart (the (job, kind, ts) unique index).
 _PHASE_SQL = """
 WITH p AS (
-    SELECT pl.id, pl.mode, f.occurred_at, f.detected_at, f.diagnosed_at,
-        (SELECT max(a.ended_at) FROM recovery_recoveryaction a
-          WHERE a.plan_id = pl.id AND a.kind <> 'notify'
-            AND a.status IN ('succeeded', 'failed')) AS acted_at,
-        (SELECT count(*) FROM recovery_recoveryaction a
-          WHERE a.plan_id = pl.id AND a.kind <> 'notify') AS n_acts,
-        (SELECT count(*) FROM recovery_recoveryaction a
-          WHERE a.plan_id = pl.id AND a.kind <> 'notify'
-            AND a.status <> 'succeeded') AS n_not_ok,
-        r.job_id AS restart_job_id, r.ended_at AS restarted_at
+    SELECT pl.id, pl.mode, f.occurred_at, f.detected_at, f.diagnosed_at
     FROM recovery_recoveryplan pl
     JOIN failures_failureevent f ON f.id = pl.failure_id
-    LEFT JOIN LATERAL (
-        SELECT a.job_id, a.ended_at FROM recovery_recoveryaction a
-        WHERE a.plan_id = pl.id AND a.kind IN ('requeue', 'resubmit')
-          AND a.status = 'succeeded' AND a.ended_at IS NOT NULL
-        ORDER BY a.ended_at DESC LIMIT 1
-    ) r ON true
-    WHERE pl.cluster_id = %s AND pl.kind = 'failure' {where}
+    WHERE pl.cluster_id = %s AND pl.kind = 'failure' {plan_where}
+), a AS (
+    SELECT a.plan_id,
+        max(a.ended_at) FILTER (
+            WHERE a.kind <> 'notify' AND a.status IN ('succeeded', 'failed')) AS acted_at,
+        count(*) FILTER (WHERE a.kind <> 'notify') AS n_acts,
+        count(*) FILTER (WHERE a.kind <> 'notify' AND a.status <> 'succeeded') AS n_not_ok,
+        max(a.ended_at) FILTER (WHERE a.kind IN ('requeue', 'resubmit')
+            AND a.status = 'succeeded') AS restarted_at,
+        (array_agg(a.job_id ORDER BY a.ended_at DESC) FILTER (
+            WHERE a.kind IN ('requeue', 'resubmit') AND a.status = 'succeeded'
+              AND a.ended_at IS NOT NULL))[1] AS restart_job_id
+    FROM recovery_recoveryaction a
+    WHERE a.cluster_id = %s {action_where}
+    GROUP BY a.plan_id
 ), q AS (
-    SELECT p.*,
+    SELECT p.*, a.acted_at, a.restarted_at, coalesce(a.n_acts, 0) AS n_acts,
+        coalesce(a.n_not_ok, 0) AS n_not_ok,
         (SELECT min(e.ts) FROM jobs_jobevent e
-          WHERE e.job_id = p.restart_job_id AND e.kind = 'started'
-            AND e.ts >= p.restarted_at) AS again_at
-    FROM p
+          WHERE e.job_id = a.restart_job_id AND e.kind = 'started'
+            AND e.ts >= a.restarted_at) AS again_at
+    FROM p LEFT JOIN a ON a.plan_id = p.id
 ), d AS (
     SELECT mode, n_acts, n_not_ok, again_at,
         extract(epoch FROM detected_at - occurred_at) AS detect,
@@ -398,11 +409,13 @@ def cluster_recovery(window: Window) -> ClusterRecovery:
             [bucket, window.cluster.id, *params],
         )
         result.over_time = [(b.replace(tzinfo=UTC), k, s, e, n) for b, k, s, e, n in cur]
-        pwhere, pparams = _window_sql(window, "pl.created_at")
+        plan_where, plan_params = _window_sql(window, "pl.created_at")
+        action_where, action_params = "", []
+        if window.since is not None:
+            action_where, action_params = " AND a.created_at >= %s", [window.since]
         cols = ", ".join(_percentiles(c) for c in (*PHASES, "recover"))
-        cur.execute(
-            _PHASE_SQL.format(where=pwhere, percentiles=cols), [window.cluster.id, *pparams]
-        )
+        sql = _PHASE_SQL.format(plan_where=plan_where, action_where=action_where, percentiles=cols)
+        cur.execute(sql, [window.cluster.id, *plan_params, window.cluster.id, *action_params])
         row = cur.fetchone()
     for _b, kind, status, executor, n in result.over_time:
         result.actions += n

@@ -38,6 +38,7 @@ from webapp.recovery.selectors import (
     drained_nodes,
     failure_timeline,
     node_drains,
+    plans_counted,
     plans_filter,
 )
 from webapp.teams.selectors import user_is_operator
@@ -97,7 +98,7 @@ def _recovery_context(request: HttpRequest) -> dict:
         policy=policy,
         policy_simulated=_simulated(policy.executor),
         meaning=cluster_mode_meaning(policy.mode),
-        plans=Paginator(plans_filter(window), PLANS_PER_PAGE).get_page(form.values["page"]),
+        plans=_plans_page(window, form.values["page"]),
         phases=[(p, figures.PHASE_LABELS[p], r.phases[p]) for p in PHASES],
         figures={
             "actions": figures.actions_figure(r.over_time, r.bucket),
@@ -105,6 +106,14 @@ def _recovery_context(request: HttpRequest) -> dict:
         },
     )
     return context
+
+
+def _plans_page(window: Window, number: int):
+    """One page of the window's plans: counted plain, then the page's rows with their counts."""
+    page = Paginator(plans_filter(window), PLANS_PER_PAGE).get_page(number)
+    ids = [p.pk for p in page.object_list]
+    page.object_list = list(plans_counted(plans_filter(window).filter(pk__in=ids)))
+    return page
 
 
 def recovery_page(request: HttpRequest) -> HttpResponse:
@@ -387,7 +396,7 @@ PLAN_CSV_HEADER = (
 
 def plans_csv(request: HttpRequest) -> HttpResponse:
     window = _window(RecoveryForm(request.GET))
-    plans = plans_filter(window)[:CSV_MAX_ROWS] if window else []
+    plans = plans_counted(plans_filter(window))[:CSV_MAX_ROWS].iterator(2000) if window else []
     rows = (
         (
             p.pk,
@@ -481,13 +490,17 @@ def actions_csv(request: HttpRequest) -> HttpResponse:
         since=window.since,
         until=window.until,
     )
-    rows = (_action_row(a) for a in qs[:CSV_MAX_ROWS])
+    rows = (_action_row(a) for a in qs[:CSV_MAX_ROWS].iterator(2000))
     return csv_response(f"recovery-{window.cluster.name}-actions.csv", ACTION_CSV_HEADER, rows)
 
 
 def approvals_csv(request: HttpRequest) -> HttpResponse:
     cluster = ListForm(request.GET).values["cluster"]
-    rows = (_action_row(a) for a in approvals_queue(cluster.pk if cluster else None)[:CSV_MAX_ROWS])
+    queue = approvals_queue(cluster.pk if cluster else None).select_related(None)
+    rows = (
+        _action_row(a)
+        for a in queue.select_related("cluster", "plan")[:CSV_MAX_ROWS].iterator(2000)
+    )
     return csv_response("recovery-approvals.csv", ACTION_CSV_HEADER, rows)
 
 
