@@ -349,6 +349,8 @@ def test_action_page_shows_who_decided_and_every_command_with_its_output(
     assert f'<code id="rule">{drain.rule}</code>' in body
     assert "nobody needed to (automatic)" in body
     assert "$ scontrol update NodeName=gpu-node-02 State=DRAIN" in body
+    # The drain reason is one argument, quoted as a shell would need it.
+    assert f"State=DRAIN &#x27;Reason=vigil: gpu_off_bus failure {recovered.pk}&#x27;" in body
     assert "simulated: no scheduler was contacted" in body  # the command's output
     assert "node gpu-node-02 drained" in body  # the result
     steps = _rows(outsider_client.get(f"/api/v1/recovery/actions/{drain.pk}/steps.csv"))

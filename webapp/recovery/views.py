@@ -10,6 +10,7 @@ error for a client that asked for JSON.
 
 from __future__ import annotations
 
+import shlex
 from datetime import timedelta
 from urllib.parse import urlencode
 
@@ -464,7 +465,7 @@ def _action_row(a: RecoveryAction) -> tuple:
         a.reason,
         a.host,
         a.job_scheduler_id,
-        " ; ".join(" ".join(argv) for argv in a.commands),
+        " ; ".join(shlex.join(argv) for argv in a.commands),
         a.result,
         a.error,
         a.attempts,
@@ -537,7 +538,7 @@ def action_steps_csv(request: HttpRequest, action_id: int) -> HttpResponse:
             action.pk,
             s.get("i"),
             s.get("attempt"),
-            " ".join(s.get("argv", [])),
+            shlex.join(s.get("argv", [])),
             s.get("started_at"),
             s.get("ended_at"),
             s.get("exit"),

@@ -7,6 +7,8 @@ failures app: recovery imports failures, so the failure page loads its timeline 
 
 from __future__ import annotations
 
+import shlex
+
 from django import template
 
 from webapp.recovery import selectors
@@ -23,6 +25,12 @@ def recovery_timeline(failure) -> dict:
 @register.simple_tag
 def approvals_waiting() -> int:
     return selectors.approvals_waiting()
+
+
+@register.filter
+def shell(argv) -> str:
+    """A command as a shell would take it: `Reason="vigil: x"` stays one argument."""
+    return shlex.join(str(a) for a in argv)
 
 
 @register.filter
