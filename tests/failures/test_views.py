@@ -156,7 +156,8 @@ def test_failure_page_shows_diagnosis_evidence_in_context_and_xid_history(
     assert {no for no, _, _ in window.lines} == {120, 121, 122}
     assert [e.xid for e, _ in response.context["xids"]] == [79]
     assert response.context["figures"]["xids"]["data"]
-    assert "recovery" not in body.lower()  # no placeholder section
+    # The recovery timeline (the recovery app's template tag): the diagnosis, then the plan.
+    assert 'data-phase="diagnosed"' in body and 'id="recovery-decision"' in body
 
 
 def test_failure_csvs(operator_client, diagnosed):

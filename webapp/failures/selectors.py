@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
@@ -161,6 +162,8 @@ class Reliability:
     offenders: list[dict] = field(default_factory=list)
     ettr: list[dict] = field(default_factory=list)
     checkpoints: list[dict] = field(default_factory=list)
+    # Time to recover per category (and "all"): failure occurred -> its job running again.
+    recovery: list[dict] = field(default_factory=list)
 
 
 def counted_failures(window: Window) -> list[FailureEvent]:
@@ -301,9 +304,76 @@ def reliability(window: Window, ckpt_write_s: float | None = None) -> Reliabilit
     result.table3 = sorted(categories.values(), key=lambda c: order.get(c["category"], 99))
 
     result.offenders = _offenders(window, failures, by_id)
+    result.recovery = _time_to_recover(failures)
     result.ettr = _ettr(window)
     result.checkpoints = _checkpoints(window, rate, delta)
     return result
+
+
+# The first start, after the failure, of its job (a job failure) or of the jobs that held GPUs
+# on the node when it happened (a GPU error): the scheduler's `started` event of the requeued or
+# restarted job. One query for all counted failures; the (job, kind, ts) index serves each.
+_RUNNING_AGAIN_SQL = """
+SELECT f.id, CASE WHEN f.job_id IS NOT NULL THEN (
+    SELECT min(e.ts) FROM jobs_jobevent e
+    WHERE e.job_id = f.job_id AND e.kind = 'started' AND e.ts > f.occurred_at
+) ELSE (
+    SELECT min(s.ts) FROM (
+        SELECT DISTINCT a.job_id FROM jobs_joballocation a
+        WHERE a.node_id = f.node_id AND a.start <= f.occurred_at
+          AND (a."end" IS NULL OR a."end" >= f.occurred_at)
+    ) j CROSS JOIN LATERAL (
+        SELECT min(e.ts) AS ts FROM jobs_jobevent e
+        WHERE e.job_id = j.job_id AND e.kind = 'started' AND e.ts > f.occurred_at
+    ) s
+) END
+FROM failures_failureevent f WHERE f.id = ANY(%s)
+"""
+
+
+def _p95(values: list[float]) -> float | None:
+    if len(values) < 2:
+        return values[0] if values else None
+    return statistics.quantiles(values, n=20, method="inclusive")[18]
+
+
+def running_again_after(failures: list[FailureEvent]) -> dict[int, datetime]:
+    """failure id -> when its job (or a job on its node) started again, for those that did."""
+    if not failures:
+        return {}
+    with connection.cursor() as cur:
+        cur.execute(_RUNNING_AGAIN_SQL, [[f.pk for f in failures]])
+        return {pk: ts for pk, ts in cur.fetchall() if ts is not None}
+
+
+def _time_to_recover(failures: list[FailureEvent]) -> list[dict]:
+    """Median and p95 seconds from a failure to its job running again, per category."""
+    again = running_again_after(failures)
+    per: dict[str, list[float]] = defaultdict(list)
+    counts: Counter[str] = Counter()
+    for f in failures:
+        category = f.category or taxonomy.Category.UNKNOWN.value
+        counts[category] += 1
+        counts["all"] += 1
+        if f.pk in again:
+            seconds = (again[f.pk] - f.occurred_at).total_seconds()
+            per[category].append(seconds)
+            per["all"].append(seconds)
+    order = [c.value for c in taxonomy.Category]
+    keys = sorted(
+        (k for k in counts if k != "all"), key=lambda k: order.index(k) if k in order else 99
+    )
+    return [
+        {
+            "category": key,
+            "failures": counts[key],
+            "running_again": len(per[key]),
+            "median_s": _median(per[key]),
+            "p95_s": _p95(per[key]),
+        }
+        for key in [*keys, "all"]
+        if counts[key]
+    ]
 
 
 def _bucket(gpus: int | None) -> str:

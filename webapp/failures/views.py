@@ -260,6 +260,7 @@ RELIABILITY_TABLES = (
     "offenders",
     "ettr",
     "checkpoints",
+    "recovery",
 )
 
 
@@ -372,6 +373,27 @@ def reliability_csv(request: HttpRequest, table: str) -> HttpResponse:
                     _fmt(x["days_since_last"]),
                 )
                 for x in r.offenders
+            ],
+        )
+    if table == "recovery":
+        return csv_response(
+            name,
+            (
+                "category",
+                "failures",
+                "jobs_running_again",
+                "time_to_recover_median_s",
+                "time_to_recover_p95_s",
+            ),
+            [
+                (
+                    x["category"],
+                    x["failures"],
+                    x["running_again"],
+                    _fmt(x["median_s"]),
+                    _fmt(x["p95_s"]),
+                )
+                for x in r.recovery
             ],
         )
     if table == "ettr":

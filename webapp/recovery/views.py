@@ -1,0 +1,606 @@
+"""Recovery pages: a cluster's recovery (figures, headline numbers, its mode, recent plans),
+the approvals queue, the nodes out of service, one action's audit; every table has a CSV
+export (api_urls.py).
+
+Everyone logged in reads; only operators act (set a mode, approve, reject, return a node to
+service), by POST with the CSRF token. A refused request changes nothing: the service raises
+RecoveryError before writing, and the page is shown again with its message (400), or a JSON
+error for a client that asked for JSON.
+"""
+
+from __future__ import annotations
+
+import shlex
+from datetime import timedelta
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from webapp.core.exports import csv_response
+from webapp.core.windows import Window
+from webapp.failures.models import FailureEvent
+from webapp.fleet.models import Cluster, Node
+from webapp.recovery import figures, services
+from webapp.recovery.choices import ExecutorKind, Mode
+from webapp.recovery.forms import ActionsForm, ListForm, ModeForm, RecoveryForm, RejectForm
+from webapp.recovery.models import RecoveryAction
+from webapp.recovery.selectors import (
+    PHASES,
+    actions_filter,
+    approvals_queue,
+    cluster_mode_meaning,
+    cluster_recovery,
+    drained_nodes,
+    failure_timeline,
+    node_drains,
+    plans_counted,
+    plans_filter,
+)
+from webapp.teams.selectors import user_is_operator
+
+PLANS_PER_PAGE = 50
+APPROVALS_PER_PAGE = 50
+NODES_PER_PAGE = 100
+CSV_MAX_ROWS = 100_000  # as the failure exports
+OPERATORS_ONLY = "Only operators may change recovery: ask one, or join the operators group."
+
+
+def _forbidden(request: HttpRequest) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse({"error": OPERATORS_ONLY}, status=403)
+    return HttpResponseForbidden(OPERATORS_ONLY, content_type="text/plain")
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return "application/json" in request.headers.get("Accept", "")
+
+
+def _query(request: HttpRequest, *drop: str) -> str:
+    params = request.GET.copy()
+    for name in ("page", *drop):
+        params.pop(name, None)
+    return params.urlencode()
+
+
+def _simulated(executor: str) -> bool:
+    return executor == ExecutorKind.SIMULATED
+
+
+# --- The cluster's recovery ------------------------------------------------------------------
+
+
+def _recovery_context(request: HttpRequest) -> dict:
+    form = RecoveryForm(request.GET)
+    cluster, days = form.chosen_cluster, form.values["days"]
+    context = {
+        "clusters": Cluster.objects.order_by("name"),
+        "cluster": cluster,
+        "days": days,
+        "error": form.error,
+        "query": _query(request),
+        "is_operator": user_is_operator(request.user),
+        "modes": Mode.choices,
+        "PHASES": PHASES,
+    }
+    if cluster is None:
+        return context
+    now = timezone.now()
+    window = Window(cluster, now - timedelta(days=days), now)
+    r = cluster_recovery(window)
+    policy = services.recovery_policy(cluster.pk)
+    context.update(
+        r=r,
+        policy=policy,
+        policy_simulated=_simulated(policy.executor),
+        meaning=cluster_mode_meaning(policy.mode),
+        plans=_plans_page(window, form.values["page"]),
+        phases=[(p, figures.PHASE_LABELS[p], r.phases[p]) for p in PHASES],
+        figures={
+            "actions": figures.actions_figure(r.over_time, r.bucket),
+            "phases": figures.phases_figure(r.phases),
+        },
+    )
+    return context
+
+
+def _plans_page(window: Window, number: int):
+    """One page of the window's plans: counted plain, then the page's rows with their counts."""
+    page = Paginator(plans_filter(window), PLANS_PER_PAGE).get_page(number)
+    ids = [p.pk for p in page.object_list]
+    page.object_list = list(plans_counted(plans_filter(window).filter(pk__in=ids)))
+    return page
+
+
+def recovery_page(request: HttpRequest) -> HttpResponse:
+    context = _recovery_context(request)
+    return render(
+        request, "recovery/cluster.html", context, status=400 if context["error"] else 200
+    )
+
+
+@require_POST
+def policy_set(request: HttpRequest) -> HttpResponse:
+    if not user_is_operator(request.user):
+        return _forbidden(request)
+    form = ModeForm(request.POST)
+    error = form.error
+    if error is None:
+        cluster, mode = form.cleaned_data["cluster"], form.cleaned_data["mode"]
+        try:
+            services.recovery_policy_set(cluster.pk, mode=mode, user=request.user.get_username())
+        except services.RecoveryError as exc:
+            error = str(exc)
+    if error is not None:
+        if _wants_json(request):
+            return JsonResponse({"error": error}, status=400)
+        context = _recovery_context(request)
+        context["error"] = error
+        return render(request, "recovery/cluster.html", context, status=400)
+    if _wants_json(request):
+        return JsonResponse({"cluster": cluster.name, "mode": mode})
+    messages.success(request, f"{cluster.name} now recovers in mode {Mode(mode).label}.")
+    return redirect(reverse("recovery:cluster") + "?" + urlencode({"cluster": cluster.name}))
+
+
+# --- Approvals -------------------------------------------------------------------------------
+
+
+def _approvals_context(request: HttpRequest) -> dict:
+    form = ListForm(request.GET)
+    cluster = form.values["cluster"]
+    page = Paginator(approvals_queue(cluster.pk if cluster else None), APPROVALS_PER_PAGE)
+    return {
+        "clusters": Cluster.objects.order_by("name"),
+        "cluster": cluster,
+        "page": page.get_page(form.values["page"]),
+        "query": _query(request),
+        "error": form.error,
+        "is_operator": user_is_operator(request.user),
+    }
+
+
+def approvals(request: HttpRequest) -> HttpResponse:
+    context = _approvals_context(request)
+    return render(
+        request, "recovery/approvals.html", context, status=400 if context["error"] else 200
+    )
+
+
+def _decided(request: HttpRequest, decide, verb: str) -> HttpResponse:
+    """Approve or reject; a refusal (already ran, unknown) shows the queue again with why."""
+    if not user_is_operator(request.user):
+        return _forbidden(request)
+    try:
+        action = decide()
+    except services.RecoveryError as exc:
+        if _wants_json(request):
+            return JsonResponse({"error": str(exc)}, status=400)
+        context = _approvals_context(request)
+        context["error"] = str(exc)
+        return render(request, "recovery/approvals.html", context, status=400)
+    if _wants_json(request):
+        return JsonResponse({"action": action.pk, "status": action.status})
+    messages.success(request, f"Action {action.pk} ({action.get_kind_display().lower()}) {verb}.")
+    return redirect("recovery:approvals")
+
+
+@require_POST
+def action_approve(request: HttpRequest, action_id: int) -> HttpResponse:
+    user = request.user.get_username()
+    return _decided(
+        request,
+        lambda: services.action_approve(action_id, user),
+        "approved: it runs once the cluster's recovery worker takes it",
+    )
+
+
+@require_POST
+def action_reject(request: HttpRequest, action_id: int) -> HttpResponse:
+    form = RejectForm(request.POST)
+    why = form.cleaned_data["why"] if form.is_valid() else ""
+    user = request.user.get_username()
+    return _decided(
+        request,
+        lambda: services.action_reject(action_id, user, why),
+        "rejected; the actions after it are cancelled",
+    )
+
+
+# --- Nodes out of service --------------------------------------------------------------------
+
+
+def _nodes_context(request: HttpRequest) -> dict:
+    form = ListForm(request.GET)
+    cluster = form.values["cluster"]
+    page = Paginator(drained_nodes(cluster.pk if cluster else None), NODES_PER_PAGE).get_page(
+        form.values["page"]
+    )
+    drains = node_drains([n.pk for n in page])
+    rows = [
+        {
+            "node": n,
+            # Node.state_reason / state_since come with the scheduler watcher's node states.
+            "reason": getattr(n, "state_reason", ""),
+            "since": getattr(n, "state_since", None),
+            "drains": drains.get(n.pk, []),
+        }
+        for n in page
+    ]
+    return {
+        "clusters": Cluster.objects.order_by("name"),
+        "cluster": cluster,
+        "page": page,
+        "rows": rows,
+        "query": _query(request),
+        "error": form.error,
+        "is_operator": user_is_operator(request.user),
+    }
+
+
+def nodes(request: HttpRequest) -> HttpResponse:
+    context = _nodes_context(request)
+    return render(request, "recovery/nodes.html", context, status=400 if context["error"] else 200)
+
+
+@require_POST
+def node_return(request: HttpRequest, node_id: int) -> HttpResponse:
+    if not user_is_operator(request.user):
+        return _forbidden(request)
+    node = get_object_or_404(Node.objects.select_related("cluster"), pk=node_id)
+    try:
+        plan = services.node_return_to_service(node, request.user.get_username())
+    except services.RecoveryError as exc:
+        if _wants_json(request):
+            return JsonResponse({"error": str(exc)}, status=400)
+        context = _nodes_context(request)
+        context["error"] = str(exc)
+        return render(request, "recovery/nodes.html", context, status=400)
+    steps = " then ".join(a.get_kind_display().lower() for a in plan.actions.order_by("seq"))
+    if _wants_json(request):
+        return JsonResponse({"plan": plan.pk, "node": node.hostname, "mode": plan.mode})
+    note = " (dry run: recorded, not run)" if plan.mode == Mode.DRY_RUN else ""
+    messages.success(request, f"{node.hostname}: {steps} planned (plan {plan.pk}){note}.")
+    return redirect(reverse("recovery:nodes") + "?" + urlencode({"cluster": node.cluster.name}))
+
+
+# --- One action ------------------------------------------------------------------------------
+
+
+def _action(action_id: int) -> RecoveryAction:
+    return get_object_or_404(
+        RecoveryAction.objects.select_related("cluster", "plan", "plan__failure", "node", "job"),
+        pk=action_id,
+    )
+
+
+def action_detail(request: HttpRequest, action_id: int) -> HttpResponse:
+    action = _action(action_id)
+    siblings = action.plan.actions.exclude(pk=action.pk).order_by("seq", "id")
+    return render(
+        request,
+        "recovery/action.html",
+        {
+            "action": action,
+            "plan": action.plan,
+            "failure": action.plan.failure,
+            "simulated": _simulated(action.executor),
+            "siblings": siblings,
+            "steps": _steps(action),
+        },
+    )
+
+
+def _steps(action: RecoveryAction) -> list[dict]:
+    """Each command as planned, with every time it was run (a retried command runs again)."""
+    runs: dict[int, list[dict]] = {}
+    for step in action.steps or []:
+        runs.setdefault(step.get("i"), []).append(step)
+    return [
+        {"i": i, "argv": argv, "runs": runs.get(i, [])} for i, argv in enumerate(action.commands)
+    ]
+
+
+# --- CSV exports -----------------------------------------------------------------------------
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _window(form: RecoveryForm) -> Window | None:
+    cluster = form.chosen_cluster
+    if cluster is None:
+        return None
+    now = timezone.now()
+    return Window(cluster, now - timedelta(days=form.values["days"]), now)
+
+
+def summary_csv(request: HttpRequest) -> HttpResponse:
+    window = _window(RecoveryForm(request.GET))
+    rows = []
+    if window is not None:
+        r = cluster_recovery(window)
+        for phase in (*PHASES, "recover"):
+            stats = r.phases.get(phase) or {
+                "n": None,
+                "median_s": r.recover_median_s,
+                "p95_s": r.recover_p95_s,
+            }
+            rows.append(
+                (
+                    window.cluster.name,
+                    "time_to_recover",
+                    phase,
+                    stats["n"],
+                    stats["median_s"],
+                    stats["p95_s"],
+                )
+            )
+        rows += [
+            (window.cluster.name, "actions", "total", r.actions, None, None),
+            (window.cluster.name, "actions", "ran", r.ran, None, None),
+            (window.cluster.name, "actions", "succeeded", r.succeeded, r.success_rate, None),
+            (window.cluster.name, "actions", "simulated", r.simulated, None, None),
+            (window.cluster.name, "failures", "planned", r.failures, None, None),
+            (
+                window.cluster.name,
+                "failures",
+                "recovered_without_a_human",
+                r.auto_recovered,
+                r.avoided_share,
+                None,
+            ),
+        ]
+    name = f"recovery-{window.cluster.name if window else 'none'}-summary.csv"
+    return csv_response(
+        name, ("cluster", "group", "name", "count", "median_s_or_share", "p95_s"), rows
+    )
+
+
+def over_time_csv(request: HttpRequest) -> HttpResponse:
+    window = _window(RecoveryForm(request.GET))
+    rows = []
+    if window is not None:
+        r = cluster_recovery(window)
+        rows = [(b.isoformat(), k, s, e, n) for b, k, s, e, n in r.over_time]
+    name = f"recovery-{window.cluster.name if window else 'none'}-actions-over-time.csv"
+    return csv_response(name, ("bucket_start", "kind", "status", "executor", "actions"), rows)
+
+
+PLAN_CSV_HEADER = (
+    "plan",
+    "cluster",
+    "kind",
+    "created_at",
+    "failure",
+    "cause",
+    "proposed_action",
+    "action",
+    "rule",
+    "reason",
+    "mode",
+    "executor",
+    "node",
+    "job",
+    "actions",
+    "succeeded",
+    "failed",
+    "waiting",
+)
+
+
+def plans_csv(request: HttpRequest) -> HttpResponse:
+    window = _window(RecoveryForm(request.GET))
+    plans = plans_counted(plans_filter(window))[:CSV_MAX_ROWS].iterator(2000) if window else []
+    rows = (
+        (
+            p.pk,
+            window.cluster.name,
+            p.kind,
+            p.created_at.isoformat(),
+            p.failure_id,
+            p.cause,
+            p.proposed_action,
+            p.action,
+            p.rule,
+            p.reason,
+            p.mode,
+            p.executor,
+            p.node.hostname if p.node else None,
+            p.job.scheduler_id if p.job else None,
+            p.n_actions,
+            p.n_succeeded,
+            p.n_failed,
+            p.n_waiting,
+        )
+        for p in plans
+    )
+    return csv_response("recovery-plans.csv", PLAN_CSV_HEADER, rows)
+
+
+ACTION_CSV_HEADER = (
+    "action",
+    "plan",
+    "failure",
+    "cluster",
+    "seq",
+    "kind",
+    "status",
+    "mode",
+    "executor",
+    "rule",
+    "reason",
+    "host",
+    "job",
+    "commands",
+    "result",
+    "error",
+    "attempts",
+    "approved_by",
+    "approved_at",
+    "created_at",
+    "started_at",
+    "ended_at",
+)
+
+
+def _action_row(a: RecoveryAction) -> tuple:
+    return (
+        a.pk,
+        a.plan_id,
+        a.plan.failure_id,
+        a.cluster.name,
+        a.seq,
+        a.kind,
+        a.status,
+        a.mode,
+        a.executor,
+        a.rule,
+        a.reason,
+        a.host,
+        a.job_scheduler_id,
+        " ; ".join(shlex.join(argv) for argv in a.commands),
+        a.result,
+        a.error,
+        a.attempts,
+        a.approved_by,
+        _iso(a.approved_at),
+        _iso(a.created_at),
+        _iso(a.started_at),
+        _iso(a.ended_at),
+    )
+
+
+def actions_csv(request: HttpRequest) -> HttpResponse:
+    form = ActionsForm(request.GET)
+    window = _window(form)
+    if window is None:
+        return csv_response("recovery-actions.csv", ACTION_CSV_HEADER, [])
+    v = form.values
+    qs = actions_filter(
+        cluster_id=window.cluster.id,
+        status=v["status"],
+        kind=v["kind"],
+        executor=v["executor"],
+        since=window.since,
+        until=window.until,
+    )
+    rows = (_action_row(a) for a in qs[:CSV_MAX_ROWS].iterator(2000))
+    return csv_response(f"recovery-{window.cluster.name}-actions.csv", ACTION_CSV_HEADER, rows)
+
+
+def approvals_csv(request: HttpRequest) -> HttpResponse:
+    cluster = ListForm(request.GET).values["cluster"]
+    queue = approvals_queue(cluster.pk if cluster else None).select_related(None)
+    rows = (
+        _action_row(a)
+        for a in queue.select_related("cluster", "plan")[:CSV_MAX_ROWS].iterator(2000)
+    )
+    return csv_response("recovery-approvals.csv", ACTION_CSV_HEADER, rows)
+
+
+def nodes_csv(request: HttpRequest) -> HttpResponse:
+    cluster = ListForm(request.GET).values["cluster"]
+    qs = drained_nodes(cluster.pk if cluster else None)
+    ids = list(qs.values_list("pk", flat=True)[:CSV_MAX_ROWS])
+    drains = node_drains(ids)
+    rows = (
+        (
+            n.cluster.name,
+            n.hostname,
+            n.state,
+            getattr(n, "state_reason", ""),
+            _iso(getattr(n, "state_since", None)),
+            " ".join(
+                str(d["plan__failure_id"]) for d in drains.get(n.pk, []) if d["plan__failure_id"]
+            ),
+            " ".join(str(d["pk"]) for d in drains.get(n.pk, [])),
+        )
+        for n in qs[:CSV_MAX_ROWS]
+    )
+    return csv_response(
+        "recovery-nodes.csv",
+        ("cluster", "node", "state", "reason", "since", "failures", "drain_actions"),
+        rows,
+    )
+
+
+def action_steps_csv(request: HttpRequest, action_id: int) -> HttpResponse:
+    action = _action(action_id)
+    rows = (
+        (
+            action.pk,
+            s.get("i"),
+            s.get("attempt"),
+            shlex.join(s.get("argv", [])),
+            s.get("started_at"),
+            s.get("ended_at"),
+            s.get("exit"),
+            s.get("verified", False),
+            s.get("optional", False),
+            s.get("stdout", ""),
+            s.get("stderr", ""),
+        )
+        for s in action.steps or []
+    )
+    return csv_response(
+        f"recovery-action-{action.pk}-steps.csv",
+        (
+            "action",
+            "command",
+            "attempt",
+            "argv",
+            "started_at",
+            "ended_at",
+            "exit",
+            "verified",
+            "optional",
+            "stdout",
+            "stderr",
+        ),
+        rows,
+    )
+
+
+def failure_timeline_csv(request: HttpRequest, failure_id: int) -> HttpResponse:
+    failure = get_object_or_404(FailureEvent, pk=failure_id)
+    t = failure_timeline(failure)
+    rows = (
+        (
+            failure.pk,
+            p.key,
+            p.label,
+            _iso(p.at),
+            _iso(p.ended_at),
+            p.after_s,
+            p.took_s,
+            p.status,
+            p.detail,
+            p.action.pk if p.action else None,
+            p.action.executor if p.action else None,
+        )
+        for p in t.phases
+    )
+    return csv_response(
+        f"failure-{failure.pk}-recovery.csv",
+        (
+            "failure",
+            "phase",
+            "label",
+            "at",
+            "ended_at",
+            "after_s",
+            "took_s",
+            "status",
+            "detail",
+            "action",
+            "executor",
+        ),
+        rows,
+    )
