@@ -22,6 +22,9 @@ PUBLIC = {
     "login/": "the login form itself",
     "logout/": "logging out without a session changes nothing; it redirects to the login",
     "admin/login/": "the admin's login form",
+    # An alert email's link: the signed token names one subscription and is the credential;
+    # GET only shows what will be turned off (tests/alerts/test_views.py).
+    "alerts/unsubscribe/<str:token>/": "an email's unsubscribe link, its token the credential",
 }
 # Pattern -> (the setting holding its credential, if any). Outside the login on purpose
 # (a load balancer, Prometheus, a scheduler have no session); each refuses a visitor
