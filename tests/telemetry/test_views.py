@@ -83,28 +83,64 @@ def test_overview_counts_busy_idle_erroring_stale_and_power(operator_client, sma
 
 def test_overview_json_has_one_cell_per_gpu_with_the_latest_values(operator_client, small_fleet):
     data = operator_client.get(reverse("telemetry_api:overview_json")).json()
-
-    assert len(data["gpus"]) == 20
-    assert len({g["uuid"] for g in data["gpus"]}) == 20
-    cell = next(g for g in data["gpus"] if g["node"] == "gpu-a-01" and g["index"] == 0)
-    assert cell["gpu_util"] == 95.0 and cell["power_w"] == 650.0  # newest, not the older 1 %
-    assert cell["status"] == "busy" and cell["model"] == MODEL
-    assert cell["node_url"] == reverse("telemetry:node", args=[small_fleet.a01.id])
-    statuses = {(g["node"], g["index"]): g["status"] for g in data["gpus"]}
-    assert statuses[("gpu-a-01", 2)] == statuses[("gpu-a-01", 3)] == "erroring"
-    assert statuses[("gpu-a-01", 5)] == "idle"
-    assert all(statuses[("gpu-a-02", i)] == "stale" for i in range(8))
+    assert "gpus" not in data  # the page does not read the per-GPU list
+    assert data["node_url"] == reverse("telemetry:node", args=[0])
 
     alpha = next(c for c in data["clusters"] if c["name"] == "alpha")
-    util, no_data, errors = alpha["figure"]["data"]
-    assert util["type"] == no_data["type"] == "heatmap"
-    assert util["y"] == ["gpu-a-01", "gpu-a-02"] and util["x"] == list(range(8))
-    shown = sum(v is not None for row in util["z"] for v in row)
-    grey = sum(v is not None for row in no_data["z"] for v in row)
-    assert shown + grey == alpha["gpus"] == 16 and grey == 8
-    assert util["z"][0][0] == 95.0
-    assert sorted(errors["x"]) == [2, 3]
-    assert util["customdata"][0][0][2] == "GPU-alpha-gpu-a-01-00"  # UUID in the hover
+    grid = alpha["grid"]
+    assert grid["level"] == "gpu" and grid["width"] == 8
+    assert grid["hosts"] == ["gpu-a-01", "gpu-a-02"]
+    assert grid["node_ids"] == [small_fleet.a01.id, small_fleet.a02.id]
+    # One slot per GPU: node gpu-a-01's GPUs 0-7, then gpu-a-02's (stale: grey, no values).
+    assert sorted(grid["status"][:8]) == sorted("bbbbiiee")
+    assert grid["status"][2:4] == "ee" and grid["status"][5] == "i"
+    assert grid["status"][8:] == "s" * 8 and grid["util"][8:] == [None] * 8
+    assert grid["util"][0] == 95 and grid["power"][0] == 650  # newest, not the older 1 %
+    assert sum(v is not None for v in grid["util"]) + grid["status"].count("s") == 16
+
+
+def test_overview_json_lists_every_gpu_for_scripts_when_asked(operator_client, small_fleet):
+    data = operator_client.get(reverse("telemetry_api:overview_json"), {"gpus": "1"}).json()
+    assert len(data["gpus"]) == 20
+    cell = next(g for g in data["gpus"] if g["node"] == "gpu-a-01" and g["index"] == 0)
+    assert cell["gpu_util"] == 95.0 and cell["power_w"] == 650.0
+    assert cell["status"] == "busy" and cell["model"] == MODEL
+    assert cell["node_url"] == reverse("telemetry:node", args=[small_fleet.a01.id])
+
+
+def test_overview_of_a_large_cluster_has_one_cell_per_node(small_fleet):
+    """Above GPU_CELLS_MAX GPUs a cluster's cells are nodes: mean util and GPUs per status."""
+    from webapp.telemetry.overview import overview_payload
+    from webapp.telemetry.selectors import clusters_overview
+
+    summaries, gpus = clusters_overview()
+    data = overview_payload(
+        summaries,
+        gpus,
+        node_url=lambda i: f"/nodes/{i}/",
+        generated_at="now",
+        busy_util_pct=50,
+        stale_after_s=60,
+        gpu_cells_max=4,
+    )
+    alpha = next(c for c in data["clusters"] if c["name"] == "alpha")
+    grid = alpha["grid"]
+    assert grid["level"] == "node" and grid["hosts"] == ["gpu-a-01", "gpu-a-02"]
+    busy, idle, erroring, stale = grid["counts"][0]
+    assert (busy, idle, erroring, stale) == (4, 2, 2, 0)
+    assert grid["counts"][1] == [0, 0, 0, 8] and grid["util"][1] is None
+    assert grid["util"][0] is not None
+
+
+def test_overview_json_is_gzipped_for_a_browser_that_accepts_it(operator_client, small_fleet):
+    plain = operator_client.get(reverse("telemetry_api:overview_json"))
+    zipped = operator_client.get(
+        reverse("telemetry_api:overview_json"), HTTP_ACCEPT_ENCODING="gzip"
+    )
+    assert zipped["Content-Encoding"] == "gzip"
+    assert len(zipped.content) < len(plain.content)
+    page = operator_client.get(reverse("telemetry:overview"), HTTP_ACCEPT_ENCODING="gzip")
+    assert page["Content-Encoding"] == "gzip"
 
 
 def test_overview_query_count_does_not_grow_with_the_fleet(
@@ -138,7 +174,7 @@ def test_empty_fleet_overview_explains_what_to_do(operator_client, db):
     response = operator_client.get(reverse("telemetry:overview"))
     assert response.status_code == 200
     assert b"No clusters yet" in response.content
-    assert operator_client.get(reverse("telemetry_api:overview_json")).json()["gpus"] == []
+    assert operator_client.get(reverse("telemetry_api:overview_json")).json()["clusters"] == []
 
 
 def _traces_with_points(figure: dict) -> list[dict]:
