@@ -195,6 +195,90 @@ def test_node_page_shows_each_gpu_and_its_last_hour(operator_client, small_fleet
     assert {t["name"] for t in figure["data"]} == {f"GPU {i}" for i in range(8)}
 
 
+def node_history(fleet) -> dict:
+    """On gpu-a-01: job 77 holds GPUs 0-3 now (job 76 held them before), an Xid 79 on GPU 2,
+    the job failure it caused and the drain that followed; one of each elsewhere."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.failures.models import FailureEvent, GpuErrorEvent
+    from webapp.jobs.models import Job, JobAllocation
+    from webapp.recovery.models import RecoveryAction, RecoveryPlan
+
+    now = timezone.now()
+    node, cluster = fleet.a01, fleet.a01.cluster
+
+    def job(scheduler_id: str, state: str, start, end=None) -> Job:
+        j = Job.objects.create(
+            cluster=cluster,
+            scheduler_id=scheduler_id,
+            name=f"train-{scheduler_id}",
+            user="alice",
+            state=state,
+            submit_at=start,
+            start_at=start,
+            end_at=end,
+            gpus_requested=4,
+        )
+        JobAllocation.objects.bulk_create(
+            JobAllocation(job=j, node=node, gpu_index=i, start=start, end=end) for i in range(4)
+        )
+        return j
+
+    old = job("76", "failed", now - timedelta(hours=3), now - timedelta(hours=2))
+    current = job("77", "running", now - timedelta(hours=1))
+    xid = GpuErrorEvent.objects.create(
+        node=node,
+        gpu=fleet.gpu(node, 2),
+        gpu_index=2,
+        ts=now - timedelta(hours=2),
+        kind="xid",
+        xid=79,
+        message="GPU has fallen off the bus",
+    )
+    # The failed job opened its failure (a signal); the diagnosis blamed this node.
+    failure = FailureEvent.objects.get(job=old)
+    FailureEvent.objects.filter(pk=failure.pk).update(
+        node=node, blamed_node=node, cause="gpu_xid_79"
+    )
+    plan = RecoveryPlan.objects.create(
+        cluster=cluster, failure=failure, node=node, mode="auto", executor="simulated"
+    )
+    RecoveryAction.objects.create(
+        plan=plan,
+        cluster=cluster,
+        kind="drain",
+        status="succeeded",
+        mode="auto",
+        executor="simulated",
+        node=node,
+        host=node.hostname,
+        reason="Xid 79 on GPU 2",
+        result="node drained",
+    )
+    return {"current": current, "old": old, "xid": xid, "failure": failure}
+
+
+def test_node_page_says_which_job_holds_each_gpu_and_what_happened(operator_client, small_fleet):
+    history = node_history(small_fleet)
+    response = operator_client.get(reverse("telemetry:node", args=[small_fleet.a01.id]))
+    assert response.status_code == 200
+    holders = {g.index: job for g, _, job in response.context["gpus"]}
+    assert [holders[i].scheduler_id for i in range(4)] == ["77"] * 4
+    assert all(holders[i] is None for i in range(4, 8))
+    html = response.content.decode()
+    assert html.count(f'href="{reverse("jobs:detail", args=[history["current"].id])}"') == 4
+    # Recent GPU errors, failures and recovery actions, in words, with links.
+    assert "Xid 79" in html and "fallen off the bus" in html.lower()
+    assert reverse("failures:detail", args=[history["failure"].pk]) in html
+    assert "Drain node" in html and "Succeeded" in html and "node drained" in html
+    # The other node has none of it.
+    other = operator_client.get(reverse("telemetry:node", args=[small_fleet.a02.id]))
+    text = other.content.decode()
+    assert "No GPU error." in text and "No failure." in text and "No recovery action." in text
+
+
 def test_node_page_day_range_reads_only_the_rollup(operator_client, db):
     # Three hours ago: outside the last hour, inside the last day.
     node = seed_node("alpha", "gpu-a-09", utils=[70] * 2, t0=time.time() - 3 * 3600, intervals=6)

@@ -22,6 +22,13 @@ from webapp.fleet.models import Cluster, Gpu, Node
 from webapp.fleet.selectors import node_state_now
 from webapp.telemetry import figures
 from webapp.telemetry.forms import RangeForm
+from webapp.telemetry.node_activity import (
+    RECENT_DAYS,
+    failures_recent,
+    gpu_errors_recent,
+    jobs_holding_gpus,
+    recovery_actions_recent,
+)
 from webapp.telemetry.overview import GPU_CELLS_MAX, gpus_list, overview_payload
 from webapp.telemetry.selectors import (
     RANGES,
@@ -154,6 +161,7 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
     gpus = gpus_latest(node_id=node.id)
     until = timezone.now()
     series = gpus_series([g.gpu_id for g in gpus], time_range, until=until)
+    holders = jobs_holding_gpus(node, until)
     figure = figures.series_figure(
         {f"GPU {g.index}": series[g.gpu_id] for g in gpus},
         x_range=(until - timedelta(seconds=time_range.seconds), until),
@@ -164,7 +172,11 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
         {
             "node": node,
             "node_state": NodeState(node_state_now(node.state, node.last_seen, timezone.now())),
-            "gpus": [(g, figures.gpu_hover_values(g)) for g in gpus],
+            "gpus": [(g, figures.gpu_hover_values(g), holders.get(g.index)) for g in gpus],
+            "gpu_errors": gpu_errors_recent(node),
+            "failures": failures_recent(node, until),
+            "actions": recovery_actions_recent(node, until),
+            "recent_days": RECENT_DAYS,
             "figures": {"series": figure},
             "time_range": time_range,
             "ranges": RANGES.values(),
