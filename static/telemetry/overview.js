@@ -140,6 +140,8 @@
       }
       div.dataset.gpus = String(cluster.gpus);
       div.dataset.level = cluster.grid.level;
+      var label = div.closest(".cluster").querySelector("[data-level-label]");
+      if (label) label.textContent = cluster.grid.level === "gpu" ? "one cell per GPU" : "one cell per node";
       div.dataset.link = String(URL_AT);
       figures[cluster.name] = figure(cluster.grid, payload);
       updateTable(cluster);

@@ -252,7 +252,8 @@ def test_overview_of_47040_gpus_draws_one_cell_per_node(
     )
     operator_login("/")
     page.wait_for_function(
-        "document.querySelector('.heatmap[data-cluster=alpha]').dataset.level === 'node'",
+        "() => (document.querySelector('.heatmap[data-cluster=alpha]') || {dataset: {}})"
+        ".dataset.level === 'node'",
         timeout=20_000,
     )
     page.wait_for_function("document.querySelectorAll('.heatmap g.hm image').length >= 2")

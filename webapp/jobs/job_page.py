@@ -25,6 +25,9 @@ from webapp.telemetry.selectors import SERIES_METRICS
 
 # Points per band line: enough to show a checkpoint stall of a few minutes in a day-long job.
 BAND_POINTS = 240
+# Raw buckets are a minute at least: collectors sample every 10-15 s, so a minute holds several
+# samples of every GPU; narrower buckets would hold GPUs sampled out of phase in different ones.
+RAW_BUCKET_MIN_S = 60
 # Outlier GPUs named per metric (and drawn as lines over the bands).
 OUTLIERS_MAX = 5
 # A GPU is an outlier when its mean over the job is further from the GPUs' median than
@@ -132,7 +135,7 @@ def band_bucket_s(span: timedelta, raw: bool) -> int:
     """Bucket width giving at most BAND_POINTS points over `span` (whole minutes on the rollup)."""
     seconds = max(span.total_seconds(), 1.0)
     if raw:
-        return max(1, math.ceil(seconds / BAND_POINTS))
+        return max(RAW_BUCKET_MIN_S, math.ceil(seconds / BAND_POINTS))
     return 60 * max(1, math.ceil(seconds / 60 / BAND_POINTS))
 
 
