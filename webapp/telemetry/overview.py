@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from webapp.core.units import GIB, iso_utc
 from webapp.telemetry.choices import GpuStatus
-from webapp.telemetry.selectors import ClusterSummary, LatestGpu
+from webapp.telemetry.selectors import ClusterSummary, LatestGpu, gpu_status
 
 GPU_CELLS_MAX = 8192
 # Nodes per heatmap row: 16 nodes of 8 GPUs (plus a gap column each) are 144 cells, about 8 px
@@ -60,7 +60,7 @@ def _nodes(gpus: list[LatestGpu]) -> list[_Node]:
     ]
 
 
-def gpu_grid(gpus: list[LatestGpu]) -> dict:
+def gpu_grid(gpus: list[LatestGpu], busy_util_pct: float) -> dict:
     """One cell per GPU: `width` slots per node (the most GPUs on any node), flat arrays of
     nodes x width in node order; an empty slot is null (and "-" in `status`)."""
     nodes = _nodes(gpus)
@@ -75,8 +75,9 @@ def gpu_grid(gpus: list[LatestGpu]) -> dict:
     for n, node in enumerate(nodes):
         for g in node.gpus:
             i = n * width + g.index
-            status[i] = STATUS_CODES[g.status]
-            if g.status == GpuStatus.STALE:
+            st = gpu_status(g.ts, g.values, busy_util_pct)
+            status[i] = STATUS_CODES[st]
+            if st == GpuStatus.STALE:
                 continue
             util[i] = _round(g.value("gpu_util"))
             s = g.value("sm_active")
@@ -100,7 +101,7 @@ def gpu_grid(gpus: list[LatestGpu]) -> dict:
     }
 
 
-def node_grid(gpus: list[LatestGpu]) -> dict:
+def node_grid(gpus: list[LatestGpu], busy_util_pct: float) -> dict:
     """One cell per node: mean utilization of its reporting GPUs, its GPUs per status (as
     [busy, idle, erroring, stale]) and its GPUs' power now (W)."""
     nodes = _nodes(gpus)
@@ -108,15 +109,14 @@ def node_grid(gpus: list[LatestGpu]) -> dict:
     counts: list[list[int]] = []
     power: list[int] = []
     for node in nodes:
-        shown = [
-            g.value("gpu_util")
-            for g in node.gpus
-            if g.status != GpuStatus.STALE and g.value("gpu_util") is not None
-        ]
-        util.append(_round(sum(shown) / len(shown)) if shown else None)
         by_status = {s: 0 for s in STATUS_CODES}
+        shown = []
         for g in node.gpus:
-            by_status[g.status] += 1
+            st = gpu_status(g.ts, g.values, busy_util_pct)
+            by_status[st] += 1
+            if st != GpuStatus.STALE and g.value("gpu_util") is not None:
+                shown.append(g.value("gpu_util"))
+        util.append(_round(sum(shown) / len(shown)) if shown else None)
         counts.append([by_status[s] for s in STATUS_CODES])
         power.append(round(sum(g.value("power_w") or 0 for g in node.gpus if g.ts)))
     return {
@@ -148,7 +148,7 @@ def overview_payload(
     clusters = []
     for s in summaries:
         mine = by_cluster.get(s.id, [])
-        grid = gpu_grid(mine) if len(mine) <= gpu_cells_max else node_grid(mine)
+        grid = (gpu_grid if len(mine) <= gpu_cells_max else node_grid)(mine, busy_util_pct)
         clusters.append(
             {
                 "name": s.name,
