@@ -51,7 +51,7 @@ def test_a_gpu_sample_travels_from_the_collector_to_the_overview(
     assert agent.wait(60) == 0, agent.stderr.read()
 
     wait_for(lambda: stored_samples() == 8)
-    payload = operator_client.get("/api/v1/overview.json").json()
+    payload = operator_client.get("/api/v1/overview.json?gpus=1").json()
 
     gpus = {g["uuid"]: g for g in payload["gpus"]}
     busy, idle = gpus[FIXTURE_UUID.format(0)], gpus[FIXTURE_UUID.format(6)]
@@ -64,7 +64,7 @@ def test_a_gpu_sample_travels_from_the_collector_to_the_overview(
     assert idle["power_w"] == pytest.approx(69.871, abs=0.01)
     (summary,) = [c for c in payload["clusters"] if c["name"] == cluster]
     assert (summary["gpus"], summary["busy"], summary["idle"]) == (8, 6, 2)
-    heatmap_cells = [v for row in summary["figure"]["data"][0]["z"] for v in row if v is not None]
+    heatmap_cells = [v for v in summary["grid"]["util"] if v is not None]
     assert len(heatmap_cells) == 8
 
 

@@ -10,7 +10,7 @@ from django.core.cache import cache
 
 from tests.browser.figures import drawn_figures as _figures
 from tests.jobs.test_characterization import make_jobs
-from tests.jobs.test_views import allocate, ingest
+from tests.jobs.test_views import SLOW_GPU, SLOW_NODE, allocate, big_job, ingest
 from webapp.jobs.models import Job
 
 pytestmark = pytest.mark.browser
@@ -104,3 +104,26 @@ def test_wasted_page(page, live_server, live_jobs, operator_login, screenshot_di
     assert page.locator("#user-table tbody tr").first.inner_text().startswith("erin")
     page.screenshot(path=screenshot_dir / "jobs-wasted.png", full_page=True)
     assert page_log.errors == []
+
+
+def test_a_2048_gpu_job_page_fits_in_three_screens(
+    page, live_server, transactional_db, operator_login, screenshot_dir, page_log
+):
+    job = big_job()
+    operator_login(f"/jobs/{job.id}/")
+    figures = _figures(page)
+    assert {"allocations", "series", "energy"} <= set(figures)
+    assert figures["series"]["drawn"] and figures["energy"]["drawn"]
+    assert page.locator("#fig-allocations g.hm image").count() == 1  # the node x time heatmap
+    height = page.evaluate("document.documentElement.scrollHeight")
+    assert height <= 3 * 900, height  # the viewport is 900 px tall
+    outliers = page.locator("#outlier-table tbody tr")
+    assert outliers.count() == 1 and f"{SLOW_NODE} GPU {SLOW_GPU}" in outliers.inner_text()
+    assert not page.locator("#node-energy-table").is_visible()  # per-GPU detail on demand
+    page.click("#energy-detail summary")
+    assert page.locator("#node-energy-table tbody tr").count() == 256
+    page.screenshot(path=screenshot_dir / "job-2048.png", full_page=False)
+    page.locator("#energy-detail").evaluate("d => d.open = false")
+    page.screenshot(path=screenshot_dir / "job-2048-full.png", full_page=True)
+    assert page_log.errors == []
+    assert page_log.foreign_requests == []

@@ -108,13 +108,13 @@ def test_clicking_a_cell_opens_its_node(page, live_server, live_fleet, operator_
           const gd = document.querySelector('.heatmap[data-cluster=alpha]');
           const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
           const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
-          return [box.left + xa.l2p(0), box.top + ya.l2p(ya.d2l('gpu-a-01'))];
+          return [box.left + xa.l2p(0), box.top + ya.l2p(0)];  // row 0 begins with gpu-a-01
         }"""
     )
     page.mouse.move(x, y)
     page.wait_for_selector(".hoverlayer .hovertext")
     hover = page.locator("#heatmap-0 .hoverlayer").text_content()
-    assert "gpu-a-01" in hover and "GPU-alpha-gpu-a-01-00" in hover and "95 %" in hover
+    assert "gpu-a-01" in hover and "GPU 0" in hover and "95 %" in hover
     page.mouse.click(x, y)
     page.wait_for_url(f"**/nodes/{live_fleet.a01.id}/")
     assert page.locator("h1").inner_text().startswith("Node gpu-a-01")
@@ -167,3 +167,101 @@ def test_node_and_gpu_pages_draw_their_figures(
 
     assert page_log.errors == []
     assert page_log.foreign_requests == []
+
+
+def test_node_page_links_the_job_holding_each_gpu(
+    page, live_server, live_fleet, operator_login, screenshot_dir, page_log
+):
+    from tests.telemetry.test_views import node_history
+
+    history = node_history(live_fleet)
+    operator_login(f"/nodes/{live_fleet.a01.id}/")
+    jobs = page.locator("#gpu-table tbody td.job")
+    assert [jobs.nth(i).inner_text().split()[0] for i in range(8)] == ["77"] * 4 + ["none"] * 4
+    assert "Xid 79" in page.locator("#gpu-error-table").inner_text()
+    assert "Drain node" in page.locator("#recovery-table").inner_text()
+    page.screenshot(path=screenshot_dir / "node-with-jobs.png", full_page=True)
+    jobs.nth(0).locator("a").click()
+    page.wait_for_url(f"**/jobs/{history['current'].id}/")
+    assert page.locator("h1").inner_text().startswith("Job 77")
+    assert page_log.errors == []
+
+
+def _fleet_payload(gpus: int, clusters: tuple[str, ...]) -> dict:
+    """The overview payload of a synthetic fleet of `gpus` GPUs (no database: the browser's
+    part is what this measures), made by the same function as the real one."""
+    import random
+    from types import SimpleNamespace
+
+    from django.utils import timezone
+
+    from webapp.telemetry.overview import overview_payload
+    from webapp.telemetry.selectors import LatestGpu, clusters_summarize
+
+    rng, now = random.Random(17), timezone.now()
+    rows = []
+    for n in range(gpus // 8):
+        c = n % len(clusters)
+        for i in range(8):
+            stale = n % 50 == 7
+            values = (
+                {}
+                if stale
+                else {
+                    "gpu_util": float(rng.randint(60, 100) if rng.random() < 0.8 else 2),
+                    "power_w": rng.uniform(80, 700),
+                    "sm_active": rng.random(),
+                    "gpu_temp_c": 50,
+                    "fb_used_bytes": 40 * 2**30,
+                    "ecc_dbe_vol": 1 if rng.random() < 0.001 else 0,
+                }
+            )
+            rows.append(
+                LatestGpu(
+                    gpu_id=n * 8 + i,
+                    index=i,
+                    uuid=f"GPU-{n}-{i}",
+                    model="H100",
+                    node_id=n,
+                    hostname=f"{clusters[c]}-n{n // len(clusters):05d}",
+                    cluster_id=c,
+                    cluster=clusters[c],
+                    ts=None if stale else now,
+                    values=values,
+                )
+            )
+    cluster_objs = [SimpleNamespace(id=i, name=name) for i, name in enumerate(clusters)]
+    return overview_payload(
+        clusters_summarize(cluster_objs, rows),
+        rows,
+        node_url=lambda i: f"/nodes/{i}/",
+        generated_at=now.isoformat(),
+        busy_util_pct=50,
+        stale_after_s=60,
+    )
+
+
+def test_overview_of_47040_gpus_draws_one_cell_per_node(
+    page, live_server, live_fleet, operator_login, screenshot_dir, page_log
+):
+    """The refresh brings a 47,040-GPU fleet (two clusters of 23,520): one cell per node."""
+    payload = json.dumps(_fleet_payload(47_040, ("alpha", "beta")))
+    page.route(
+        "**/api/v1/overview.json",
+        lambda route: route.fulfill(status=200, content_type="application/json", body=payload),
+    )
+    operator_login("/")
+    page.wait_for_function(
+        "() => (document.querySelector('.heatmap[data-cluster=alpha]') || {dataset: {}})"
+        ".dataset.level === 'node'",
+        timeout=20_000,
+    )
+    page.wait_for_function("document.querySelectorAll('.heatmap g.hm image').length >= 2")
+    maps = _heatmaps(page)
+    assert maps["alpha"]["cells"] == maps["beta"]["cells"] == 47_040 // 8 // 2
+    row = page.locator("#cluster-table tr[data-cluster=alpha]")
+    assert row.locator("[data-field=gpus]").inner_text() == "23,520"
+    height = page.evaluate("document.documentElement.scrollHeight")
+    assert height < 3 * 900, height  # two clusters of 2,940 nodes in under three screens
+    page.screenshot(path=screenshot_dir / "overview-47040.png", full_page=True)
+    assert page_log.errors == []

@@ -43,7 +43,7 @@ def _overview_as_demo_user(base: str) -> dict:
     ).encode()
     request = urllib.request.Request(f"{base}/login/", data=form, headers={"Referer": base})
     opener.open(request, timeout=10).read()
-    with opener.open(f"{base}/api/v1/overview.json", timeout=10) as response:
+    with opener.open(f"{base}/api/v1/overview.json?gpus=1", timeout=10) as response:
         return json.loads(response.read())
 
 

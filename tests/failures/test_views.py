@@ -245,3 +245,41 @@ def test_failure_page_query_count_stays_flat_for_a_teammate(
     # The access check adds three (operators group, rules, membership) to the operator's page.
     with django_assert_max_num_queries(8):
         teammate_client.get(f"/failures/{diagnosed.pk}/")
+
+
+def test_a_job_failure_naming_no_node_sits_on_its_node_or_job_lane(operator_client, diagnosed):
+    """Never "(node unknown)": job 201 ran on gpu-node-01 only, so its failure goes there; job
+    200 ran on two nodes, so its failure (with its blame cleared) sits on its job's lane."""
+    FailureEvent.objects.update(blamed_node=None, node=None, blamed_host="")
+    fig = operator_client.get("/failures/").context["figures"]["timeline"]
+    lanes = {y for t in fig["data"] for y in t["y"]}
+    assert "(node unknown)" not in lanes
+    by_job = {c[0]: y for t in fig["data"] for c, y in zip(t["customdata"], t["y"], strict=True)}
+    job200 = FailureEvent.objects.get(job__scheduler_id="200")
+    job201 = FailureEvent.objects.get(job__scheduler_id="201")
+    hosts200 = set(job200.job.allocations.values_list("node__hostname", flat=True))
+    assert len(hosts200) > 1 and by_job[f"/failures/{job200.pk}/"] == "job 200"
+    assert by_job[f"/failures/{job201.pk}/"] == "gpu-node-01"
+
+
+def test_replayed_failures_are_marked_and_left_out_of_time_to_detect(operator_client, diagnosed):
+    """A failure detected two hours after it happened came from a replay: the timeline says so
+    and the live time-to-detect does not count it."""
+    from datetime import timedelta
+
+    from webapp.failures.selectors import time_to_detect_live
+
+    FailureEvent.objects.filter(pk=diagnosed.pk).update(
+        detected_at=diagnosed.occurred_at + timedelta(hours=2)
+    )
+    others = FailureEvent.objects.exclude(pk=diagnosed.pk)
+    for f in others:
+        FailureEvent.objects.filter(pk=f.pk).update(
+            detected_at=f.occurred_at + timedelta(seconds=30)
+        )
+    body = operator_client.get("/failures/").content.decode()
+    assert body.count('<span class="tag replayed"') == 1
+    assert "1 replayed or backfilled" in body
+    detect = time_to_detect_live(list(FailureEvent.objects.all()))
+    assert detect["detect_replayed"] == 1 and detect["detect_live"] == others.count()
+    assert detect["detect_median_s"] == 30.0

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
 from django.urls import reverse
 
 from collectors.schema import GPU_FIELD_NAMES
@@ -21,6 +22,7 @@ from tests.telemetry.conftest import rollups_current
 from webapp.fleet import services as fleet_services
 from webapp.fleet.models import Cluster, Gpu, Node
 from webapp.jobs.models import Job, JobAllocation, JobEvent
+from webapp.telemetry.partitions import partition_ensure
 from webapp.telemetry.services import samples_ingest
 
 
@@ -332,3 +334,115 @@ def test_an_outsider_sees_every_jobs_metadata_as_squeue_does(outsider_client, jo
     assert "llama-7b-pretrain" in page.content.decode()
     listed = _csv(outsider_client.get("/api/v1/jobs.csv"))
     assert [(r["scheduler_id"], r["user"]) for r in listed] == [("4242", "alice")]
+
+
+# --- A 2,048-GPU job ---------------------------------------------------------------------------
+
+BIG_NODES, BIG_GPUS_PER_NODE = 256, 8
+SLOW_NODE, SLOW_GPU = "big-007", 3  # the one GPU that lags: util 20 % where the rest run 90 %
+
+
+def big_job(minutes: int = 20) -> Job:
+    """A 2,048-GPU job on 256 nodes, a sample a minute per GPU (bulk SQL: the test is about the
+    page, not ingest). Every GPU runs at 90 % and 600 W and gains 600 J a second, but one."""
+    cluster = Cluster.objects.create(name="big")
+    nodes = Node.objects.bulk_create(
+        Node(cluster=cluster, hostname=f"big-{n:03d}", token_hash=f"h{n}") for n in range(BIG_NODES)
+    )
+    Gpu.objects.bulk_create(
+        Gpu(node=node, index=i, uuid=f"GPU-big-{node.hostname}-{i}", model="NVIDIA H100")
+        for node in nodes
+        for i in range(BIG_GPUS_PER_NODE)
+    )
+    t0 = datetime.fromtimestamp(int(time.time() // 60) * 60 - (minutes + 2) * 60, UTC)
+    end = t0 + timedelta(minutes=minutes)
+    job = Job.objects.create(
+        cluster=cluster,
+        scheduler_id="9001",
+        name="llama-70b-pretrain",
+        job_type="pretrain",
+        state="completed",
+        submit_at=t0,
+        start_at=t0,
+        end_at=end,
+        gpus_requested=BIG_NODES * BIG_GPUS_PER_NODE,
+        nodes_requested=BIG_NODES,
+    )
+    JobAllocation.objects.bulk_create(
+        JobAllocation(job=job, node=g.node, gpu=g, gpu_index=g.index, start=t0, end=end)
+        for g in Gpu.objects.filter(node__cluster=cluster).select_related("node")
+    )
+    JobEvent.objects.create(
+        job=job,
+        kind="started",
+        ts=t0,
+        state="running",
+        detail={
+            "source": "slurm",
+            "sender": "big-000",
+            "allocation": {n.hostname: list(range(8)) for n in nodes},
+        },
+    )
+    for day in {t0.date(), end.date()}:
+        partition_ensure("telemetry_gpusample", day)
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            INSERT INTO telemetry_gpusample (gpu_id, ts, gpu_util, sm_active, fb_used_bytes,
+                power_w, gpu_temp_c, energy_mj)
+            SELECT g.id, %(t0)s + k * interval '1 minute',
+                CASE WHEN n.hostname = %(slow)s AND g.index = %(slow_gpu)s THEN 20 ELSE 90 END,
+                0.8, 60 * 2^30, 600, 60, 10^9 + k * 36000000
+            FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id,
+                generate_series(0, %(minutes)s) k
+            WHERE n.cluster_id = %(cluster)s
+            """,
+            {
+                "t0": t0,
+                "slow": SLOW_NODE,
+                "slow_gpu": SLOW_GPU,
+                "minutes": minutes,
+                "cluster": cluster.id,
+            },
+        )
+    return job
+
+
+def test_a_2048_gpu_job_page_is_bands_outliers_and_nodes_not_gpus_squared(
+    operator_client, db, django_assert_max_num_queries
+):
+    job = big_job()
+    # session, user, job, allocations, energy, bands + means, outlier lines, events.
+    with django_assert_max_num_queries(10):
+        response = operator_client.get(f"/jobs/{job.id}/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    # The page grows with nodes, not with GPUs x GPUs: well under what one row per GPU needs.
+    assert len(html) < 600_000, len(html)
+    assert "Allocation: 2048 GPUs on 256 nodes" in html
+
+    figures = response.context["figures"]
+    heatmap = figures["allocations"]["data"][0]
+    assert len(heatmap["y"]) == 256 and all(max(row) == 8 for row in heatmap["z"])
+    # Bands: per metric lowest, highest and median across the GPUs, plus the outlier's line.
+    series = figures["series"]["data"]
+    names = {t["name"] for t in series}
+    assert {"lowest GPU", "lowest to highest GPU", "median GPU"} <= names
+    slow = f"{SLOW_NODE} GPU {SLOW_GPU}"
+    assert slow in names
+    median = next(t for t in series if t["name"] == "median GPU" and t["yaxis"] == "y")
+    lowest = next(t for t in series if t["name"] == "lowest GPU" and t["yaxis"] == "y")
+    assert set(median["y"]) == {90.0} and set(lowest["y"]) == {20.0}
+    # The outlier is named, with its mean beside the job's median, and links its GPU page.
+    outliers = response.context["outliers"]
+    assert [(o.allocation.label, metric) for o, metric, _, _ in outliers] == [
+        (slow, "GPU util (%)")
+    ]
+    assert f">{slow}</a>" in html and "20.0" in html
+    # Energy per node (8 GPUs x 600 W x 1/3 h = 1.6 kWh), per GPU folded away.
+    assert len(figures["energy"]["data"][0]["x"]) == 256
+    assert set(figures["energy"]["data"][0]["y"]) == {1.6}
+    assert '<details id="energy-detail">' in html
+    # Events in words, not a Python dict.
+    assert "Reported by slurm via big-000; 2,048 GPUs on 256 nodes: big-000 (GPU 0-7)" in html
+    assert "and 252 more nodes" in html and "{&#x27;" not in html

@@ -83,28 +83,64 @@ def test_overview_counts_busy_idle_erroring_stale_and_power(operator_client, sma
 
 def test_overview_json_has_one_cell_per_gpu_with_the_latest_values(operator_client, small_fleet):
     data = operator_client.get(reverse("telemetry_api:overview_json")).json()
-
-    assert len(data["gpus"]) == 20
-    assert len({g["uuid"] for g in data["gpus"]}) == 20
-    cell = next(g for g in data["gpus"] if g["node"] == "gpu-a-01" and g["index"] == 0)
-    assert cell["gpu_util"] == 95.0 and cell["power_w"] == 650.0  # newest, not the older 1 %
-    assert cell["status"] == "busy" and cell["model"] == MODEL
-    assert cell["node_url"] == reverse("telemetry:node", args=[small_fleet.a01.id])
-    statuses = {(g["node"], g["index"]): g["status"] for g in data["gpus"]}
-    assert statuses[("gpu-a-01", 2)] == statuses[("gpu-a-01", 3)] == "erroring"
-    assert statuses[("gpu-a-01", 5)] == "idle"
-    assert all(statuses[("gpu-a-02", i)] == "stale" for i in range(8))
+    assert "gpus" not in data  # the page does not read the per-GPU list
+    assert data["node_url"] == reverse("telemetry:node", args=[0])
 
     alpha = next(c for c in data["clusters"] if c["name"] == "alpha")
-    util, no_data, errors = alpha["figure"]["data"]
-    assert util["type"] == no_data["type"] == "heatmap"
-    assert util["y"] == ["gpu-a-01", "gpu-a-02"] and util["x"] == list(range(8))
-    shown = sum(v is not None for row in util["z"] for v in row)
-    grey = sum(v is not None for row in no_data["z"] for v in row)
-    assert shown + grey == alpha["gpus"] == 16 and grey == 8
-    assert util["z"][0][0] == 95.0
-    assert sorted(errors["x"]) == [2, 3]
-    assert util["customdata"][0][0][2] == "GPU-alpha-gpu-a-01-00"  # UUID in the hover
+    grid = alpha["grid"]
+    assert grid["level"] == "gpu" and grid["width"] == 8
+    assert grid["hosts"] == ["gpu-a-01", "gpu-a-02"]
+    assert grid["node_ids"] == [small_fleet.a01.id, small_fleet.a02.id]
+    # One slot per GPU: node gpu-a-01's GPUs 0-7, then gpu-a-02's (stale: grey, no values).
+    assert sorted(grid["status"][:8]) == sorted("bbbbiiee")
+    assert grid["status"][2:4] == "ee" and grid["status"][5] == "i"
+    assert grid["status"][8:] == "s" * 8 and grid["util"][8:] == [None] * 8
+    assert grid["util"][0] == 95 and grid["power"][0] == 650  # newest, not the older 1 %
+    assert sum(v is not None for v in grid["util"]) + grid["status"].count("s") == 16
+
+
+def test_overview_json_lists_every_gpu_for_scripts_when_asked(operator_client, small_fleet):
+    data = operator_client.get(reverse("telemetry_api:overview_json"), {"gpus": "1"}).json()
+    assert len(data["gpus"]) == 20
+    cell = next(g for g in data["gpus"] if g["node"] == "gpu-a-01" and g["index"] == 0)
+    assert cell["gpu_util"] == 95.0 and cell["power_w"] == 650.0
+    assert cell["status"] == "busy" and cell["model"] == MODEL
+    assert cell["node_url"] == reverse("telemetry:node", args=[small_fleet.a01.id])
+
+
+def test_overview_of_a_large_cluster_has_one_cell_per_node(small_fleet):
+    """Above GPU_CELLS_MAX GPUs a cluster's cells are nodes: mean util and GPUs per status."""
+    from webapp.telemetry.overview import overview_payload
+    from webapp.telemetry.selectors import clusters_overview
+
+    summaries, gpus = clusters_overview()
+    data = overview_payload(
+        summaries,
+        gpus,
+        node_url=lambda i: f"/nodes/{i}/",
+        generated_at="now",
+        busy_util_pct=50,
+        stale_after_s=60,
+        gpu_cells_max=4,
+    )
+    alpha = next(c for c in data["clusters"] if c["name"] == "alpha")
+    grid = alpha["grid"]
+    assert grid["level"] == "node" and grid["hosts"] == ["gpu-a-01", "gpu-a-02"]
+    busy, idle, erroring, stale = grid["counts"][0]
+    assert (busy, idle, erroring, stale) == (4, 2, 2, 0)
+    assert grid["counts"][1] == [0, 0, 0, 8] and grid["util"][1] is None
+    assert grid["util"][0] is not None
+
+
+def test_overview_json_is_gzipped_for_a_browser_that_accepts_it(operator_client, small_fleet):
+    plain = operator_client.get(reverse("telemetry_api:overview_json"))
+    zipped = operator_client.get(
+        reverse("telemetry_api:overview_json"), HTTP_ACCEPT_ENCODING="gzip"
+    )
+    assert zipped["Content-Encoding"] == "gzip"
+    assert len(zipped.content) < len(plain.content)
+    page = operator_client.get(reverse("telemetry:overview"), HTTP_ACCEPT_ENCODING="gzip")
+    assert page["Content-Encoding"] == "gzip"
 
 
 def test_overview_query_count_does_not_grow_with_the_fleet(
@@ -138,7 +174,7 @@ def test_empty_fleet_overview_explains_what_to_do(operator_client, db):
     response = operator_client.get(reverse("telemetry:overview"))
     assert response.status_code == 200
     assert b"No clusters yet" in response.content
-    assert operator_client.get(reverse("telemetry_api:overview_json")).json()["gpus"] == []
+    assert operator_client.get(reverse("telemetry_api:overview_json")).json()["clusters"] == []
 
 
 def _traces_with_points(figure: dict) -> list[dict]:
@@ -157,6 +193,90 @@ def test_node_page_shows_each_gpu_and_its_last_hour(operator_client, small_fleet
     assert len(_traces_with_points(figure)) == 40
     assert all(len(t["x"]) == 3 for t in figure["data"])
     assert {t["name"] for t in figure["data"]} == {f"GPU {i}" for i in range(8)}
+
+
+def node_history(fleet) -> dict:
+    """On gpu-a-01: job 77 holds GPUs 0-3 now (job 76 held them before), an Xid 79 on GPU 2,
+    the job failure it caused and the drain that followed; one of each elsewhere."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.failures.models import FailureEvent, GpuErrorEvent
+    from webapp.jobs.models import Job, JobAllocation
+    from webapp.recovery.models import RecoveryAction, RecoveryPlan
+
+    now = timezone.now()
+    node, cluster = fleet.a01, fleet.a01.cluster
+
+    def job(scheduler_id: str, state: str, start, end=None) -> Job:
+        j = Job.objects.create(
+            cluster=cluster,
+            scheduler_id=scheduler_id,
+            name=f"train-{scheduler_id}",
+            user="alice",
+            state=state,
+            submit_at=start,
+            start_at=start,
+            end_at=end,
+            gpus_requested=4,
+        )
+        JobAllocation.objects.bulk_create(
+            JobAllocation(job=j, node=node, gpu_index=i, start=start, end=end) for i in range(4)
+        )
+        return j
+
+    old = job("76", "failed", now - timedelta(hours=3), now - timedelta(hours=2))
+    current = job("77", "running", now - timedelta(hours=1))
+    xid = GpuErrorEvent.objects.create(
+        node=node,
+        gpu=fleet.gpu(node, 2),
+        gpu_index=2,
+        ts=now - timedelta(hours=2),
+        kind="xid",
+        xid=79,
+        message="GPU has fallen off the bus",
+    )
+    # The failed job opened its failure (a signal); the diagnosis blamed this node.
+    failure = FailureEvent.objects.get(job=old)
+    FailureEvent.objects.filter(pk=failure.pk).update(
+        node=node, blamed_node=node, cause="gpu_xid_79"
+    )
+    plan = RecoveryPlan.objects.create(
+        cluster=cluster, failure=failure, node=node, mode="auto", executor="simulated"
+    )
+    RecoveryAction.objects.create(
+        plan=plan,
+        cluster=cluster,
+        kind="drain",
+        status="succeeded",
+        mode="auto",
+        executor="simulated",
+        node=node,
+        host=node.hostname,
+        reason="Xid 79 on GPU 2",
+        result="node drained",
+    )
+    return {"current": current, "old": old, "xid": xid, "failure": failure}
+
+
+def test_node_page_says_which_job_holds_each_gpu_and_what_happened(operator_client, small_fleet):
+    history = node_history(small_fleet)
+    response = operator_client.get(reverse("telemetry:node", args=[small_fleet.a01.id]))
+    assert response.status_code == 200
+    holders = {g.index: job for g, _, job in response.context["gpus"]}
+    assert [holders[i].scheduler_id for i in range(4)] == ["77"] * 4
+    assert all(holders[i] is None for i in range(4, 8))
+    html = response.content.decode()
+    assert html.count(f'href="{reverse("jobs:detail", args=[history["current"].id])}"') == 4
+    # Recent GPU errors, failures and recovery actions, in words, with links.
+    assert "Xid 79" in html and "fallen off the bus" in html.lower()
+    assert reverse("failures:detail", args=[history["failure"].pk]) in html
+    assert "Drain node" in html and "Succeeded" in html and "node drained" in html
+    # The other node has none of it.
+    other = operator_client.get(reverse("telemetry:node", args=[small_fleet.a02.id]))
+    text = other.content.decode()
+    assert "No GPU error." in text and "No failure." in text and "No recovery action." in text
 
 
 def test_node_page_day_range_reads_only_the_rollup(operator_client, db):

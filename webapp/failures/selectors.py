@@ -84,8 +84,14 @@ def failures_filter(f: FailureFilter) -> QuerySet[FailureEvent]:
     return qs.order_by("-occurred_at", "-id")
 
 
-def failure_lane(failure: FailureEvent, lane: str) -> str:
-    """The timeline row a failure sits on: its node (blamed, else where it happened) or job."""
+def failure_lane(
+    failure: FailureEvent, lane: str, job_hosts: dict[int, list[str]] | None = None
+) -> str:
+    """The timeline row a failure sits on: its job, or its node (blamed, else where it happened).
+
+    A job failure that names no node sits on its node's lane when the job ran on one node
+    (`job_hosts`: job id -> hostnames of its allocations, from `job_hosts_for`), else on its
+    job's lane: a failure is never on a lane of unknown nodes."""
     if lane == "job":
         if failure.job is not None:
             return f"job {failure.job.scheduler_id}"
@@ -93,7 +99,57 @@ def failure_lane(failure: FailureEvent, lane: str) -> str:
     node = failure.blamed_node or failure.node
     if node is not None:
         return node.hostname
-    return failure.blamed_host or "(node unknown)"
+    if failure.blamed_host:
+        return failure.blamed_host
+    if failure.job is not None:
+        hosts = (job_hosts or {}).get(failure.job_id, [])
+        return hosts[0] if len(hosts) == 1 else f"job {failure.job.scheduler_id}"
+    return f"cluster {failure.cluster.name}"
+
+
+def job_hosts_for(failures: list[FailureEvent]) -> dict[int, list[str]]:
+    """Job id -> hostnames its allocations were on, for the failures that name no node (one
+    query)."""
+    jobs = {
+        f.job_id
+        for f in failures
+        if f.job_id and not (f.blamed_node_id or f.node_id or f.blamed_host)
+    }
+    out: dict[int, set[str]] = defaultdict(set)
+    rows = JobAllocation.objects.filter(job_id__in=jobs).values_list("job_id", "node__hostname")
+    for job_id, hostname in rows:
+        out[job_id].add(hostname)
+    return {job_id: sorted(hosts) for job_id, hosts in out.items()}
+
+
+# A failure seen later than this after it happened was not detected live: it came from a
+# collector's spool replayed after an outage, a history backfill or a trace import. The slowest
+# live path is the Slurm watcher's poll plus a diagnosis queue (seconds to a minute or two), so
+# ten minutes leaves room for a slow worker and none for a replay of an hour's spool.
+LIVE_DETECTION_MAX = timedelta(minutes=10)
+
+
+def detected_live(failure: FailureEvent, bound: timedelta = LIVE_DETECTION_MAX) -> bool:
+    """Whether the failure was detected as it happened (not replayed or backfilled)."""
+    return failure.detected_at - failure.occurred_at <= bound
+
+
+def time_to_detect_live(
+    failures: list[FailureEvent], bound: timedelta = LIVE_DETECTION_MAX
+) -> dict[str, float | int | None]:
+    """Median and mean seconds from occurrence to detection over the live detections only, and
+    how many were left out as replayed (reliability's time-to-detect)."""
+    live = [
+        (f.detected_at - f.occurred_at).total_seconds()
+        for f in failures
+        if f.detected_at and detected_live(f, bound)
+    ]
+    return {
+        "detect_median_s": _median(live),
+        "detect_mean_s": _mean(live),
+        "detect_live": len(live),
+        "detect_replayed": sum(1 for f in failures if f.detected_at) - len(live),
+    }
 
 
 # --- One failure -----------------------------------------------------------------------------

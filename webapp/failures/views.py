@@ -18,10 +18,13 @@ from webapp.failures.choices import FailureKind
 from webapp.failures.forms import ReliabilityForm, TimelineForm
 from webapp.failures.models import FailureEvent
 from webapp.failures.selectors import (
+    LIVE_DETECTION_MAX,
     Reliability,
+    detected_live,
     evidence_in_context,
     failure_lane,
     failures_filter,
+    job_hosts_for,
     node_xid_history,
     reliability,
     xid_meaning,
@@ -40,7 +43,10 @@ def timeline(request: HttpRequest) -> HttpResponse:
     f, error = form.failure_filter(timezone.now()), form.error
     days, lane = form.values["days"], form.values["lane"]
     failures = list(failures_filter(f)[:TIMELINE_MAX])
-    rows = [(e, failure_lane(e, lane), reverse("failures:detail", args=[e.pk])) for e in failures]
+    hosts = job_hosts_for(failures) if lane == "node" else {}
+    rows = [
+        (e, failure_lane(e, lane, hosts), reverse("failures:detail", args=[e.pk])) for e in failures
+    ]
     query = request.GET.copy()
     query.pop("lane", None)
     return render(
@@ -48,6 +54,9 @@ def timeline(request: HttpRequest) -> HttpResponse:
         "failures/timeline.html",
         {
             "failures": failures,
+            "failure_rows": [(e, not detected_live(e)) for e in failures],
+            "replayed": sum(not detected_live(e) for e in failures),
+            "live_max_min": int(LIVE_DETECTION_MAX.total_seconds() // 60),
             "filter": f,
             "days": days,
             "lane": lane,

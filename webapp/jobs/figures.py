@@ -18,7 +18,9 @@ from datetime import datetime
 from webapp.core.charts import GPU_COLOURS, TEMPLATE
 from webapp.jobs.characterization import FINAL_GROUPS, TelemetryCdfs, TypeStats
 from webapp.jobs.choices import JobType
+from webapp.jobs.job_page import JobBands, NodeAllocation, NodeEnergy
 from webapp.jobs.selectors import AllocationRow
+from webapp.telemetry.figures import SERIES_AXES
 
 # One colour per job type on every figure (Plotly's default cycle, in JobType order).
 TYPE_COLOURS: dict[str, str] = {t.value: c for t, c in zip(JobType, GPU_COLOURS, strict=False)} | {
@@ -287,3 +289,146 @@ def allocation_timeline(allocations: list[AllocationRow], now: datetime) -> dict
         "bargap": 0.25,
     }
     return _done(data, layout, 90 + 26 * max(len(rows), 3))
+
+
+# --- The job page at any size (webapp/jobs/job_page.py computes what these draw) ---------------
+
+_BAND_FILL = "rgba(36, 88, 179, 0.18)"
+_BAND_LINE = "#2458b3"
+OUTLIER_COLOURS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+
+
+def allocation_heatmap(edges: list[datetime], nodes: list[NodeAllocation]) -> dict:
+    """Node x time: how many of each node's GPUs the job held (0 = none, grey-white)."""
+    most = max((n.gpus for n in nodes), default=1)
+    data = [
+        {
+            "type": "heatmap",
+            "x": [t.isoformat() for t in edges],
+            "y": [n.hostname for n in nodes],
+            "z": [n.held for n in nodes],
+            "zmin": 0,
+            "zmax": max(most, 1),
+            "colorscale": [[0, "#f3f4f7"], [0.001, "#c6dbef"], [1, "#2458b3"]],
+            "colorbar": {"title": {"text": "GPUs held"}, "thickness": 12},
+            "hovertemplate": "%{y}<br>%{x}<br>%{z} GPUs held<extra></extra>",
+            "xgap": 0,
+            "ygap": 1 if len(nodes) <= 64 else 0,
+        }
+    ]
+    layout = {
+        "xaxis": {"type": "date", "title": {"text": "time (UTC)"}},
+        "yaxis": {
+            "type": "category",
+            "autorange": "reversed",
+            "automargin": True,
+            # Past 40 rows the names overlap: hover says which node a row is.
+            "showticklabels": len(nodes) <= 40,
+            "title": {"text": f"{len(nodes):,} nodes" if len(nodes) > 40 else ""},
+        },
+    }
+    return _done(data, layout, 110 + min(20 * max(len(nodes), 3), 360))
+
+
+def bands_figure(bands: JobBands, labels: dict[int, str]) -> dict:
+    """One panel per metric: the job's GPUs from lowest to highest (shaded), their median
+    (line) and each outlier GPU as its own line; `labels`: alloc id -> "node GPU i"."""
+    metrics = list(SERIES_AXES)
+    layout, axes = _grid(len(metrics), 1, [], h_spacing=0.0, v_spacing=0.035)
+    x = [t.isoformat() for t in bands.ts]
+    data: list[dict] = []
+    colour_of = {
+        alloc: OUTLIER_COLOURS[i % len(OUTLIER_COLOURS)] for i, alloc in enumerate(bands.lines)
+    }
+    for row, metric in enumerate(metrics, start=1):
+        title, convert = SERIES_AXES[metric]
+        xaxis, yaxis = axes[(row, 1)]
+        band = bands.bands[metric]
+
+        def conv(values: list[float | None], convert=convert) -> list[float | None]:
+            return [None if v is None else round(convert(v), 3) for v in values]
+
+        common = {"x": x, "xaxis": xaxis, "yaxis": yaxis, "mode": "lines", "type": "scatter"}
+        data.append(
+            {
+                **common,
+                "name": "lowest GPU",
+                "y": conv(band.lo),
+                "line": {"width": 0, "color": _BAND_LINE},
+                "legendgroup": "band",
+                "showlegend": False,
+                "hovertemplate": "lowest: %{y:,.1f}<extra></extra>",
+            }
+        )
+        data.append(
+            {
+                **common,
+                "name": "lowest to highest GPU",
+                "y": conv(band.hi),
+                "fill": "tonexty",
+                "fillcolor": _BAND_FILL,
+                "line": {"width": 0, "color": _BAND_LINE},
+                "legendgroup": "band",
+                "showlegend": row == 1,
+                "hovertemplate": "highest: %{y:,.1f}<extra></extra>",
+            }
+        )
+        data.append(
+            {
+                **common,
+                "name": "median GPU",
+                "y": conv(band.median),
+                "line": {"width": 2, "color": _BAND_LINE},
+                "legendgroup": "median",
+                "showlegend": row == 1,
+                "hovertemplate": "median: %{y:,.1f}<extra>" + title + "</extra>",
+            }
+        )
+        for alloc, (ts, series) in bands.lines.items():
+            label = labels.get(alloc, str(alloc))
+            data.append(
+                {
+                    **common,
+                    "x": [t.isoformat() for t in ts],
+                    "name": label,
+                    "y": conv(series[metric]),
+                    "line": {"width": 1.2, "color": colour_of[alloc]},
+                    "legendgroup": label,
+                    "showlegend": row == 1,
+                    "hovertemplate": f"{label}: %{{y:,.1f}}<extra></extra>",
+                }
+            )
+        suffix = xaxis[1:]
+        layout[f"yaxis{suffix}"].update(title={"text": title}, rangemode="tozero")
+        layout[f"xaxis{suffix}"].update(type="date", showticklabels=row == len(metrics))
+        if row > 1:
+            layout[f"xaxis{suffix}"]["matches"] = "x"
+    layout["yaxis"]["range"] = [0, 100]
+    layout["yaxis2"]["range"] = [0, 100]
+    layout["hovermode"] = "x unified"
+    return _done(data, layout, 150 * len(metrics) + 110)
+
+
+def node_energy_figure(nodes: list[NodeEnergy]) -> dict:
+    """One bar per node: its GPUs' energy over the job (kWh)."""
+    data = [
+        {
+            "type": "bar",
+            "x": [n.hostname for n in nodes],
+            "y": [round(n.kwh, 4) for n in nodes],
+            "customdata": [len(n.gpus) for n in nodes],
+            "marker": {"color": "#2458b3"},
+            "hovertemplate": "%{x}: %{y:,.3f} kWh on %{customdata} GPUs<extra></extra>",
+            "showlegend": False,
+        }
+    ]
+    layout = {
+        "xaxis": {
+            "type": "category",
+            "showticklabels": len(nodes) <= 40,
+            "title": {"text": "node"},
+        },
+        "yaxis": {"title": {"text": "GPU energy (kWh)"}, "rangemode": "tozero"},
+        "bargap": 0.1 if len(nodes) > 40 else 0.3,
+    }
+    return _done(data, layout, 300)

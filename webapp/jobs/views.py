@@ -25,12 +25,21 @@ from webapp.jobs.characterization import (
 from webapp.jobs.choices import JobState, JobType
 from webapp.jobs.data.reference import reference_cdfs, reference_summary_rows, summary_columns
 from webapp.jobs.forms import CharacterizationForm, JobListForm, WastedForm
+from webapp.jobs.job_page import (
+    allocation_by_node,
+    energy_by_node,
+    event_words,
+    job_bands,
+    outlier_rows,
+)
 from webapp.jobs.models import Job
 from webapp.jobs.selectors import (
+    SERIES_GPUS_MAX,
     characterization_cached,
     job_allocations_for,
     job_energy,
     job_series,
+    job_span,
     jobs_filter,
     waste_totals,
     wasted_gpus,
@@ -294,32 +303,55 @@ def _failures_url(job: Job) -> str | None:
 
 
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """One job at any size: a job of up to SERIES_GPUS_MAX GPUs draws a line per GPU; a larger
+    one draws bands across its GPUs with the outliers named, and its allocation and energy
+    per node (the per-GPU energy folded away until asked for)."""
     job = get_object_or_404(Job.objects.select_related("cluster"), id=job_id)
     now = timezone.now()
     allocations = job_allocations_for(job)
-    telemetry = job_series(job, allocations, now=now)
     energy = job_energy(job, allocations, now=now)
-    start = min((a.start for a in allocations), default=job.start_at)
-    end = max(((a.end or now) for a in allocations), default=job.end_at or now)
-    return render(
-        request,
-        "jobs/detail.html",
-        {
-            "job": job,
-            "allocations": allocations,
-            "nodes": sorted({a.hostname for a in allocations}),
-            "telemetry": telemetry,
-            "has_samples": any(s.ts for s in telemetry.series.values()),
-            "energy": energy,
-            "events": list(job.events.all()),
-            "failures_url": _failures_url(job),
-            "figures": {
-                "allocations": figures.allocation_timeline(allocations, now),
-                "series": series_figure(telemetry.series, x_range=(start, end) if start else None),
-            },
-            "now": now,
-        },
-    )
+    start, end = job_span(job, allocations, now)
+    small = len(allocations) <= SERIES_GPUS_MAX
+    context: dict = {
+        "job": job,
+        "allocations": allocations,
+        "small": small,
+        "nodes": energy_by_node(energy),
+        "node_count": len({a.node_id for a in allocations}),
+        "energy": energy,
+        "events": [(e, event_words(e.detail)) for e in job.events.all()],
+        "failures_url": _failures_url(job),
+        "now": now,
+    }
+    figs: dict = {}
+    if small:
+        telemetry = job_series(job, allocations, now=now)
+        energy_of = {e.allocation.id: e for e in energy.per_gpu}
+        context.update(
+            telemetry=telemetry,
+            source=telemetry.source,
+            has_samples=any(s.ts for s in telemetry.series.values()),
+            rows=[(a, energy_of.get(a.id)) for a in allocations],
+        )
+        figs["allocations"] = figures.allocation_timeline(allocations, now)
+        figs["series"] = series_figure(
+            telemetry.series, x_range=(start, end) if allocations else None
+        )
+    else:
+        bands = job_bands(job, allocations, now=now)
+        labels = {a.id: a.label for a in allocations}
+        edges, per_node = allocation_by_node(allocations, start, end, now=now)
+        context.update(
+            bands=bands,
+            source=bands.source,
+            has_samples=bands.has_samples,
+            outliers=outlier_rows(bands.outliers),
+        )
+        figs["allocations"] = figures.allocation_heatmap(edges, per_node)
+        figs["series"] = figures.bands_figure(bands, labels)
+        figs["energy"] = figures.node_energy_figure(context["nodes"])
+    context["figures"] = figs
+    return render(request, "jobs/detail.html", context)
 
 
 # --- Wasted GPUs -------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ JSON response, that the page passes to `Plotly.newPlot` / `Plotly.react` unchang
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 import json
 from collections.abc import Callable
 from datetime import datetime
@@ -14,14 +16,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from webapp.core.charts import (
-    ERROR_COLOUR,
     GPU_COLOURS,
-    NO_DATA_COLOUR,
     TEMPLATE,
-    UTIL_COLOURSCALE,
 )
 from webapp.core.units import GIB
-from webapp.telemetry.choices import GpuStatus
 from webapp.telemetry.selectors import LatestGpu, Series
 
 # Metric name -> (axis title with unit, conversion from the stored unit).
@@ -53,135 +51,11 @@ def gpu_hover_values(gpu: LatestGpu) -> dict[str, str]:
     }
 
 
-_HEATMAP_HOVER = (
-    "<b>%{customdata[0]}</b> · GPU %{customdata[1]}<br>"
-    "%{customdata[2]}<br>%{customdata[3]}<br>"
-    "status: %{customdata[9]}<br>"
-    "util: %{customdata[4]} · SM active: %{customdata[5]}<br>"
-    "power: %{customdata[6]} · temp: %{customdata[7]}<br>"
-    "memory used: %{customdata[8]}"
-    "<extra></extra>"
-)
-
-
-def overview_heatmap(
-    gpus: list[LatestGpu],
-    node_url: Callable[[int], str],
-    *,
-    busy_util_pct: float,
-    stale_after_s: int,
-) -> dict:
-    """Node x GPU-index heatmap of utilization for one cluster: one cell per GPU.
-
-    Three traces: utilization (colour scale), GPUs with no utilization to show (grey; stale or
-    not reported), and a red cross over erroring GPUs. Each cell's customdata carries the
-    hover text and the node page URL (index 10) that a click opens.
-    """
-    hostnames = list(dict.fromkeys(g.hostname for g in gpus))
-    row_of = {h: i for i, h in enumerate(hostnames)}
-    width = max((g.index for g in gpus), default=-1) + 1
-    util = [[None] * width for _ in hostnames]
-    no_data = [[None] * width for _ in hostnames]
-    custom = [[None] * width for _ in hostnames]
-    err_x, err_y = [], []
-    for g in gpus:
-        r, c = row_of[g.hostname], g.index
-        hover = gpu_hover_values(g)
-        status = g.status
-        shown = g.value("gpu_util")
-        if status == GpuStatus.STALE or shown is None:
-            no_data[r][c] = 1
-        else:
-            util[r][c] = shown
-        if status == GpuStatus.ERRORING:
-            err_x.append(c)
-            err_y.append(g.hostname)
-        custom[r][c] = [
-            g.hostname,
-            g.index,
-            g.uuid,
-            g.model or "unknown model",
-            hover["gpu_util"],
-            hover["sm_active"],
-            hover["power_w"],
-            hover["gpu_temp_c"],
-            hover["fb_used"],
-            status if status != GpuStatus.STALE else f"stale (no sample in {stale_after_s} s)",
-            node_url(g.node_id),
-        ]
-    x = list(range(width))
-    fig = go.Figure()
-    fig.add_trace(
-        go.Heatmap(
-            name="GPU util (%)",
-            z=util,
-            x=x,
-            y=hostnames,
-            customdata=custom,
-            zmin=0,
-            zmax=100,
-            colorscale=UTIL_COLOURSCALE,
-            colorbar={"title": {"text": "GPU util (%)"}, "thickness": 14, "len": 1.0},
-            hoverongaps=False,
-            hovertemplate=_HEATMAP_HOVER,
-            xgap=2,
-            ygap=2,
-            showlegend=False,
-        )
-    )
-    fig.add_trace(
-        go.Heatmap(
-            name=f"no data (stale > {stale_after_s} s)",
-            z=no_data,
-            x=x,
-            y=hostnames,
-            customdata=custom,
-            zmin=0,
-            zmax=1,
-            colorscale=[[0, NO_DATA_COLOUR], [1, NO_DATA_COLOUR]],
-            showscale=False,
-            hoverongaps=False,
-            hovertemplate=_HEATMAP_HOVER,
-            xgap=2,
-            ygap=2,
-            showlegend=True,
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            name="erroring (ECC DBE / row remap)",
-            x=err_x,
-            y=err_y,
-            mode="markers",
-            marker={"symbol": "x-thin", "size": 14, "line": {"width": 3, "color": ERROR_COLOUR}},
-            hoverinfo="skip",
-            showlegend=True,
-        )
-    )
-    fig.update_layout(
-        template=TEMPLATE,
-        # Rows of 34 px, at least 100 px of plot so the colour bar stays readable.
-        height=95 + max(34 * len(hostnames), 100),
-        margin={"l": 10, "r": 10, "t": 30, "b": 45},
-        xaxis={
-            "title": {"text": "GPU index"},
-            "tickmode": "linear",
-            "dtick": 1,
-            "range": [-0.5, max(width, 1) - 0.5],
-            "showgrid": False,
-            "zeroline": False,
-        },
-        yaxis={
-            "title": {"text": "node"},
-            "type": "category",
-            "autorange": "reversed",
-            "automargin": True,
-            "showgrid": False,
-        },
-        legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "xanchor": "left"},
-        meta={"busy_util_pct": busy_util_pct},
-    )
-    return json.loads(fig.to_json())
+@functools.cache
+def template_json() -> dict:
+    """TEMPLATE as plotly.js reads it (layout.template), for figures drawn in the browser."""
+    path = importlib.resources.files("plotly") / f"package_data/templates/{TEMPLATE}.json"
+    return json.loads(path.read_text())
 
 
 def series_figure(

@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from collectors.schema import GPU_FIELDS, Metric
+from webapp.core.charts import ERROR_COLOUR, NO_DATA_COLOUR, UTIL_COLOURSCALE
 from webapp.core.exports import csv_response
 from webapp.core.units import GIB, iso_utc, mj_to_kwh
 from webapp.fleet.choices import NodeState
@@ -21,6 +22,14 @@ from webapp.fleet.models import Cluster, Gpu, Node
 from webapp.fleet.selectors import node_state_now
 from webapp.telemetry import figures
 from webapp.telemetry.forms import RangeForm
+from webapp.telemetry.node_activity import (
+    RECENT_DAYS,
+    failures_recent,
+    gpu_errors_recent,
+    jobs_holding_gpus,
+    recovery_actions_recent,
+)
+from webapp.telemetry.overview import GPU_CELLS_MAX, gpus_list, overview_payload
 from webapp.telemetry.selectors import (
     RANGES,
     SERIES_METRICS,
@@ -59,47 +68,14 @@ def _node_url_factory() -> Callable[[int], str]:
 
 
 def _overview_payload(summaries: list[ClusterSummary], gpus: list[LatestGpu]) -> dict:
-    node_url = _node_url_factory()
-    clusters = []
-    for summary in summaries:
-        mine = [g for g in gpus if g.cluster_id == summary.id]
-        clusters.append(
-            {
-                "name": summary.name,
-                "gpus": summary.gpus,
-                "busy": summary.busy,
-                "idle": summary.idle,
-                "erroring": summary.erroring,
-                "stale": summary.stale,
-                "power_kw": round(summary.power_kw, 3),
-                "figure": figures.overview_heatmap(
-                    mine,
-                    node_url,
-                    busy_util_pct=settings.VIGIL_BUSY_UTIL_PCT,
-                    stale_after_s=settings.VIGIL_STALE_AFTER_S,
-                ),
-            }
-        )
-    return {
-        "generated_at": timezone.now().isoformat(),
-        "busy_util_pct": settings.VIGIL_BUSY_UTIL_PCT,
-        "stale_after_s": settings.VIGIL_STALE_AFTER_S,
-        "clusters": clusters,
-        "gpus": [
-            {
-                "cluster": g.cluster,
-                "node": g.hostname,
-                "node_url": node_url(g.node_id),
-                "index": g.index,
-                "uuid": g.uuid,
-                "model": g.model,
-                "status": g.status,
-                "ts": iso_utc(g.ts),
-                **{name: g.value(name) for name in SERIES_METRICS},
-            }
-            for g in gpus
-        ],
-    }
+    return overview_payload(
+        summaries,
+        gpus,
+        node_url=_node_url_factory(),
+        generated_at=timezone.now().isoformat(),
+        busy_util_pct=settings.VIGIL_BUSY_UTIL_PCT,
+        stale_after_s=settings.VIGIL_STALE_AFTER_S,
+    )
 
 
 def overview(request: HttpRequest) -> HttpResponse:
@@ -110,6 +86,15 @@ def overview(request: HttpRequest) -> HttpResponse:
         {
             "summaries": summaries,
             "payload": _overview_payload(summaries, gpus),
+            # The figures' look, sent once with the page (the refreshes carry data only).
+            "look": {
+                "template": figures.template_json(),
+                "util_colourscale": UTIL_COLOURSCALE,
+                "no_data": NO_DATA_COLOUR,
+                "error": ERROR_COLOUR,
+            },
+            "gpu_cells_max": GPU_CELLS_MAX,
+            "per_node": any(s.gpus > GPU_CELLS_MAX for s in summaries),
             "busy_util_pct": settings.VIGIL_BUSY_UTIL_PCT,
             "stale_after_s": settings.VIGIL_STALE_AFTER_S,
         },
@@ -118,8 +103,13 @@ def overview(request: HttpRequest) -> HttpResponse:
 
 @api_login_required
 def overview_json(request: HttpRequest) -> JsonResponse:
+    """What the overview draws; `?gpus=1` adds every GPU's latest values (for scripts: the page
+    does not read them, and at 47,040 GPUs they are most of the bytes)."""
     summaries, gpus = clusters_overview()
-    return JsonResponse(_overview_payload(summaries, gpus))
+    payload = _overview_payload(summaries, gpus)
+    if request.GET.get("gpus") == "1":
+        payload["gpus"] = gpus_list(gpus, _node_url_factory(), SERIES_METRICS)
+    return JsonResponse(payload)
 
 
 def overview_csv(request: HttpRequest) -> HttpResponse:
@@ -171,6 +161,7 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
     gpus = gpus_latest(node_id=node.id)
     until = timezone.now()
     series = gpus_series([g.gpu_id for g in gpus], time_range, until=until)
+    holders = jobs_holding_gpus(node, until)
     figure = figures.series_figure(
         {f"GPU {g.index}": series[g.gpu_id] for g in gpus},
         x_range=(until - timedelta(seconds=time_range.seconds), until),
@@ -181,7 +172,11 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
         {
             "node": node,
             "node_state": NodeState(node_state_now(node.state, node.last_seen, timezone.now())),
-            "gpus": [(g, figures.gpu_hover_values(g)) for g in gpus],
+            "gpus": [(g, figures.gpu_hover_values(g), holders.get(g.index)) for g in gpus],
+            "gpu_errors": gpu_errors_recent(node),
+            "failures": failures_recent(node, until),
+            "actions": recovery_actions_recent(node, until),
+            "recent_days": RECENT_DAYS,
             "figures": {"series": figure},
             "time_range": time_range,
             "ranges": RANGES.values(),

@@ -1,0 +1,344 @@
+"""Reads and plain arithmetic of the job page at any job size (issue 17): the job's telemetry as
+bands across its GPUs (min / median / max per time bucket) with the outlier GPUs named, the
+allocation per node over time, energy per node, and the job's events in words.
+
+A 2,048-GPU job is 2,048 lines per metric: nobody can read that, and drawing it took 45 s.
+What a reader wants at a glance is how the job's GPUs moved together and which ones did not,
+so the database reduces the samples to three numbers per bucket and one mean per GPU; only the
+few outlier GPUs come back as lines. Every query here costs one pass over the job's samples,
+whatever the job's size, and the page's size grows with the job's nodes, never with GPUs x GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import connection
+
+from webapp.jobs.models import Job
+from webapp.jobs.selectors import RAW_JOB_MAX, AllocationRow, JobEnergy, job_span
+from webapp.telemetry.figures import SERIES_AXES
+from webapp.telemetry.selectors import SERIES_METRICS
+
+# Points per band line: enough to show a checkpoint stall of a few minutes in a day-long job.
+BAND_POINTS = 240
+# Raw buckets are a minute at least: collectors sample every 10-15 s, so a minute holds several
+# samples of every GPU; narrower buckets would hold GPUs sampled out of phase in different ones.
+RAW_BUCKET_MIN_S = 60
+# Outlier GPUs named per metric (and drawn as lines over the bands).
+OUTLIERS_MAX = 5
+# A GPU is an outlier when its mean over the job is further from the GPUs' median than
+# OUTLIER_MADS scaled median absolute deviations (the "3 MAD" rule of Leys et al., 2013, J.
+# Exp. Soc. Psychol. 49(4)) and than a floor per metric, so that the ordinary jitter of GPUs in
+# lockstep names nobody. Floors, in the stored unit: 10 points of utilization, 0.1 of SM
+# activity, 50 W, 4 GiB, 5 °C (about a tenth of each metric's working range on an H100).
+OUTLIER_MADS = 3.0
+MAD_TO_SIGMA = 1.4826  # MAD x 1.4826 estimates the standard deviation of a normal sample
+OUTLIER_FLOOR: dict[str, float] = {
+    "gpu_util": 10.0,
+    "sm_active": 0.1,
+    "fb_used_bytes": 4 * 2**30,
+    "power_w": 50.0,
+    "gpu_temp_c": 5.0,
+}
+# Allocation heatmap columns (time buckets) and node rows at most (more nodes: the busiest
+# rows first would hide the rest, so rows are kept and drawn thinner; see figures).
+ALLOCATION_BUCKETS = 120
+
+
+# --- Telemetry bands ---------------------------------------------------------------------------
+
+_RAW_PER_GPU = f"""
+SELECT a.id AS alloc_id,
+    date_bin(%(bucket)s * interval '1 second', s.ts, timestamptz '2000-01-01') AS bucket,
+    {", ".join(f"avg(s.{m}) AS {m}" for m in SERIES_METRICS)}
+FROM jobs_joballocation a
+LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
+JOIN telemetry_gpusample s ON s.gpu_id = coalesce(a.gpu_id, g.id)
+    AND s.ts >= a.start AND s.ts <= coalesce(a."end", %(now)s)
+WHERE a.job_id = %(job)s AND s.ts >= %(start)s AND s.ts <= %(end)s {{only}}
+GROUP BY 1, 2
+"""
+
+_ROLLUP_PER_GPU = f"""
+SELECT a.id AS alloc_id,
+    date_bin(%(bucket)s * interval '1 second', r.minute, timestamptz '2000-01-01') AS bucket,
+    {", ".join(f"sum(r.{m}_sum) / nullif(sum(r.{m}_cnt), 0) AS {m}" for m in SERIES_METRICS)}
+FROM jobs_joballocation a
+LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
+JOIN telemetry_gpurollup1m r ON r.gpu_id = coalesce(a.gpu_id, g.id)
+    AND r.minute >= date_trunc('minute', a.start) AND r.minute <= coalesce(a."end", %(now)s)
+WHERE a.job_id = %(job)s AND r.minute >= %(start)s AND r.minute <= %(end)s {{only}}
+GROUP BY 1, 2
+"""
+
+# One pass over the per-GPU bucket means gives both the bands (per bucket, across GPUs) and
+# each GPU's mean over the job (per GPU, across buckets): a "mean" row carries it in the
+# median column.
+_BANDS_SQL = """
+WITH per_gpu AS MATERIALIZED ({per_gpu})
+SELECT 'band', bucket, NULL::bigint, count(*), {bands} FROM per_gpu GROUP BY bucket
+UNION ALL
+SELECT 'mean', NULL, alloc_id, count(*), {means} FROM per_gpu GROUP BY alloc_id
+"""
+
+
+def _bands_sql(per_gpu: str) -> str:
+    bands = ", ".join(
+        f"min({m}), percentile_cont(0.5) WITHIN GROUP (ORDER BY {m}), max({m})"
+        for m in SERIES_METRICS
+    )
+    means = ", ".join(f"NULL::float, avg({m}), NULL::float" for m in SERIES_METRICS)
+    return _BANDS_SQL.format(per_gpu=per_gpu.format(only=""), bands=bands, means=means)
+
+
+@dataclass
+class Band:
+    """One metric across the job's GPUs per bucket: lowest, median and highest GPU mean."""
+
+    lo: list[float | None] = field(default_factory=list)
+    median: list[float | None] = field(default_factory=list)
+    hi: list[float | None] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Outlier:
+    metric: str
+    allocation: AllocationRow
+    mean: float
+    median: float  # of all the job's GPUs, for the sentence "x where the job's median is y"
+
+
+@dataclass
+class JobBands:
+    source: str  # "raw samples, 45-s means" or "1-minute rollup, 5-minute means"
+    bucket_s: int
+    ts: list[datetime] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)  # GPUs reporting in each bucket
+    bands: dict[str, Band] = field(default_factory=lambda: {m: Band() for m in SERIES_METRICS})
+    means: dict[int, dict[str, float | None]] = field(default_factory=dict)  # alloc id -> mean
+    outliers: list[Outlier] = field(default_factory=list)
+    # Outlier GPUs' own lines: alloc id -> (ts, {metric: values}).
+    lines: dict[int, tuple[list[datetime], dict[str, list[float | None]]]] = field(
+        default_factory=dict
+    )
+
+    @property
+    def has_samples(self) -> bool:
+        return bool(self.ts)
+
+
+def band_bucket_s(span: timedelta, raw: bool) -> int:
+    """Bucket width giving at most BAND_POINTS points over `span` (whole minutes on the rollup)."""
+    seconds = max(span.total_seconds(), 1.0)
+    if raw:
+        return max(RAW_BUCKET_MIN_S, math.ceil(seconds / BAND_POINTS))
+    return 60 * max(1, math.ceil(seconds / 60 / BAND_POINTS))
+
+
+def gpu_outliers(
+    means: dict[int, dict[str, float | None]], metric: str, *, limit: int = OUTLIERS_MAX
+) -> list[tuple[int, float, float]]:
+    """(alloc id, mean, median) of the GPUs whose mean of `metric` stands out from the rest
+    (see OUTLIER_MADS), furthest first, at most `limit`. Fewer than 3 GPUs: none (no "rest")."""
+    values = {a: m[metric] for a, m in means.items() if m.get(metric) is not None}
+    if len(values) < 3:
+        return []
+    median = statistics.median(values.values())
+    mad = statistics.median(abs(v - median) for v in values.values())
+    threshold = max(OUTLIER_MADS * MAD_TO_SIGMA * mad, OUTLIER_FLOOR.get(metric, 0.0))
+    far = [(a, v) for a, v in values.items() if abs(v - median) > threshold]
+    far.sort(key=lambda av: (-abs(av[1] - median), av[0]))
+    return [(a, v, median) for a, v in far[:limit]]
+
+
+def outlier_rows(outliers: list[Outlier]) -> list[tuple[Outlier, str, str, str]]:
+    """Each outlier with its metric's name and its mean and the median in display units."""
+    rows = []
+    for o in outliers:
+        title, convert = SERIES_AXES[o.metric]
+        rows.append((o, title, f"{convert(o.mean):,.1f}", f"{convert(o.median):,.1f}"))
+    return rows
+
+
+def job_bands(job: Job, allocations: list[AllocationRow], *, now: datetime) -> JobBands:
+    """The job's SERIES_METRICS as bands across its GPUs, its outlier GPUs and their lines
+    (two queries, whatever the job's size)."""
+    start, end = job_span(job, allocations, now)
+    raw = (end - start) <= RAW_JOB_MAX
+    bucket_s = band_bucket_s(end - start, raw)
+    per_gpu = _RAW_PER_GPU if raw else _ROLLUP_PER_GPU
+    if raw:
+        source = f"raw samples, {bucket_s}-s means per GPU"
+    else:
+        minutes = bucket_s // 60
+        source = "1-minute rollup" + (f", {minutes}-minute means per GPU" if minutes > 1 else "")
+    out = JobBands(source=source, bucket_s=bucket_s)
+    if not allocations:
+        return out
+    params = {
+        "bucket": bucket_s,
+        "now": now,
+        "job": job.id,
+        "start": start if raw else start - timedelta(minutes=1),
+        "end": end,
+    }
+    with connection.cursor() as cur:
+        cur.execute(_bands_sql(per_gpu), params)
+        rows = cur.fetchall()
+    bands = sorted((r for r in rows if r[0] == "band"), key=lambda r: r[1])
+    for _, bucket, _, gpus, *values in bands:
+        out.ts.append(bucket)
+        out.gpus.append(gpus)
+        for i, m in enumerate(SERIES_METRICS):
+            band = out.bands[m]
+            band.lo.append(values[3 * i])
+            band.median.append(values[3 * i + 1])
+            band.hi.append(values[3 * i + 2])
+    for _, _, alloc_id, _, *values in (r for r in rows if r[0] == "mean"):
+        out.means[alloc_id] = {m: values[3 * i + 1] for i, m in enumerate(SERIES_METRICS)}
+
+    by_id = {a.id: a for a in allocations}
+    for m in SERIES_METRICS:
+        for alloc_id, mean, median in gpu_outliers(out.means, m):
+            out.outliers.append(Outlier(m, by_id[alloc_id], mean, median))
+    wanted = sorted({o.allocation.id for o in out.outliers})
+    if wanted:
+        only = "AND a.id = ANY(%(only)s)"
+        with connection.cursor() as cur:
+            cur.execute(per_gpu.format(only=only) + " ORDER BY 1, 2", {**params, "only": wanted})
+            for alloc_id, bucket, *values in cur.fetchall():
+                ts, series = out.lines.setdefault(alloc_id, ([], {m: [] for m in SERIES_METRICS}))
+                ts.append(bucket)
+                for m, v in zip(SERIES_METRICS, values, strict=True):
+                    series[m].append(v)
+    return out
+
+
+# --- Allocation per node over time -------------------------------------------------------------
+
+
+@dataclass
+class NodeAllocation:
+    """GPUs of one node the job held in each time bucket (the most at any moment of it)."""
+
+    node_id: int
+    hostname: str
+    gpus: int  # distinct GPUs ever held
+    held: list[int]
+
+
+def allocation_by_node(
+    allocations: list[AllocationRow],
+    start: datetime,
+    end: datetime,
+    *,
+    now: datetime,
+    buckets: int = ALLOCATION_BUCKETS,
+) -> tuple[list[datetime], list[NodeAllocation]]:
+    """Bucket start times and, per node (hostname order), the GPUs held in each bucket.
+
+    A GPU counts in a bucket when its allocation overlaps it; linear in allocations x buckets
+    touched (an allocation spanning the whole job touches every bucket once)."""
+    span = max((end - start).total_seconds(), 1.0)
+    width = span / buckets
+    edges = [start + timedelta(seconds=width * i) for i in range(buckets)]
+    nodes: dict[int, NodeAllocation] = {}
+    seen: dict[int, set[int]] = {}
+    for a in allocations:
+        row = nodes.get(a.node_id)
+        if row is None:
+            row = nodes[a.node_id] = NodeAllocation(a.node_id, a.hostname, 0, [0] * buckets)
+            seen[a.node_id] = set()
+        seen[a.node_id].add(a.gpu_index)
+        a_end = a.end or now
+        first = max(0, int((a.start - start).total_seconds() // width))
+        last = min(buckets - 1, int(max((a_end - start).total_seconds() - 1e-6, 0) // width))
+        for i in range(first, last + 1):
+            row.held[i] += 1
+    for node_id, row in nodes.items():
+        row.gpus = len(seen[node_id])
+        # Two allocations of one GPU in one bucket (a requeue) hold one GPU, not two.
+        row.held = [min(h, row.gpus) for h in row.held]
+    return edges, sorted(nodes.values(), key=lambda n: n.hostname)
+
+
+# --- Energy per node ---------------------------------------------------------------------------
+
+
+@dataclass
+class NodeEnergy:
+    node_id: int
+    hostname: str
+    kwh: float = 0.0
+    resets: int = 0
+    # (GPU index, kWh, counter resets) in index order: the per-GPU detail shown on demand.
+    gpus: list[tuple[int, float, int]] = field(default_factory=list)
+
+
+def energy_by_node(energy: JobEnergy) -> list[NodeEnergy]:
+    """The job's per-GPU energy summed per node (hostname order), each GPU kept for detail."""
+    nodes: dict[int, NodeEnergy] = {}
+    for e in energy.per_gpu:
+        a = e.allocation
+        row = nodes.setdefault(a.node_id, NodeEnergy(a.node_id, a.hostname))
+        row.kwh += e.kwh
+        row.resets += e.resets
+        row.gpus.append((a.gpu_index, e.kwh, e.resets))
+    for row in nodes.values():
+        row.gpus.sort()
+    return sorted(nodes.values(), key=lambda n: n.hostname)
+
+
+# --- Events in words ---------------------------------------------------------------------------
+
+_NODES_NAMED = 4  # nodes an allocation sentence names before "and N more"
+
+
+def _indices(indices: list[int]) -> str:
+    """[0, 1, 2, 3, 6] -> "0-3, 6"."""
+    out: list[str] = []
+    for i in sorted(set(indices)):
+        if out and out[-1].split("-")[-1] == str(i - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        else:
+            out.append(str(i))
+    return ", ".join(out)
+
+
+def event_words(detail: dict | None) -> str:
+    """A job event's detail as a sentence: who reported it and which GPUs it allocated.
+
+    The detail is what the scheduler watcher sent (webapp/jobs/services.py): its source, the
+    node that sent it and, for a start, {node: [GPU indices]}. Keys it does not know are kept as
+    "key: value" so nothing the watcher said is hidden."""
+    if not detail:
+        return ""
+    detail = dict(detail)
+    parts = []
+    source, sender = detail.pop("source", None), detail.pop("sender", None)
+    if source or sender:
+        said = f"reported by {source or 'the scheduler'}"
+        parts.append(f"{said} via {sender}" if sender else said)
+    allocation = detail.pop("allocation", None)
+    if isinstance(allocation, dict) and allocation:
+        gpus = sum(len(v) for v in allocation.values() if isinstance(v, list))
+        named = [
+            f"{node} (GPU {_indices(v)})" if isinstance(v, list) else str(node)
+            for node, v in sorted(allocation.items())[:_NODES_NAMED]
+        ]
+        more = len(allocation) - _NODES_NAMED
+        nodes = ", ".join(named) + (
+            f" and {more:,} more node{'s' if more > 1 else ''}" if more > 0 else ""
+        )
+        parts.append(
+            f"{gpus:,} GPU{'s' if gpus != 1 else ''} on {len(allocation):,} "
+            f"node{'s' if len(allocation) != 1 else ''}: {nodes}"
+        )
+    for key, value in sorted(detail.items()):
+        parts.append(f"{key.replace('_', ' ')}: {value}")
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:]
