@@ -313,15 +313,15 @@ def reliability(window: Window, ckpt_write_s: float | None = None) -> Reliabilit
             }
         )
 
-    detect = [(e.detected_at - e.occurred_at).total_seconds() for e in failures if e.detected_at]
+    # Replayed or backfilled failures were "detected" at replay: only live ones count.
+    detect = time_to_detect_live(failures)
     diagnose = [
         (e.diagnosed_at - e.detected_at).total_seconds()
         for e in failures
         if e.diagnosed_at and e.detected_at
     ]
     result.times = {
-        "detect_median_s": _median(detect),
-        "detect_mean_s": _mean(detect),
+        **detect,
         "diagnose_median_s": _median(diagnose),
         "diagnose_mean_s": _mean(diagnose),
     }
