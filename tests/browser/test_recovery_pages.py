@@ -18,7 +18,7 @@ from tests.recovery.conftest import policy
 from webapp.failures.models import FailureEvent
 from webapp.failures.node_events import node_events_ingest
 from webapp.failures.services import failure_diagnose
-from webapp.recovery import services
+from webapp.recovery.execution import action_execute
 from webapp.recovery.models import RecoveryAction
 
 pytestmark = pytest.mark.browser
@@ -30,7 +30,7 @@ def _xid_79_recovered(fleet, job_id: str, at: float) -> FailureEvent:
     failure = FailureEvent.objects.filter(kind="gpu_error").order_by("-occurred_at").first()
     failure_diagnose(failure.pk)
     for action in failure.recovery_plan.actions.order_by("seq", "id"):
-        services.action_execute(action.pk, "test")
+        action_execute(action.pk, "test")
     return failure
 
 
@@ -152,7 +152,7 @@ def live_busy(transactional_db) -> int:
         failure = _cuda_fault(fleet, str(1000 + i), node, now - (200 - i) * 3)
         if mode == "auto":
             for action in failure.recovery_plan.actions.order_by("seq", "id"):
-                services.action_execute(action.pk, "test")
+                action_execute(action.pk, "test")
             if i % 3:
                 fleet.run_job(str(1000 + i), time.time() + 1, None, nodes=(node,))
     policy("auto")

@@ -21,7 +21,8 @@ from tests.helpers import ROOT, WorkerProcess
 from tests.slurm import SlurmCluster
 from webapp.fleet import services as fleet_services
 from webapp.fleet.models import Cluster
-from webapp.recovery.services import recovery_policy_set, recovery_queue
+from webapp.recovery.actions import recovery_queue
+from webapp.recovery.services import recovery_policy_set
 
 CLUSTER = "rcv"
 FIXTURE = "h100-sxm5-80gb"

@@ -21,6 +21,7 @@ from webapp.failures.node_events import node_events_ingest
 from webapp.failures.services import failure_diagnose
 from webapp.fleet.models import Node
 from webapp.recovery import services
+from webapp.recovery.execution import action_execute
 from webapp.recovery.models import RecoveryAction, RecoveryPlan, RecoveryPolicy
 
 pytestmark = pytest.mark.django_db
@@ -50,7 +51,7 @@ def _xid_79(fleet, job_id: str, at: float, node_no: int = 2) -> FailureEvent:
 
 def _run_all(failure: FailureEvent) -> list[RecoveryAction]:
     for action in failure.recovery_plan.actions.order_by("seq", "id"):
-        services.action_execute(action.pk, "test")
+        action_execute(action.pk, "test")
     return list(failure.recovery_plan.actions.order_by("seq", "id"))
 
 
@@ -135,7 +136,7 @@ def test_operator_approves_an_action_and_it_is_ready_to_run_once(operator_client
     assert f"Action {awaiting.pk} (drain node) approved" in response.content.decode()
     awaiting.refresh_from_db()
     assert (awaiting.status, awaiting.approved_by) == ("ready", "operator")
-    assert services.action_execute(awaiting.pk, "test").status == "succeeded"
+    assert action_execute(awaiting.pk, "test").status == "succeeded"
     assert Node.objects.get(hostname="gpu-node-02").state == "drained"
 
 
@@ -143,7 +144,7 @@ def test_approving_an_action_that_already_ran_shows_why_and_changes_nothing(
     operator_client, awaiting
 ):
     services.action_approve(awaiting.pk, "olivia")
-    services.action_execute(awaiting.pk, "test")
+    action_execute(awaiting.pk, "test")
     awaiting.refresh_from_db()
     before = (awaiting.status, awaiting.approved_by, awaiting.approved_at, awaiting.ended_at)
     response = operator_client.post(f"/recovery/actions/{awaiting.pk}/approve/")
@@ -320,7 +321,7 @@ def test_operator_returns_a_node_to_service(operator_client, recovered, settings
     plan = RecoveryPlan.objects.get(kind="return_to_service")
     assert plan.requested_by == "operator" and plan.node == node
     for action in plan.actions.order_by("seq"):
-        services.action_execute(action.pk, "test")
+        action_execute(action.pk, "test")
     node.refresh_from_db()
     # Back in service; "registered" as the fleet calls a node it has not heard from yet.
     assert node.state in ("up", "registered") and node.state_reason == ""

@@ -4,7 +4,7 @@ diagnosis or the recovery action never waits on mail):
 - `failures.signals.failure_diagnosed`: a failure was diagnosed (its alert, and the alerts of
   its recovery actions awaiting approval);
 - `recovery.dispatch.action_failed`: a recovery action failed for good (sent from
-  recovery.services._failed).
+  recovery.execution._failed).
 """
 
 from __future__ import annotations

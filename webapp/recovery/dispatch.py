@@ -6,5 +6,5 @@ from __future__ import annotations
 from django.dispatch import Signal
 
 # Sent inside the transaction that marks a recovery action failed for good
-# (services._failed; sender RecoveryAction, `action`).
+# (execution._failed; sender RecoveryAction, `action`).
 action_failed = Signal()

@@ -11,6 +11,6 @@ from webapp.failures.models import FailureEvent
 
 @receiver(failure_diagnosed, sender=FailureEvent, dispatch_uid="recovery.failure_diagnosed")
 def plan_recovery(sender: type[FailureEvent], failure: FailureEvent, **kwargs: object) -> None:
-    from webapp.recovery.services import failure_recovery_plan
+    from webapp.recovery.planning import failure_recovery_plan
 
     failure_recovery_plan(failure)

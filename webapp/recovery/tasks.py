@@ -11,7 +11,9 @@ from __future__ import annotations
 from celery import shared_task
 
 from webapp.core.ingest import DURABLE_TASK
-from webapp.recovery.services import EXECUTE_TASK, action_execute, actions_sweep
+from webapp.recovery.actions import EXECUTE_TASK
+from webapp.recovery.execution import action_execute
+from webapp.recovery.services import actions_sweep
 
 
 @shared_task(name=EXECUTE_TASK, **DURABLE_TASK)

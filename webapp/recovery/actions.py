@@ -1,0 +1,185 @@
+"""Recovery action rows: created with their exact commands (data first), sent to the cluster's
+recovery queue, and cancelled when an action before them did not succeed. Shared by planning
+(planning.py), execution (execution.py) and the operators' requests (services.py)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from webapp.celery import app
+from webapp.failures.choices import FailureKind
+from webapp.fleet.models import Node
+from webapp.jobs.models import Job
+from webapp.recovery import policy
+from webapp.recovery.choices import (
+    FINAL_STATES,
+    ActionKind,
+    ActionStatus,
+    Mode,
+)
+from webapp.recovery.executors import Target, executor_for
+from webapp.recovery.executors.base import UnsupportedAction
+from webapp.recovery.models import RecoveryAction, RecoveryPlan
+
+log = logging.getLogger("vigil.recovery")
+
+EXECUTE_TASK = "vigil.recovery.execute"
+
+
+def recovery_queue(cluster_name: str) -> str:
+    """The Celery queue of one cluster's recovery worker (a host with the scheduler's CLI)."""
+    return f"recovery.{cluster_name}"
+
+
+def _seqs(steps: tuple[policy.Step, ...], first: int) -> list[int]:
+    """Order: health check, then drains, then restarts; notifications with the first step."""
+    rank = {"health_check": 0, "drain": 1, "requeue": 2, "resubmit": 2, "resume": 3}
+    kinds = sorted({rank[s.kind] for s in steps if s.kind in rank})
+    return [first + kinds.index(rank[s.kind]) if s.kind in rank else first for s in steps]
+
+
+def actions_create(
+    plan: RecoveryPlan,
+    steps: tuple[policy.Step, ...],
+    jobs: dict[str, Job],
+    first_seq: int,
+    *,
+    approved_by: str = "",
+) -> list[RecoveryAction]:
+    nodes = {
+        n.hostname: n
+        for n in Node.objects.filter(
+            cluster_id=plan.cluster_id, hostname__in=[s.host for s in steps]
+        )
+    }
+    created = []
+    for step, seq in zip(steps, _seqs(steps, first_seq), strict=True):
+        job = jobs.get(step.job)
+        params = dict(step.params)
+        if step.kind == ActionKind.RESUBMIT and job is not None:
+            params["sbatch_args"] = _sbatch_args(job)
+        action = RecoveryAction(
+            plan=plan,
+            cluster_id=plan.cluster_id,
+            seq=seq,
+            kind=step.kind,
+            mode=plan.mode,
+            executor=plan.executor,
+            rule=plan.rule,
+            reason=step.reason[:512],
+            node=nodes.get(step.host),
+            host=step.host,
+            job=job,
+            job_scheduler_id=step.job,
+            audience=step.audience,
+            params=params,
+            approved_by=approved_by,
+            approved_at=timezone.now() if approved_by else None,
+        )
+        action.status = _first_status(plan.mode, step.kind)
+        action.save()
+        _commands_build(action)
+        created.append(action)
+    settle = 0.0
+    if plan.failure_id and plan.failure.kind == FailureKind.JOB_FAILURE:
+        # A job's end can reach Vigil before its nodes' agents send the log lines that
+        # explain it: act once they have had time to arrive (a new diagnosis meanwhile
+        # replaces these actions, failure_recovery_plan).
+        settle = settings.VIGIL_RECOVERY_SETTLE_S
+    for action in created:
+        if action.status == ActionStatus.READY:
+            delay = max(settle, action.params.get("delay_s") or 0.0)
+            action_dispatch(action, countdown=delay or None)
+    return created
+
+
+def _first_status(mode: str, kind: str) -> str:
+    if mode == Mode.DRY_RUN:
+        return ActionStatus.DRY_RUN
+    if kind == ActionKind.NOTIFY:
+        # Telling people changes nothing in the scheduler: it needs no approval. The alerts
+        # app delivers it (delivered_at); the action itself is done once recorded.
+        return ActionStatus.SUCCEEDED
+    return ActionStatus.READY if mode == Mode.AUTO else ActionStatus.AWAITING_APPROVAL
+
+
+def _sbatch_args(job: Job) -> list[str]:
+    """What a resubmission keeps of the job: its name, size and partition."""
+    args = [f"--job-name={job.name or job.scheduler_id}"]
+    if job.nodes_requested:
+        args.append(f"--nodes={job.nodes_requested}")
+        if job.gpus_requested:
+            args.append(f"--gres=gpu:{max(1, job.gpus_requested // job.nodes_requested)}")
+    elif job.gpus_requested:
+        args.append(f"--gres=gpu:{job.gpus_requested}")
+    if job.partition:
+        args.append(f"--partition={job.partition}")
+    return args
+
+
+def action_target(action: RecoveryAction) -> Target:
+    plan = action.plan
+    return Target(
+        action_id=action.pk,
+        kind=action.kind,
+        host=action.host,
+        job=action.job_scheduler_id,
+        cause=plan.cause,
+        failure_id=plan.failure_id,
+        params=action.params,
+    )
+
+
+def _commands_build(action: RecoveryAction) -> None:
+    now = timezone.now()
+    if action.kind == ActionKind.NOTIFY:
+        action.result = f"notify {action.audience}: queued for the alerts app"
+        if action.status == ActionStatus.DRY_RUN:
+            action.result = f"dry run: would notify {action.audience}"
+        action.ended_at = now if action.status in FINAL_STATES else None
+        action.save(update_fields=["result", "ended_at"])
+        return
+    try:
+        action.commands = executor_for(action.executor).commands(action_target(action))
+    except UnsupportedAction as exc:
+        action.status = ActionStatus.FAILED
+        action.error = str(exc)
+        action.result = f"failed: {exc}"[:512]
+        action.ended_at = now
+    else:
+        if action.status == ActionStatus.DRY_RUN:
+            action.result = f"dry run: would run {len(action.commands)} command(s)"
+            action.ended_at = now
+    action.save(update_fields=["commands", "status", "error", "result", "ended_at"])
+
+
+def action_dispatch(action: RecoveryAction, countdown: float | None = None) -> None:
+    """Send the action to its cluster's recovery queue once the transaction commits."""
+    queue = recovery_queue(action.cluster.name)
+    pk = action.pk
+    transaction.on_commit(
+        lambda: app.send_task(EXECUTE_TASK, args=[pk], queue=queue, countdown=countdown),
+        robust=True,  # the sweep (actions_sweep) sends it again if the broker was away
+    )
+
+
+def action_blocked(action: RecoveryAction) -> str | None:
+    """'wait' while an earlier action of the plan is unfinished, 'cancel' if one failed."""
+    earlier = RecoveryAction.objects.filter(plan_id=action.plan_id, seq__lt=action.seq).exclude(
+        status=ActionStatus.CANCELLED
+    )
+    if earlier.filter(status__in=[ActionStatus.FAILED, ActionStatus.REJECTED]).exists():
+        return "cancel"
+    if earlier.exclude(status__in=FINAL_STATES).exists():
+        return "wait"
+    return None
+
+
+def actions_cancel_after(action: RecoveryAction, why: str) -> None:
+    RecoveryAction.objects.filter(plan_id=action.plan_id, seq__gt=action.seq).exclude(
+        status__in=FINAL_STATES
+    ).update(status=ActionStatus.CANCELLED, result=why[:512], ended_at=timezone.now())

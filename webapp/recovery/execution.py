@@ -1,0 +1,296 @@
+"""Execution: claim one action and run its commands, recorded step by step.
+
+`action_execute(pk, worker)` claims the action by a conditional UPDATE (two workers never run
+one action), then runs its commands one by one, each recorded before it starts and when it
+ends. A started-but-unfinished command (the worker died) is checked against the scheduler
+before it is run again. Transient scheduler errors come back for a retry with backoff;
+permanent ones end the action as failed, with the reason, and cancel what followed. A health
+check's verdicts become drains of the nodes that failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from collectors.schema import NodeStateIn
+from webapp.fleet.services import node_states_apply
+from webapp.recovery import policy
+from webapp.recovery.actions import (
+    action_blocked,
+    action_dispatch,
+    action_target,
+    actions_cancel_after,
+    actions_create,
+)
+from webapp.recovery.choices import (
+    FINAL_STATES,
+    ActionKind,
+    ActionStatus,
+    ExecutorKind,
+    PlanKind,
+)
+from webapp.recovery.dispatch import action_failed
+from webapp.recovery.executors import executor_for
+from webapp.recovery.executors.base import CommandResult, UnsupportedAction
+from webapp.recovery.models import RecoveryAction
+
+log = logging.getLogger("vigil.recovery")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    retry_in_s: float | None = None
+    note: str = ""
+
+
+def _lease_s(action: RecoveryAction) -> float:
+    try:
+        command_s = executor_for(action.executor).timeout_s(action_target(action))
+    except UnsupportedAction:
+        command_s = 0.0
+    return command_s + settings.VIGIL_RECOVERY_LEASE_GRACE_S
+
+
+def _claim(action: RecoveryAction, worker: str) -> bool:
+    now = timezone.now()
+    return bool(
+        RecoveryAction.objects.filter(pk=action.pk)
+        .filter(Q(status=ActionStatus.READY) | Q(status=ActionStatus.RUNNING, lease_until__lt=now))
+        .update(
+            status=ActionStatus.RUNNING,
+            claimed_by=worker[:128],
+            lease_until=now + timedelta(seconds=_lease_s(action)),
+            attempts=F("attempts") + 1,
+            started_at=Coalesce(F("started_at"), now),
+        )
+    )
+
+
+def action_execute(pk: int, worker: str) -> Outcome:
+    """Claim and run one action (from the cluster's recovery queue)."""
+    action = RecoveryAction.objects.select_related("plan", "cluster").filter(pk=pk).first()
+    if action is None:
+        return Outcome("missing")
+    if action.status in FINAL_STATES or action.status == ActionStatus.AWAITING_APPROVAL:
+        return Outcome(action.status)
+    blocked = action_blocked(action)
+    if blocked == "cancel":
+        with transaction.atomic():
+            RecoveryAction.objects.filter(pk=pk).exclude(status__in=FINAL_STATES).update(
+                status=ActionStatus.CANCELLED,
+                result="cancelled: an earlier action of the plan did not succeed",
+                ended_at=timezone.now(),
+            )
+            actions_cancel_after(action, "cancelled: an earlier action of the plan did not succeed")
+        return Outcome(ActionStatus.CANCELLED)
+    if blocked == "wait":
+        return Outcome("waiting", note="an earlier action of the plan has not finished")
+    if not _claim(action, worker):
+        action.refresh_from_db()
+        if action.status == ActionStatus.RUNNING and action.lease_until:
+            # Another worker holds it (or held it and died): look again when its lease ends.
+            left = (action.lease_until - timezone.now()).total_seconds()
+            return Outcome("held", retry_in_s=max(1.0, left + 1))
+        return Outcome(action.status)
+    action.refresh_from_db()
+    return _run(action)
+
+
+def _now_iso() -> str:
+    return timezone.now().isoformat()
+
+
+def _last_step(steps: list[dict], i: int) -> dict | None:
+    found = [s for s in steps if s.get("i") == i]
+    return found[-1] if found else None
+
+
+def _save_steps(action: RecoveryAction) -> None:
+    lease = timezone.now() + timedelta(seconds=_lease_s(action))
+    RecoveryAction.objects.filter(pk=action.pk).update(steps=action.steps, lease_until=lease)
+
+
+def _run(action: RecoveryAction) -> Outcome:
+    executor = executor_for(action.executor)
+    target = action_target(action)
+    results: list[CommandResult] = []
+    for i, argv in enumerate(action.commands):
+        last = _last_step(action.steps, i)
+        if last and last.get("ended_at") and (last.get("exit") == 0 or last.get("optional")):
+            results.append(CommandResult(tuple(argv), 0, last.get("stdout", "")))
+            continue
+        if last and not last.get("ended_at"):
+            # The worker died while this command ran: ask the scheduler before running it again.
+            if executor.done(argv, target, last.get("before", {})):
+                last.update(
+                    ended_at=_now_iso(),
+                    exit=0,
+                    verified=True,
+                    stdout="already done: the scheduler shows its effect (worker was lost)",
+                )
+                _save_steps(action)
+                results.append(CommandResult(tuple(argv), 0))
+                continue
+            last.update(ended_at=_now_iso(), exit=None, interrupted=True)
+        step = {
+            "i": i,
+            "argv": list(argv),
+            "attempt": action.attempts,
+            "worker": action.claimed_by,
+            "before": executor.before(argv, target),
+            "started_at": _now_iso(),
+        }
+        action.steps.append(step)
+        _save_steps(action)  # on record before the command runs
+        result = executor.run(argv, target)
+        step.update(result.as_dict(), ended_at=_now_iso())
+        if list(result.argv[1:]) != list(argv[1:]):
+            step["ran"] = list(result.argv)  # what the executor added (e.g. the workdir)
+        _save_steps(action)
+        if not result.ok and executor.tolerated(argv, target, result):
+            step["optional"] = True
+        elif not result.ok:
+            return _failed(action, executor.transient(result), result)
+        results.append(result)
+    return _succeeded(action, executor.followups(target, results))
+
+
+def _failed(action: RecoveryAction, transient: bool, result: CommandResult) -> Outcome:
+    detail = result.stderr.strip() or f"exit status {result.returncode}"
+    if result.stdout.strip() and not result.stderr.strip():
+        detail += f" (output: {result.stdout.strip()[-300:]})"
+    first = detail.splitlines()[0] if detail else ""
+    if transient and action.attempts < settings.VIGIL_RECOVERY_MAX_ATTEMPTS:
+        RecoveryAction.objects.filter(pk=action.pk, status=ActionStatus.RUNNING).update(
+            status=ActionStatus.READY, error=detail[:4000], lease_until=None
+        )
+        # Exponential backoff: 2, 4, 8, ... s, capped at 5 minutes.
+        return Outcome("retry", retry_in_s=min(300.0, 2.0**action.attempts), note=first)
+    with transaction.atomic():
+        RecoveryAction.objects.filter(pk=action.pk).update(
+            status=ActionStatus.FAILED,
+            error=detail[:4000],
+            result=f"failed: {first}"[:512],
+            ended_at=timezone.now(),
+            lease_until=None,
+        )
+        actions_cancel_after(action, f"cancelled: action {action.pk} failed")
+        action_failed.send(sender=RecoveryAction, action=action)
+    log.warning("recovery action %s (%s) failed: %s", action.pk, action.kind, first)
+    return Outcome(ActionStatus.FAILED, note=first)
+
+
+def _result_text(action: RecoveryAction, found: dict) -> str:
+    if action.kind == ActionKind.DRAIN:
+        return f"node {action.host} drained"
+    if action.kind == ActionKind.RESUME:
+        return f"node {action.host} returned to service"
+    if action.kind == ActionKind.REQUEUE:
+        return f"job {action.job_scheduler_id} requeued"
+    if action.kind == ActionKind.RESUBMIT:
+        return f"job {action.job_scheduler_id} resubmitted from checkpoint"
+    if action.kind == ActionKind.HEALTH_CHECK:
+        hosts = action.params.get("hosts", [])
+        failed = found.get("failed", [])
+        if not failed:
+            return f"{len(hosts)} node(s) checked: all passed"
+        return f"{len(hosts)} node(s) checked, {len(failed)} failed: {', '.join(failed)}"
+    return "done"
+
+
+def _succeeded(action: RecoveryAction, found: dict) -> Outcome:
+    with transaction.atomic():
+        params = dict(action.params)
+        if found:
+            params["found"] = found
+        n = RecoveryAction.objects.filter(pk=action.pk, status=ActionStatus.RUNNING).update(
+            status=ActionStatus.SUCCEEDED,
+            params=params,
+            result=_result_text(action, found)[:512],
+            error="",
+            ended_at=timezone.now(),
+            lease_until=None,
+        )
+        if not n:
+            return Outcome(ActionStatus.SUCCEEDED, note="finished by another worker")
+        if action.kind == ActionKind.HEALTH_CHECK:
+            _after_health_check(action, found.get("failed", []))
+        _simulated_effects(action)
+        for later in _next_ready(action):
+            action_dispatch(later)
+    return Outcome(ActionStatus.SUCCEEDED)
+
+
+def _next_ready(action: RecoveryAction) -> list[RecoveryAction]:
+    """The plan's next actions that may run now (every earlier one has succeeded)."""
+    pending = RecoveryAction.objects.filter(
+        plan_id=action.plan_id, status=ActionStatus.READY
+    ).select_related("cluster", "plan")
+    return [a for a in pending if action_blocked(a) is None]
+
+
+def _after_health_check(action: RecoveryAction, failed: list[str]) -> None:
+    plan = action.plan
+    later = RecoveryAction.objects.filter(plan=plan, seq__gt=action.seq)
+    if plan.kind == PlanKind.RETURN_TO_SERVICE:
+        if failed:
+            # The node is still bad: drained again (ending the check's reservation), with the
+            # reason it had before, not resumed.
+            later.exclude(status__in=FINAL_STATES).update(
+                status=ActionStatus.CANCELLED,
+                result=f"cancelled: health check failed on {', '.join(failed)}"[:512],
+                ended_at=timezone.now(),
+            )
+            reason = action.params.get("drained_reason") or "drained"
+            steps = tuple(
+                policy.Step(
+                    "drain",
+                    host=h,
+                    params={"reason": f"{reason} (failed the health check, action {action.pk})",
+                            "reservation": action.params.get("reservation", "")},
+                    reason="failed the health check",
+                )
+                for h in failed
+            )  # fmt: skip
+            actions_create(plan, steps, {}, action.seq + 2, approved_by=action.approved_by)
+        return
+    if not failed:
+        return
+    # Make room: the drains run before the restart that was planned after the check.
+    later.update(seq=F("seq") + 1)
+    steps = tuple(
+        policy.Step("drain", host=h, reason=f"failed the health check (action {action.pk})")
+        for h in failed
+    )
+    actions_create(plan, steps, {}, action.seq + 1, approved_by=action.approved_by)
+
+
+def _simulated_effects(action: RecoveryAction) -> None:
+    """The demo's simulated executor: what Slurm's watcher would report, recorded at once."""
+    if action.executor != ExecutorKind.SIMULATED or not action.host:
+        return
+    if action.kind not in (ActionKind.DRAIN, ActionKind.RESUME):
+        return
+    drained = action.kind == ActionKind.DRAIN
+    reason = f"vigil (simulated): {action.plan.cause} failure {action.plan.failure_id}"
+    node_states_apply(
+        action.cluster_id,
+        [
+            NodeStateIn(
+                node=action.host,
+                state="drained" if drained else "up",
+                reason=reason if drained else "",
+                since=time.time(),
+            )
+        ],
+    )
