@@ -17,7 +17,7 @@ from aiosmtpd.controller import Controller
 from django.utils import timezone
 
 from tests.failures.conftest import make_fleet
-from webapp.alerts import services
+from webapp.alerts import delivery
 from webapp.alerts.choices import NotificationStatus
 from webapp.alerts.models import AlertGroup, Notification
 
@@ -116,10 +116,10 @@ def deliver(now: datetime | None = None) -> list[Notification]:
     now = now or timezone.now()
     written: list[Notification] = []
     for pk in AlertGroup.objects.filter(flush_at__lte=now).values_list("pk", flat=True):
-        written += services.group_flush(pk, now)
+        written += delivery.group_flush(pk, now)
     waiting = Notification.objects.filter(status=NotificationStatus.PENDING)
     for pk in waiting.values_list("pk", flat=True):
-        services.notification_send(pk, "test")
+        delivery.notification_send(pk, "test")
     return written
 
 

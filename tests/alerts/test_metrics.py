@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from webapp.alerts import services
+from webapp.alerts import evaluate
 from webapp.fleet.models import Node
 
 pytestmark = pytest.mark.django_db
@@ -19,7 +19,7 @@ def test_a_firing_alert_is_counted_and_metrics_without_the_key_is_refused(fleet,
     Node.objects.filter(hostname="gpu-node-02").update(
         last_seen=timezone.now() - timedelta(minutes=20)
     )
-    services.alerts_evaluate(timezone.now())
+    evaluate.alerts_evaluate(timezone.now())
     client = Client()
     assert client.get("/metrics").status_code in (401, 403)
     body = client.get("/metrics", headers={"Authorization": "Bearer k3y"}).content.decode()

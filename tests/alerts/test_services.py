@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from tests.alerts.conftest import REFUSED, deliver, later, text_of, with_email
 from tests.failures.conftest import nccl_window, xid_event
-from webapp.alerts import services
+from webapp.alerts import evaluate, services
 from webapp.alerts.choices import AlertState, NotificationStatus
 from webapp.alerts.models import Alert, Channel, Notification
 from webapp.alerts.selectors import alerts_firing_counts
@@ -56,7 +56,7 @@ def _failed_job(fleet, job_id: str, *, with_logs: bool = True, **kw) -> FailureE
 def test_a_diagnosed_failure_sends_one_email_with_the_diagnosis_and_evidence(fleet, smtp, owner):
     with_email(owner)
     failure = _failed_job(fleet, "200")
-    services.failure_alerts(failure.pk)
+    evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     deliver(later(3))  # nothing new: nothing more
     [msg] = smtp.to("alice@example.org")
@@ -77,7 +77,7 @@ def test_ten_failures_of_one_cause_within_a_minute_are_one_grouped_email(fleet, 
     with_email(owner)
     for i in range(10):
         failure = _failed_job(fleet, f"30{i}", with_logs=False, nodes=("gpu-node-01",))
-        services.failure_alerts(failure.pk)
+        evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     deliver(later(70))
     [msg] = smtp.to("alice@example.org")
@@ -96,12 +96,12 @@ def _node_down(fleet, minutes: float) -> Node:
 def test_a_resolved_alert_sends_one_resolved_email(fleet, smtp, operator, broker):
     with_email(operator)
     node = _node_down(fleet, 20)
-    services.alerts_evaluate(timezone.now())
+    evaluate.alerts_evaluate(timezone.now())
     deliver(later(2))
     [firing] = smtp.to("operator@example.org")
     assert "gpu-node-02 has not reported" in firing["Subject"]
     Node.objects.filter(pk=node.pk).update(last_seen=timezone.now())
-    services.alerts_evaluate(later(5))
+    evaluate.alerts_evaluate(later(5))
     assert Alert.objects.get(rule__name="node-down").state == AlertState.RESOLVED
     deliver(later(70))  # group_interval after the first email
     deliver(later(80))
@@ -119,15 +119,15 @@ def test_a_silence_suppresses_until_it_is_expired(fleet, smtp, operator, broker)
         ends_at=later(3600),
         cluster=Cluster.objects.get(name="testcluster"),
     )
-    services.alerts_evaluate(timezone.now())
+    evaluate.alerts_evaluate(timezone.now())
     deliver(later(2))
-    services.alerts_evaluate(later(3))
+    evaluate.alerts_evaluate(later(3))
     deliver(later(5))
     assert smtp.all() == []
     assert Alert.objects.get(rule__name="node-down").state == AlertState.FIRING
     assert alerts_firing_counts() == []  # silenced alerts are not counted as firing
     services.silence_expire(silence.pk, "operator")
-    services.alerts_evaluate(later(6))
+    evaluate.alerts_evaluate(later(6))
     deliver(later(8))
     [msg] = smtp.to("operator@example.org")
     assert "gpu-node-02" in msg["Subject"]
@@ -136,7 +136,7 @@ def test_a_silence_suppresses_until_it_is_expired(fleet, smtp, operator, broker)
 def test_a_node_down_alert_inhibits_that_nodes_gpu_alert(fleet, smtp, operator, broker):
     with_email(operator)
     _node_down(fleet, 20)
-    services.alerts_evaluate(timezone.now())
+    evaluate.alerts_evaluate(timezone.now())
     deliver(later(2))
     end = _now()
     node_events_ingest(
@@ -144,7 +144,7 @@ def test_a_node_down_alert_inhibits_that_nodes_gpu_alert(fleet, smtp, operator, 
     )
     gpu_failure = FailureEvent.objects.get(kind="gpu_error")
     failure_diagnose(gpu_failure.pk)
-    [alert] = services.failure_alerts(gpu_failure.pk)
+    [alert] = evaluate.failure_alerts(gpu_failure.pk)
     assert alert.node.hostname == "gpu-node-02"
     deliver(later(5))
     deliver(later(120))
@@ -155,7 +155,7 @@ def test_a_node_down_alert_inhibits_that_nodes_gpu_alert(fleet, smtp, operator, 
 def test_a_recipient_the_server_refuses_disables_the_channel_with_the_error(fleet, smtp, owner):
     with_email(owner, REFUSED)
     failure = _failed_job(fleet, "400", with_logs=False, nodes=("gpu-node-01",))
-    services.failure_alerts(failure.pk)
+    evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     assert smtp.all() == []
     channel = Channel.objects.get(config__address=REFUSED)
@@ -173,14 +173,14 @@ def test_an_outsiders_subscription_never_receives_another_teams_job_failure(
         if user != owner:
             services.subscription_create(user)  # every cluster, every severity
     failure = _failed_job(fleet, "500", with_logs=False, nodes=("gpu-node-01",))
-    services.failure_alerts(failure.pk)
+    evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     assert len(smtp.to("alice@example.org")) == 1  # the owner
     assert len(smtp.to("carol@example.org")) == 1  # the owner's team
     assert smtp.to("mallory@example.org") == []
     # Mallory's subscription works: an alert about no job reaches her, naming no job.
     _node_down(fleet, 20)
-    services.alerts_evaluate(later(3))
+    evaluate.alerts_evaluate(later(3))
     deliver(later(5))
     [msg] = smtp.to("mallory@example.org")
     assert "500" not in text_of(msg) and "train-500" not in text_of(msg)
@@ -189,7 +189,7 @@ def test_an_outsiders_subscription_never_receives_another_teams_job_failure(
 def test_the_unsubscribe_link_turns_off_that_subscription_without_login(fleet, smtp, owner):
     with_email(owner)
     failure = _failed_job(fleet, "600", with_logs=False, nodes=("gpu-node-01",))
-    services.failure_alerts(failure.pk)
+    evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     [msg] = smtp.to("alice@example.org")
     token = re.search(r"/alerts/unsubscribe/([^/\s]+)/", text_of(msg)).group(1)
@@ -198,7 +198,7 @@ def test_the_unsubscribe_link_turns_off_that_subscription_without_login(fleet, s
     with pytest.raises(services.AlertsError, match="not valid"):
         services.subscription_unsubscribe(token[:-2] + "xx")
     again = _failed_job(fleet, "601", with_logs=False, nodes=("gpu-node-01",))
-    services.failure_alerts(again.pk)
+    evaluate.failure_alerts(again.pk)
     deliver(later(70))
     assert len(smtp.to("alice@example.org")) == 1
 
@@ -206,15 +206,15 @@ def test_the_unsubscribe_link_turns_off_that_subscription_without_login(fleet, s
 def test_a_failed_debug_job_does_not_page_and_big_pretraining_does(fleet, smtp, owner):
     with_email(owner)
     debug = _failed_job(fleet, "700", with_logs=False, nodes=("gpu-node-01",), job_type="debug")
-    [alert] = services.failure_alerts(debug.pk)
+    [alert] = evaluate.failure_alerts(debug.pk)
     assert alert.severity == "info"
     big = _failed_job(fleet, "701", with_logs=False, gpus=8, job_type="pretrain")
-    [alert] = services.failure_alerts(big.pk)
+    [alert] = evaluate.failure_alerts(big.pk)
     assert alert.severity == "warning"  # 16 GPUs: below the 64 that page
     fleet_job = big.job
     fleet_job.gpus_requested = 64
     fleet_job.save(update_fields=["gpus_requested"])
-    [alert] = services.failure_alerts(big.pk)
+    [alert] = evaluate.failure_alerts(big.pk)
     assert alert.severity == "critical"
 
 
@@ -224,10 +224,10 @@ def test_a_recipient_over_its_hourly_limit_gets_no_more_and_the_log_says_why(
     settings.VIGIL_ALERTS_RATE_LIMIT_PER_HOUR = 1
     with_email(owner)
     first = _failed_job(fleet, "900", with_logs=False, nodes=("gpu-node-01",))
-    services.failure_alerts(first.pk)
+    evaluate.failure_alerts(first.pk)
     deliver(later(2))
     second = _failed_job(fleet, "901", with_logs=False, nodes=("gpu-node-01",))
-    services.failure_alerts(second.pk)
+    evaluate.failure_alerts(second.pk)
     deliver(later(70))
     assert len(smtp.to("alice@example.org")) == 1
     skipped = Notification.objects.get(status=NotificationStatus.SKIPPED)

@@ -17,7 +17,7 @@ from django.utils import timezone
 from tests.alertmanager import alertmanager  # noqa: F401 (fixture)
 from tests.alerts.conftest import deliver, later
 from tests.helpers import wait_for
-from webapp.alerts import services
+from webapp.alerts import evaluate, services
 from webapp.alerts.choices import ChannelKind, NotificationStatus
 from webapp.alerts.models import Channel, Notification
 from webapp.alerts.transports import SIGNATURE_HEADER
@@ -43,7 +43,7 @@ def test_vigils_alert_appears_in_a_real_alertmanager_then_resolves(
     )
     services.subscription_create(operator, channel=channel)
     node = _node_down(20)
-    services.alerts_evaluate(timezone.now())
+    evaluate.alerts_evaluate(timezone.now())
     deliver(later(2))
     [found] = wait_for(lambda: alertmanager.alerts(alertname="node-down"), timeout=30)
     assert found["labels"]["node"] == "gpu-node-02"
@@ -51,7 +51,7 @@ def test_vigils_alert_appears_in_a_real_alertmanager_then_resolves(
     assert found["labels"]["severity"] == "warning"
     assert found["status"]["state"] == "active"
     Node.objects.filter(pk=node.pk).update(last_seen=timezone.now())
-    services.alerts_evaluate(later(5))
+    evaluate.alerts_evaluate(later(5))
     deliver(later(70))
     wait_for(lambda: alertmanager.alerts(alertname="node-down") == [], timeout=30)
     assert Notification.objects.filter(channel=channel, status=NotificationStatus.SENT).count() == 2
@@ -88,7 +88,7 @@ def test_a_webhook_gets_a_signed_json_post(fleet, operator, webhook, settings, b
     channel = Channel.objects.create(kind=ChannelKind.WEBHOOK, config={"url": url})
     services.subscription_create(operator, channel=channel)
     _node_down(20)
-    services.alerts_evaluate(timezone.now())
+    evaluate.alerts_evaluate(timezone.now())
     deliver(later(2))
     [(headers, body)] = hook.received
     expected = "sha256=" + hmac.new(b"s3cret-for-tests", body, hashlib.sha256).hexdigest()
@@ -105,7 +105,7 @@ def test_a_webhook_that_answers_4xx_disables_its_channel(fleet, operator, webhoo
     channel = Channel.objects.create(kind=ChannelKind.WEBHOOK, config={"url": url})
     services.subscription_create(operator, channel=channel)
     _node_down(20)
-    services.alerts_evaluate(timezone.now())
+    evaluate.alerts_evaluate(timezone.now())
     deliver(later(2))
     channel.refresh_from_db()
     assert channel.disabled

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from tests.alerts.conftest import REFUSED, deliver, later, with_email
 from tests.alerts.test_services import _failed_job
-from webapp.alerts import services
+from webapp.alerts import evaluate, services
 from webapp.alerts.choices import AlertState, ChannelKind, NotificationStatus
 from webapp.alerts.models import Alert, Channel, Notification, OutboxMessage, Silence, Subscription
 from webapp.fleet.models import Cluster
@@ -34,7 +34,7 @@ def job_alert(fleet, smtp, owner, teammate) -> Alert:
     owns the job (tests/conftest.py's rule)."""
     with_email(owner)
     failure = _failed_job(fleet, "200")
-    services.failure_alerts(failure.pk)
+    evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     return Alert.objects.get(rule__name="job-failed", job__scheduler_id="200")
 
@@ -186,7 +186,7 @@ def test_a_refused_address_shows_as_a_disabled_channel_that_an_operator_enables(
 ):
     with_email(owner, REFUSED)
     failure = _failed_job(fleet, "210", with_logs=False, nodes=("gpu-node-01",))
-    services.failure_alerts(failure.pk)
+    evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     channel = Channel.objects.get(config__address=REFUSED)
     assert channel.disabled

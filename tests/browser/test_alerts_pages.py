@@ -9,7 +9,7 @@ import pytest
 from tests.alerts.conftest import default_rules, deliver, later, with_email
 from tests.alerts.test_services import _failed_job
 from tests.failures.conftest import make_fleet
-from webapp.alerts import services
+from webapp.alerts import evaluate
 from webapp.alerts.models import Alert, OutboxMessage, Silence
 
 pytestmark = pytest.mark.browser
@@ -23,7 +23,7 @@ def live_alert(transactional_db, settings, operator) -> Alert:
     with_email(operator)
     default_rules()
     failure = _failed_job(make_fleet(), "200")
-    services.failure_alerts(failure.pk)
+    evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     return Alert.objects.get(rule__name="job-failed", job__scheduler_id="200")
 

@@ -7,4 +7,8 @@ and call `services.subscription_unsubscribe(token)`. Reads for the pages are in 
 (alerts_active, subscriptions_of, notifications_for_channel); writes in services.py
 (silence_create / silence_expire, subscription_create / _update / _delete, channel_enable).
 The demo's outbox is the OutboxMessage table.
+
+The writes by concern: lifecycle.py (raise, resolve, group schedule), evaluate.py (event and
+condition rules, the beat pass), delivery.py (routing, notifications, transports), services.py
+(what people ask for: subscriptions, silences, channels).
 """

@@ -94,7 +94,7 @@ class AlertGroup(models.Model):
 class Alert(models.Model):
     rule = models.ForeignKey(AlertRule, on_delete=models.CASCADE, related_name="alerts")
     group = models.ForeignKey(AlertGroup, on_delete=models.CASCADE, related_name="alerts")
-    # sha256 of the rule name and the sorted labels (services.alert_fingerprint).
+    # sha256 of the rule name and the sorted labels (rules.fingerprint).
     fingerprint = models.CharField(max_length=64)
     labels = models.JSONField(default=dict)
     summary = models.CharField(max_length=512)

@@ -21,7 +21,7 @@ from webapp.recovery.models import RecoveryAction
 
 @receiver(failure_diagnosed, sender=FailureEvent, dispatch_uid="alerts.failure_diagnosed")
 def alert_failure(sender: type[FailureEvent], failure: FailureEvent, **kwargs: object) -> None:
-    from webapp.alerts.services import FAILURE_TASK
+    from webapp.alerts.dispatch import FAILURE_TASK
 
     pk = failure.pk
     # robust: the beat round does not re-read failures, but a broker outage must not undo the
@@ -33,7 +33,7 @@ def alert_failure(sender: type[FailureEvent], failure: FailureEvent, **kwargs: o
 def alert_action_failed(
     sender: type[RecoveryAction], action: RecoveryAction, **kwargs: object
 ) -> None:
-    from webapp.alerts.services import ACTION_TASK
+    from webapp.alerts.dispatch import ACTION_TASK
 
     pk = action.pk
     transaction.on_commit(lambda: app.send_task(ACTION_TASK, args=[pk]), robust=True)

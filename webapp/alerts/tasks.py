@@ -9,17 +9,9 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from webapp.alerts.services import (
-    ACTION_TASK,
-    FAILURE_TASK,
-    FLUSH_TASK,
-    SEND_TASK,
-    alerts_evaluate,
-    failure_alerts,
-    group_flush,
-    notification_send,
-    recovery_action_alerts,
-)
+from webapp.alerts.delivery import group_flush, notification_send
+from webapp.alerts.dispatch import ACTION_TASK, FAILURE_TASK, FLUSH_TASK, SEND_TASK
+from webapp.alerts.evaluate import alerts_evaluate, failure_alerts, recovery_action_alerts
 from webapp.core.ingest import DURABLE_TASK
 
 
