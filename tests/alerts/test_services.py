@@ -110,6 +110,30 @@ def test_a_resolved_alert_sends_one_resolved_email(fleet, smtp, operator, broker
     assert "gpu-node-02" in text_of(resolved)
 
 
+def test_a_node_replaying_old_samples_is_not_down(fleet, smtp, operator, broker):
+    # History or a spool replayed now: the newest sample is 20 minutes old, but the node is
+    # talking to Vigil. Only silence is "not reporting" (make demo paged every node for this).
+    import json
+
+    from tests.helpers import make_batch
+    from webapp.telemetry.services import samples_ingest
+
+    with_email(operator)
+    old = time.time() - 20 * 60
+    batch = make_batch(
+        "testcluster", "gpu-node-02", fleet.tokens["gpu-node-02"], t0=old,
+        uuid_prefix="GPU-gpu-node-02-",
+    )  # fmt: skip
+    samples_ingest(json.dumps(batch))
+    node = Node.objects.get(hostname="gpu-node-02")
+    assert node.last_seen < timezone.now() - timedelta(minutes=19)
+    evaluate.alerts_evaluate(timezone.now())
+    assert not Alert.objects.filter(rule__name="node-down").exists()
+    # Nothing for a while: now it is down.
+    evaluate.alerts_evaluate(later(20 * 60))
+    assert Alert.objects.filter(rule__name="node-down", node=node).exists()
+
+
 def test_a_silence_suppresses_until_it_is_expired(fleet, smtp, operator, broker):
     with_email(operator)
     _node_down(fleet, 20)

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import F, Q
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from webapp.alerts import rules
@@ -202,8 +203,10 @@ def recovery_action_alerts(action_id: int, now: datetime | None = None) -> list[
 def _eval_node_down(rule: AlertRule, now: datetime) -> set[str]:
     keep = set()
     since = now - timedelta(seconds=rule.for_s)
-    for node in Node.objects.filter(last_seen__lt=since).select_related("cluster"):
-        silent_min = (now - node.last_seen).total_seconds() / 60
+    # Silent: neither a recent sample nor a recent batch (replayed history is not silence).
+    heard = Node.objects.annotate(heard=Greatest("last_seen", "last_contact_at"))
+    for node in heard.filter(heard__lt=since).select_related("cluster"):
+        silent_min = (now - node.heard).total_seconds() / 60
         a = alert_raise(
             rule,
             Raise(
@@ -213,7 +216,7 @@ def _eval_node_down(rule: AlertRule, now: datetime) -> set[str]:
                 severity=rule.severity,
                 cluster=node.cluster,
                 node_id=node.pk,
-                value=(now - node.last_seen).total_seconds(),
+                value=(now - node.heard).total_seconds(),
             ),
             now,
         )

@@ -25,6 +25,9 @@ class Node(models.Model):
     hostname = models.CharField(max_length=128)
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.REGISTERED)
     last_seen = models.DateTimeField(null=True, blank=True)
+    # When a batch of the node last arrived, whatever time its samples carry: a node replaying
+    # history or a spool is talking to us though its newest sample is old (node-down alerts).
+    last_contact_at = models.DateTimeField(null=True, blank=True)
     # As the scheduler's watcher last reported it (draining, drained, down with the reason
     # the scheduler gives, e.g. Slurm's `sinfo -R`), and since when.
     state_reason = models.CharField(max_length=256, blank=True, default="")

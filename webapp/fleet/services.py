@@ -228,6 +228,7 @@ _OUT_OF_SERVICE_SQL = ", ".join(f"'{s}'" for s in SCHEDULER_OUT_OF_SERVICE)
 NODE_SEEN_UPDATE = f"""
 UPDATE fleet_node SET
     last_seen = greatest(last_seen, %(seen_at)s),
+    last_contact_at = now(),
     source = %(seen_source)s,
     state = CASE WHEN state IN ({_OUT_OF_SERVICE_SQL}) THEN state ELSE '{NodeState.UP}' END
 WHERE id = %(seen_node)s

@@ -94,6 +94,8 @@ class Command(BaseCommand):
 
         env = dict(os.environ)  # carries DATABASE_URL / CELERY_BROKER_URL set by settings
         env["PYTHONUNBUFFERED"] = "1"
+        # Links in the demo's emails point at this server, not the default port.
+        env.setdefault("VIGIL_BASE_URL", f"http://{opts['host']}:{opts['port']}")
         py = sys.executable
         sim = [
             "--source", "simulated", "--clusters", ",".join(clusters),
