@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import shutil
 import socket
 import statistics
@@ -38,6 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import django_embedded, p95  # noqa: E402 (after the path)
 
 CLUSTER = "bench"
 NODE = "gpu-node-01"
@@ -67,11 +68,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
@@ -80,17 +76,7 @@ def main() -> None:
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="vigil-bench-")
-    os.environ["VIGIL_DATA_DIR"] = tmp
-    for var in ("DATABASE_URL", "CELERY_BROKER_URL", "EMAIL_URL"):
-        os.environ.pop(var, None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-    os.environ.setdefault("VIGIL_DEBUG", "false")
-    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
-    os.environ.setdefault("ALLOWED_HOSTS", "localhost")
-
-    import django
-
-    django.setup()
+    django_embedded(tmp, debug=False, unset=("EMAIL_URL",))
     from aiosmtpd.controller import Controller
     from django.conf import settings
     from django.contrib.auth.models import Group, User
@@ -168,7 +154,7 @@ def main() -> None:
             print(f"run {run}: {latency:.2f} s", file=sys.stderr)
         result = {
             "median_s": round(statistics.median(latencies), 3),
-            "p95_s": round(_p95(latencies), 3),
+            "p95_s": round(p95(latencies), 3),
             "runs": len(latencies),
             "max_s": round(max(latencies), 3),
             "latencies_s": [round(x, 3) for x in latencies],

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import statistics
 import sys
 import tempfile
@@ -35,10 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def _p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+from bench.common import django_embedded, p95  # noqa: E402 (after the path)
 
 
 def main() -> None:
@@ -47,16 +43,7 @@ def main() -> None:
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="vigil-bench-recovery-"))
-    os.environ["VIGIL_DATA_DIR"] = str(tmp / "data")
-    for var in ("DATABASE_URL", "CELERY_BROKER_URL"):
-        os.environ.pop(var, None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-    os.environ.setdefault("VIGIL_DEBUG", "true")
-    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
-
-    import django
-
-    django.setup()
+    django_embedded(str(tmp / "data"), debug=True, unset=())
     from django.core.management import call_command
 
     from tests.recovery.rig import Rig
@@ -123,11 +110,11 @@ def main() -> None:
         result = {
             "runs": len(totals),
             "median_s": round(median(totals), 3),
-            "p95_s": round(_p95(totals), 3),
+            "p95_s": round(p95(totals), 3),
             "vigil_median_s": round(median(requeued), 3),
-            "vigil_p95_s": round(_p95(requeued), 3),
+            "vigil_p95_s": round(p95(requeued), 3),
             "slurm_sched_s": round(median(sched), 3),
-            "slurm_sched_p95_s": round(_p95(sched), 3),
+            "slurm_sched_p95_s": round(p95(sched), 3),
             "detect_median_s": round(median(detect), 3),
             "drained_median_s": round(median(drained), 3),
             "baseline_manual_requeue_s": round(median(baseline), 3),

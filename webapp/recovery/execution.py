@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from collectors.schema import NodeStateIn
 from webapp.fleet.services import node_states_apply
+from webapp.core.units import iso_utc
 from webapp.recovery import policy
 from webapp.recovery.actions import (
     action_blocked,
@@ -107,7 +108,7 @@ def action_execute(pk: int, worker: str) -> Outcome:
 
 
 def _now_iso() -> str:
-    return timezone.now().isoformat()
+    return iso_utc(timezone.now())
 
 
 def _last_step(steps: list[dict], i: int) -> dict | None:
