@@ -22,8 +22,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from collectors.schema import NodeStateIn
-from webapp.fleet.services import node_states_apply
 from webapp.core.units import iso_utc
+from webapp.fleet.services import node_states_apply
 from webapp.recovery import policy
 from webapp.recovery.actions import (
     action_blocked,
