@@ -3,7 +3,9 @@
 Which files: `--job-log-glob` patterns (e.g. `/var/log/jobs/*/*.log`, the job id taken from the
 first number in a wildcard part of the path), and/or the `StdOut` / `StdErr` paths Slurm gives
 for the jobs running on this node (`squeue -w <node>` then `scontrol show job <id>`, asked once
-a minute, not every round, to spare slurmctld). Each file is followed with tail.py (rotation,
+a minute to spare slurmctld, and at once when a job starts here: `slurmstepd: [<id>.batch]`
+appears among the host's processes, a local read that costs slurmctld nothing, so a job that
+dies in its first minute is read too). Each file is followed with tail.py (rotation,
 truncation, restart from the saved offset).
 
 What is sent: when a line carries an error trigger (a short list of lowercase literals in the
@@ -53,6 +55,8 @@ QUIET_CLOSE_S = 5.0  # a dying job stops writing: ship the open window after thi
 MAX_WINDOWS_PER_FILE = 50  # a log that errs in a loop is cut off here (volume stays modest)
 STARTUP_BACKLOG_S = 300.0  # at start, files quiet longer than this are followed from their end
 SLURM_REFRESH_S = 60.0
+# slurmstepd names itself after the step it runs (Slurm's setproctitle): "slurmstepd: [1234.batch]".
+SLURMSTEPD_RE = re.compile(rb"^slurmstepd: \[(\d+)\.")
 
 # Lowercase literals; a line containing one opens (or extends) a window. From the kinds of
 # line failure-signatures.md lists: Python, CUDA, NCCL, torchrun, kernel OOM, Slurm.
@@ -234,16 +238,51 @@ def glob_paths(patterns: list[str]) -> PathSource:
     return paths
 
 
-def slurm_paths(node: str, run: Callable[[list[str]], str] | None = None) -> PathSource:
-    """StdOut/StdErr of the jobs Slurm runs on `node` (refreshed every SLURM_REFRESH_S)."""
+def local_slurm_jobs(proc: Path = Path("/proc")) -> set[str]:
+    """Ids of the jobs whose steps run on this host, from its slurmstepd processes.
+
+    Reads each process's 15-byte `comm` and only a slurmstepd's `cmdline`: a few hundred small
+    reads, no call to slurmctld. Empty where the agent cannot see the host's processes (a
+    container without the host's PID namespace): the minutely refresh then still finds jobs.
+    """
+    ids: set[str] = set()
+    try:
+        entries = [e for e in os.scandir(proc) if e.name.isdigit()]
+    except OSError:
+        return ids
+    for entry in entries:
+        try:
+            with open(os.path.join(entry.path, "comm"), "rb") as f:
+                if f.read().strip() != b"slurmstepd":
+                    continue
+            with open(os.path.join(entry.path, "cmdline"), "rb") as f:
+                m = SLURMSTEPD_RE.match(f.read(64))
+        except OSError:  # the process ended meanwhile
+            continue
+        if m:
+            ids.add(m.group(1).decode())
+    return ids
+
+
+def slurm_paths(
+    node: str,
+    run: Callable[[list[str]], str] | None = None,
+    local_jobs: Callable[[], set[str]] = local_slurm_jobs,
+) -> PathSource:
+    """StdOut/StdErr of the jobs Slurm runs on `node`: asked every SLURM_REFRESH_S, and at
+    once when a job id not seen before runs on this host (`local_jobs`)."""
     from collectors.watchers.slurmtext import SlurmError, parse_key_values, run_command
 
     runner = run or run_command
     cache: dict[str, tuple[JobLog, tuple[str, ...]]] = {}
-    state: dict[str, Any] = {"at": None, "paths": {}}
+    state: dict[str, Any] = {"at": None, "paths": {}, "local": set()}
 
     def paths(now: float) -> dict[str, JobLog]:
-        if state["at"] is not None and now - state["at"] < SLURM_REFRESH_S:
+        local = local_jobs()
+        started_here = local - state["local"]
+        state["local"] = local
+        recent = state["at"] is not None and now - state["at"] < SLURM_REFRESH_S
+        if recent and not started_here:
             return state["paths"]
         state["at"] = now
         try:

@@ -18,6 +18,7 @@ from collectors.watchers.joblogs import (
     WindowCutter,
     glob_paths,
     job_id_from_path,
+    local_slurm_jobs,
     slurm_paths,
 )
 from collectors.watchers.nodeevents import NodeEventWatcher
@@ -166,7 +167,7 @@ def test_slurm_names_the_log_files_of_the_jobs_on_this_node():
             f"   StdErr=/logs/{job}.err\n   StdIn=/dev/null\n   StdOut=/logs/{job}.out\n   Power="
         )
 
-    paths = slurm_paths("node-01", run)
+    paths = slurm_paths("node-01", run, local_jobs=set)
     alice_101, alice_102 = JobLog("101", 1000, "alice"), JobLog("102", 1000, "alice")
     assert paths(TS) == {
         "/logs/101.err": alice_101,
@@ -177,6 +178,51 @@ def test_slurm_names_the_log_files_of_the_jobs_on_this_node():
     assert calls[0] == ["squeue", "-h", "-w", "node-01", "-t", "RUNNING", "-o", "%i"]
     paths(TS + 1)  # within the refresh interval: Slurm is not asked again
     assert len(calls) == 3
+
+
+def test_a_job_starting_on_this_host_is_read_at_once_not_at_the_next_refresh():
+    """A job that dies in its first minute (a typo, a missing file) must still be read."""
+    running: list[str] = []
+    local: set[str] = set()
+    calls: list[list[str]] = []
+
+    def run(argv: list[str]) -> str:
+        calls.append(argv)
+        if argv[0] == "squeue":
+            return "".join(f"{j}\n" for j in running)
+        job = argv[-1]
+        return f"JobId={job} JobName=t\n   UserId=alice(1000) GroupId=x(1)\n   StdOut=/logs/{job}.out\n"
+
+    paths = slurm_paths("node-01", run, local_jobs=lambda: set(local))
+    assert paths(TS) == {}
+    running.append("201")
+    local.add("201")  # its slurmstepd appears 5 s later
+    assert paths(TS + 5) == {"/logs/201.out": JobLog("201", 1000, "alice")}
+    asked = len(calls)
+    assert paths(TS + 6) == {"/logs/201.out": JobLog("201", 1000, "alice")}
+    assert len(calls) == asked  # nothing new here: slurmctld is not asked again
+    local.add("999")  # a step of another logical node's job on this host: asked once
+    paths(TS + 7)
+    paths(TS + 8)
+    assert len(calls) == asked + 1
+
+
+def test_local_slurm_jobs_reads_the_hosts_slurmstepd_processes(tmp_path):
+    procs = {
+        "101": (b"slurmstepd\n", b"slurmstepd: [4242.batch]\x00"),
+        "102": (b"slurmstepd\n", b"slurmstepd: [4242.extern]\x00"),
+        "103": (b"slurmstepd\n", b"slurmstepd: [77.0]\x00"),
+        "104": (b"python\n", b"slurmstepd: [5.batch]\x00"),  # not what it says it is
+        "105": (b"slurmd\n", b"/usr/sbin/slurmd\x00"),
+    }
+    for pid, (comm, cmdline) in procs.items():
+        (tmp_path / pid).mkdir()
+        (tmp_path / pid / "comm").write_bytes(comm)
+        (tmp_path / pid / "cmdline").write_bytes(cmdline)
+    (tmp_path / "self").mkdir()
+    (tmp_path / "106").mkdir()  # ended between the listing and the read
+    assert local_slurm_jobs(tmp_path) == {"4242", "77"}
+    assert local_slurm_jobs(tmp_path / "missing") == set()
 
 
 # --- As root, a job log is the user's file and nothing else ---------------------------------
@@ -196,7 +242,7 @@ def slurm_job(job_id: str, user: str, log_path: Path) -> PathSource:
             f"JobId={job_id} JobName=train\n   UserId={user} GroupId=x(1)\n   StdOut={log_path}\n"
         )
 
-    return slurm_paths("node-01", run)
+    return slurm_paths("node-01", run, local_jobs=set)
 
 
 def shadow_like(tmp_path: Path) -> Path:

@@ -98,6 +98,7 @@ class Rig:
         self.start_worker("ingest,default")
         self.recovery_worker = self.start_worker(recovery_queue(CLUSTER), **recovery_env)
         self.start_agent()
+        self.wait_agent_ready()
 
     def start_agent(self) -> None:
         node = self.agent_node
@@ -111,6 +112,7 @@ class Rig:
                 "--kernel-log", str(self.kernel_log), "--job-logs-slurm",
                 "--state-dir", str(self.tmp / "agent-state"),
                 "--spool-dir", str(self.tmp / "agent-spool"),
+                "--ready-file", str(self.tmp / "agent.ready"),
             ],
             cwd=ROOT,
             env={**os.environ, "SLURM_CONF": str(self.slurm.conf)},
@@ -118,6 +120,16 @@ class Rig:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
+
+    def wait_agent_ready(self, timeout: float = 60) -> None:
+        """Until the agent watches: a job that starts and ends before it does is never seen
+        running, and its log never read (a 2-core CI machine takes seconds to start Python)."""
+        ready = self.tmp / "agent.ready"
+        deadline = time.monotonic() + timeout
+        while not ready.exists():
+            if self.agent.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the agent did not start:\n{self.logs()}")
+            time.sleep(0.1)
 
     def xid(self, xid: int = 79) -> float:
         """A GPU error line in the agent node's kernel log; when it was written."""

@@ -89,6 +89,17 @@ def _python_job(rig: Rig, name: str, body: str, *sbatch: str, on_agent_node: boo
     return rig.submit_on_agent_node(*args) if on_agent_node else rig.slurm.sbatch(*args)
 
 
+def _plan_for_cause(rig: Rig, job: str, cause: str, timeout: float = 60) -> RecoveryPlan:
+    """The job's plan once its failure has `cause`; on a timeout, what it was diagnosed as
+    instead and what the agent and workers logged (the usual culprit: its log never read)."""
+    plans = RecoveryPlan.objects.filter(failure__job__scheduler_id=job)
+    try:
+        return wait_for(lambda: plans.filter(cause=cause).first(), timeout=timeout)
+    except AssertionError as e:
+        causes = list(plans.values_list("cause", "rule"))
+        raise AssertionError(f"{e}; job {job} plans: {causes}\n{rig.logs()}") from None
+
+
 TYPE_ERROR = """\
 import time
 def step(batch):
@@ -103,12 +114,7 @@ def test_a_type_error_in_the_users_code_is_never_requeued(rig):
     rig.vigil(mode="auto")
     rig.start()
     job = _python_job(rig, "sft-typo", TYPE_ERROR)
-    plan = wait_for(
-        lambda: RecoveryPlan.objects.filter(
-            failure__job__scheduler_id=job, cause="user_exception"
-        ).first(),
-        timeout=60,
-    )
+    plan = _plan_for_cause(rig, job, "user_exception")
     time.sleep(2)  # anything that would act has had time to
     assert plan.action == "notify" and plan.rule == "script_error"
     live = plan.actions.exclude(status="cancelled")  # a first guess may have been superseded
