@@ -64,6 +64,9 @@ def page(browser, page_log: PageLog) -> Iterator:
     context = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-US")
     pg = context.new_page()
     pg.set_default_timeout(15_000)
+    # A navigation waits for the server: the 2,048-GPU job page renders in 1-3 s here but took
+    # over 15 s on a loaded 2-core CI machine. Elements still have 15 s to appear.
+    pg.set_default_navigation_timeout(60_000)
     pg.on("console", lambda m: page_log.errors.append(m.text) if m.type == "error" else None)
     pg.on("pageerror", lambda exc: page_log.errors.append(f"uncaught: {exc}"))
     pg.on(
