@@ -104,7 +104,8 @@ def operator_login(page, live_server, operator):
         page.goto(f"{live_server.url}/login/?next={next_path}")
         page.fill("input[name=username]", operator.username)
         page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_load_state("load")
+        # The page after login may be a big one: its navigation gets the 60 s, not the click.
+        with page.expect_navigation(wait_until="load"):
+            page.click("button[type=submit]", no_wait_after=True)
 
     return login
