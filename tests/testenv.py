@@ -1,7 +1,9 @@
 """Loaded first (`-p tests.testenv`), before Django settings: keep the test servers apart.
 
 Tests get their own embedded PostgreSQL and Redis under `.vigil/test/` (unless DATABASE_URL /
-CELERY_BROKER_URL point elsewhere), so a running `make demo` never consumes test batches.
+CELERY_BROKER_URL point elsewhere), so a running `make demo` never consumes test batches. Under
+pytest-xdist each worker process gets its own folder, `.vigil/test/gw0/` and so on, and so its
+own servers: one worker's flush, queues and Redis keys never reach another's tests.
 """
 
 import os
@@ -9,6 +11,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("VIGIL_DATA_DIR", str(ROOT / ".vigil" / "test"))
+# xdist names its worker in the environment before this plugin loads; the worker inherited the
+# controller's environment, so its folder goes below the one set there.
+if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["VIGIL_DATA_DIR"] = str(Path(os.environ["VIGIL_DATA_DIR"]) / worker)
+os.environ.setdefault(
+    "VIGIL_RECOVERY_WORKDIR", str(Path(os.environ["VIGIL_DATA_DIR"]) / "recovery")
+)
 # Settings fail closed (VIGIL_DEBUG defaults to false); the tests run as a developer's
 # machine does. Set here, in os.environ, so every Celery worker and demo subprocess a test
 # starts (tests/helpers.py subprocess_env copies the environment) gets the same.
