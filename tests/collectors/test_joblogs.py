@@ -214,6 +214,8 @@ def test_local_slurm_jobs_reads_the_hosts_slurmstepd_processes(tmp_path):
         "103": (b"slurmstepd\n", b"slurmstepd: [77.0]\x00"),
         "104": (b"python\n", b"slurmstepd: [5.batch]\x00"),  # not what it says it is
         "105": (b"slurmd\n", b"/usr/sbin/slurmd\x00"),
+        "107": (b"slurmstepd\n", b"slurmstepd: [40555]\x00"),  # an older release's title
+        "108": (b"slurmstepd\n", b"slurmstepd: [12x.batch]\x00"),  # not a job id
     }
     for pid, (comm, cmdline) in procs.items():
         (tmp_path / pid).mkdir()
@@ -221,7 +223,7 @@ def test_local_slurm_jobs_reads_the_hosts_slurmstepd_processes(tmp_path):
         (tmp_path / pid / "cmdline").write_bytes(cmdline)
     (tmp_path / "self").mkdir()
     (tmp_path / "106").mkdir()  # ended between the listing and the read
-    assert local_slurm_jobs(tmp_path) == {"4242", "77"}
+    assert local_slurm_jobs(tmp_path) == {"4242", "77", "40555"}
     assert local_slurm_jobs(tmp_path / "missing") == set()
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from tests.helpers import ROOT, WorkerProcess
+from tests.helpers import ROOT, WorkerProcess, wait_for
 from tests.slurm import SlurmCluster
 from webapp.fleet import services as fleet_services
 from webapp.fleet.models import Cluster
@@ -125,11 +125,9 @@ class Rig:
         """Until the agent watches: a job that starts and ends before it does is never seen
         running, and its log never read (a 2-core CI machine takes seconds to start Python)."""
         ready = self.tmp / "agent.ready"
-        deadline = time.monotonic() + timeout
-        while not ready.exists():
-            if self.agent.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the agent did not start:\n{self.logs()}")
-            time.sleep(0.1)
+        wait_for(lambda: ready.exists() or self.agent.poll() is not None, timeout=timeout)
+        if not ready.exists():
+            raise AssertionError(f"the agent exited before it watched:\n{self.logs()}")
 
     def xid(self, xid: int = 79) -> float:
         """A GPU error line in the agent node's kernel log; when it was written."""
