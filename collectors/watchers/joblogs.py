@@ -55,6 +55,10 @@ QUIET_CLOSE_S = 5.0  # a dying job stops writing: ship the open window after thi
 MAX_WINDOWS_PER_FILE = 50  # a log that errs in a loop is cut off here (volume stays modest)
 STARTUP_BACKLOG_S = 300.0  # at start, files quiet longer than this are followed from their end
 SLURM_REFRESH_S = 60.0
+# The host's processes are scanned for new job steps at most this often: at 1 Hz rounds on a
+# node with 1,000 processes an every-round scan (about 10 ms) would cost as much CPU as the rest
+# of the agent's goal (1% of a core); a job that dies within 2 s of starting is not an LLM job.
+LOCAL_SCAN_S = 2.0
 # slurmstepd names itself after the step it runs: "slurmstepd: [1234.batch]", "[1234.0]",
 # "[1234.extern]" (Slurm's cgroup v2 page shows the same titles); older releases wrote a bare
 # "slurmstepd: [1234]" (seen in public process listings).
@@ -278,12 +282,15 @@ def slurm_paths(
 
     runner = run or run_command
     cache: dict[str, tuple[JobLog, tuple[str, ...]]] = {}
-    state: dict[str, Any] = {"at": None, "paths": {}, "local": set()}
+    state: dict[str, Any] = {"at": None, "paths": {}, "local": set(), "scanned": None}
 
     def paths(now: float) -> dict[str, JobLog]:
-        local = local_jobs()
-        started_here = local - state["local"]
-        state["local"] = local
+        started_here: set[str] = set()
+        if state["scanned"] is None or now - state["scanned"] >= LOCAL_SCAN_S:
+            state["scanned"] = now
+            local = local_jobs()
+            started_here = local - state["local"]
+            state["local"] = local
         recent = state["at"] is not None and now - state["at"] < SLURM_REFRESH_S
         if recent and not started_here:
             return state["paths"]

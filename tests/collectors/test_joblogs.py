@@ -193,18 +193,29 @@ def test_a_job_starting_on_this_host_is_read_at_once_not_at_the_next_refresh():
         job = argv[-1]
         return f"JobId={job} JobName=t\n   UserId=alice(1000) GroupId=x(1)\n   StdOut=/logs/{job}.out\n"
 
-    paths = slurm_paths("node-01", run, local_jobs=lambda: set(local))
+    scans: list[int] = []
+
+    def local_jobs() -> set[str]:
+        scans.append(1)
+        return set(local)
+
+    paths = slurm_paths("node-01", run, local_jobs=local_jobs)
     assert paths(TS) == {}
     running.append("201")
     local.add("201")  # its slurmstepd appears 5 s later
     assert paths(TS + 5) == {"/logs/201.out": JobLog("201", 1000, "alice")}
     asked = len(calls)
-    assert paths(TS + 6) == {"/logs/201.out": JobLog("201", 1000, "alice")}
+    assert paths(TS + 8) == {"/logs/201.out": JobLog("201", 1000, "alice")}
     assert len(calls) == asked  # nothing new here: slurmctld is not asked again
     local.add("999")  # a step of another logical node's job on this host: asked once
-    paths(TS + 7)
-    paths(TS + 8)
+    paths(TS + 11)
+    paths(TS + 14)
     assert len(calls) == asked + 1
+    # Rounds closer together than LOCAL_SCAN_S share one scan of the host's processes.
+    before = len(scans)
+    for k in range(10):
+        paths(TS + 20 + k * 0.1)
+    assert len(scans) == before + 1
 
 
 def test_local_slurm_jobs_reads_the_hosts_slurmstepd_processes(tmp_path):
