@@ -42,6 +42,7 @@ __all__ = [
     "embodied_kg",
     "grid_zone_of",
     "intensity_hourly",
+    "known_zones",
     "market_factor",
     "node_power_estimate_w",
     "pue_at",
@@ -177,6 +178,16 @@ def grid_zone_of(cluster: Cluster) -> str:
     """The cluster's grid zone: its carbon settings', else the fleet cluster's ("" if none)."""
     s = m.ClusterCarbonSettings.objects.filter(cluster=cluster).first()
     return ((s.grid_zone if s else "") or cluster.grid_zone).strip()
+
+
+def known_zones() -> set[str]:
+    """Zones an import may name: the shipped table's and those clusters use."""
+    zones = set(grid_table())
+    zones.update(z for z in Cluster.objects.values_list("grid_zone", flat=True) if z)
+    zones.update(
+        z for z in m.ClusterCarbonSettings.objects.values_list("grid_zone", flat=True) if z
+    )
+    return {z.strip().upper() for z in zones}
 
 
 def _floor_hour(t: datetime) -> datetime:
