@@ -225,3 +225,26 @@ def test_node_power_estimate_uses_the_longest_matching_profile(cluster):
     assert carbon.node_power_estimate_w(node, 480, 0) == pytest.approx(
         (480 + 54 + 384 + 100) / 0.904
     )
+
+
+def test_the_admin_refuses_an_overlapping_pue_period(cluster, client, django_user_model):
+    pue_set(cluster, JAN, 1.35, "measured", "meters", until=MAR)
+    url = "/admin/energy/pueperiod/add/"
+    assert client.get(url).status_code == 302  # login first
+    client.force_login(django_user_model.objects.create_superuser("root"))
+    form = {
+        "cluster": cluster.pk,
+        "since_0": "2026-02-01",
+        "since_1": "00:00:00",
+        "until_0": "",
+        "until_1": "",
+        "value": "1.2",
+        "basis": "measured",
+        "source": "meters",
+    }
+    page = client.post(url, form)
+    assert page.status_code == 200 and "overlaps the existing period" in page.content.decode()
+    assert PuePeriod.objects.count() == 1
+    form.update(since_0="2026-03-01")
+    assert client.post(url, form).status_code == 302
+    assert carbon.pue_at(cluster, APR).value == 1.2

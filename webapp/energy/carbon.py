@@ -217,7 +217,7 @@ def intensity_hourly(cluster: Cluster, lo: datetime, hi: datetime) -> IntensityS
     measured: dict[datetime, tuple[float, str]] = {}
     if zone and starts:
         for hour, g, dataset in m.IntensityHour.objects.filter(
-            zone__iexact=zone, hour__gte=start, hour__lt=hi
+            zone=zone.upper(), hour__gte=start, hour__lt=hi
         ).values_list("hour", "g_per_kwh", "dataset__name"):
             measured[hour.astimezone(UTC)] = (g, f"hourly:{dataset}")
     row = yearly_row(grid_table(), zone) if zone else None

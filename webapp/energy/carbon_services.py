@@ -145,7 +145,7 @@ def intensity_series_store(
         m.IntensityDataset.objects.filter(name=dataset_name).delete()
         hours = [h for h, _ in series.rows]
         taken = (
-            m.IntensityHour.objects.filter(zone__iexact=series.zone, hour__in=hours)
+            m.IntensityHour.objects.filter(zone=series.zone, hour__in=hours)
             .values_list("dataset__name", flat=True)
             .first()
         )
