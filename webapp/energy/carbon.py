@@ -247,8 +247,13 @@ def market_factor(cluster: Cluster, at: datetime) -> MarketFactor | None:
 
 
 def node_power_estimate_w(node: Node, gpu_power_w: float, cpu_util: float | None) -> float:
-    """Modelled server power of a node without measured power, from its cluster's profile
-    (longest matching hostname prefix); no profile: 1.5 x GPU power."""
+    """Modelled whole-server power (W) of a node without measured power, from its cluster's
+    profile (longest matching hostname prefix); no profile: 1.5 x GPU power.
+
+    `gpu_power_w` is the node's total GPU power (the sum over its GPUs), `cpu_util` the node
+    row's percentage: a profile's CPU, memory and other power is per server, so passing one
+    GPU's power would count them once per GPU.
+    """
     profiles = m.NodePowerProfile.objects.filter(cluster_id=node.cluster_id)
     best = max(
         (p for p in profiles if node.hostname.startswith(p.hostname_prefix)),
