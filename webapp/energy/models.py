@@ -1,0 +1,187 @@
+"""Energy and carbon tables.
+
+Carbon side (this module's first half): per-cluster carbon settings, the dated PUE table,
+contractual (market-based) emission factors, imported hourly grid-intensity series and node
+power profiles for clusters without measured server power. The yearly country table is a
+shipped data file (`data/grid_intensity.csv`), not a table: it is read-only reference data
+with its source and year per row.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+
+from webapp.fleet.models import Cluster
+
+
+class PueBasis(models.TextChoices):
+    MEASURED = "measured", "Measured"
+    ASSUMED = "assumed", "Assumed"
+
+
+class ClusterCarbonSettings(models.Model):
+    """Where a cluster draws its electricity from, and an optional fixed intensity."""
+
+    cluster = models.OneToOneField(
+        Cluster, on_delete=models.CASCADE, primary_key=True, related_name="carbon_settings"
+    )
+    # An Electricity Maps zone id ("FR", "DE", "SE-SE3", "US-CAL-CISO") or a row of the shipped
+    # table ("US-CA"); blank: the fleet cluster's `grid_zone`.
+    grid_zone = models.CharField(max_length=64, blank=True, default="")
+    # Per-site override (energy-carbon.md §4, first in the order of sources), e.g. a utility's
+    # published factor for the site's supply contract area.
+    intensity_override_g_per_kwh = models.FloatField(null=True, blank=True)
+    intensity_override_source = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "cluster carbon settings"
+        verbose_name_plural = "cluster carbon settings"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(intensity_override_g_per_kwh__isnull=True)
+                | Q(intensity_override_g_per_kwh__gte=0),
+                name="energy_settings_override_nonneg",
+            ),
+            models.CheckConstraint(
+                condition=Q(intensity_override_g_per_kwh__isnull=True)
+                | ~Q(intensity_override_source=""),
+                name="energy_settings_override_has_source",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}: {self.grid_zone or self.cluster.grid_zone or '(no zone)'}"
+
+
+class PuePeriod(models.Model):
+    """The PUE of a cluster's facility over [since, until); until null = still valid."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pue_periods")
+    since = models.DateTimeField()
+    until = models.DateTimeField(null=True, blank=True)
+    value = models.FloatField()
+    basis = models.CharField(max_length=16, choices=PueBasis.choices)
+    source = models.CharField(max_length=200, help_text="Who measured or stated it, and how.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster_id", "since"]
+        verbose_name = "PUE period"
+        constraints = [
+            # PUE is total facility energy over IT energy: 1.0 or more by definition (ISO/IEC
+            # 30134-2); 3 is far above any survey value (Uptime 2023 average 1.58).
+            models.CheckConstraint(
+                condition=Q(value__gte=1.0) & Q(value__lte=3.0), name="energy_pue_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(until__isnull=True) | Q(until__gt=F("since")),
+                name="energy_pue_until_after_since",
+            ),
+            models.UniqueConstraint(fields=["cluster", "since"], name="energy_pue_unique_since"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name} PUE {self.value} since {self.since:%Y-%m-%d}"
+
+
+class MarketFactorPeriod(models.Model):
+    """A contractual emission factor (market-based accounting) over [since, until)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="market_factors")
+    since = models.DateTimeField()
+    until = models.DateTimeField(null=True, blank=True)
+    kg_per_kwh = models.FloatField()
+    source = models.CharField(
+        max_length=200, help_text="The contract or certificate (PPA, REC/GO, supplier mix)."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster_id", "since"]
+        constraints = [
+            models.CheckConstraint(condition=Q(kg_per_kwh__gte=0), name="energy_market_nonneg"),
+            models.CheckConstraint(
+                condition=Q(until__isnull=True) | Q(until__gt=F("since")),
+                name="energy_market_until_after_since",
+            ),
+            models.UniqueConstraint(fields=["cluster", "since"], name="energy_market_unique_since"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name} {self.kg_per_kwh} kg/kWh since {self.since:%Y-%m-%d}"
+
+
+class IntensityDataset(models.Model):
+    """One imported file of hourly grid intensity (e.g. an Electricity Maps CSV export)."""
+
+    name = models.CharField(max_length=200, unique=True)
+    zone = models.CharField(max_length=64)
+    file_format = models.CharField(max_length=32)
+    # Which of the file's columns was stored: "lca" (life-cycle, as the yearly table) or
+    # "direct" (combustion only).
+    basis = models.CharField(max_length=16)
+    first_hour = models.DateTimeField()
+    last_hour = models.DateTimeField()
+    hours = models.PositiveIntegerField()
+    imported_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["zone", "first_hour"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class IntensityHour(models.Model):
+    """The grid's carbon intensity for one zone over the hour starting at `hour` (UTC)."""
+
+    dataset = models.ForeignKey(IntensityDataset, on_delete=models.CASCADE, related_name="rows")
+    zone = models.CharField(max_length=64)
+    hour = models.DateTimeField()
+    g_per_kwh = models.FloatField()
+
+    class Meta:
+        ordering = ["zone", "hour"]
+        constraints = [
+            models.UniqueConstraint(fields=["zone", "hour"], name="energy_intensity_zone_hour"),
+            models.CheckConstraint(condition=Q(g_per_kwh__gte=0), name="energy_intensity_nonneg"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.zone} {self.hour:%Y-%m-%d %H:00} {self.g_per_kwh} g/kWh"
+
+
+class NodePowerProfile(models.Model):
+    """The non-GPU power of a cluster's nodes, for nodes that report no measured power.
+
+    Matched by hostname prefix (longest wins; blank matches every node of the cluster). With
+    no CPU TDP the model falls back to server = 1.5 x GPU power (energy-carbon.md §2).
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="power_profiles")
+    name = models.CharField(max_length=64)
+    hostname_prefix = models.CharField(max_length=128, blank=True, default="")
+    cpu_tdp_w = models.FloatField(null=True, blank=True, help_text="TDP of one CPU socket.")
+    cpu_sockets = models.PositiveSmallIntegerField(default=2)
+    memory_gb = models.FloatField(null=True, blank=True)
+    # Fans, NICs, disks, BMC: everything but CPUs, memory and GPUs, before PSU losses.
+    other_w = models.FloatField(default=0.0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster_id", "hostname_prefix"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "hostname_prefix"], name="energy_profile_unique_prefix"
+            ),
+            models.CheckConstraint(
+                condition=Q(cpu_tdp_w__isnull=True) | Q(cpu_tdp_w__gt=0),
+                name="energy_profile_tdp_positive",
+            ),
+            models.CheckConstraint(condition=Q(other_w__gte=0), name="energy_profile_other_nonneg"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.hostname_prefix or '*'}: {self.name}"
