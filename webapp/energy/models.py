@@ -185,3 +185,90 @@ class NodePowerProfile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.hostname_prefix or '*'}: {self.name}"
+
+
+# --- Energy side: hourly GPU and node energy rollups (webapp/energy/services.py) -------------
+#
+# Written with COPY by the rollup refresh, replaced per (GPU, hour) or (node, hour); no
+# database-level foreign keys (like the telemetry samples: rows of a deleted GPU are harmless
+# and a per-row check would slow the refresh). Energy is in joules per method, so every
+# figure can say how much of it was measured.
+
+
+class GpuEnergyHour(models.Model):
+    """The energy one GPU used in one hour while one job held it (job null: no job did)."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    node = models.ForeignKey(
+        "fleet.Node", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    gpu = models.ForeignKey(
+        "fleet.Gpu", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    hour = models.DateTimeField()
+    job = models.ForeignKey(
+        "jobs.Job",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+    )
+    counter_j = models.FloatField(default=0)  # NVML counter deltas
+    integrated_j = models.FloatField(default=0)  # power integrated (no usable counter)
+    model_j = models.FloatField(default=0)  # estimated from utilization
+    covered_s = models.FloatField(default=0)  # seconds with an energy (completeness)
+    idle_j = models.FloatField(default=0)  # intervals under VIGIL_BUSY_UTIL_PCT
+    idle_s = models.FloatField(default=0)
+    samples = models.IntegerField(default=0)  # intervals ending in this row
+    # Raw samples of the whole GPU-hour when it was computed: the refresh compares it with the
+    # 1-minute rollup's count to find GPU-hours that got new samples.
+    hour_samples = models.IntegerField(default=0)
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["cluster", "hour"], name="gpuenergy_cluster_hour"),
+            models.Index(fields=["gpu", "hour"], name="gpuenergy_gpu_hour"),
+            models.Index(fields=["job"], name="gpuenergy_job"),
+        ]
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} {self.hour:%Y-%m-%d %H}h job {self.job_id}"
+
+    @property
+    def energy_j(self) -> float:
+        return self.counter_j + self.integrated_j + self.model_j
+
+
+class NodeEnergyHour(models.Model):
+    """A node's IT energy in one hour: IPMI server power where measured, the node power model
+    (webapp/energy/carbon.py) for the rest of the time its GPUs were accounted."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    node = models.ForeignKey(
+        "fleet.Node", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    hour = models.DateTimeField()
+    ipmi_j = models.FloatField(default=0)
+    ipmi_s = models.FloatField(default=0)
+    model_j = models.FloatField(default=0)
+    gpu_j = models.FloatField(default=0)  # the node's GPUs, all methods (from GpuEnergyHour)
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "hour"], name="nodeenergy_unique"),
+        ]
+        indexes = [models.Index(fields=["cluster", "hour"], name="nodeenergy_cluster_hour")]
+
+    def __str__(self) -> str:
+        return f"node {self.node_id} {self.hour:%Y-%m-%d %H}h"
+
+    @property
+    def it_j(self) -> float:
+        return self.ipmi_j + self.model_j

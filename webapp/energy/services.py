@@ -177,7 +177,9 @@ def _gpu_hour_rows(gpu_id: int, where: tuple[int, int], hour: datetime, series, 
         )
     if not rows and hour_samples:
         # Only the sample opening the hour: remember it was seen, with no energy yet.
-        rows.append((cluster_id, node_id, gpu_id, hour, None, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 1, now))
+        rows.append(
+            (cluster_id, node_id, gpu_id, hour, None, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 1, now)
+        )
     return rows
 
 
