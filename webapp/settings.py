@@ -511,3 +511,5 @@ if VIGIL_ENERGY_REPORT_DAY > 28 or VIGIL_ENERGY_REPORT_HOUR > 23:
 # Electricity tariff for the report's cost line, per kWh of facility energy; 0 = not shown.
 VIGIL_ENERGY_TARIFF_PER_KWH = envfloat("VIGIL_ENERGY_TARIFF_PER_KWH", "0", minimum=0)
 VIGIL_ENERGY_CURRENCY = os.environ.get("VIGIL_ENERGY_CURRENCY", "EUR")
+# Headless Chromium that prints the monthly report to PDF (Debian's package by default).
+VIGIL_CHROMIUM = os.environ.get("VIGIL_CHROMIUM", "/usr/bin/chromium")

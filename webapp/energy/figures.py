@@ -84,7 +84,12 @@ def daily_co2_pue_figure(days: Sequence[Day]) -> dict:
     fig.update_layout(
         xaxis={"title": {"text": "day (UTC)"}, "type": "date"},
         yaxis={"title": {"text": "kg CO2e"}, "rangemode": "tozero"},
-        yaxis2={"title": {"text": "PUE"}, "overlaying": "y", "side": "right", "rangemode": "tozero"},
+        yaxis2={
+            "title": {"text": "PUE"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+        },
     )
     return _done(fig, 300)
 
@@ -129,7 +134,10 @@ def breakdown_figure(lines: Sequence[Line], idle: Line | None, title: str) -> di
             y=[r.key for r in rows],
             x=[r.facility_kwh for r in rows],
             customdata=[[r.share * 100, r.gpu_kwh] for r in rows],
-            marker={"color": [ENERGY_COLOURS[0]] * len(lines) + [NO_DATA_COLOUR] * (len(rows) - len(lines))},
+            marker={
+                "color": [ENERGY_COLOURS[0]] * len(lines)
+                + [NO_DATA_COLOUR] * (len(rows) - len(lines))
+            },
             hovertemplate="%{y}: %{x:,.1f} kWh facility (%{customdata[0]:.1f}%), "
             "GPUs %{customdata[1]:,.1f} kWh<extra></extra>",
         )

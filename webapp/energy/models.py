@@ -272,3 +272,55 @@ class NodeEnergyHour(models.Model):
     @property
     def it_j(self) -> float:
         return self.ipmi_j + self.model_j
+
+
+class EnergyReportSubscription(models.Model):
+    """Who gets the monthly energy report by email: an alerts email channel (its address,
+    its disabled flag), for some clusters (none chosen: every cluster)."""
+
+    channel = models.ForeignKey(
+        "alerts.Channel", on_delete=models.CASCADE, related_name="energy_report_subscriptions"
+    )
+    clusters = models.ManyToManyField(Cluster, blank=True, related_name="+")
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"energy report to {self.channel.target}"
+
+
+class EnergyReportDelivery(models.Model):
+    """One report email (a subscription, a cluster, a month), written before it is sent: the
+    run record, and what keeps a month from being sent twice."""
+
+    class Status(models.TextChoices):
+        SENDING = "sending", "Sending"
+        SENT = "sent", "Sent"
+        FAILED = "failed", "Failed"
+
+    subscription = models.ForeignKey(
+        EnergyReportSubscription, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    month = models.CharField(max_length=7)  # YYYY-MM
+    to = models.CharField(max_length=512)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.SENDING)
+    error = models.CharField(max_length=1024, blank=True, default="")
+    pdf_bytes = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["subscription", "cluster", "month"], name="energyreport_once"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.month} {self.cluster_id} to {self.to}: {self.status}"

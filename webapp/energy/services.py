@@ -13,19 +13,28 @@ interval starts with the previous hour's last sample). No hook in ingest is need
 
 from __future__ import annotations
 
+import smtplib
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from email.utils import make_msgid
+from urllib.parse import urlencode
 
 import numpy as np
 from django.conf import settings
+from django.core import signing
+from django.core.mail import EmailMultiAlternatives, get_connection
 from django.db import connection, transaction
+from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
 
 from webapp.energy import accounting
 from webapp.energy.carbon import node_power_estimate_w
+from webapp.energy.models import EnergyReportDelivery, EnergyReportSubscription
+from webapp.energy.selectors import NoEnergyData
 from webapp.energy.sources import gpu_series, node_series
-from webapp.fleet.models import Node
+from webapp.fleet.models import Cluster, Node
 
 HOUR = timedelta(hours=1)
 # GPUs read and written per statement group: a few hundred keeps each read of raw samples
@@ -315,3 +324,142 @@ def energy_rollups_rebuild(cluster_id: int, lo: datetime, hi: datetime) -> Refre
         hours += 1
         hour += HOUR
     return RefreshResult(hours * len(ids), rows)
+
+
+# --- The monthly report email ------------------------------------------------------------------
+
+UNSUBSCRIBE_SALT = "vigil.energy.unsubscribe"
+
+
+def report_unsubscribe_url(sub: EnergyReportSubscription) -> str:
+    token = signing.dumps({"s": sub.pk}, salt=UNSUBSCRIBE_SALT, compress=True)
+    return f"{settings.VIGIL_BASE_URL}{reverse('energy:unsubscribe', args=[token])}"
+
+
+def report_subscription_for(token: str) -> tuple[EnergyReportSubscription | None, str | None]:
+    """The subscription an unsubscribe link names, or the reason it names none."""
+    try:
+        data = signing.loads(token, salt=UNSUBSCRIBE_SALT)
+    except signing.BadSignature:
+        return None, "this unsubscribe link is not valid (it was changed or cut)"
+    sub = (
+        EnergyReportSubscription.objects.select_related("channel").filter(pk=data.get("s")).first()
+    )
+    if sub is None:
+        return None, "this subscription no longer exists"
+    return sub, None
+
+
+def report_unsubscribe(sub: EnergyReportSubscription) -> None:
+    EnergyReportSubscription.objects.filter(pk=sub.pk).update(
+        active=False, updated_at=timezone.now()
+    )
+    sub.active = False
+
+
+def previous_month(now: datetime) -> str:
+    first = now.astimezone(UTC).replace(day=1)
+    return f"{first - timedelta(days=1):%Y-%m}"
+
+
+def _render_email(context: dict) -> tuple[str, str, str]:
+    subject = " ".join(render_to_string("emails/energy-report-subject.html", context).split())
+    text = render_to_string("emails/energy-report-body-text.html", context)
+    html = render_to_string("emails/energy-report-body-html.html", context)
+    return subject[:512], text, html
+
+
+def report_send(
+    sub: EnergyReportSubscription, cluster: Cluster, month: str, pdf: bytes, context: dict
+):
+    """Send one report email with its PDF; the delivery row is written first, so a crash
+    mid-send leaves a 'sending' row (retried by the next run), never a silent double send."""
+    to = sub.channel.target
+    delivery, created = EnergyReportDelivery.objects.get_or_create(
+        subscription=sub, cluster=cluster, month=month, defaults={"to": to}
+    )
+    if not created and delivery.status == EnergyReportDelivery.Status.SENT:
+        return delivery
+    query = urlencode({"cluster": cluster.name, "month": month})
+    unsubscribe = report_unsubscribe_url(sub)
+    subject, text, html = _render_email(
+        {
+            **context,
+            "report_url": f"{settings.VIGIL_BASE_URL}{reverse('energy:report')}?{query}",
+            "page_url": f"{settings.VIGIL_BASE_URL}{reverse('energy:cluster')}?{query}",
+            "unsubscribe_url": unsubscribe,
+        }
+    )
+    message = EmailMultiAlternatives(
+        subject=subject,
+        body=text,
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[to],
+        headers={
+            "Message-ID": make_msgid("energy-report", domain=settings.VIGIL_EMAIL_DOMAIN),
+            "List-Unsubscribe": f"<{unsubscribe}>",
+        },
+        connection=get_connection(timeout=settings.VIGIL_ALERTS_SEND_TIMEOUT_S),
+    )
+    message.attach_alternative(html, "text/html")
+    message.attach(f"vigil-energy-{cluster.name}-{month}.pdf", pdf, "application/pdf")
+    try:
+        message.send()
+    except (smtplib.SMTPException, OSError) as exc:
+        delivery.status, delivery.error = EnergyReportDelivery.Status.FAILED, str(exc)[:1024]
+    else:
+        delivery.status, delivery.error = EnergyReportDelivery.Status.SENT, ""
+        delivery.sent_at = timezone.now()
+    delivery.to, delivery.pdf_bytes = to, len(pdf)
+    delivery.save(update_fields=["status", "error", "sent_at", "to", "pdf_bytes"])
+    return delivery
+
+
+def energy_reports_send(month: str | None = None, now: datetime | None = None) -> dict:
+    """Email the month's report (default: last month) to every active subscription on an
+    enabled email channel, one email per cluster, each at most once. Clusters without data
+    that month are skipped and counted."""
+    from webapp.energy import report  # the report renders templates and figures: load late
+
+    now = now or timezone.now()
+    month = month or previous_month(now)
+    subs = list(
+        EnergyReportSubscription.objects.filter(
+            active=True, channel__kind="email", channel__disabled=False
+        )
+        .select_related("channel")
+        .prefetch_related("clusters")
+    )
+    done = EnergyReportDelivery.Status.SENT
+    counts = {"sent": 0, "failed": 0, "no_data": 0, "already": 0}
+    built: dict[int, tuple[bytes, dict] | None] = {}
+    for sub in subs:
+        for cluster in list(sub.clusters.all()) or list(Cluster.objects.order_by("name")):
+            if EnergyReportDelivery.objects.filter(
+                subscription=sub, cluster=cluster, month=month, status=done
+            ).exists():
+                counts["already"] += 1
+                continue
+            if cluster.id not in built:
+                try:
+                    context = report.report_context(cluster, month)
+                except NoEnergyData:
+                    built[cluster.id] = None
+                else:
+                    built[cluster.id] = (report.report_pdf_from(context), context)
+            if built[cluster.id] is None:
+                counts["no_data"] += 1
+                continue
+            pdf, context = built[cluster.id]
+            d = report_send(sub, cluster, month, pdf, context)
+            counts["sent" if d.status == done else "failed"] += 1
+    return {"month": month, **counts}
+
+
+def energy_reports_due(now: datetime | None = None) -> dict | None:
+    """Send last month's reports if today is the report day (or later in the month: a beat
+    that was down catches up) and the hour has come; None when not due."""
+    now = (now or timezone.now()).astimezone(UTC)
+    if (now.day, now.hour) < (settings.VIGIL_ENERGY_REPORT_DAY, settings.VIGIL_ENERGY_REPORT_HOUR):
+        return None
+    return energy_reports_send(previous_month(now), now)
