@@ -14,19 +14,8 @@ from tests.energy import rig
 from webapp.energy.models import GpuEnergyHour
 from webapp.energy.selectors import NoEnergyData, energy_report, month_bounds, month_report
 from webapp.energy.services import energy_rollups_refresh
-from webapp.fleet.models import Cluster
 
 REL = 1e-6  # the rollup and the independent sums add the same numbers in another order
-
-
-@pytest.fixture
-def built(db):
-    t0 = rig.start_time()
-    jobs = rig.build(t0)
-    result = energy_rollups_refresh()
-    cluster = Cluster.objects.get(name=rig.CLUSTER)
-    lo, hi = month_bounds(f"{t0:%Y-%m}")
-    return {"t0": t0, "jobs": jobs, "refresh": result, "cluster": cluster, "lo": lo, "hi": hi}
 
 
 def test_refresh_accounts_every_gpu_hour_once_and_again_changes_nothing(built):
