@@ -50,7 +50,14 @@ def test_energy_page_shows_the_months_figures(outsider_client, built):
     assert f"{r.gpu_kwh:.1f} kWh" in html
     assert f"{r.facility_kwh:.1f} kWh" in html
     figures = response.context["figures"]
-    assert set(figures) == {"daily-energy", "daily-co2", "power", "by-team", "by-type", "by-outcome"}
+    assert set(figures) == {
+        "daily-energy",
+        "daily-co2",
+        "power",
+        "by-team",
+        "by-type",
+        "by-outcome",
+    }
     team_bars = dict(
         zip(figures["by-team"]["data"][0]["y"], figures["by-team"]["data"][0]["x"], strict=True)
     )
