@@ -129,3 +129,12 @@ def test_pdf_has_the_reports_three_a4_pages(operator_client, built, tmp_path):
     out = tmp_path / "cli.pdf"
     call_command("energy_report", cluster="watt", month=built["month"], format="pdf", output=out)
     assert out.read_bytes().startswith(b"%PDF")
+
+
+def test_job_page_shows_facility_energy_and_co2e_beside_gpu_energy(operator_client, built):
+    r, _ = month_report(built["cluster"], built["month"])
+    line = next(x for x in r.top_jobs if x.key == "2")
+    response = operator_client.get(reverse("jobs:detail", args=[built["jobs"]["2"].pk]))
+    html = response.content.decode()
+    assert f'id="facility-energy">{line.facility_kwh:.3f} kWh' in html
+    assert f'id="job-co2e">{line.co2e_location_kg:.2f} kg' in html
