@@ -11,6 +11,13 @@ import plotly.graph_objects as go
 from webapp.core.charts import GPU_COLOURS, NO_DATA_COLOUR, TEMPLATE
 from webapp.energy.selectors import Day, EnergyReport, Line
 
+# Day axes tick once a day at most (a month-long axis picks its own, coarser step).
+_DAY_AXIS = {
+    "title": {"text": "day (UTC)"},
+    "type": "date",
+    "tickformat": "%b %d",
+    "dtick": 86_400_000,
+}
 _LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
 # GPU, rest of the node (IT - GPU), facility overhead (facility - IT): three shades of one
 # hue so the stack reads as one quantity growing.
@@ -52,7 +59,7 @@ def daily_energy_figure(days: Sequence[Day]) -> dict:
         )
     fig.update_layout(
         barmode="stack",
-        xaxis={"title": {"text": "day (UTC)"}, "type": "date"},
+        xaxis=_DAY_AXIS,
         yaxis={"title": {"text": "kWh"}, "rangemode": "tozero"},
     )
     return _done(fig, 300)
@@ -82,7 +89,7 @@ def daily_co2_pue_figure(days: Sequence[Day]) -> dict:
         )
     )
     fig.update_layout(
-        xaxis={"title": {"text": "day (UTC)"}, "type": "date"},
+        xaxis=_DAY_AXIS,
         yaxis={"title": {"text": "kg CO2e"}, "rangemode": "tozero"},
         yaxis2={
             "title": {"text": "PUE"},
@@ -119,7 +126,7 @@ def power_figure(days: Sequence[Day], limit_w: float | None) -> dict:
             )
         )
     fig.update_layout(
-        xaxis={"title": {"text": "day (UTC)"}, "type": "date"},
+        xaxis=_DAY_AXIS,
         yaxis={"title": {"text": "W per GPU"}, "rangemode": "tozero"},
     )
     return _done(fig, 260)
