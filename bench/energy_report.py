@@ -218,7 +218,16 @@ def build(gpus: int, raw_hours: int) -> dict:
                     copy.write_row((cluster.id, nodes[ni].id, MONTH_LO + timedelta(hours=h),
                                     it if ipmi else 0.0, 3600.0 if ipmi else 0.0,
                                     0.0 if ipmi else it, gpu_j, now))  # fmt: skip
+        # The job-hour sums the rollup keeps beside its GPU-hour rows (services.py).
+        cur.execute(
+            "INSERT INTO energy_jobenergyhour (cluster_id, hour, job_id, gpus, counter_j,"
+            " integrated_j, model_j, covered_s, idle_j, idle_s)"
+            " SELECT cluster_id, hour, job_id, count(*), sum(counter_j), sum(integrated_j),"
+            " sum(model_j), sum(covered_s), sum(idle_j), sum(idle_s) FROM energy_gpuenergyhour"
+            " GROUP BY cluster_id, hour, job_id"
+        )
         cur.execute("ANALYZE energy_gpuenergyhour; ANALYZE energy_nodeenergyhour;")
+        cur.execute("ANALYZE energy_jobenergyhour;")
         cur.execute("ANALYZE telemetry_gpusample; ANALYZE jobs_joballocation;")
     print(f"hourly: {rollup_rows:,} rows in {time.perf_counter() - t_copy:.1f} s", file=sys.stderr)
     return {"cluster": cluster, "raw_rows": raw_rows, "rollup_rows": rollup_rows}

@@ -243,6 +243,41 @@ class GpuEnergyHour(models.Model):
         return self.counter_j + self.integrated_j + self.model_j
 
 
+class JobEnergyHour(models.Model):
+    """A cluster's GPU energy of one hour per job (job null: GPUs no job held): the sums of
+    that hour's GpuEnergyHour rows, rewritten whenever any of them is, so the monthly report
+    reads a row per job-hour (tens of thousands a month) instead of one per GPU-hour."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    hour = models.DateTimeField()
+    job = models.ForeignKey(
+        "jobs.Job",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+    )
+    gpus = models.IntegerField(default=0)
+    counter_j = models.FloatField(default=0)
+    integrated_j = models.FloatField(default=0)
+    model_j = models.FloatField(default=0)
+    covered_s = models.FloatField(default=0)
+    idle_j = models.FloatField(default=0)
+    idle_s = models.FloatField(default=0)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["cluster", "hour"], name="jobenergy_cluster_hour"),
+            models.Index(fields=["job"], name="jobenergy_job"),
+        ]
+
+    def __str__(self) -> str:
+        return f"cluster {self.cluster_id} {self.hour:%Y-%m-%d %H}h job {self.job_id}"
+
+
 class NodeEnergyHour(models.Model):
     """A node's IT energy in one hour: IPMI server power where measured, the node power model
     (webapp/energy/carbon.py) for the rest of the time its GPUs were accounted."""

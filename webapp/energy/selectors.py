@@ -160,27 +160,31 @@ class EnergyReport:
 
 
 _HOUR_JOB_SQL = """
-SELECT hour, coalesce(job_id, 0), sum(counter_j), sum(integrated_j), sum(model_j),
-    sum(covered_s), sum(idle_j), sum(idle_s)
-FROM energy_gpuenergyhour
+SELECT extract(epoch FROM hour)::bigint, coalesce(job_id, 0), counter_j, integrated_j,
+    model_j, covered_s, idle_j, idle_s
+FROM energy_jobenergyhour
 WHERE cluster_id = %(cluster)s AND hour >= %(lo)s AND hour < %(hi)s
-GROUP BY 1, 2
 """
 _NODE_HOUR_SQL = """
-SELECT hour, sum(ipmi_j), sum(model_j)
+SELECT (extract(epoch FROM hour - %(lo)s) / 3600)::int, sum(ipmi_j), sum(model_j)
 FROM energy_nodeenergyhour
 WHERE cluster_id = %(cluster)s AND hour >= %(lo)s AND hour < %(hi)s
 GROUP BY 1
 """
+# Per node: its GPUs, and the GPU-hours they should have sampled in [lo, end): from the
+# hour each GPU was first seen or first accounted, whichever is earlier.
 _EXPECTED_SQL = """
-SELECT g.id, g.first_seen, e.first_hour, n.id
+SELECT n.id, count(*), sum(greatest(0, extract(epoch FROM %(end)s - greatest(
+    %(lo)s, date_trunc('hour', least(g.first_seen, coalesce(e.hour, g.first_seen)))
+)) / 3600))
 FROM fleet_gpu g
 JOIN fleet_node n ON n.id = g.node_id
-LEFT JOIN (
-    SELECT gpu_id, min(hour) AS first_hour FROM energy_gpuenergyhour
-    WHERE cluster_id = %(cluster)s AND hour >= %(lo)s AND hour < %(hi)s GROUP BY 1
-) e ON e.gpu_id = g.id
+LEFT JOIN LATERAL (
+    SELECT hour FROM energy_gpuenergyhour
+    WHERE gpu_id = g.id AND hour >= %(lo)s AND hour < %(hi)s ORDER BY hour LIMIT 1
+) e ON true
 WHERE n.cluster_id = %(cluster)s
+GROUP BY n.id
 """
 _POWER_LIMIT_SQL = """
 SELECT avg(l.power_limit_w) FROM telemetry_gpulatest l
@@ -202,17 +206,9 @@ def _hour_index(hours: list[datetime], lo: datetime) -> np.ndarray:
 def _expected_gpu_hours(cluster: Cluster, lo: datetime, hi: datetime, now: datetime):
     """GPU-hours the cluster's GPUs should have sampled in [lo, min(hi, now)); and the number
     of GPUs per node (for embodied carbon)."""
-    end = min(hi, now)
-    total = 0.0
-    per_node: dict[int, int] = {}
-    for _gpu, first_seen, first_hour, node in _fetch(
-        _EXPECTED_SQL, {"cluster": cluster.id, "lo": lo, "hi": hi}
-    ):
-        per_node[node] = per_node.get(node, 0) + 1
-        since = min(first_seen, first_hour) if first_hour else first_seen
-        start = max(lo, since.replace(minute=0, second=0, microsecond=0))
-        total += max(0.0, (end - start) / HOUR)
-    return total, per_node
+    params = {"cluster": cluster.id, "lo": lo, "hi": hi, "end": min(hi, now)}
+    rows = _fetch(_EXPECTED_SQL, params)
+    return sum(float(h or 0) for _n, _c, h in rows), {n: c for n, c, _h in rows}
 
 
 def _lines(keys, att, covered_h, jobs_count, total_fac) -> list[Line]:
@@ -237,8 +233,7 @@ def _hourly_inputs(cluster: Cluster, lo: datetime, n_hours: int, gpu_j_h: np.nda
     hi = lo + n_hours * HOUR
     ipmi_h = np.zeros(n_hours)
     model_h = np.zeros(n_hours)
-    for hour, ipmi, model in _fetch(_NODE_HOUR_SQL, {**params, "lo": lo, "hi": hi}):
-        i = int((hour - lo) / HOUR)
+    for i, ipmi, model in _fetch(_NODE_HOUR_SQL, {**params, "lo": lo, "hi": hi}):
         ipmi_h[i], model_h[i] = ipmi, model
     # Hours with GPU energy but no node row (rows written by other means): the node model's
     # plain form, 1.5 x GPU (reference §2).
@@ -280,9 +275,10 @@ def energy_report(
             " no GPU samples were accounted in that period"
         )
     n_hours = int(np.ceil((hi - lo) / HOUR))
-    arr = np.array([r[2:] for r in rows], dtype=np.float64)
-    hour_idx = _hour_index([r[0] for r in rows], lo)
-    job_ids = np.array([r[1] for r in rows], dtype=np.int64)
+    arr = np.array(rows, dtype=np.float64)
+    hour_idx = ((arr[:, 0] - lo.timestamp()) // 3600).astype(np.int64)
+    job_ids = arr[:, 1].astype(np.int64)
+    arr = arr[:, 2:]
     gpu_j = arr[:, 0] + arr[:, 1] + arr[:, 2]
     covered_s, idle_j, idle_s = arr[:, 3], arr[:, 4], arr[:, 5]
     gpu_j_h = np.bincount(hour_idx, weights=gpu_j, minlength=n_hours)
@@ -500,10 +496,10 @@ class JobEnergy:
 _JOB_HOURS_SQL = """
 WITH mine AS (
     SELECT hour, sum(counter_j) AS c, sum(counter_j + integrated_j + model_j) AS j
-    FROM energy_gpuenergyhour WHERE job_id = %(job)s GROUP BY hour
+    FROM energy_jobenergyhour WHERE job_id = %(job)s GROUP BY hour
 )
 SELECT m.hour, m.c, m.j, (
-    SELECT sum(counter_j + integrated_j + model_j) FROM energy_gpuenergyhour e
+    SELECT sum(counter_j + integrated_j + model_j) FROM energy_jobenergyhour e
     WHERE e.cluster_id = %(cluster)s AND e.hour = m.hour
 ) FROM mine m ORDER BY m.hour
 """

@@ -70,6 +70,19 @@ _NODE_COLUMNS = (
     "computed_at",
 )
 
+# The cluster's job-hour sums of one hour, rewritten from its GPU-hour rows.
+_JOB_HOUR_SQL = """
+WITH gone AS (
+    DELETE FROM energy_jobenergyhour WHERE cluster_id = %(cluster)s AND hour = %(hour)s
+)
+INSERT INTO energy_jobenergyhour
+    (cluster_id, hour, job_id, gpus, counter_j, integrated_j, model_j, covered_s, idle_j, idle_s)
+SELECT cluster_id, hour, job_id, count(DISTINCT gpu_id), sum(counter_j), sum(integrated_j),
+    sum(model_j), sum(covered_s), sum(idle_j), sum(idle_s)
+FROM energy_gpuenergyhour WHERE cluster_id = %(cluster)s AND hour = %(hour)s
+GROUP BY cluster_id, hour, job_id
+"""
+
 _ALLOC_SQL = """
 SELECT coalesce(a.gpu_id, g.id), a.job_id, extract(epoch FROM a.start)::float8,
     extract(epoch FROM a."end")::float8
@@ -282,6 +295,8 @@ def gpu_hours_recompute(hour: datetime, gpu_ids: list[int]) -> int:
             [hour, node_ids],
         )
         _copy_rows(cur.cursor, "energy_nodeenergyhour", _NODE_COLUMNS, node_rows)
+        for cluster_id in sorted({where[g][1] for g in ids}):
+            cur.execute(_JOB_HOUR_SQL, {"cluster": cluster_id, "hour": hour})
     return len(rows)
 
 
