@@ -165,6 +165,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stdout", action="store_true", help="print batches as JSON lines")
     p.add_argument("--spool-dir", type=Path, default=_default_spool_dir())
     p.add_argument("--dcgm-url", default=None, help="dcgm-exporter /metrics URL")
+    p.add_argument(
+        "--server-power",
+        default="auto",
+        metavar="ipmi|redfish:URL|auto|none",
+        help="whole-server power from the BMC: `ipmitool dcmi power reading`, or a Redfish "
+        "Power resource (https://BMC/redfish/v1/Chassis/ID/Power; credentials from "
+        "$VIGIL_REDFISH_USER / $VIGIL_REDFISH_PASSWORD, CA from $VIGIL_REDFISH_CA_FILE); auto: "
+        "ipmi when ipmitool and /dev/ipmi0 exist (default); --source nvml/dcgm only",
+    )
     p.add_argument("--fixture", help="fake-NVML fixture (YAML path or name) instead of a GPU")
     p.add_argument("--clusters", default="seren,kalos", help="simulated: cluster names")
     p.add_argument("--nodes-per-cluster", type=_positive_int, default=16)
@@ -417,10 +426,20 @@ def _backend(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple
         from collectors.backends.none import NoBackend
 
         return NoBackend(), None
+    from collectors.nodestats import NodeSampler
+    from collectors.serverpower import server_power_reader
+
+    try:
+        # A fake NVML (--fixture) has no BMC behind it: auto finds none there.
+        spec = "none" if args.fixture and args.server_power == "auto" else args.server_power
+        sampler = NodeSampler(server_power=server_power_reader(spec))
+    except (ValueError, OSError) as exc:
+        parser.error(str(exc))
     if args.source == "dcgm":
         from collectors.backends.dcgm import DEFAULT_URL, DcgmBackend
 
-        return DcgmBackend(args.cluster, args.node, args.dcgm_url or DEFAULT_URL), None
+        url = args.dcgm_url or DEFAULT_URL
+        return DcgmBackend(args.cluster, args.node, url, node_sampler=sampler), None
     from collectors.backends.nvml import NvmlBackend
 
     fake: Any = None
@@ -432,7 +451,7 @@ def _backend(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple
         except (OSError, ValueError, yaml_error()) as exc:
             parser.error(f"--fixture {args.fixture}: {exc}")
     try:
-        return NvmlBackend(args.cluster, args.node), fake
+        return NvmlBackend(args.cluster, args.node, node_sampler=sampler), fake
     except Exception:
         if fake is not None:
             fake.uninstall()

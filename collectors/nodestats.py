@@ -1,8 +1,9 @@
 """Host metrics for the node row: CPU, memory, Ethernet and InfiniBand rates.
 
 Rates need two readings, so the first round reports them as null rather than a made-up 0.
-Server power (IPMI `Sys_Total_Power`, Acme's source) needs root and ipmitool and is left null
-here; `gpu_count` is filled in by the GPU backend that knows how many GPUs answered.
+Server power comes from the BMC (IPMI DCMI or Redfish, collectors/serverpower.py) when the agent
+is given a reader (`--server-power`), else it stays null and the server side models it;
+`gpu_count` is filled in by the GPU backend that knows how many GPUs answered.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import psutil
 
 from collectors.backends.base import NODE_POS, empty_node_row
+from collectors.serverpower import ServerPowerReader
 
 IB_SYSFS = Path("/sys/class/infiniband")
 # port_xmit_data / port_rcv_data count 32-bit words, i.e. octets / 4 (IBTA spec, PortCounters;
@@ -27,8 +29,11 @@ _NOT_ETHERNET = ("lo", "ib", "docker", "veth", "virbr", "cni", "flannel", "cali"
 class NodeSampler:
     """Reads host counters each round and turns them into the wire node row."""
 
-    def __init__(self, ib_root: Path = IB_SYSFS) -> None:
+    def __init__(
+        self, ib_root: Path = IB_SYSFS, server_power: ServerPowerReader | None = None
+    ) -> None:
         self._ib_root = ib_root
+        self._server_power = server_power
         self._prev: tuple[float, int, int, int | None, int | None] | None = None
         # psutil's cpu_percent(None) measures since its previous call; prime it now so the
         # first round reports the CPU use since start instead of a meaningless 0.0.
@@ -71,6 +76,8 @@ class NodeSampler:
                 row[NODE_POS["ib_tx_bytes_s"]] = _rate(ib_tx0, ib_tx, dt)
         self._prev = (now, rx, tx, ib_rx, ib_tx)
         row[NODE_POS["gpu_count"]] = gpu_count
+        if self._server_power is not None:
+            row[NODE_POS["server_power_w"]] = self._server_power.read_w()
         return row
 
 

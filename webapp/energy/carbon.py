@@ -42,6 +42,7 @@ __all__ = [
     "embodied_kg",
     "grid_zone_of",
     "intensity_hourly",
+    "known_zones",
     "market_factor",
     "node_power_estimate_w",
     "pue_at",
@@ -179,6 +180,16 @@ def grid_zone_of(cluster: Cluster) -> str:
     return ((s.grid_zone if s else "") or cluster.grid_zone).strip()
 
 
+def known_zones() -> set[str]:
+    """Zones an import may name: the shipped table's and those clusters use."""
+    zones = set(grid_table())
+    zones.update(z for z in Cluster.objects.values_list("grid_zone", flat=True) if z)
+    zones.update(
+        z for z in m.ClusterCarbonSettings.objects.values_list("grid_zone", flat=True) if z
+    )
+    return {z.strip().upper() for z in zones}
+
+
 def _floor_hour(t: datetime) -> datetime:
     if t.tzinfo is None:
         raise ValueError("naive datetime: give timezone-aware UTC times")
@@ -206,7 +217,7 @@ def intensity_hourly(cluster: Cluster, lo: datetime, hi: datetime) -> IntensityS
     measured: dict[datetime, tuple[float, str]] = {}
     if zone and starts:
         for hour, g, dataset in m.IntensityHour.objects.filter(
-            zone__iexact=zone, hour__gte=start, hour__lt=hi
+            zone=zone.upper(), hour__gte=start, hour__lt=hi
         ).values_list("hour", "g_per_kwh", "dataset__name"):
             measured[hour.astimezone(UTC)] = (g, f"hourly:{dataset}")
     row = yearly_row(grid_table(), zone) if zone else None
@@ -236,8 +247,13 @@ def market_factor(cluster: Cluster, at: datetime) -> MarketFactor | None:
 
 
 def node_power_estimate_w(node: Node, gpu_power_w: float, cpu_util: float | None) -> float:
-    """Modelled server power of a node without measured power, from its cluster's profile
-    (longest matching hostname prefix); no profile: 1.5 x GPU power."""
+    """Modelled whole-server power (W) of a node without measured power, from its cluster's
+    profile (longest matching hostname prefix); no profile: 1.5 x GPU power.
+
+    `gpu_power_w` is the node's total GPU power (the sum over its GPUs), `cpu_util` the node
+    row's percentage: a profile's CPU, memory and other power is per server, so passing one
+    GPU's power would count them once per GPU.
+    """
     profiles = m.NodePowerProfile.objects.filter(cluster_id=node.cluster_id)
     best = max(
         (p for p in profiles if node.hostname.startswith(p.hostname_prefix)),

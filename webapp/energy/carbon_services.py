@@ -132,15 +132,20 @@ def intensity_series_store(
     A re-import of the same dataset name replaces it; hours that another dataset already holds
     for the zone are refused (so each hour has one, named, source).
     """
-    if known_zones is not None and series.zone.upper() not in {z.upper() for z in known_zones}:
-        raise ValidationError(
-            f"unknown zone {series.zone!r}: not in the grid table nor any cluster's grid zone"
-        )
+    if known_zones is not None:
+        known = {z.upper() for z in known_zones}
+        zone = series.zone.upper()
+        # A sub-national zone ("US-CAL-CISO") is known when its country is.
+        if zone not in known and zone.split("-", 1)[0] not in known:
+            raise ValidationError(
+                f"unknown zone {series.zone!r}: neither it nor its country is in the grid "
+                "table, and no cluster uses it"
+            )
     with transaction.atomic():
         m.IntensityDataset.objects.filter(name=dataset_name).delete()
         hours = [h for h, _ in series.rows]
         taken = (
-            m.IntensityHour.objects.filter(zone__iexact=series.zone, hour__in=hours)
+            m.IntensityHour.objects.filter(zone=series.zone, hour__in=hours)
             .values_list("dataset__name", flat=True)
             .first()
         )
