@@ -98,3 +98,19 @@ def test_a_month_without_data_is_a_clear_error(built):
         month_bounds("2026-13")
     report, previous = month_report(built["cluster"], f"{built['t0']:%Y-%m}")
     assert report.gpu_kwh > 0 and previous is None
+
+
+def test_measured_pue_and_a_market_factor_are_used_and_named(built):
+    from webapp.energy.models import MarketFactorPeriod, PuePeriod
+
+    PuePeriod.objects.create(
+        cluster=built["cluster"], since=built["lo"], value=1.2, basis="measured", source="BMS"
+    )
+    MarketFactorPeriod.objects.create(
+        cluster=built["cluster"], since=built["lo"], kg_per_kwh=0.0, source="PPA 2026"
+    )
+    r = energy_report(built["cluster"], built["lo"], built["hi"])
+    assert r.facility_kwh == pytest.approx(r.it_kwh * 1.2, rel=REL)
+    assert [(p.value, p.basis, p.source) for p in r.pue_periods] == [(1.2, "measured", "BMS")]
+    assert r.co2e_market_kg == 0 and r.co2e_location_kg > 0
+    assert r.market_source == "PPA 2026"

@@ -11,17 +11,13 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from webapp.energy import attribution
-from webapp.energy.carbon import (
-    METHOD_VERSION,
-    embodied_kg,
-    intensity_hourly,
-    market_factor,
-    pue_periods,
-)
+from webapp.energy.carbon import METHOD_VERSION, embodied_kg, intensity_hourly, pue_periods
 from webapp.energy.formulas import SERVER_PER_GPU_POWER
+from webapp.energy.models import MarketFactorPeriod
 from webapp.failures.services import gpu_hours_lost
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobState
@@ -247,13 +243,17 @@ def _hourly_inputs(cluster: Cluster, lo: datetime, n_hours: int, gpu_j_h: np.nda
         pue_h[max(a, 0) : b] = p.value
     series = intensity_hourly(cluster, lo, hi)
     g_h = np.array([x.g_per_kwh for x in series][:n_hours])
-    # The contractual factor, looked up once a day (they are set per month or year).
+    # Contractual factors: the cluster's dated rows, read once and laid over the hours.
     market_h = np.full(n_hours, np.nan)
     market_sources = set()
-    for d in range(0, n_hours, 24):
-        f = market_factor(cluster, lo + d * HOUR)
-        if f is not None:
-            market_h[d : d + 24] = f.kg_per_kwh
+    rows = MarketFactorPeriod.objects.filter(cluster=cluster, since__lt=hi).filter(
+        Q(until__isnull=True) | Q(until__gt=lo)
+    )
+    for f in rows.order_by("since"):
+        a = max(0, int(np.floor((f.since - lo) / HOUR)))
+        b = n_hours if f.until is None else min(n_hours, int(np.ceil((f.until - lo) / HOUR)))
+        if a < b:
+            market_h[a:b] = f.kg_per_kwh
             market_sources.add(f.source)
     inputs = attribution.HourlyInputs(gpu_j_h, ipmi_h + model_h, pue_h, g_h, market_h)
     return inputs, ipmi_h, periods, series, market_sources
@@ -526,3 +526,53 @@ def job_energy(job: Job) -> JobEnergy | None:
         float(att.co2e_market_kg[0]),
         sum(r[1] for r in rows) / J_PER_KWH,
     )
+
+
+_TOTALS_GPU_SQL = """
+SELECT cluster_id, extract(epoch FROM hour)::bigint, sum(counter_j), sum(integrated_j),
+    sum(model_j)
+FROM energy_jobenergyhour GROUP BY cluster_id, hour
+"""
+
+
+def energy_totals() -> list[dict]:
+    """Per cluster, everything the rollup has accounted: GPU joules by method, IT joules
+    (IPMI, model), facility joules and CO2e kg, with the report's hourly arithmetic."""
+    rows = _fetch(_TOTALS_GPU_SQL, {})
+    if not rows:
+        return []
+    arr = np.array(rows, dtype=np.float64)
+    out = []
+    for cluster in Cluster.objects.filter(id__in={int(c) for c in arr[:, 0]}).order_by("name"):
+        mine = arr[arr[:, 0] == cluster.id]
+        first = float(mine[:, 1].min())
+        lo = datetime.fromtimestamp(first, UTC)
+        n_hours = int((mine[:, 1].max() - first) // 3600) + 1
+        idx = ((mine[:, 1] - first) // 3600).astype(np.int64)
+        by_method = mine[:, 2:5]
+        gpu_j_h = np.bincount(idx, weights=by_method.sum(axis=1), minlength=n_hours)
+        inputs, ipmi_h, *_ = _hourly_inputs(cluster, lo, n_hours, gpu_j_h, {"cluster": cluster.id})
+        fac, loc, mkt = attribution.hourly_facility(inputs)
+        out.append(
+            {
+                "cluster": cluster.name,
+                "gpu_j": dict(
+                    zip(
+                        ("counter", "integrated", "model"),
+                        by_method.sum(axis=0).tolist(),
+                        strict=True,
+                    )
+                ),
+                "ipmi_j": float(ipmi_h.sum()),
+                "model_j": float(inputs.it_j.sum() - ipmi_h.sum()),
+                "facility_j": float(fac.sum()) * J_PER_KWH,
+                "co2e_location_kg": float(loc.sum()),
+                "co2e_market_kg": float(mkt.sum()),
+            }
+        )
+    return out
+
+
+def rollup_newest_id() -> int | None:
+    """The newest job-hour row's id: it moves whenever any hour is (re)computed."""
+    return _fetch("SELECT max(id) FROM energy_jobenergyhour", {})[0][0]
