@@ -499,7 +499,7 @@ VIGIL_ALERTS_TEST_PAUSE_BEFORE_SEND_S = envfloat(
 
 # --- Energy accounting and the monthly report (webapp/energy) ---------------------------------
 # The energy rollup refresh looks this many hours back for GPU-hours that got new samples (a
-# spool replayed later than this is folded in by `manage.py energy_rollup --rebuild`).
+# spool replayed later than this is folded in by `manage.py energy_report --rebuild`).
 VIGIL_ENERGY_LOOKBACK_H = envint("VIGIL_ENERGY_LOOKBACK_H", "48", minimum=1)
 # The managers' monthly report is emailed on this day of the month, at this hour (UTC).
 VIGIL_ENERGY_REPORT_DAY = envint("VIGIL_ENERGY_REPORT_DAY", "1", minimum=1)

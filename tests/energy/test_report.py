@@ -114,3 +114,14 @@ def test_measured_pue_and_a_market_factor_are_used_and_named(built):
     assert [(p.value, p.basis, p.source) for p in r.pue_periods] == [(1.2, "measured", "BMS")]
     assert r.co2e_market_kg == 0 and r.co2e_location_kg > 0
     assert r.market_source == "PPA 2026"
+
+
+def test_an_hour_is_accounted_once_it_has_ended(built):
+    GpuEnergyHour.objects.all().delete()
+    during_hour_3 = built["t0"] + timedelta(hours=3, minutes=30)
+    assert energy_rollups_refresh(now=during_hour_3).gpu_hours == 8 * 3
+    assert GpuEnergyHour.objects.filter(hour__gte=built["t0"] + timedelta(hours=3)).count() == 0
+    # Later runs add the hours that ended since, and only those.
+    assert energy_rollups_refresh().gpu_hours == 8 * (rig.HOURS - 3)
+    r = energy_report(built["cluster"], built["lo"], built["hi"])
+    assert r.gpu_kwh == pytest.approx(rig.expected(built["t0"], built["lo"], built["hi"]).gpu_kwh)

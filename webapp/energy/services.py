@@ -5,10 +5,13 @@ allocation boundaries, so a row is the energy one GPU used in one hour while one
 (job null: no job held it, "idle"). Rows are replaced per (GPU, hour), so a refresh is exact
 whatever was redelivered, and running it twice changes nothing.
 
-Which GPU-hours to recompute: those whose raw-sample count in the 1-minute rollup
+Which GPU-hours to recompute: ended hours whose raw-sample count in the 1-minute rollup
 (telemetry_gpurollup1m, maintained by webapp/telemetry rollups_refresh) differs from the
 count this rollup saw, within VIGIL_ENERGY_LOOKBACK_H; and the hour after each (its first
-interval starts with the previous hour's last sample). No hook in ingest is needed.
+interval starts with the previous hour's last sample). No hook in ingest is needed; the
+comparison reads the 1-minute rollup of the lookback window each run, which a very large
+fleet would rather avoid: a dirty-range row written by ingest, as RollupDirty is, would let
+this refresh recompute exactly the GPU-hours that changed.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ ORDER BY a.start
 _STALE_SQL = """
 WITH seen AS (
     SELECT gpu_id, date_trunc('hour', minute) AS hour, sum(n)::bigint AS n
-    FROM telemetry_gpurollup1m WHERE minute >= %(since)s
+    FROM telemetry_gpurollup1m WHERE minute >= %(since)s AND minute < %(until)s
     GROUP BY 1, 2
 ), done AS (
     SELECT gpu_id, hour, max(hour_samples) AS n
@@ -301,14 +304,17 @@ def gpu_hours_recompute(hour: datetime, gpu_ids: list[int]) -> int:
 
 
 def energy_rollups_refresh(now: datetime | None = None) -> RefreshResult:
-    """Recompute the GPU-hours whose raw samples changed since they were last accounted
-    (within VIGIL_ENERGY_LOOKBACK_H), oldest first, at most STALE_PER_RUN of them."""
+    """Recompute the ended GPU-hours whose raw samples changed since they were last
+    accounted (within VIGIL_ENERGY_LOOKBACK_H), oldest first, at most STALE_PER_RUN."""
     now = now or timezone.now()
     since = (now - timedelta(hours=settings.VIGIL_ENERGY_LOOKBACK_H)).replace(
         minute=0, second=0, microsecond=0
     )
+    # Only hours that have ended: the current one would look stale at every run (its samples
+    # keep coming) and cost a full read of it each time; it is accounted once it closes.
+    until = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     with connection.cursor() as cur:
-        cur.execute(_STALE_SQL, {"since": since, "limit": STALE_PER_RUN})
+        cur.execute(_STALE_SQL, {"since": since, "until": until, "limit": STALE_PER_RUN})
         stale = cur.fetchall()
     by_hour: dict[datetime, list[int]] = defaultdict(list)
     for gpu_id, hour in stale:
