@@ -138,3 +138,13 @@ def test_segments_split_energy_by_method_and_idle():
     assert seg.idle_j[1] == pytest.approx(60 * 3600)
     assert seg.covered_s.tolist() == pytest.approx([3600, 3600])
     assert seg.samples.tolist() == [240, 240]
+
+
+def test_a_reset_with_nothing_to_integrate_keeps_the_counter_as_a_lower_bound():
+    ts = np.array([0.0, 15.0, 30.0, 45.0])
+    counter = np.array([9_000_000.0, 12_000_000.0, 1_500_000.0, 4_500_000.0])  # mJ; reload
+    iv = gpu_intervals(ts, counter, None)
+    assert iv.reset.tolist() == [False, True, False]
+    assert (iv.method == COUNTER).all()
+    # 3 kJ, then at least the 1.5 kJ counted since the reload, then 3 kJ.
+    assert iv.energy_j.tolist() == [3000.0, 1500.0, 3000.0]

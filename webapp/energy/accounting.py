@@ -160,9 +160,9 @@ def gpu_intervals(
     method[use_model], energy[use_model] = MODEL, model_j[use_model]
     method[use_integ], energy[use_integ] = INTEGRATED, integ_j[use_integ]
     method[counter_ok], energy[counter_ok] = COUNTER, de_j[counter_ok]
-    # A reset across a gap with no power: the counter since the reload is a lower bound,
-    # better than nothing (reference §1).
-    lower = reset & gap & ~np.isnan(e[1:])
+    # A reset across a gap, or with nothing to integrate: the counter since the reload is a
+    # lower bound, better than nothing (reference §1).
+    lower = reset & (gap | (~have_power & ~have_model)) & ~np.isnan(e[1:])
     method[lower], energy[lower] = COUNTER, e[1:][lower] / 1000.0
     return Intervals(t0, t1, energy, method, reset, implausible, gap)
 
