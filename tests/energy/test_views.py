@@ -138,3 +138,15 @@ def test_job_page_shows_facility_energy_and_co2e_beside_gpu_energy(operator_clie
     html = response.content.decode()
     assert f'id="facility-energy">{line.facility_kwh:.3f} kWh' in html
     assert f'id="job-co2e">{line.co2e_location_kg:.2f} kg' in html
+
+
+def test_command_rebuilds_a_months_rollup_from_raw_samples(built, capsys):
+    from webapp.energy.models import GpuEnergyHour, JobEnergyHour
+
+    r, _ = month_report(built["cluster"], built["month"])
+    GpuEnergyHour.objects.all().delete()
+    JobEnergyHour.objects.all().delete()
+    call_command("energy_report", cluster="watt", month=built["month"], format="json", rebuild=True)
+    data = json.loads(capsys.readouterr().out)
+    assert data["totals"]["gpu_kwh"] == pytest.approx(r.gpu_kwh, rel=1e-9)
+    assert data["totals"]["lost_kwh"] == pytest.approx(r.lost_kwh, rel=1e-9)

@@ -328,8 +328,9 @@ def energy_rollups_refresh(now: datetime | None = None) -> RefreshResult:
 
 
 def energy_rollups_rebuild(cluster_id: int, lo: datetime, hi: datetime) -> RefreshResult:
-    """Recompute every GPU-hour of a cluster in [lo, hi) from raw samples (a backfill, or
-    after allocations were corrected)."""
+    """Recompute a cluster's GPU-hours in [lo, hi) from raw samples (a backfill, or after
+    allocations were corrected). Only hours that still have raw samples are touched: an hour
+    whose raw samples retention has dropped keeps the rows it has."""
     with connection.cursor() as cur:
         cur.execute(
             "SELECT g.id FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id"
@@ -337,14 +338,17 @@ def energy_rollups_rebuild(cluster_id: int, lo: datetime, hi: datetime) -> Refre
             [cluster_id],
         )
         ids = [r[0] for r in cur.fetchall()]
-    hour = lo.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    hours = rows = 0
-    while hour < hi:
+        cur.execute(
+            "SELECT DISTINCT date_trunc('hour', ts) FROM telemetry_gpusample"
+            " WHERE gpu_id = ANY(%s) AND ts >= %s AND ts < %s ORDER BY 1",
+            [ids, lo, hi],
+        )
+        hours = [r[0] for r in cur.fetchall()]
+    rows = 0
+    for hour in hours:
         for i in range(0, len(ids), GPUS_PER_CHUNK):
             rows += gpu_hours_recompute(hour, ids[i : i + GPUS_PER_CHUNK])
-        hours += 1
-        hour += HOUR
-    return RefreshResult(hours * len(ids), rows)
+    return RefreshResult(len(hours) * len(ids), rows)
 
 
 # --- The monthly report email ------------------------------------------------------------------
