@@ -43,6 +43,13 @@ test-deps: install
 	      || echo "chromium could not be installed: browser tests will be skipped"; \
 	  else echo "chromium not found and not root: browser tests will be skipped"; fi; \
 	fi
+	@if ! command -v pdftoppm >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing poppler-utils (apt: pdftoppm, for the energy report's PDF test)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq poppler-utils >/dev/null) \
+	      || echo "poppler-utils could not be installed: the PDF test will be skipped"; \
+	  else echo "pdftoppm not found and not root: the PDF test will be skipped"; fi; \
+	fi
 	@if ! command -v promtool >/dev/null 2>&1 || [ ! -x /usr/bin/prometheus-alertmanager ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing prometheus and prometheus-alertmanager (apt)"; \

@@ -25,6 +25,8 @@ PUBLIC = {
     # An alert email's link: the signed token names one subscription and is the credential;
     # GET only shows what will be turned off (tests/alerts/test_views.py).
     "alerts/unsubscribe/<str:token>/": "an email's unsubscribe link, its token the credential",
+    # The monthly energy report email's link, the same way (tests/energy/test_email.py).
+    "energy/unsubscribe/<str:token>/": "an email's unsubscribe link, its token the credential",
 }
 # Pattern -> (the setting holding its credential, if any). Outside the login on purpose
 # (a load balancer, Prometheus, a scheduler have no session); each refuses a visitor

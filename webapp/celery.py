@@ -46,6 +46,17 @@ app.conf.beat_schedule = {
         "task": "vigil.alerts.evaluate",
         "schedule": 15.0,
     },
+    # GPU-hours that got new samples are accounted again (webapp/energy: hourly rollup).
+    "energy-rollups": {
+        "task": "vigil.energy.refresh_rollups",
+        "schedule": 300.0,
+    },
+    # The managers' monthly report, once its day and hour have come (VIGIL_ENERGY_REPORT_DAY,
+    # _HOUR); hourly, so a beat that was down catches up, and never twice (delivery rows).
+    "energy-monthly-report": {
+        "task": "vigil.energy.send_monthly_reports",
+        "schedule": crontab(minute=20),
+    },
     "fleet-node-states": {
         "task": "vigil.fleet.mark_stale_nodes",
         "schedule": 30.0,

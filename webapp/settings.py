@@ -496,3 +496,20 @@ VIGIL_WEBHOOK_SECRET = os.environ.get("VIGIL_WEBHOOK_SECRET", "")
 VIGIL_ALERTS_TEST_PAUSE_BEFORE_SEND_S = envfloat(
     "VIGIL_ALERTS_TEST_PAUSE_BEFORE_SEND_S", "0", minimum=0
 )
+
+# --- Energy accounting and the monthly report (webapp/energy) ---------------------------------
+# The energy rollup refresh looks this many hours back for GPU-hours that got new samples (a
+# spool replayed later than this is folded in by `manage.py energy_report --rebuild`).
+VIGIL_ENERGY_LOOKBACK_H = envint("VIGIL_ENERGY_LOOKBACK_H", "48", minimum=1)
+# The managers' monthly report is emailed on this day of the month, at this hour (UTC).
+VIGIL_ENERGY_REPORT_DAY = envint("VIGIL_ENERGY_REPORT_DAY", "1", minimum=1)
+VIGIL_ENERGY_REPORT_HOUR = envint("VIGIL_ENERGY_REPORT_HOUR", "6", minimum=0)
+if VIGIL_ENERGY_REPORT_DAY > 28 or VIGIL_ENERGY_REPORT_HOUR > 23:
+    raise ImproperlyConfigured(
+        "VIGIL_ENERGY_REPORT_DAY must be 1-28 (every month has it) and VIGIL_ENERGY_REPORT_HOUR 0-23"
+    )
+# Electricity tariff for the report's cost line, per kWh of facility energy; 0 = not shown.
+VIGIL_ENERGY_TARIFF_PER_KWH = envfloat("VIGIL_ENERGY_TARIFF_PER_KWH", "0", minimum=0)
+VIGIL_ENERGY_CURRENCY = os.environ.get("VIGIL_ENERGY_CURRENCY", "EUR")
+# Headless Chromium that prints the monthly report to PDF (Debian's package by default).
+VIGIL_CHROMIUM = os.environ.get("VIGIL_CHROMIUM", "/usr/bin/chromium")

@@ -72,3 +72,25 @@ class NodePowerProfileAdmin(admin.ModelAdmin):
         "other_w",
     )
     list_filter = ("cluster",)
+
+
+# --- Energy side: who gets the monthly report, and what was sent -------------------------------
+
+from webapp.energy.models import EnergyReportDelivery, EnergyReportSubscription  # noqa: E402
+
+
+@admin.register(EnergyReportSubscription)
+class EnergyReportSubscriptionAdmin(admin.ModelAdmin):
+    list_display = ("channel", "active", "created_at")
+    list_filter = ("active",)
+    filter_horizontal = ("clusters",)
+
+
+@admin.register(EnergyReportDelivery)
+class EnergyReportDeliveryAdmin(admin.ModelAdmin):
+    list_display = ("month", "cluster", "to", "status", "sent_at", "error")
+    list_filter = ("status", "month", "cluster")
+    readonly_fields = [f.name for f in EnergyReportDelivery._meta.fields]
+
+    def has_add_permission(self, request):
+        return False  # written by the monthly report task

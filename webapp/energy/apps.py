@@ -5,3 +5,9 @@ class EnergyConfig(AppConfig):
     name = "webapp.energy"
     label = "energy"
     verbose_name = "Energy and carbon"
+
+    def ready(self) -> None:
+        from webapp.core import metrics
+        from webapp.energy.metrics import EnergyCollector
+
+        metrics.register(EnergyCollector)

@@ -185,3 +185,177 @@ class NodePowerProfile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.hostname_prefix or '*'}: {self.name}"
+
+
+# --- Energy side: hourly GPU and node energy rollups (webapp/energy/services.py) -------------
+#
+# Written with COPY by the rollup refresh, replaced per (GPU, hour) or (node, hour); no
+# database-level foreign keys (like the telemetry samples: rows of a deleted GPU are harmless
+# and a per-row check would slow the refresh). Energy is in joules per method, so every
+# figure can say how much of it was measured.
+
+
+class GpuEnergyHour(models.Model):
+    """The energy one GPU used in one hour while one job held it (job null: no job did)."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    node = models.ForeignKey(
+        "fleet.Node", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    gpu = models.ForeignKey(
+        "fleet.Gpu", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    hour = models.DateTimeField()
+    job = models.ForeignKey(
+        "jobs.Job",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+    )
+    counter_j = models.FloatField(default=0)  # NVML counter deltas
+    integrated_j = models.FloatField(default=0)  # power integrated (no usable counter)
+    model_j = models.FloatField(default=0)  # estimated from utilization
+    covered_s = models.FloatField(default=0)  # seconds with an energy (completeness)
+    idle_j = models.FloatField(default=0)  # intervals under VIGIL_BUSY_UTIL_PCT
+    idle_s = models.FloatField(default=0)
+    samples = models.IntegerField(default=0)  # intervals ending in this row
+    # Raw samples of the whole GPU-hour when it was computed: the refresh compares it with the
+    # 1-minute rollup's count to find GPU-hours that got new samples.
+    hour_samples = models.IntegerField(default=0)
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["cluster", "hour"], name="gpuenergy_cluster_hour"),
+            models.Index(fields=["gpu", "hour"], name="gpuenergy_gpu_hour"),
+            models.Index(fields=["job"], name="gpuenergy_job"),
+        ]
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} {self.hour:%Y-%m-%d %H}h job {self.job_id}"
+
+    @property
+    def energy_j(self) -> float:
+        return self.counter_j + self.integrated_j + self.model_j
+
+
+class JobEnergyHour(models.Model):
+    """A cluster's GPU energy of one hour per job (job null: GPUs no job held): the sums of
+    that hour's GpuEnergyHour rows, rewritten whenever any of them is, so the monthly report
+    reads a row per job-hour (tens of thousands a month) instead of one per GPU-hour."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    hour = models.DateTimeField()
+    job = models.ForeignKey(
+        "jobs.Job",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+    )
+    gpus = models.IntegerField(default=0)
+    counter_j = models.FloatField(default=0)
+    integrated_j = models.FloatField(default=0)
+    model_j = models.FloatField(default=0)
+    covered_s = models.FloatField(default=0)
+    idle_j = models.FloatField(default=0)
+    idle_s = models.FloatField(default=0)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["cluster", "hour"], name="jobenergy_cluster_hour"),
+            models.Index(fields=["job"], name="jobenergy_job"),
+        ]
+
+    def __str__(self) -> str:
+        return f"cluster {self.cluster_id} {self.hour:%Y-%m-%d %H}h job {self.job_id}"
+
+
+class NodeEnergyHour(models.Model):
+    """A node's IT energy in one hour: IPMI server power where measured, the node power model
+    (webapp/energy/carbon.py) for the rest of the time its GPUs were accounted."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    node = models.ForeignKey(
+        "fleet.Node", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    hour = models.DateTimeField()
+    ipmi_j = models.FloatField(default=0)
+    ipmi_s = models.FloatField(default=0)
+    model_j = models.FloatField(default=0)
+    gpu_j = models.FloatField(default=0)  # the node's GPUs, all methods (from GpuEnergyHour)
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "hour"], name="nodeenergy_unique"),
+        ]
+        indexes = [models.Index(fields=["cluster", "hour"], name="nodeenergy_cluster_hour")]
+
+    def __str__(self) -> str:
+        return f"node {self.node_id} {self.hour:%Y-%m-%d %H}h"
+
+    @property
+    def it_j(self) -> float:
+        return self.ipmi_j + self.model_j
+
+
+class EnergyReportSubscription(models.Model):
+    """Who gets the monthly energy report by email: an alerts email channel (its address,
+    its disabled flag), for some clusters (none chosen: every cluster)."""
+
+    channel = models.ForeignKey(
+        "alerts.Channel", on_delete=models.CASCADE, related_name="energy_report_subscriptions"
+    )
+    clusters = models.ManyToManyField(Cluster, blank=True, related_name="+")
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"energy report to {self.channel.target}"
+
+
+class EnergyReportDelivery(models.Model):
+    """One report email (a subscription, a cluster, a month), written before it is sent: the
+    run record, and what keeps a month from being sent twice."""
+
+    class Status(models.TextChoices):
+        SENDING = "sending", "Sending"
+        SENT = "sent", "Sent"
+        FAILED = "failed", "Failed"
+
+    subscription = models.ForeignKey(
+        EnergyReportSubscription, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    month = models.CharField(max_length=7)  # YYYY-MM
+    to = models.CharField(max_length=512)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.SENDING)
+    error = models.CharField(max_length=1024, blank=True, default="")
+    pdf_bytes = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["subscription", "cluster", "month"], name="energyreport_once"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.month} {self.cluster_id} to {self.to}: {self.status}"

@@ -1,0 +1,169 @@
+"""Plotly figures of the energy page and the monthly report, built server-side (plain dicts
+for `json_script`) and drawn by the vendored plotly.js, like webapp/recovery/figures.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from webapp.core.charts import GPU_COLOURS, NO_DATA_COLOUR, TEMPLATE
+from webapp.energy.selectors import Day, EnergyReport, Line
+
+# Day axes tick once a day at most (a month-long axis picks its own, coarser step).
+_DAY_AXIS = {
+    "title": {"text": "day (UTC)"},
+    "type": "date",
+    "tickformat": "%b %d",
+    "dtick": 86_400_000,
+}
+_LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
+# GPU, rest of the node (IT - GPU), facility overhead (facility - IT): three shades of one
+# hue so the stack reads as one quantity growing.
+ENERGY_COLOURS = ("#1f4e99", "#5b8bd6", "#a9c4ee")
+CO2_COLOUR = "#6b6b6b"
+
+
+def _done(fig: go.Figure, height: int) -> dict:
+    fig.update_layout(
+        template=TEMPLATE,
+        height=height,
+        margin={"l": 10, "r": 10, "t": 40, "b": 45},
+        legend=_LEGEND,
+    )
+    return json.loads(fig.to_json())
+
+
+def _x(days: Sequence[Day]) -> list[str]:
+    return [d.day.date().isoformat() for d in days]
+
+
+def daily_energy_figure(days: Sequence[Day]) -> dict:
+    """Daily energy stacked: GPUs, the rest of the nodes, facility overhead (kWh)."""
+    fig = go.Figure()
+    parts = (
+        ("GPUs", [d.gpu_kwh for d in days]),
+        ("rest of the nodes", [max(0.0, d.it_kwh - d.gpu_kwh) for d in days]),
+        ("facility overhead (PUE)", [max(0.0, d.facility_kwh - d.it_kwh) for d in days]),
+    )
+    for (name, ys), colour in zip(parts, ENERGY_COLOURS, strict=True):
+        fig.add_trace(
+            go.Bar(
+                name=name,
+                x=_x(days),
+                y=ys,
+                marker={"color": colour},
+                hovertemplate="%{x}<br>" + name + ": %{y:,.1f} kWh<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        xaxis=_DAY_AXIS,
+        yaxis={"title": {"text": "kWh"}, "rangemode": "tozero"},
+    )
+    return _done(fig, 300)
+
+
+def daily_co2_pue_figure(days: Sequence[Day]) -> dict:
+    """Daily CO2e (bars, kg, location-based) and PUE (line, right axis)."""
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            name="CO2e, location-based (kg)",
+            x=_x(days),
+            y=[d.co2e_location_kg for d in days],
+            marker={"color": CO2_COLOUR},
+            hovertemplate="%{x}<br>%{y:,.1f} kg CO2e<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            name="PUE",
+            x=_x(days),
+            y=[d.pue for d in days],
+            yaxis="y2",
+            mode="lines+markers",
+            line={"color": GPU_COLOURS[1]},
+            hovertemplate="%{x}<br>PUE %{y:.2f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        xaxis=_DAY_AXIS,
+        yaxis={"title": {"text": "kg CO2e"}, "rangemode": "tozero"},
+        yaxis2={
+            "title": {"text": "PUE"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+        },
+    )
+    return _done(fig, 300)
+
+
+def power_figure(days: Sequence[Day], limit_w: float | None) -> dict:
+    """Mean GPU power per day against the enforced power limit (TDP)."""
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            name="mean GPU power (W)",
+            x=_x(days),
+            y=[d.mean_gpu_power_w for d in days],
+            mode="lines+markers",
+            line={"color": GPU_COLOURS[0]},
+            hovertemplate="%{x}<br>%{y:.0f} W<extra></extra>",
+        )
+    )
+    if limit_w and days:
+        fig.add_trace(
+            go.Scatter(
+                name=f"power limit ({limit_w:.0f} W)",
+                x=[_x(days)[0], _x(days)[-1]],
+                y=[limit_w, limit_w],
+                mode="lines",
+                line={"color": NO_DATA_COLOUR, "dash": "dash"},
+                hoverinfo="skip",
+            )
+        )
+    fig.update_layout(
+        xaxis=_DAY_AXIS,
+        yaxis={"title": {"text": "W per GPU"}, "rangemode": "tozero"},
+    )
+    return _done(fig, 260)
+
+
+def breakdown_figure(lines: Sequence[Line], idle: Line | None, title: str) -> dict:
+    """Facility kWh per team / type / outcome (horizontal bars), idle GPUs last."""
+    rows = [*lines, *([idle] if idle else [])]
+    fig = go.Figure(
+        go.Bar(
+            orientation="h",
+            y=[r.key for r in rows],
+            x=[r.facility_kwh for r in rows],
+            customdata=[[r.share * 100, r.gpu_kwh] for r in rows],
+            marker={
+                "color": [ENERGY_COLOURS[0]] * len(lines)
+                + [NO_DATA_COLOUR] * (len(rows) - len(lines))
+            },
+            hovertemplate="%{y}: %{x:,.1f} kWh facility (%{customdata[0]:.1f}%), "
+            "GPUs %{customdata[1]:,.1f} kWh<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title={"text": title, "font": {"size": 13}},
+        xaxis={"title": {"text": "facility kWh"}, "rangemode": "tozero"},
+        yaxis={"autorange": "reversed", "automargin": True},
+        showlegend=False,
+    )
+    return _done(fig, 80 + 28 * max(3, len(rows)))
+
+
+def page_figures(r: EnergyReport) -> dict:
+    return {
+        "daily-energy": daily_energy_figure(r.days),
+        "daily-co2": daily_co2_pue_figure(r.days),
+        "power": power_figure(r.days, r.mean_power_limit_w),
+        "by-team": breakdown_figure(r.by_team, r.idle_line, "by team"),
+        "by-type": breakdown_figure(r.by_type, None, "by job type"),
+        "by-outcome": breakdown_figure(r.by_outcome, None, "by outcome"),
+    }

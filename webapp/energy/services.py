@@ -1,0 +1,490 @@
+"""Writes of the energy app: the hourly GPU and node energy rollups.
+
+Each GPU-hour is recomputed whole from raw samples (webapp/energy/sources.py) and split at
+allocation boundaries, so a row is the energy one GPU used in one hour while one job held it
+(job null: no job held it, "idle"). Rows are replaced per (GPU, hour), so a refresh is exact
+whatever was redelivered, and running it twice changes nothing.
+
+Which GPU-hours to recompute: ended hours whose raw-sample count in the 1-minute rollup
+(telemetry_gpurollup1m, maintained by webapp/telemetry rollups_refresh) differs from the
+count this rollup saw, within VIGIL_ENERGY_LOOKBACK_H; and the hour after each (its first
+interval starts with the previous hour's last sample). No hook in ingest is needed; the
+comparison reads the 1-minute rollup of the lookback window each run, which a very large
+fleet would rather avoid: a dirty-range row written by ingest, as RollupDirty is, would let
+this refresh recompute exactly the GPU-hours that changed.
+"""
+
+from __future__ import annotations
+
+import smtplib
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import make_msgid
+from urllib.parse import urlencode
+
+import numpy as np
+from django.conf import settings
+from django.core import signing
+from django.core.mail import EmailMultiAlternatives, get_connection
+from django.db import connection, transaction
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+
+from webapp.energy import accounting
+from webapp.energy.carbon import node_power_estimate_w
+from webapp.energy.models import EnergyReportDelivery, EnergyReportSubscription
+from webapp.energy.selectors import NoEnergyData
+from webapp.energy.sources import gpu_series, node_series
+from webapp.fleet.models import Cluster, Node
+
+HOUR = timedelta(hours=1)
+# GPUs read and written per statement group: a few hundred keeps each read of raw samples
+# to tens of thousands of rows and each transaction short.
+GPUS_PER_CHUNK = 500
+# GPU-hours looked at per refresh run (the rest wait for the next run, oldest first).
+STALE_PER_RUN = 20_000
+
+_GPU_COLUMNS = (
+    "cluster_id",
+    "node_id",
+    "gpu_id",
+    "hour",
+    "job_id",
+    "counter_j",
+    "integrated_j",
+    "model_j",
+    "covered_s",
+    "idle_j",
+    "idle_s",
+    "samples",
+    "hour_samples",
+    "computed_at",
+)
+_NODE_COLUMNS = (
+    "cluster_id",
+    "node_id",
+    "hour",
+    "ipmi_j",
+    "ipmi_s",
+    "model_j",
+    "gpu_j",
+    "computed_at",
+)
+
+# The cluster's job-hour sums of one hour, rewritten from its GPU-hour rows.
+_JOB_HOUR_SQL = """
+WITH gone AS (
+    DELETE FROM energy_jobenergyhour WHERE cluster_id = %(cluster)s AND hour = %(hour)s
+)
+INSERT INTO energy_jobenergyhour
+    (cluster_id, hour, job_id, gpus, counter_j, integrated_j, model_j, covered_s, idle_j, idle_s)
+SELECT cluster_id, hour, job_id, count(DISTINCT gpu_id), sum(counter_j), sum(integrated_j),
+    sum(model_j), sum(covered_s), sum(idle_j), sum(idle_s)
+FROM energy_gpuenergyhour WHERE cluster_id = %(cluster)s AND hour = %(hour)s
+GROUP BY cluster_id, hour, job_id
+"""
+
+_ALLOC_SQL = """
+SELECT coalesce(a.gpu_id, g.id), a.job_id, extract(epoch FROM a.start)::float8,
+    extract(epoch FROM a."end")::float8
+FROM jobs_joballocation a
+LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
+WHERE a.start < %(hi)s AND (a."end" IS NULL OR a."end" > %(lo)s)
+    AND coalesce(a.gpu_id, g.id) = ANY(%(ids)s)
+ORDER BY a.start
+"""
+
+_STALE_SQL = """
+WITH seen AS (
+    SELECT gpu_id, date_trunc('hour', minute) AS hour, sum(n)::bigint AS n
+    FROM telemetry_gpurollup1m WHERE minute >= %(since)s AND minute < %(until)s
+    GROUP BY 1, 2
+), done AS (
+    SELECT gpu_id, hour, max(hour_samples) AS n
+    FROM energy_gpuenergyhour WHERE hour >= %(since)s
+    GROUP BY 1, 2
+), stale AS (
+    SELECT s.gpu_id, s.hour FROM seen s
+    LEFT JOIN done d ON d.gpu_id = s.gpu_id AND d.hour = s.hour
+    WHERE d.n IS DISTINCT FROM s.n
+    ORDER BY s.hour LIMIT %(limit)s
+)
+SELECT gpu_id, hour FROM stale
+UNION
+SELECT s.gpu_id, s.hour + interval '1 hour' FROM stale s
+JOIN seen n ON n.gpu_id = s.gpu_id AND n.hour = s.hour + interval '1 hour'
+"""
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    gpu_hours: int
+    rows: int
+
+
+def _epoch(t: datetime) -> float:
+    return t.timestamp()
+
+
+def _gpu_nodes(gpu_ids: list[int]) -> dict[int, tuple[int, int]]:
+    """gpu id -> (node id, cluster id)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT g.id, n.id, n.cluster_id FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id"
+            " WHERE g.id = ANY(%s)",
+            [gpu_ids],
+        )
+        return {g: (n, c) for g, n, c in cur.fetchall()}
+
+
+def _allocations(ids: list[int], lo: datetime, hi: datetime) -> dict[int, list[tuple]]:
+    out: dict[int, list[tuple]] = defaultdict(list)
+    with connection.cursor() as cur:
+        cur.execute(_ALLOC_SQL, {"ids": ids, "lo": lo, "hi": hi})
+        for gpu_id, job_id, start, end in cur.fetchall():
+            out[gpu_id].append((job_id, start, np.inf if end is None else end))
+    return out
+
+
+def _job_of(t1: np.ndarray, allocs: list[tuple]) -> np.ndarray:
+    """The job holding the GPU at each interval end (0: none); a later allocation wins."""
+    job = np.zeros(len(t1), dtype=np.int64)
+    for job_id, start, end in allocs:
+        job[(t1 >= start) & (t1 < end)] = job_id
+    return job
+
+
+def _gpu_hour_rows(gpu_id: int, where: tuple[int, int], hour: datetime, series, allocs, now):
+    """Rollup rows of one GPU-hour, one per job that held it (and one for no job)."""
+    node_id, cluster_id = where
+    lo = _epoch(hour)
+    iv = accounting.gpu_intervals(
+        series.ts,
+        series.energy_mj,
+        series.power_w,
+        power_limit_w=series.power_limit_w,
+        util_pct=series.gpu_util,
+    )
+    hour_samples = int(np.count_nonzero(series.ts >= lo))
+    in_hour = iv.t1 >= lo
+    jobs = _job_of(iv.t1, allocs)
+    keys, seg = np.unique(jobs, return_inverse=True)
+    seg = np.where(in_hour, seg, -1)
+    # Idle: utilization under the busy bound (the rule of the wasted-GPUs page); unknown
+    # utilization is not called idle.
+    util = series.gpu_util[np.searchsorted(series.ts, iv.t1)]
+    busy = ~(util < settings.VIGIL_BUSY_UTIL_PCT)
+    sums = accounting.segment_sums(iv, seg, len(keys), busy=busy)
+    rows = []
+    for k, job_id in enumerate(keys):
+        if sums.samples[k] == 0:
+            continue
+        c, i, m = sums.energy_j[k]
+        rows.append(
+            (
+                cluster_id,
+                node_id,
+                gpu_id,
+                hour,
+                int(job_id) or None,
+                float(c),
+                float(i),
+                float(m),
+                float(sums.covered_s[k]),
+                float(sums.idle_j[k]),
+                float(sums.idle_s[k]),
+                int(sums.samples[k]),
+                hour_samples,
+                now,
+            )
+        )
+    if not rows and hour_samples:
+        # Only the sample opening the hour: remember it was seen, with no energy yet.
+        rows.append(
+            (cluster_id, node_id, gpu_id, hour, None, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 1, now)
+        )
+    return rows
+
+
+def _node_hour_row(node: Node, hour: datetime, series, gpu_j: float, gpu_s: float, now):
+    """Node IT energy of one hour: IPMI server power where measured, else the node power
+    model over the seconds its GPUs were accounted."""
+    lo = _epoch(hour)
+    ipmi_j = ipmi_s = 0.0
+    cpu_util = None
+    if series is not None:
+        iv = accounting.gpu_intervals(series.ts, None, series.server_power_w)
+        sel = (iv.t1 >= lo) & (iv.method == accounting.INTEGRATED)
+        ipmi_j = float(iv.energy_j[sel].sum())
+        ipmi_s = float((iv.t1 - iv.t0)[sel].sum())
+        cu = series.cpu_util[series.ts >= lo]
+        cpu_util = float(np.nanmean(cu)) if np.isfinite(cu).any() else None
+    model_j = 0.0
+    rest_s = gpu_s - ipmi_s
+    if rest_s > 0 and gpu_s > 0:
+        gpu_w = gpu_j / gpu_s
+        model_j = node_power_estimate_w(node, gpu_w, cpu_util) * rest_s
+    return (node.cluster_id, node.id, hour, ipmi_j, ipmi_s, model_j, gpu_j, now)
+
+
+def _copy_rows(cur, table: str, columns: tuple[str, ...], rows: list[tuple]) -> None:
+    if not rows:
+        return
+    with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def gpu_hours_recompute(hour: datetime, gpu_ids: list[int]) -> int:
+    """Recompute the energy rows of these GPUs in this hour, and their nodes' rows; returns
+    the GPU rows written. One transaction per call: a reader sees old rows or new, never a
+    half."""
+    hour = hour.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    hi = hour + HOUR
+    now = timezone.now()
+    where = _gpu_nodes(gpu_ids)
+    ids = [g for g in gpu_ids if g in where]
+    series = gpu_series(ids, hour, hi)
+    allocs = _allocations(ids, hour, hi)
+    rows: list[tuple] = []
+    for gpu_id in ids:
+        s = series.get(gpu_id)
+        if s is not None:
+            rows.extend(_gpu_hour_rows(gpu_id, where[gpu_id], hour, s, allocs.get(gpu_id, []), now))
+    # Node totals: sum the GPU energy of every GPU of the node this hour (rows of other GPUs
+    # of the node not recomputed now are read back from the table).
+    node_ids = sorted({where[g][0] for g in ids})
+    gpu_j: dict[int, float] = defaultdict(float)
+    gpu_s: dict[int, float] = defaultdict(float)
+    fresh = {r[2] for r in rows}
+    for r in rows:
+        gpu_j[r[1]] += r[5] + r[6] + r[7]
+        gpu_s[r[1]] += r[8]
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(
+            "DELETE FROM energy_gpuenergyhour WHERE hour = %s AND gpu_id = ANY(%s)", [hour, ids]
+        )
+        cur.execute(
+            "SELECT node_id, sum(counter_j + integrated_j + model_j), sum(covered_s)"
+            " FROM energy_gpuenergyhour WHERE hour = %s AND node_id = ANY(%s)"
+            " AND NOT gpu_id = ANY(%s) GROUP BY node_id",
+            [hour, node_ids, list(fresh)],
+        )
+        for node_id, j, s in cur.fetchall():
+            gpu_j[node_id] += j
+            gpu_s[node_id] += s
+        _copy_rows(cur.cursor, "energy_gpuenergyhour", _GPU_COLUMNS, rows)
+        # Node-seconds of GPU coverage: the mean over the node's GPUs (a node-hour is 3600 s
+        # however many GPUs it has).
+        cur.execute(
+            "SELECT node_id, count(*) FROM fleet_gpu WHERE node_id = ANY(%s) GROUP BY node_id",
+            [node_ids],
+        )
+        gpus_per_node = dict(cur.fetchall())
+        nodes = Node.objects.in_bulk(node_ids)
+        nseries = node_series(node_ids, hour, hi)
+        node_rows = []
+        for node_id in node_ids:
+            per_gpu_s = gpu_s[node_id] / gpus_per_node.get(node_id, 1)
+            node_rows.append(
+                _node_hour_row(
+                    nodes[node_id], hour, nseries.get(node_id), gpu_j[node_id], per_gpu_s, now
+                )
+            )
+        cur.execute(
+            "DELETE FROM energy_nodeenergyhour WHERE hour = %s AND node_id = ANY(%s)",
+            [hour, node_ids],
+        )
+        _copy_rows(cur.cursor, "energy_nodeenergyhour", _NODE_COLUMNS, node_rows)
+        for cluster_id in sorted({where[g][1] for g in ids}):
+            cur.execute(_JOB_HOUR_SQL, {"cluster": cluster_id, "hour": hour})
+    return len(rows)
+
+
+def energy_rollups_refresh(now: datetime | None = None) -> RefreshResult:
+    """Recompute the ended GPU-hours whose raw samples changed since they were last
+    accounted (within VIGIL_ENERGY_LOOKBACK_H), oldest first, at most STALE_PER_RUN."""
+    now = now or timezone.now()
+    since = (now - timedelta(hours=settings.VIGIL_ENERGY_LOOKBACK_H)).replace(
+        minute=0, second=0, microsecond=0
+    )
+    # Only hours that have ended: the current one would look stale at every run (its samples
+    # keep coming) and cost a full read of it each time; it is accounted once it closes.
+    until = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    with connection.cursor() as cur:
+        cur.execute(_STALE_SQL, {"since": since, "until": until, "limit": STALE_PER_RUN})
+        stale = cur.fetchall()
+    by_hour: dict[datetime, list[int]] = defaultdict(list)
+    for gpu_id, hour in stale:
+        by_hour[hour].append(gpu_id)
+    rows = 0
+    for hour in sorted(by_hour):
+        ids = sorted(by_hour[hour])
+        for i in range(0, len(ids), GPUS_PER_CHUNK):
+            rows += gpu_hours_recompute(hour, ids[i : i + GPUS_PER_CHUNK])
+    return RefreshResult(len(stale), rows)
+
+
+def energy_rollups_rebuild(cluster_id: int, lo: datetime, hi: datetime) -> RefreshResult:
+    """Recompute a cluster's GPU-hours in [lo, hi) from raw samples (a backfill, or after
+    allocations were corrected). Only hours that still have raw samples are touched: an hour
+    whose raw samples retention has dropped keeps the rows it has."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT g.id FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id"
+            " WHERE n.cluster_id = %s ORDER BY g.id",
+            [cluster_id],
+        )
+        ids = [r[0] for r in cur.fetchall()]
+        cur.execute(
+            "SELECT DISTINCT date_trunc('hour', ts) FROM telemetry_gpusample"
+            " WHERE gpu_id = ANY(%s) AND ts >= %s AND ts < %s ORDER BY 1",
+            [ids, lo, hi],
+        )
+        hours = [r[0] for r in cur.fetchall()]
+    rows = 0
+    for hour in hours:
+        for i in range(0, len(ids), GPUS_PER_CHUNK):
+            rows += gpu_hours_recompute(hour, ids[i : i + GPUS_PER_CHUNK])
+    return RefreshResult(len(hours) * len(ids), rows)
+
+
+# --- The monthly report email ------------------------------------------------------------------
+
+UNSUBSCRIBE_SALT = "vigil.energy.unsubscribe"
+
+
+def report_unsubscribe_url(sub: EnergyReportSubscription) -> str:
+    token = signing.dumps({"s": sub.pk}, salt=UNSUBSCRIBE_SALT, compress=True)
+    return f"{settings.VIGIL_BASE_URL}{reverse('energy:unsubscribe', args=[token])}"
+
+
+def report_subscription_for(token: str) -> tuple[EnergyReportSubscription | None, str | None]:
+    """The subscription an unsubscribe link names, or the reason it names none."""
+    try:
+        data = signing.loads(token, salt=UNSUBSCRIBE_SALT)
+    except signing.BadSignature:
+        return None, "this unsubscribe link is not valid (it was changed or cut)"
+    sub = (
+        EnergyReportSubscription.objects.select_related("channel").filter(pk=data.get("s")).first()
+    )
+    if sub is None:
+        return None, "this subscription no longer exists"
+    return sub, None
+
+
+def report_unsubscribe(sub: EnergyReportSubscription) -> None:
+    EnergyReportSubscription.objects.filter(pk=sub.pk).update(
+        active=False, updated_at=timezone.now()
+    )
+    sub.active = False
+
+
+def previous_month(now: datetime) -> str:
+    first = now.astimezone(UTC).replace(day=1)
+    return f"{first - timedelta(days=1):%Y-%m}"
+
+
+def _render_email(context: dict) -> tuple[str, str, str]:
+    subject = " ".join(render_to_string("emails/energy-report-subject.html", context).split())
+    text = render_to_string("emails/energy-report-body-text.html", context)
+    html = render_to_string("emails/energy-report-body-html.html", context)
+    return subject[:512], text, html
+
+
+def report_send(
+    sub: EnergyReportSubscription, cluster: Cluster, month: str, pdf: bytes, context: dict
+):
+    """Send one report email with its PDF; the delivery row is written first, so a crash
+    mid-send leaves a 'sending' row (retried by the next run), never a silent double send."""
+    to = sub.channel.target
+    delivery, created = EnergyReportDelivery.objects.get_or_create(
+        subscription=sub, cluster=cluster, month=month, defaults={"to": to}
+    )
+    if not created and delivery.status == EnergyReportDelivery.Status.SENT:
+        return delivery
+    query = urlencode({"cluster": cluster.name, "month": month})
+    unsubscribe = report_unsubscribe_url(sub)
+    subject, text, html = _render_email(
+        {
+            **context,
+            "report_url": f"{settings.VIGIL_BASE_URL}{reverse('energy:report')}?{query}",
+            "page_url": f"{settings.VIGIL_BASE_URL}{reverse('energy:cluster')}?{query}",
+            "unsubscribe_url": unsubscribe,
+        }
+    )
+    message = EmailMultiAlternatives(
+        subject=subject,
+        body=text,
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[to],
+        headers={
+            "Message-ID": make_msgid("energy-report", domain=settings.VIGIL_EMAIL_DOMAIN),
+            "List-Unsubscribe": f"<{unsubscribe}>",
+        },
+        connection=get_connection(timeout=settings.VIGIL_ALERTS_SEND_TIMEOUT_S),
+    )
+    message.attach_alternative(html, "text/html")
+    message.attach(f"vigil-energy-{cluster.name}-{month}.pdf", pdf, "application/pdf")
+    try:
+        message.send()
+    except (smtplib.SMTPException, OSError) as exc:
+        delivery.status, delivery.error = EnergyReportDelivery.Status.FAILED, str(exc)[:1024]
+    else:
+        delivery.status, delivery.error = EnergyReportDelivery.Status.SENT, ""
+        delivery.sent_at = timezone.now()
+    delivery.to, delivery.pdf_bytes = to, len(pdf)
+    delivery.save(update_fields=["status", "error", "sent_at", "to", "pdf_bytes"])
+    return delivery
+
+
+def energy_reports_send(month: str | None = None, now: datetime | None = None) -> dict:
+    """Email the month's report (default: last month) to every active subscription on an
+    enabled email channel, one email per cluster, each at most once. Clusters without data
+    that month are skipped and counted."""
+    from webapp.energy import report  # the report renders templates and figures: load late
+
+    now = now or timezone.now()
+    month = month or previous_month(now)
+    subs = list(
+        EnergyReportSubscription.objects.filter(
+            active=True, channel__kind="email", channel__disabled=False
+        )
+        .select_related("channel")
+        .prefetch_related("clusters")
+    )
+    done = EnergyReportDelivery.Status.SENT
+    counts = {"sent": 0, "failed": 0, "no_data": 0, "already": 0}
+    built: dict[int, tuple[bytes, dict] | None] = {}
+    for sub in subs:
+        for cluster in list(sub.clusters.all()) or list(Cluster.objects.order_by("name")):
+            if EnergyReportDelivery.objects.filter(
+                subscription=sub, cluster=cluster, month=month, status=done
+            ).exists():
+                counts["already"] += 1
+                continue
+            if cluster.id not in built:
+                try:
+                    context = report.report_context(cluster, month)
+                except NoEnergyData:
+                    built[cluster.id] = None
+                else:
+                    built[cluster.id] = (report.report_pdf_from(context), context)
+            if built[cluster.id] is None:
+                counts["no_data"] += 1
+                continue
+            pdf, context = built[cluster.id]
+            d = report_send(sub, cluster, month, pdf, context)
+            counts["sent" if d.status == done else "failed"] += 1
+    return {"month": month, **counts}
+
+
+def energy_reports_due(now: datetime | None = None) -> dict | None:
+    """Send last month's reports if today is the report day (or later in the month: a beat
+    that was down catches up) and the hour has come; None when not due."""
+    now = (now or timezone.now()).astimezone(UTC)
+    if (now.day, now.hour) < (settings.VIGIL_ENERGY_REPORT_DAY, settings.VIGIL_ENERGY_REPORT_HOUR):
+        return None
+    return energy_reports_send(previous_month(now), now)

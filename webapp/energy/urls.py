@@ -1,0 +1,15 @@
+"""Pages of the energy app: a cluster's energy per month, the printable monthly report and
+its PDF; the report email's unsubscribe link. CSV exports are in api_urls.py."""
+
+from django.urls import path
+
+from webapp.energy import views
+
+app_name = "energy"
+
+urlpatterns = [
+    path("energy/", views.energy_page, name="cluster"),
+    path("energy/report/", views.report_page, name="report"),
+    path("energy/report.pdf", views.report_pdf, name="report_pdf"),
+    path("energy/unsubscribe/<str:token>/", views.unsubscribe, name="unsubscribe"),
+]

@@ -1,0 +1,166 @@
+"""Energy pages: a cluster's month (figures, breakdowns, waste, method), the printable
+monthly report and its PDF, CSV of every table, and the report email's unsubscribe link.
+
+Everyone logged in reads (the figures are the cluster's, as on the jobs pages); a month with
+no data says so plainly, a bad month or cluster is a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from webapp.core.exports import csv_response
+from webapp.energy import figures, report, services
+from webapp.energy.forms import EnergyForm
+from webapp.energy.selectors import NoEnergyData, month_report
+from webapp.fleet.models import Cluster
+
+
+def _parse(request: HttpRequest):
+    form = EnergyForm(request.GET)
+    return form, form.chosen_cluster, form.values["month"], form.error
+
+
+def energy_page(request: HttpRequest) -> HttpResponse:
+    form, cluster, month, error = _parse(request)
+    context = {
+        "clusters": Cluster.objects.order_by("name"),
+        "cluster": cluster,
+        "month": month,
+        "error": error,
+        "query": request.GET.urlencode(),
+        "r": None,
+        "p": None,
+        "no_data": None,
+        "busy_util_pct": settings.VIGIL_BUSY_UTIL_PCT,
+    }
+    if cluster is not None and error is None:
+        try:
+            r, p = month_report(cluster, month)
+        except NoEnergyData as exc:
+            context["no_data"] = str(exc)
+        else:
+            context.update(
+                r=r,
+                p=p,
+                kpis=report.kpis(r, p),
+                footnote=report.method_footnote(r),
+                figures=figures.page_figures(r),
+                query=f"cluster={cluster.name}&month={month}",
+            )
+    return render(request, "energy/cluster.html", context, status=400 if error else 200)
+
+
+_TABLES = {
+    "teams": "by_team",
+    "job-types": "by_type",
+    "outcomes": "by_outcome",
+    "users": "by_user",
+    "jobs": "top_jobs",
+}
+_LINE_HEADER = [
+    "cluster",
+    "month",
+    "key",
+    "gpu_hours",
+    "gpu_kwh",
+    "facility_kwh",
+    "co2e_location_kg",
+    "co2e_market_kg",
+    "share_of_facility",
+    "method_version",
+]
+
+
+def energy_csv(request: HttpRequest, table: str) -> HttpResponse:
+    if table not in (*_TABLES, "days", "summary", "report"):
+        raise Http404(f"no energy table {table!r}")
+    _form, cluster, month, error = _parse(request)
+    if error or cluster is None:
+        return HttpResponse(
+            error or "cluster: no cluster yet", status=400, content_type="text/plain"
+        )
+    try:
+        r, p = month_report(cluster, month)
+    except NoEnergyData as exc:
+        return HttpResponse(str(exc), status=404, content_type="text/plain")
+    name = f"vigil-energy-{cluster.name}-{month}-{table}.csv"
+    if table == "days":
+        return csv_response(
+            name,
+            ["cluster", "day", "gpu_kwh", "it_kwh", "facility_kwh", "co2e_location_kg", "pue",
+             "mean_gpu_power_w", "method_version"],
+            ((cluster.name, d.day.date().isoformat(), d.gpu_kwh, d.it_kwh, d.facility_kwh,
+              d.co2e_location_kg, d.pue, d.mean_gpu_power_w, r.method_version) for d in r.days),
+        )  # fmt: skip
+    if table == "summary":
+        return csv_response(
+            name,
+            ["cluster", "month", "figure", "unit", "value", "previous_month", "change"],
+            ((cluster.name, month, k["label"], k["unit"], k["value"], k["previous"], k["change"])
+             for k in report.kpis(r, p)),
+        )  # fmt: skip
+    if table == "report":
+        return csv_response(name, report.CSV_HEADER, report.report_rows(r, month))
+    lines = getattr(r, _TABLES[table])
+    if table == "teams" and r.idle_line:
+        lines = [*lines, r.idle_line]
+    return csv_response(
+        name,
+        _LINE_HEADER,
+        ((cluster.name, month, x.key, x.gpu_hours, x.gpu_kwh, x.facility_kwh, x.co2e_location_kg,
+          x.co2e_market_kg, x.share, r.method_version) for x in lines),
+    )  # fmt: skip
+
+
+def _report_or_error(request: HttpRequest):
+    _form, cluster, month, error = _parse(request)
+    if error or cluster is None:
+        return None, HttpResponse(
+            error or "cluster: no cluster yet", status=400, content_type="text/plain"
+        )
+    try:
+        return report.report_context(cluster, month), None
+    except NoEnergyData as exc:
+        return None, HttpResponse(str(exc), status=404, content_type="text/plain")
+
+
+def report_page(request: HttpRequest) -> HttpResponse:
+    context, problem = _report_or_error(request)
+    if problem:
+        return problem
+    return HttpResponse(report.report_html(context, for_pdf=False))
+
+
+def report_pdf(request: HttpRequest) -> HttpResponse:
+    context, problem = _report_or_error(request)
+    if problem:
+        return problem
+    try:
+        pdf = report.html_to_pdf(report.report_html(context, for_pdf=True))
+    except report.ReportError as exc:
+        return HttpResponse(str(exc), status=503, content_type="text/plain")
+    response = HttpResponse(pdf, content_type="application/pdf")
+    name = f"vigil-energy-{context['cluster'].name}-{context['month']}.pdf"
+    response["Content-Disposition"] = f'inline; filename="{name}"'
+    return response
+
+
+@login_not_required
+def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
+    """The link in the report email: GET asks, POST turns the subscription off (a mail
+    scanner following links must not unsubscribe anyone)."""
+    sub, problem = services.report_subscription_for(token)
+    done = False
+    if sub is not None and request.method == "POST":
+        services.report_unsubscribe(sub)
+        done = True
+    return render(
+        request,
+        "energy/unsubscribe.html",
+        {"sub": sub, "problem": problem, "done": done},
+        status=400 if problem else 200,
+    )
