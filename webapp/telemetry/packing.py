@@ -92,7 +92,9 @@ def _undelta(deltas: np.ndarray) -> np.ndarray:
     return np.cumsum(deltas, dtype=np.uint64).view(np.int64)
 
 
-def pack(ts_us: np.ndarray, columns: dict[str, Column], fields: tuple[tuple[str, str], ...]) -> bytes:
+def pack(
+    ts_us: np.ndarray, columns: dict[str, Column], fields: tuple[tuple[str, str], ...]
+) -> bytes:
     """One blob from the samples of one GPU: `ts_us` ascending and unique, one Column per
     (name, kind) of `fields` (kind "float" or "int"). Raises PackError on a bad input."""
     ts = np.asarray(ts_us, dtype=np.int64)

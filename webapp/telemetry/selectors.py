@@ -25,6 +25,7 @@ from webapp.fleet.models import Cluster, Node
 from webapp.fleet.selectors import node_state_now
 from webapp.telemetry.choices import GPU_STATUSES, GpuStatus
 from webapp.telemetry.partitions import oldest_kept
+from webapp.telemetry.samples import RAW, samples_source
 
 # Metrics the live pages show, with the unit the figures use.
 SERIES_METRICS: tuple[str, ...] = (
@@ -253,7 +254,7 @@ class Series:
 
 _RAW_SERIES_SQL = f"""
 SELECT gpu_id, ts, {", ".join(SERIES_METRICS)}
-FROM telemetry_gpusample
+FROM telemetry_gpusample s
 WHERE gpu_id = ANY(%s) AND ts > %s AND ts <= %s
 ORDER BY gpu_id, ts
 """
@@ -281,7 +282,8 @@ def gpus_series(
         return out
     with connection.cursor() as cur:
         if time_range.bucket_s is None:
-            cur.execute(_RAW_SERIES_SQL, [list(gpu_ids), since, until])
+            source = samples_source(gpu_ids, since, until)
+            cur.execute(_RAW_SERIES_SQL.replace(RAW, source), [list(gpu_ids), since, until])
         else:
             cur.execute(_ROLLUP_SERIES_SQL, [time_range.bucket_s, list(gpu_ids), since, until])
         rows = cur.fetchall()

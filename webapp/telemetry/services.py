@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from operator import itemgetter
 
@@ -45,9 +45,12 @@ from webapp.core.ingest import Refused, db_outage, store_failure
 from webapp.core.models import RejectedBatch
 from webapp.core.refusals import AuthError, batch_reject
 from webapp.fleet.services import NODE_SEEN_UPDATE, gpus_register, node_authenticate
+from webapp.telemetry.compaction import late_rows_filter
 from webapp.telemetry.metrics import ingest_samples_count
 from webapp.telemetry.models import ROLLUP_METRICS
 from webapp.telemetry.partitions import oldest_kept, partition_ensure
+from webapp.telemetry.rollup_hourly import rollup1h_mark_late
+from webapp.telemetry.samples import late_before, samples_relation
 
 log = logging.getLogger("vigil.ingest")
 
@@ -230,6 +233,8 @@ class _Ready:
     gpu_rows: list[tuple]
     rest: dict
     raw: str | bytes  # what the batch said, to refuse it if storing it fails
+    samples: int = 0  # GPU samples the batch carried (gpu_rows may lose packed duplicates)
+    late: bool = False  # has samples an hour may already hold packed (compaction.py)
 
 
 def samples_ingest(raw: str | bytes) -> IngestResult:
@@ -300,7 +305,17 @@ def _ready(raw: str | bytes) -> _Ready:
         gpu_rows.sort(key=_pk)
     last = stamps[max(times)] if times else datetime.fromtimestamp(batch.sent_at, UTC)
     rest = _rest_params(batch, node.id, gpu_ids, gpu_times, stamps, last)
-    return _Ready(str(batch.batch_id), batch.node, gpu_rows, rest, raw)
+    late = bool(gpu_times) and min(gpu_times) < late_before()
+    return _Ready(str(batch.batch_id), batch.node, gpu_rows, rest, raw, len(gpu_rows), late)
+
+
+def _without_packed(ready: list[_Ready]) -> list[_Ready]:
+    """Late batches lose the samples a packed hour already holds (a redelivery: stored
+    once), and their hours are marked for compaction; a cheap no-op for live batches."""
+    if not any(r.late for r in ready):
+        return ready
+    kept = late_rows_filter([r.gpu_rows for r in ready])
+    return [replace(r, gpu_rows=rows) for r, rows in zip(ready, kept, strict=True)]
 
 
 _Refusal = BatchError | AuthError | Refused
@@ -323,11 +338,12 @@ def _store(
         with transaction.atomic(), connection.cursor() as cur:
             results = []
             if ready:
-                _copy(cur, _COPY_GPU_ROWS, [row for r in ready for row in r.gpu_rows])
-                _latest_upsert([r.gpu_rows for r in ready])
-                stored = [len(r.gpu_rows) for r in ready]
-                node_stored = _store_rests(_STORE_REST_FIRST, [r.rest for r in ready], stored)
-                results = list(map(_result, ready, stored, node_stored))
+                todo = _without_packed(ready)
+                _copy(cur, _COPY_GPU_ROWS, [row for r in todo for row in r.gpu_rows])
+                _latest_upsert([r.gpu_rows for r in todo])
+                stored = [len(r.gpu_rows) for r in todo]
+                node_stored = _store_rests(_STORE_REST_FIRST, [r.rest for r in todo], stored)
+                results = list(map(_result, todo, stored, node_stored))
             return results + [batch_reject(raw, exc) for raw, exc in refused]
     except (IntegrityError, psycopg.errors.UniqueViolation):
         pass
@@ -343,6 +359,7 @@ def _store(
     for r in ready:
         try:
             with transaction.atomic(), connection.cursor() as cur:
+                [r] = _without_packed([r])
                 stored = _copy_new(cur, r.gpu_rows)
                 _latest_upsert([r.gpu_rows])
                 [node_stored] = _store_rests(_STORE_REST_NEW, [r.rest], [stored])
@@ -359,7 +376,7 @@ def _store(
 
 
 def _result(ready: _Ready, stored: int, node_stored: int) -> IngestResult:
-    return IngestResult(ready.batch_id, ready.node, len(ready.gpu_rows), stored, node_stored)
+    return IngestResult(ready.batch_id, ready.node, ready.samples, stored, node_stored)
 
 
 def _rest_params(
@@ -505,8 +522,31 @@ def rollups_refresh(max_rounds: int = ROLLUP_ROUNDS_PER_RUN) -> tuple[int, int]:
             ids, lo, hi = cur.fetchone()
             if not ids:
                 break
-            cur.execute(_ROLLUP_REFRESH, {"ids": ids, "lo": lo, "hi": hi})
-            claimed, upserted = cur.fetchone()
+            if lo >= datetime.fromtimestamp(late_before(), UTC) - _MINUTE:
+                cur.execute(_ROLLUP_REFRESH, {"ids": ids, "lo": lo, "hi": hi})
+                claimed, upserted = cur.fetchone()
+            else:
+                claimed, upserted = _rollup_refresh_late(cur, ids, lo, hi)
         batches += claimed
         cells += upserted
     return batches, cells
+
+
+def _rollup_refresh_late(cur, ids: list[int], lo: datetime, hi: datetime) -> tuple[int, int]:
+    """The refresh of dirty rows that reach back to hours that may be packed (late samples):
+    the cells are recomputed from raw and packed samples together (samples.py), and the
+    hourly rollup is told which of its hours changed."""
+    cur.execute(
+        "SELECT array_agg(DISTINCT g ORDER BY g) FROM telemetry_rollupdirty, unnest(gpu_ids) g "
+        "WHERE id = ANY(%s)",
+        [ids],
+    )
+    gpus = cur.fetchone()[0] or []
+    with samples_relation(gpus, lo, hi, index=True) as rel:
+        cur.execute(
+            _ROLLUP_REFRESH.replace("telemetry_gpusample s", f"{rel} s"),
+            {"ids": ids, "lo": lo, "hi": hi},
+        )
+        claimed, upserted = cur.fetchone()
+    rollup1h_mark_late(gpus, lo, hi, datetime.now(UTC))
+    return claimed, upserted

@@ -1,0 +1,230 @@
+"""Compaction: raw GPU samples older than VIGIL_COMPACT_AFTER_HOURS become one packed row per
+GPU and hour (`packing.py`), losslessly, at about a sixth of their size (issue 17 item 6).
+
+A beat task runs `samples_compact`, bounded per run. Each chunk (up to COMPACT_GPUS_PER_CHUNK
+GPUs of one hour) is one transaction: the raw rows are deleted and returned by one statement,
+merged with the hour's packed row if it has one, and the packed rows upserted, with the pass's
+progress (`CompactionState`). A crash anywhere rolls the whole chunk back: nothing is lost or
+stored twice, and the next run does the chunk again.
+
+Late samples (a collector's spool replayed after an outage) of an hour that may already be
+packed land in raw like any other, and ingest records the GPUs and hours in `CompactDirty` in
+the same transaction; the next run merges them into the packed row first. A redelivered
+sample of a packed hour is dropped by ingest before it is stored (`late_rows_filter`), under
+a shared advisory lock that a chunk takes exclusively, so the check and the store cannot
+interleave with a chunk that packs the same hour: duplicate deliveries stay a no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from django.db import connection, transaction
+
+from webapp.telemetry.models import CompactDirty, CompactionState
+from webapp.telemetry.packing import Unpacked, array_column, merge, pack, unpack
+from webapp.telemetry.partitions import _existing, partition_ensure
+from webapp.telemetry.samples import FIELDS, _binary_cursor, compact_horizon, late_before
+
+_HOUR = timedelta(hours=1)
+# GPU-hours per transaction: 500 x 240 samples (15 s) is 120,000 rows, about a second of
+# work, short enough to hold the advisory lock that late ingest waits for.
+COMPACT_GPUS_PER_CHUNK = 500
+# Chunks per run (the beat runs it every minute): 20 x 500 = 10,000 GPU-hours a minute, so a
+# 200,000-GPU fleet (200,000 GPU-hours an hour) keeps up at a third of that rate.
+COMPACT_CHUNKS_PER_RUN = 20
+# CompactDirty rows (late batches) merged per run, before the regular pass.
+COMPACT_LATE_PER_RUN = 50
+# Two-key advisory lock space 3 = "packed hours": ingest's late path shared, chunks exclusive.
+_LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(3, 0)"
+_LOCK = "SELECT pg_advisory_xact_lock(3, 0)"
+
+_NAMES = [n for n, _ in FIELDS]
+_TAKE_RAW = f"""
+WITH gone AS (
+    DELETE FROM telemetry_gpusample
+    WHERE gpu_id = ANY(%(gpus)s) AND ts >= %(lo)s AND ts < %(hi)s
+    RETURNING *
+)
+SELECT gpu_id, array_agg(ts ORDER BY ts), {", ".join(f"array_agg({n} ORDER BY ts)" for n in _NAMES)}
+FROM gone GROUP BY gpu_id
+"""
+_UPSERT = """
+INSERT INTO telemetry_gpusamplepacked AS p (gpu_id, hour, n, first_ts, last_ts, data)
+SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[], %s::timestamptz[],
+    %s::timestamptz[], %s::bytea[])
+ON CONFLICT (gpu_id, hour) DO UPDATE SET
+    n = excluded.n, first_ts = excluded.first_ts, last_ts = excluded.last_ts, data = excluded.data
+"""
+
+
+def _from_us(us: int) -> datetime:
+    return datetime.fromtimestamp(us // 1_000_000, UTC) + timedelta(microseconds=us % 1_000_000)
+
+
+def _compact(cur, gpu_ids: Sequence[int], hour: datetime) -> tuple[int, int]:
+    """Move the raw samples of these GPUs in `hour` into their packed rows, in the caller's
+    transaction (which holds the exclusive lock); (GPU-hours written, samples moved)."""
+    cur.execute(_TAKE_RAW, {"gpus": list(gpu_ids), "lo": hour, "hi": hour + _HOUR}, binary=True)
+    taken = cur.fetchall()
+    if not taken:
+        return 0, 0
+    fresh: dict[int, Unpacked] = {}
+    moved = 0
+    for gpu_id, ts, *arrays in taken:
+        fresh[gpu_id] = Unpacked(
+            array_column(ts, "timestamptz").values,
+            {
+                name: array_column(a, "float4" if kind == "float" else "int8")
+                for (name, kind), a in zip(FIELDS, arrays, strict=True)
+            },
+        )
+        moved += len(fresh[gpu_id])
+    cur.execute(
+        "SELECT gpu_id, data FROM telemetry_gpusamplepacked WHERE gpu_id = ANY(%s) AND hour = %s",
+        [sorted(fresh), hour],
+        binary=True,
+    )
+    for gpu_id, data in cur.fetchall():
+        # The packed samples were stored first: where both hold a timestamp, they win.
+        fresh[gpu_id] = merge(unpack(data, FIELDS), fresh[gpu_id], FIELDS)
+    partition_ensure("telemetry_gpusamplepacked", hour.date())
+    ids = sorted(fresh)
+    blobs = [pack(fresh[g].ts_us, fresh[g].columns, FIELDS) for g in ids]
+    cur.execute(
+        _UPSERT,
+        [
+            ids,
+            [hour] * len(ids),
+            [len(fresh[g]) for g in ids],
+            [_from_us(int(fresh[g].ts_us[0])) for g in ids],
+            [_from_us(int(fresh[g].ts_us[-1])) for g in ids],
+            blobs,
+        ],
+    )
+    return len(ids), moved
+
+
+def _hours(lo: datetime, hi: datetime) -> list[datetime]:
+    out, h = [], lo.replace(minute=0, second=0, microsecond=0)
+    while h < hi:
+        out.append(h)
+        h += _HOUR
+    return out
+
+
+def _state(horizon: datetime) -> CompactionState:
+    state = CompactionState.objects.select_for_update().order_by("id").first()
+    if state is None:
+        # First run: start at the oldest raw partition's day (or at the horizon when empty).
+        days = sorted(_existing("telemetry_gpusample").values())
+        start = datetime(days[0].year, days[0].month, days[0].day, tzinfo=UTC) if days else horizon
+        state = CompactionState.objects.create(hour=min(start, horizon), gpu_after=0)
+    return state
+
+
+def samples_compact(
+    *, max_chunks: int = COMPACT_CHUNKS_PER_RUN, now: datetime | None = None
+) -> dict[str, int]:
+    """One bounded run: late batches' hours first, then the pass, oldest hour first, up to
+    `max_chunks` chunks. Returns what it did and `lag_hours`, the hours left to compact."""
+    horizon = compact_horizon(now)
+    report = {"late": 0, "gpu_hours": 0, "samples": 0, "chunks": 0}
+    for dirty in CompactDirty.objects.order_by("id")[:COMPACT_LATE_PER_RUN]:
+        with transaction.atomic(), _binary_cursor() as cur:
+            cur.execute(_LOCK)
+            for hour in _hours(dirty.lo, dirty.hi):
+                if hour + _HOUR > horizon:
+                    break  # not packed yet: the pass will take it
+                for k in range(0, len(dirty.gpu_ids), COMPACT_GPUS_PER_CHUNK):
+                    g, s = _compact(cur, dirty.gpu_ids[k : k + COMPACT_GPUS_PER_CHUNK], hour)
+                    report["gpu_hours"] += g
+                    report["samples"] += s
+            CompactDirty.objects.filter(id=dirty.id).delete()
+        report["late"] += 1
+    while report["chunks"] < max_chunks:
+        with transaction.atomic(), _binary_cursor() as cur:
+            state = _state(horizon)
+            if state.hour + _HOUR > horizon:
+                break
+            cur.execute(
+                "SELECT id FROM fleet_gpu WHERE id > %s ORDER BY id LIMIT %s",
+                [state.gpu_after, COMPACT_GPUS_PER_CHUNK],
+            )
+            gpus = [r[0] for r in cur.fetchall()]
+            if gpus:
+                cur.execute(_LOCK)
+                g, s = _compact(cur, gpus, state.hour)
+                report["gpu_hours"] += g
+                report["samples"] += s
+                state.gpu_after = gpus[-1]
+            if len(gpus) < COMPACT_GPUS_PER_CHUNK:
+                state.hour, state.gpu_after = state.hour + _HOUR, 0
+            state.save()
+        report["chunks"] += 1
+    report["lag_hours"] = compaction_lag_hours(horizon)
+    return report
+
+
+def compaction_lag_hours(horizon: datetime | None = None) -> int:
+    """Whole hours older than the horizon that the pass has not finished (0: caught up)."""
+    horizon = horizon or compact_horizon()
+    state = CompactionState.objects.order_by("id").first()
+    if state is None:
+        return 0
+    return max(0, int((horizon - state.hour) // _HOUR))
+
+
+# --- Ingest's late path --------------------------------------------------------------------
+
+
+def late_rows_filter(groups: list[list[tuple]]) -> list[list[tuple]]:
+    """GPU rows (gpu id, ts, values...) of batches with samples older than `late_before()`,
+    without those a packed hour already holds (a redelivery), in the caller's transaction;
+    and the GPUs and hours of the late rows kept recorded in CompactDirty, so the next run
+    merges them. Takes the shared lock that compaction chunks take exclusively."""
+    with connection.cursor() as cur:
+        cur.execute(_LOCK_SHARED)
+    cutoff = datetime.fromtimestamp(late_before(), UTC)
+    late = [(r[0], r[1]) for rows in groups for r in rows if r[1] < cutoff]
+    if not late:
+        return groups
+    gpus = sorted({g for g, _ in late})
+    lo = min(t for _, t in late).replace(minute=0, second=0, microsecond=0)
+    hi = max(t for _, t in late)
+    stored: set[tuple[int, int]] = set()
+    with _binary_cursor() as cur:
+        cur.execute(
+            "SELECT gpu_id, data FROM telemetry_gpusamplepacked "
+            "WHERE gpu_id = ANY(%s) AND hour >= %s AND hour <= %s",
+            [gpus, lo, hi],
+            binary=True,
+        )
+        for gpu_id, data in cur.fetchall():
+            stored.update((gpu_id, int(t)) for t in unpack(data, FIELDS, set()).ts_us)
+    if stored:
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        us = timedelta(microseconds=1)
+        groups = [
+            [r for r in rows if (r[0], (r[1] - epoch) // us) not in stored] for rows in groups
+        ]
+    kept = [(r[0], r[1]) for rows in groups for r in rows if r[1] < cutoff]
+    if kept:
+        CompactDirty.objects.create(
+            gpu_ids=sorted({g for g, _ in kept}),
+            lo=min(t for _, t in kept).replace(minute=0, second=0, microsecond=0),
+            hi=max(t for _, t in kept).replace(minute=0, second=0, microsecond=0) + _HOUR,
+        )
+    return groups
+
+
+def gpu_hours_packed(gpu_ids: Sequence[int], lo: datetime, hi: datetime) -> int:
+    """How many packed GPU-hours these GPUs have in [lo, hi) (tests and the bench)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM telemetry_gpusamplepacked "
+            "WHERE gpu_id = ANY(%s) AND hour >= %s AND hour < %s",
+            [list(gpu_ids), lo, hi],
+        )
+        return cur.fetchone()[0]
