@@ -24,7 +24,7 @@ from django.db import connection, transaction
 
 from webapp.telemetry.models import CompactDirty, CompactionState
 from webapp.telemetry.packing import Unpacked, array_column, merge, pack, unpack
-from webapp.telemetry.partitions import _existing, partition_ensure
+from webapp.telemetry.partitions import _existing, known_forget, partition_ensure
 from webapp.telemetry.samples import FIELDS, _binary_cursor, compact_horizon, late_before
 
 _HOUR = timedelta(hours=1)
@@ -89,7 +89,6 @@ def _compact(cur, gpu_ids: Sequence[int], hour: datetime) -> tuple[int, int]:
     for gpu_id, data in cur.fetchall():
         # The packed samples were stored first: where both hold a timestamp, they win.
         fresh[gpu_id] = merge(unpack(data, FIELDS), fresh[gpu_id], FIELDS)
-    partition_ensure("telemetry_gpusamplepacked", hour.date())
     ids = sorted(fresh)
     blobs = [pack(fresh[g].ts_us, fresh[g].columns, FIELDS) for g in ids]
     cur.execute(
@@ -129,9 +128,21 @@ def samples_compact(
 ) -> dict[str, int]:
     """One bounded run: late batches' hours first, then the pass, oldest hour first, up to
     `max_chunks` chunks. Returns what it did and `lag_hours`, the hours left to compact."""
+    try:
+        return _compact_run(max_chunks, now)
+    except Exception:
+        known_forget()  # a partition made in a rolled-back chunk is gone again
+        raise
+
+
+def _compact_run(max_chunks: int, now: datetime | None) -> dict[str, int]:
     horizon = compact_horizon(now)
     report = {"late": 0, "gpu_hours": 0, "samples": 0, "chunks": 0}
     for dirty in CompactDirty.objects.order_by("id")[:COMPACT_LATE_PER_RUN]:
+        # Partitions outside the chunk's transaction: one made in a transaction that rolls
+        # back would stay in this process's cache of partitions that exist.
+        for hour in _hours(dirty.lo, min(dirty.hi, horizon)):
+            partition_ensure("telemetry_gpusamplepacked", hour.date())
         with transaction.atomic(), _binary_cursor() as cur:
             cur.execute(_LOCK)
             for hour in _hours(dirty.lo, dirty.hi):
@@ -144,10 +155,14 @@ def samples_compact(
             CompactDirty.objects.filter(id=dirty.id).delete()
         report["late"] += 1
     while report["chunks"] < max_chunks:
+        state = CompactionState.objects.order_by("id").first()
+        if state is not None and state.hour + _HOUR <= horizon:
+            partition_ensure("telemetry_gpusamplepacked", state.hour.date())
         with transaction.atomic(), _binary_cursor() as cur:
             state = _state(horizon)
             if state.hour + _HOUR > horizon:
                 break
+            partition_ensure("telemetry_gpusamplepacked", state.hour.date())
             cur.execute(
                 "SELECT id FROM fleet_gpu WHERE id > %s ORDER BY id LIMIT %s",
                 [state.gpu_after, COMPACT_GPUS_PER_CHUNK],

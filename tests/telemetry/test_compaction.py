@@ -1,0 +1,230 @@
+"""Compaction of raw GPU samples into packed GPU-hours: bit-exact, late and duplicate samples,
+a crash mid-chunk, the readers before and after, partition pruning, retention tiers."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from django.db import connection
+
+from collectors.schema import GPU_FIELD_NAMES, GPU_FIELDS
+from tests.helpers import make_batch
+from tests.telemetry.conftest import plan_scans
+from webapp.telemetry import compaction
+from webapp.telemetry.models import CompactDirty, GpuRollup1m
+from webapp.telemetry.packing import Column, PackError, pack, unpack
+from webapp.telemetry.samples import FIELDS, gpu_samples, samples_relation
+from webapp.telemetry.selectors import RANGES, gpus_series
+from webapp.telemetry.services import rollups_refresh, samples_ingest
+
+HOUR = 3600
+
+
+# --- Packing, without Django -----------------------------------------------------------------
+
+
+def _columns(n: int, rng: np.random.Generator) -> dict[str, Column]:
+    cols = {}
+    for k, (name, kind) in enumerate(FIELDS):
+        if kind == "float":
+            values = rng.uniform(-1e6, 1e6, n).astype(np.float32)
+            values[:4] = [-0.0, np.float32(1e-45), np.finfo(np.float32).max, 0.0]
+        else:
+            values = rng.integers(0, 2**63 - 17, n, dtype=np.int64)
+            values[:3] = [0, 2**63 - 17, 5]  # extreme jumps both ways
+        valid = None
+        if k % 3 == 1:
+            valid = rng.random(n) > 0.3  # some NULL
+        elif k % 3 == 2 and k % 2:
+            valid = np.zeros(n, bool)  # all NULL
+        if valid is not None:
+            values = values.copy()
+            values[~valid] = np.nan if kind == "float" else 0
+        cols[name] = Column(values, valid)
+    return cols
+
+
+def test_pack_round_trips_every_bit_null_and_microsecond():
+    rng = np.random.default_rng(5)
+    n = 240
+    ts = 1_700_000_000_000_000 + np.cumsum(rng.integers(1, 30_000_000, n))  # jittered µs
+    cols = _columns(n, rng)
+    back = unpack(pack(ts, cols, FIELDS), FIELDS)
+    assert np.array_equal(back.ts_us, ts)
+    for name, col in cols.items():
+        got = back.columns[name]
+        assert np.array_equal(got.present(), col.present()), name
+        present = col.present()
+        assert np.array_equal(
+            got.values[present].view(np.uint8), col.values[present].view(np.uint8)
+        )
+
+
+def test_pack_refuses_nan_and_unordered_time():
+    n = 3
+    cols = {
+        name: Column(np.zeros(n, np.float32 if k == "float" else np.int64)) for name, k in FIELDS
+    }
+    with pytest.raises(PackError, match="ascending"):
+        pack(np.array([3, 2, 1]), cols, FIELDS)
+    cols["power_w"] = Column(np.array([1, np.nan, 2], np.float32))
+    with pytest.raises(PackError, match="power_w: NaN"):
+        pack(np.array([1, 2, 3]), cols, FIELDS)
+
+
+# --- Compaction in PostgreSQL ------------------------------------------------------------------
+
+
+def _hour_start(hours_ago: float) -> float:
+    now = time.time()
+    return (now - now % HOUR) - hours_ago * HOUR
+
+
+def _raw_rows() -> list[tuple]:
+    """Every stored sample, raw or packed, through the SQL reader, as PostgreSQL prints it
+    (float4 as its shortest exact text: a changed bit changes the text)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT array_agg(id ORDER BY id) FROM fleet_gpu")
+        gpus = cur.fetchone()[0] or []
+    lo, hi = datetime(2000, 1, 1, tzinfo=UTC), datetime.now(UTC) + timedelta(hours=1)
+    cols = ", ".join(f"s.{n}::text" for n in GPU_FIELD_NAMES)
+    with samples_relation(gpus, lo, hi) as rel, connection.cursor() as cur:
+        cur.execute(f"SELECT s.gpu_id, s.ts, {cols} FROM {rel} s ORDER BY 1, 2")
+        return cur.fetchall()
+
+
+def _count(table: str) -> int:
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM {table}")
+        return cur.fetchone()[0]
+
+
+@pytest.fixture
+def old_samples(node_token):
+    """Two hours of an 8-GPU node, 10 h ago (older than the 6 h compaction horizon), with
+    NULLs, extreme counters and floats that are not round in binary."""
+    cluster, node, token = node_token
+    batch = make_batch(
+        cluster, node, token, t0=_hour_start(10) + 0.123456, intervals=48, step_s=150
+    )
+    for k, row in enumerate(batch["samples"]):
+        row[2 + GPU_FIELD_NAMES.index("ecc_sbe_agg")] = 2**63 - 17 - k
+        row[2 + GPU_FIELD_NAMES.index("power_w")] = 300.1 + k / 7
+        if k % 5 == 0:
+            row[2 + GPU_FIELD_NAMES.index("gpu_temp_c")] = None
+    result = samples_ingest(json.dumps(batch))
+    assert result.samples_stored == 8 * 48
+    return batch
+
+
+def test_compaction_is_lossless_and_moves_every_sample(old_samples):
+    before = _raw_rows()
+    report = compaction.samples_compact()
+    assert report["samples"] == 8 * 48 and report["gpu_hours"] == 16
+    assert _count("telemetry_gpusample") == 0
+    assert _count("telemetry_gpusamplepacked") == 16
+    assert _raw_rows() == before
+    # Again: nothing left to do, nothing changes.
+    assert compaction.samples_compact()["samples"] == 0
+    assert _raw_rows() == before
+
+
+def test_numpy_reader_reads_packed_and_raw_bit_exactly(old_samples):
+    gpus = sorted({r[0] for r in _raw_rows()})
+    lo, hi = datetime.now(UTC) - timedelta(hours=12), datetime.now(UTC)
+    fields = ("energy_mj", "power_w", "gpu_temp_c")
+    before = gpu_samples(gpus, lo, hi, fields)
+    compaction.samples_compact()
+    after = gpu_samples(gpus, lo, hi, fields)
+    assert sorted(after) == sorted(before) == gpus
+    for g in gpus:
+        assert np.array_equal(after[g].ts_us, before[g].ts_us)
+        assert len(after[g]) == 48
+        for f in fields:
+            a, b = after[g].columns[f], before[g].columns[f]
+            assert np.array_equal(a.present(), b.present())
+            assert np.array_equal(a.values.view(np.uint8), b.values.view(np.uint8))
+    assert not after[gpus[0]].columns["gpu_temp_c"].present().all()  # NULLs stay NULL
+
+
+def test_duplicate_and_late_samples_of_a_packed_hour(old_samples, node_token):
+    cluster, node, token = node_token
+    compaction.samples_compact()
+    before = _raw_rows()
+    # A redelivered batch of a packed hour stores nothing.
+    again = samples_ingest(json.dumps({**old_samples, "batch_id": old_samples["batch_id"]}))
+    assert (again.samples, again.samples_stored, again.duplicates) == (384, 0, 384)
+    assert _count("telemetry_gpusample") == 0
+    assert _raw_rows() == before
+    # A late sample between two packed ones lands in raw, is read with them at once...
+    late_t = old_samples["samples"][0][1] + 30  # the minute of a packed sample
+    late = make_batch(cluster, node, token, t0=late_t, intervals=1)
+    assert samples_ingest(json.dumps(late)).samples_stored == 8
+    assert CompactDirty.objects.count() == 1
+    assert len(_raw_rows()) == len(before) + 8
+    # ... and its minute's rollup counts the packed samples of the minute too.
+    rollups_refresh()
+    minute = datetime.fromtimestamp(late_t - late_t % 60, UTC)
+    cell = GpuRollup1m.objects.filter(minute=minute).first()
+    in_minute = sum(
+        1
+        for r in _raw_rows()
+        if r[0] == cell.gpu_id and minute <= r[1] < minute + timedelta(minutes=1)
+    )
+    assert cell.n == in_minute == 2
+    # The next run merges it into the packed hour: raw is empty again, nothing lost.
+    merged = _raw_rows()
+    assert compaction.samples_compact()["late"] == 1
+    assert _count("telemetry_gpusample") == 0 and CompactDirty.objects.count() == 0
+    assert _raw_rows() == merged
+
+
+def test_a_crash_mid_chunk_loses_and_duplicates_nothing(old_samples, monkeypatch):
+    before = _raw_rows()
+    calls = []
+
+    def failing_pack(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:
+            raise RuntimeError("worker killed mid-chunk")
+        return pack(*args, **kwargs)
+
+    monkeypatch.setattr(compaction, "pack", failing_pack)
+    with pytest.raises(RuntimeError):
+        compaction.samples_compact()
+    assert _count("telemetry_gpusamplepacked") == 0
+    assert _raw_rows() == before
+    monkeypatch.setattr(compaction, "pack", pack)
+    compaction.samples_compact()
+    assert _count("telemetry_gpusample") == 0
+    assert _raw_rows() == before
+
+
+def test_node_series_reads_the_same_numbers_after_compaction(old_samples):
+    gpus = [r[0] for r in _raw_rows()[:1]]
+    until = datetime.fromtimestamp(_hour_start(9), UTC)
+    before = gpus_series(gpus, RANGES["1h"], until=until)
+    assert len(before[gpus[0]].ts) == 24
+    compaction.samples_compact()
+    after = gpus_series(gpus, RANGES["1h"], until=until)
+    assert after[gpus[0]].ts == before[gpus[0]].ts
+    assert after[gpus[0]].values == before[gpus[0]].values
+
+
+def test_the_packed_read_prunes_partitions(old_samples):
+    compaction.samples_compact()
+    day = datetime.fromtimestamp(_hour_start(10), UTC)
+    scans = plan_scans(
+        "SELECT gpu_id, data FROM telemetry_gpusamplepacked WHERE gpu_id = ANY('{1,2}') "
+        f"AND hour >= '{day.isoformat()}' AND hour <= '{(day + timedelta(hours=1)).isoformat()}'"
+    )
+    relations = {rel for _, rel in scans if rel.startswith("telemetry_gpusamplepacked")}
+    assert relations == {f"telemetry_gpusamplepacked_p{day:%Y%m%d}"}
+
+
+def test_metric_fields_cover_the_schema():
+    assert [n for n, _ in FIELDS] == [m.name for m in GPU_FIELDS]
