@@ -404,7 +404,7 @@ LOGGING = {
 # a month, the hourly rollup three years (issue 17 item 6).
 VIGIL_RETENTION_DAYS = envint("VIGIL_RETENTION_DAYS", "14", minimum=1)
 VIGIL_ROLLUP_RETENTION_DAYS = envint("VIGIL_ROLLUP_RETENTION_DAYS", "35", minimum=1)
-VIGIL_ROLLUP1H_RETENTION_DAYS = envint("VIGIL_ROLLUP1H_RETENTION_DAYS", "1096", minimum=1)
+VIGIL_HOURLY_ROLLUP_RETENTION_DAYS = envint("VIGIL_HOURLY_ROLLUP_RETENTION_DAYS", "1096", minimum=1)
 # Raw GPU samples older than this many hours are packed, one row per GPU and hour, at about a
 # sixth of their size (webapp/telemetry/compaction.py). Above the 3 h a job page reads raw
 # samples for and the node page's last hour, so live pages read only raw rows.

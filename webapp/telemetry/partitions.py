@@ -23,13 +23,13 @@ class PartitionedTable:
 
 # The retention tiers (README "Storage and retention"): samples, raw or compacted, for
 # VIGIL_RETENTION_DAYS; the 1-minute rollup for VIGIL_ROLLUP_RETENTION_DAYS; the hourly
-# rollup for VIGIL_ROLLUP1H_RETENTION_DAYS.
+# rollup for VIGIL_HOURLY_ROLLUP_RETENTION_DAYS.
 TABLES: tuple[PartitionedTable, ...] = (
     PartitionedTable("telemetry_gpusample", "VIGIL_RETENTION_DAYS"),
     PartitionedTable("telemetry_gpusamplepacked", "VIGIL_RETENTION_DAYS"),
     PartitionedTable("telemetry_nodesample", "VIGIL_RETENTION_DAYS"),
     PartitionedTable("telemetry_gpurollup1m", "VIGIL_ROLLUP_RETENTION_DAYS"),
-    PartitionedTable("telemetry_gpurollup1h", "VIGIL_ROLLUP1H_RETENTION_DAYS", monthly=True),
+    PartitionedTable("telemetry_gpurollup1h", "VIGIL_HOURLY_ROLLUP_RETENTION_DAYS", monthly=True),
 )
 _MONTHLY = {t.name for t in TABLES if t.monthly}
 
