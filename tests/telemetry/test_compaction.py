@@ -228,3 +228,126 @@ def test_the_packed_read_prunes_partitions(old_samples):
 
 def test_metric_fields_cover_the_schema():
     assert [n for n, _ in FIELDS] == [m.name for m in GPU_FIELDS]
+
+
+def _job_over(batch: dict, node_name: str):
+    """A completed job that held every GPU of the node over the batch's samples (2 h: the
+    job page reads samples, not the rollup)."""
+    from webapp.fleet.models import Cluster, Gpu
+    from webapp.jobs.models import Job, JobAllocation
+
+    ts = [row[1] for row in batch["samples"]]
+    start = datetime.fromtimestamp(min(ts), UTC)
+    end = datetime.fromtimestamp(max(ts), UTC)
+    job = Job.objects.create(
+        cluster=Cluster.objects.get(name=batch["cluster"]),
+        scheduler_id="4242",
+        name="compacted-job",
+        job_type="pretrain",
+        state="completed",
+        submit_at=start,
+        start_at=start,
+        end_at=end,
+        gpus_requested=8,
+        nodes_requested=1,
+    )
+    JobAllocation.objects.bulk_create(
+        JobAllocation(job=job, node=g.node, gpu=g, gpu_index=g.index, start=start, end=end)
+        for g in Gpu.objects.filter(node__hostname=node_name).select_related("node")
+    )
+    return job
+
+
+def _figures(client, url: str) -> str:
+    response = client.get(url)
+    assert response.status_code == 200
+    # The traces (the layout's axis range follows the clock).
+    traces = {name: fig["data"] for name, fig in response.context["figures"].items()}
+    return json.dumps(traces, sort_keys=True, default=str)
+
+
+def test_job_page_shows_the_same_numbers_after_compaction(old_samples, node_token, operator_client):
+    job = _job_over(old_samples, node_token[1])
+    before = _figures(operator_client, f"/jobs/{job.id}/")
+    assert "compacted" not in before and '"y": [' in before
+    compaction.samples_compact()
+    assert _count("telemetry_gpusample") == 0
+    assert _figures(operator_client, f"/jobs/{job.id}/") == before
+
+
+def test_pages_of_compacted_hours_need_a_login(old_samples, node_token, client):
+    job = _job_over(old_samples, node_token[1])
+    compaction.samples_compact()
+    response = client.get(f"/jobs/{job.id}/")
+    assert response.status_code == 302 and "/login" in response["Location"]
+
+
+def test_node_page_shows_the_same_numbers_after_compaction(node_token, operator_client, settings):
+    # Compaction at the hour's turn (a horizon of 0 h) packs the last hour's first part.
+    settings.VIGIL_COMPACT_AFTER_HOURS = 0
+    cluster, node, token = node_token
+    now = time.time()
+    if now % HOUR > 50 * 60:
+        pytest.skip("needs samples on both sides of an hour's turn within the last hour")
+    batch = make_batch(cluster, node, token, t0=now - 55 * 60, intervals=50, step_s=60)
+    samples_ingest(json.dumps(batch))
+    from webapp.fleet.models import Node
+
+    url = f"/nodes/{Node.objects.get(hostname=node).id}/?range=1h"
+    before = _figures(operator_client, url)
+    assert compaction.samples_compact()["samples"] > 0
+    assert _count("telemetry_gpusamplepacked") == 8
+    assert _figures(operator_client, url) == before
+
+
+def test_a_compacted_raw_day_is_truncated_and_still_read(node_token):
+    cluster, node, token = node_token
+    t0 = _hour_start(24 * 2 + 3)  # three hours before midnight two days ago: a finished day
+    batch = make_batch(cluster, node, token, t0=t0, intervals=4, step_s=HOUR / 2)
+    samples_ingest(json.dumps(batch))
+    before = _raw_rows()
+    day = datetime.fromtimestamp(t0, UTC).date()
+    name = f"telemetry_gpusample_p{day:%Y%m%d}"
+
+    def size() -> int:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_relation_size(%s::regclass)", [name])
+            return cur.fetchone()[0]
+
+    assert size() > 0
+    report = compaction.samples_compact(max_chunks=500)
+    assert report["raw_days_truncated"] >= 1 and report["lag_hours"] == 0
+    assert size() == 0
+    assert _raw_rows() == before
+
+
+def test_lag_reads_hours_left_until_the_pass_catches_up(old_samples):
+    assert compaction.compaction_lag_hours() > 0
+    compaction.samples_compact(max_chunks=500)
+    assert compaction.compaction_lag_hours() == 0
+
+
+def test_retention_drops_each_tier_at_its_own_age(db, settings):
+    from webapp.telemetry.partitions import partition_days, partition_ensure, partitions_maintain
+
+    settings.VIGIL_RETENTION_DAYS = 3
+    settings.VIGIL_ROLLUP_RETENTION_DAYS = 10
+    settings.VIGIL_HOURLY_ROLLUP_RETENTION_DAYS = 100
+    today = datetime.now(UTC).date()
+    for table in ("telemetry_gpusamplepacked", "telemetry_gpurollup1m", "telemetry_gpurollup1h"):
+        for age in (5, 20, 200):
+            partition_ensure(table, today - timedelta(days=age))
+    partitions_maintain(today)
+
+    def ages(table: str) -> set[int]:
+        left = set()
+        for day in partition_days(table).values():
+            for age in (5, 20, 200):
+                if day <= today - timedelta(days=age) < day + timedelta(days=32):
+                    left.add(age)
+        return left
+
+    assert ages("telemetry_gpusamplepacked") == set()  # samples: 3 days
+    assert ages("telemetry_gpurollup1m") == {5}  # 1-minute rollup: 10 days
+    assert ages("telemetry_gpurollup1h") >= {5, 20}  # hourly: 100 days, monthly partitions
+    assert 200 not in ages("telemetry_gpurollup1h")

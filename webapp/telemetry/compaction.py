@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 
 from webapp.telemetry.models import CompactDirty, CompactionState
 from webapp.telemetry.packing import Unpacked, array_column, merge, pack, unpack
-from webapp.telemetry.partitions import _existing, known_forget, partition_ensure
+from webapp.telemetry.partitions import known_forget, partition_days, partition_ensure
 from webapp.telemetry.samples import FIELDS, _binary_cursor, compact_horizon, late_before
 
 _HOUR = timedelta(hours=1)
@@ -116,11 +116,15 @@ def _hours(lo: datetime, hi: datetime) -> list[datetime]:
 def _state(horizon: datetime) -> CompactionState:
     state = CompactionState.objects.select_for_update().order_by("id").first()
     if state is None:
-        # First run: start at the oldest raw partition's day (or at the horizon when empty).
-        days = sorted(_existing("telemetry_gpusample").values())
-        start = datetime(days[0].year, days[0].month, days[0].day, tzinfo=UTC) if days else horizon
-        state = CompactionState.objects.create(hour=min(start, horizon), gpu_after=0)
+        state = CompactionState.objects.create(hour=_first_hour(horizon), gpu_after=0)
     return state
+
+
+def _first_hour(horizon: datetime) -> datetime:
+    """Where the first run starts: the oldest raw partition's day (the horizon when none)."""
+    days = sorted(partition_days("telemetry_gpusample").values())
+    start = datetime(days[0].year, days[0].month, days[0].day, tzinfo=UTC) if days else horizon
+    return min(start, horizon)
 
 
 def samples_compact(
@@ -139,24 +143,15 @@ def _compact_run(max_chunks: int, now: datetime | None) -> dict[str, int]:
     horizon = compact_horizon(now)
     report = {"late": 0, "gpu_hours": 0, "samples": 0, "chunks": 0}
     for dirty in CompactDirty.objects.order_by("id")[:COMPACT_LATE_PER_RUN]:
-        # Partitions outside the chunk's transaction: one made in a transaction that rolls
-        # back would stay in this process's cache of partitions that exist.
-        for hour in _hours(dirty.lo, min(dirty.hi, horizon)):
-            partition_ensure("telemetry_gpusamplepacked", hour.date())
+        _dirty_partitions(dirty, horizon)
         with transaction.atomic(), _binary_cursor() as cur:
             cur.execute(_LOCK)
-            for hour in _hours(dirty.lo, dirty.hi):
-                if hour + _HOUR > horizon:
-                    break  # not packed yet: the pass will take it
-                for k in range(0, len(dirty.gpu_ids), COMPACT_GPUS_PER_CHUNK):
-                    g, s = _compact(cur, dirty.gpu_ids[k : k + COMPACT_GPUS_PER_CHUNK], hour)
-                    report["gpu_hours"] += g
-                    report["samples"] += s
-            CompactDirty.objects.filter(id=dirty.id).delete()
-        report["late"] += 1
+            _compact_dirty(cur, dirty, horizon, report)
     while report["chunks"] < max_chunks:
         state = CompactionState.objects.order_by("id").first()
         if state is not None and state.hour + _HOUR <= horizon:
+            # Outside the chunk's transaction: a partition made in a transaction that rolls
+            # back would stay in this process's cache of partitions that exist.
             partition_ensure("telemetry_gpusamplepacked", state.hour.date())
         with transaction.atomic(), _binary_cursor() as cur:
             state = _state(horizon)
@@ -178,17 +173,87 @@ def _compact_run(max_chunks: int, now: datetime | None) -> dict[str, int]:
                 state.hour, state.gpu_after = state.hour + _HOUR, 0
             state.save()
         report["chunks"] += 1
+    report["raw_days_truncated"] = len(_raw_days_reclaim(horizon, report))
     report["lag_hours"] = compaction_lag_hours(horizon)
     return report
+
+
+def _dirty_partitions(dirty: CompactDirty, horizon: datetime) -> None:
+    for hour in _hours(dirty.lo, min(dirty.hi, horizon)):
+        partition_ensure("telemetry_gpusamplepacked", hour.date())
+
+
+def _compact_dirty(cur, dirty: CompactDirty, horizon: datetime, report: dict) -> None:
+    """Merge the late raw samples a CompactDirty row names into their packed hours and
+    delete the row, in the caller's transaction (which holds the exclusive lock). Hours not
+    past the horizon yet are left to the pass."""
+    for hour in _hours(dirty.lo, min(dirty.hi, horizon)):
+        for k in range(0, len(dirty.gpu_ids), COMPACT_GPUS_PER_CHUNK):
+            g, s = _compact(cur, dirty.gpu_ids[k : k + COMPACT_GPUS_PER_CHUNK], hour)
+            report["gpu_hours"] += g
+            report["samples"] += s
+    CompactDirty.objects.filter(id=dirty.id).delete()
+    report["late"] += 1
+
+
+# TRUNCATE of a raw day takes an ACCESS EXCLUSIVE lock on that partition; past this wait (a
+# reader of that day holds it) the day is left for the next run (PostgreSQL docs,
+# "lock_timeout"), as partitions.py does for drops.
+RAW_TRUNCATE_LOCK_TIMEOUT = "2s"
+
+
+def _raw_days_reclaim(horizon: datetime, report: dict) -> list[str]:
+    """Empty the raw partitions of days the pass has finished, with TRUNCATE: the DELETEs of
+    compaction leave their heap and index pages allocated until VACUUM, and their index
+    never shrinks, so without this a compacted day would keep most of its raw size until
+    retention dropped it.
+
+    Safe because every raw row of a finished hour was moved by the pass, or arrived later
+    through ingest's late path, which records it in CompactDirty under the shared lock: with
+    the exclusive lock held no such write is in flight, and the day's CompactDirty rows are
+    merged in the same transaction before the TRUNCATE. At most one day per run."""
+    state = CompactionState.objects.order_by("id").first()
+    if state is None:
+        return []
+    done = []
+    for name, day in sorted(partition_days("telemetry_gpusample").items(), key=lambda i: i[1]):
+        start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        end = start + timedelta(days=1)
+        if end > state.hour:
+            break
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_relation_size(%s::regclass)", [name])
+            if cur.fetchone()[0] == 0:
+                continue  # empty already
+        dirty = list(CompactDirty.objects.filter(lo__lt=end, hi__gt=start).order_by("id"))
+        for row in dirty:
+            _dirty_partitions(row, horizon)
+        try:
+            with transaction.atomic(), connection.cursor() as cur:
+                cur.execute(_LOCK)
+                cur.execute(
+                    "SELECT set_config('lock_timeout', %s, true)", [RAW_TRUNCATE_LOCK_TIMEOUT]
+                )
+                cur.execute(f'LOCK TABLE "{name}" IN ACCESS EXCLUSIVE MODE')
+                with _binary_cursor() as bcur:
+                    for row in CompactDirty.objects.filter(lo__lt=end, hi__gt=start):
+                        _compact_dirty(bcur, row, horizon, report)
+                cur.execute(f'TRUNCATE "{name}"')
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != "55P03":  # lock_not_available
+                raise
+            break
+        done.append(name)
+        break
+    return done
 
 
 def compaction_lag_hours(horizon: datetime | None = None) -> int:
     """Whole hours older than the horizon that the pass has not finished (0: caught up)."""
     horizon = horizon or compact_horizon()
     state = CompactionState.objects.order_by("id").first()
-    if state is None:
-        return 0
-    return max(0, int((horizon - state.hour) // _HOUR))
+    first = state.hour if state is not None else _first_hour(horizon)
+    return max(0, int((horizon - first) // _HOUR))
 
 
 # --- Ingest's late path --------------------------------------------------------------------

@@ -52,6 +52,11 @@ def _span(table: str, day: date) -> tuple[date, date]:
     return day, day + timedelta(days=1)
 
 
+def partition_days(table: str) -> dict[str, date]:
+    """The partitions of `table` that exist, by name, with the first day each holds."""
+    return _existing(table)
+
+
 def _existing(table: str) -> dict[str, date]:
     with connection.cursor() as cur:
         cur.execute(

@@ -159,7 +159,7 @@ FROM (
     FROM (
         SELECT id, lo, hi,
             cardinality(gpu_ids) * (extract(epoch FROM hi - lo) / 60)::bigint AS cells
-        FROM telemetry_rollupdirty ORDER BY id LIMIT %(rows)s
+        FROM telemetry_rollupdirty WHERE lo >= %(late)s ORDER BY id LIMIT %(rows)s
     ) oldest
 ) d
 WHERE upto - cells < %(cells)s
@@ -508,7 +508,8 @@ def rollups_refresh(max_rounds: int = ROLLUP_ROUNDS_PER_RUN) -> tuple[int, int]:
 
     At most `max_rounds` statements of about ROLLUP_CELLS_PER_STATEMENT cells each, oldest
     first: what is left waits for the next run. Returns (0, 0) at once if another refresh
-    holds the lock: it will see our rows too, or the next run will.
+    holds the lock: it will see our rows too, or the next run will. Dirty rows of late
+    samples (older than compaction may have packed) go first, one by one (`_refresh_late`).
     """
     batches = cells = 0
     for _ in range(max_rounds):
@@ -516,36 +517,60 @@ def rollups_refresh(max_rounds: int = ROLLUP_ROUNDS_PER_RUN) -> tuple[int, int]:
             cur.execute(_LOCK_ROLLUP)
             if not cur.fetchone()[0]:
                 break
+            late = datetime.fromtimestamp(late_before(), UTC) - _MINUTE
             cur.execute(
-                _ROLLUP_PICK, {"rows": ROLLUP_CLAIM_LIMIT, "cells": ROLLUP_CELLS_PER_STATEMENT}
+                "SELECT id, gpu_ids, lo, hi FROM telemetry_rollupdirty WHERE lo < %s "
+                "ORDER BY id LIMIT %s",
+                [late, ROLLUP_LATE_PER_ROUND],
+            )
+            late_rows = cur.fetchall()
+            if late_rows:
+                for row in late_rows:
+                    claimed, upserted = _refresh_late(cur, *row)
+                    batches += claimed
+                    cells += upserted
+                continue
+            cur.execute(
+                _ROLLUP_PICK,
+                {"rows": ROLLUP_CLAIM_LIMIT, "cells": ROLLUP_CELLS_PER_STATEMENT, "late": late},
             )
             ids, lo, hi = cur.fetchone()
             if not ids:
                 break
-            if lo >= datetime.fromtimestamp(late_before(), UTC) - _MINUTE:
-                cur.execute(_ROLLUP_REFRESH, {"ids": ids, "lo": lo, "hi": hi})
-                claimed, upserted = cur.fetchone()
-            else:
-                claimed, upserted = _rollup_refresh_late(cur, ids, lo, hi)
+            if lo < _hourly_window():  # a few hours late: the hourly rollup must hear of it
+                cur.execute(
+                    "SELECT array_agg(DISTINCT g ORDER BY g) "
+                    "FROM telemetry_rollupdirty, unnest(gpu_ids) g WHERE id = ANY(%s)",
+                    [ids],
+                )
+                rollup1h_mark_late(cur.fetchone()[0] or [], lo, hi, datetime.now(UTC))
+            cur.execute(_ROLLUP_REFRESH, {"ids": ids, "lo": lo, "hi": hi})
+            claimed, upserted = cur.fetchone()
         batches += claimed
         cells += upserted
     return batches, cells
 
 
-def _rollup_refresh_late(cur, ids: list[int], lo: datetime, hi: datetime) -> tuple[int, int]:
-    """The refresh of dirty rows that reach back to hours that may be packed (late samples):
-    the cells are recomputed from raw and packed samples together (samples.py), and the
-    hourly rollup is told which of its hours changed."""
-    cur.execute(
-        "SELECT array_agg(DISTINCT g ORDER BY g) FROM telemetry_rollupdirty, unnest(gpu_ids) g "
-        "WHERE id = ANY(%s)",
-        [ids],
-    )
-    gpus = cur.fetchone()[0] or []
+# Late dirty rows refreshed per round: each unpacks its GPUs' packed hours, so they go a
+# batch at a time (a batch is one node's GPUs over its intervals) and a round stays short.
+ROLLUP_LATE_PER_ROUND = 50
+
+
+def _hourly_window() -> datetime:
+    """The hourly refresh redoes the hours from this one on every run (rollup_hourly.py)."""
+    return datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+
+
+def _refresh_late(
+    cur, dirty_id: int, gpus: list[int], lo: datetime, hi: datetime
+) -> tuple[int, int]:
+    """The refresh of one dirty row of late samples: its cells are recomputed from raw and
+    packed samples together (samples.py, just these GPUs and minutes), and the hourly rollup
+    is told which of its hours changed."""
     with samples_relation(gpus, lo, hi, index=True) as rel:
         cur.execute(
             _ROLLUP_REFRESH.replace("telemetry_gpusample s", f"{rel} s"),
-            {"ids": ids, "lo": lo, "hi": hi},
+            {"ids": [dirty_id], "lo": lo, "hi": hi},
         )
         claimed, upserted = cur.fetchone()
     rollup1h_mark_late(gpus, lo, hi, datetime.now(UTC))
