@@ -275,6 +275,21 @@ def test_job_page_shows_the_same_numbers_after_compaction(old_samples, node_toke
     assert _figures(operator_client, f"/jobs/{job.id}/") == before
 
 
+def test_characterization_cdfs_are_the_same_after_compaction(old_samples):
+    from webapp.fleet.models import Cluster
+    from webapp.jobs.characterization import telemetry_cdfs
+
+    ts = [row[1] for row in old_samples["samples"]]
+    since = datetime.fromtimestamp(min(ts) - 60, UTC)
+    until = datetime.fromtimestamp(max(ts) + 60, UTC)
+    cluster = Cluster.objects.get(name=old_samples["cluster"])
+    before = telemetry_cdfs(cluster, since, until)
+    assert before.rows == 8 * 48 and before.source == "raw samples"
+    compaction.samples_compact()
+    after = telemetry_cdfs(cluster, since, until)
+    assert (after.rows, after.curves) == (before.rows, before.curves)
+
+
 def test_pages_of_compacted_hours_need_a_login(old_samples, node_token, client):
     job = _job_over(old_samples, node_token[1])
     compaction.samples_compact()
