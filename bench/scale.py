@@ -423,11 +423,10 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
     past the compaction horizon of the first `compact_gpus` GPUs packed (the packed table then
     holds only theirs), with the compaction's CPU time and a read of those hours' energy_mj
     and power_w through gpu_samples() before (raw) and after (packed)."""
-    from django.db import connection, transaction
+    from django.db import connection
 
-    from webapp.telemetry.compaction import _LOCK, _compact, compact_horizon
-    from webapp.telemetry.partitions import partition_ensure
-    from webapp.telemetry.samples import _binary_cursor, gpu_samples
+    from webapp.telemetry.compaction import compact_horizon, gpu_hours_compact
+    from webapp.telemetry.samples import gpu_samples
 
     with connection.cursor() as cur:
         cur.execute("VACUUM ANALYZE telemetry_gpusample")
@@ -449,11 +448,8 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
     read_raw = _timed(lambda: gpu_samples(gpus, lo, hi, fields))
     moved, cpu = 0, 0.0
     for hour in hours:
-        partition_ensure("telemetry_gpusamplepacked", hour.date())
         t0 = time.process_time()
-        with transaction.atomic(), _binary_cursor() as cur:
-            cur.execute(_LOCK)
-            moved += _compact(cur, gpus, hour)[1]
+        moved += gpu_hours_compact(gpus, hour)
         cpu += time.process_time() - t0
     with connection.cursor() as cur:
         cur.execute("VACUUM ANALYZE telemetry_gpusamplepacked")

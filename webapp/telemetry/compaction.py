@@ -25,7 +25,7 @@ from django.db import OperationalError, connection, transaction
 from webapp.telemetry.models import CompactDirty, CompactionState
 from webapp.telemetry.packing import Unpacked, array_column, merge, pack, unpack
 from webapp.telemetry.partitions import known_forget, partition_days, partition_ensure
-from webapp.telemetry.samples import FIELDS, _binary_cursor, compact_horizon, late_before
+from webapp.telemetry.samples import FIELDS, binary_cursor, compact_horizon, late_before
 
 _HOUR = timedelta(hours=1)
 # GPU-hours per transaction: 500 x 240 samples (15 s) is 120,000 rows, about a second of
@@ -105,6 +105,15 @@ def _compact(cur, gpu_ids: Sequence[int], hour: datetime) -> tuple[int, int]:
     return len(ids), moved
 
 
+def gpu_hours_compact(gpu_ids: Sequence[int], hour: datetime) -> int:
+    """Pack these GPUs' raw samples of one hour now, whatever the horizon, in one transaction
+    (the bench measures packed bytes on a subset of its fleet this way); samples moved."""
+    partition_ensure("telemetry_gpusamplepacked", hour.date())
+    with transaction.atomic(), binary_cursor() as cur:
+        cur.execute(_LOCK)
+        return _compact(cur, gpu_ids, hour)[1]
+
+
 def _hours(lo: datetime, hi: datetime) -> list[datetime]:
     out, h = [], lo.replace(minute=0, second=0, microsecond=0)
     while h < hi:
@@ -144,7 +153,7 @@ def _compact_run(max_chunks: int, now: datetime | None) -> dict[str, int]:
     report = {"late": 0, "gpu_hours": 0, "samples": 0, "chunks": 0}
     for dirty in CompactDirty.objects.order_by("id")[:COMPACT_LATE_PER_RUN]:
         _dirty_partitions(dirty, horizon)
-        with transaction.atomic(), _binary_cursor() as cur:
+        with transaction.atomic(), binary_cursor() as cur:
             cur.execute(_LOCK)
             _compact_dirty(cur, dirty, horizon, report)
     while report["chunks"] < max_chunks:
@@ -153,7 +162,7 @@ def _compact_run(max_chunks: int, now: datetime | None) -> dict[str, int]:
             # Outside the chunk's transaction: a partition made in a transaction that rolls
             # back would stay in this process's cache of partitions that exist.
             partition_ensure("telemetry_gpusamplepacked", state.hour.date())
-        with transaction.atomic(), _binary_cursor() as cur:
+        with transaction.atomic(), binary_cursor() as cur:
             state = _state(horizon)
             if state.hour + _HOUR > horizon:
                 break
@@ -235,7 +244,7 @@ def _raw_days_reclaim(horizon: datetime, report: dict) -> list[str]:
                     "SELECT set_config('lock_timeout', %s, true)", [RAW_TRUNCATE_LOCK_TIMEOUT]
                 )
                 cur.execute(f'LOCK TABLE "{name}" IN ACCESS EXCLUSIVE MODE')
-                with _binary_cursor() as bcur:
+                with binary_cursor() as bcur:
                     for row in CompactDirty.objects.filter(lo__lt=end, hi__gt=start):
                         _compact_dirty(bcur, row, horizon, report)
                 cur.execute(f'TRUNCATE "{name}"')
@@ -274,7 +283,7 @@ def late_rows_filter(groups: list[list[tuple]]) -> list[list[tuple]]:
     lo = min(t for _, t in late).replace(minute=0, second=0, microsecond=0)
     hi = max(t for _, t in late)
     stored: set[tuple[int, int]] = set()
-    with _binary_cursor() as cur:
+    with binary_cursor() as cur:
         cur.execute(
             "SELECT gpu_id, data FROM telemetry_gpusamplepacked "
             "WHERE gpu_id = ANY(%s) AND hour >= %s AND hour <= %s",
@@ -297,14 +306,3 @@ def late_rows_filter(groups: list[list[tuple]]) -> list[list[tuple]]:
             hi=max(t for _, t in kept).replace(minute=0, second=0, microsecond=0) + _HOUR,
         )
     return groups
-
-
-def gpu_hours_packed(gpu_ids: Sequence[int], lo: datetime, hi: datetime) -> int:
-    """How many packed GPU-hours these GPUs have in [lo, hi) (tests and the bench)."""
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT count(*) FROM telemetry_gpusamplepacked "
-            "WHERE gpu_id = ANY(%s) AND hour >= %s AND hour < %s",
-            [list(gpu_ids), lo, hi],
-        )
-        return cur.fetchone()[0]

@@ -33,7 +33,6 @@ from webapp.telemetry.packing import PG_EPOCH_US, Column, Unpacked, array_column
 
 FIELDS: tuple[tuple[str, str], ...] = tuple((m.name, m.kind) for m in GPU_FIELDS)
 _KIND = dict(FIELDS)
-_HOUR = timedelta(hours=1)
 RAW = "telemetry_gpusample"
 UNPACKED = "vigil_unpacked_samples"
 
@@ -48,7 +47,11 @@ class _Bytes(psycopg.adapt.Loader):
         return bytes(data)
 
 
-def _binary_cursor() -> psycopg.Cursor:
+def binary_cursor() -> psycopg.Cursor:
+    """A psycopg cursor on Django's connection (its transaction) that hands binary arrays and
+    bytea over as bytes, for `packing.array_column` and `unpack`: psycopg would build a
+    Python object per element. Call with a connection open (inside `transaction.atomic`)."""
+    connection.ensure_connection()
     cur = psycopg.Cursor(connection.connection)
     for oid in (*_ARRAY_OIDS, 17):  # 17: bytea, as it is
         cur.adapters.register_loader(oid, _Bytes)
@@ -96,9 +99,8 @@ def packed_read(
     per GPU in hour order. `sample_pct`: a repeatable Bernoulli sample of the GPU-hours."""
     if not gpu_ids:
         return {}
-    connection.ensure_connection()
     sample = f"TABLESAMPLE BERNOULLI ({sample_pct:.6f}) REPEATABLE (42)" if sample_pct else ""
-    with _binary_cursor() as cur:
+    with binary_cursor() as cur:
         # Constant bounds on `hour` prune partitions; one index range per GPU (= ANY).
         cur.execute(
             f"SELECT gpu_id, data FROM telemetry_gpusamplepacked {sample} "
@@ -160,8 +162,7 @@ def gpu_samples(
     lo_us, hi_us = _us(lo), _us(hi)
     packed = packed_read(gpu_ids, lo, hi, set(names))
     aggs = "".join(f", array_agg({n} ORDER BY ts)" for n in names)
-    connection.ensure_connection()
-    with _binary_cursor() as cur:
+    with binary_cursor() as cur:
         cur.execute(
             f"SELECT gpu_id, array_agg(ts ORDER BY ts){aggs} FROM {RAW} "
             "WHERE gpu_id = ANY(%s) AND ts >= %s AND ts < %s GROUP BY gpu_id",
