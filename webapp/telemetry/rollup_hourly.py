@@ -2,11 +2,11 @@
 months and years (issue 17 item 6): kept VIGIL_HOURLY_ROLLUP_RETENTION_DAYS (three years), where
 the 1-minute rollup is kept about a month.
 
-A beat task (every 5 minutes) recomputes every GPU's current and previous hour, which the
-1-minute refresh is still filling, plus the hours `Rollup1hDirty` names: those whose minutes
-changed later (late samples). Each cell is recomputed whole from its minutes (sums of sums,
+A beat task (every 5 minutes) recomputes every GPU's current hour (and the previous one in
+the first quarter of an hour), which the 1-minute refresh is still filling, plus the hours
+`Rollup1hDirty` names: those whose minutes changed later (late samples). Each cell is recomputed whole from its minutes (sums of sums,
 counts of counts, lowest of lows), so a rerun or an overlap changes nothing. Its cost per run
-is the minutes of two hours of the fleet, never the table's size.
+is the minutes of an hour or two of the fleet, never the table's size.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ GROUP BY 1, 2
 ORDER BY 1, 2
 ON CONFLICT (gpu_id, hour) DO UPDATE SET {_SET}
 """
+PREVIOUS_HOUR_FOR = timedelta(minutes=15)
 # Late-hour rows recomputed per run, oldest first.
 ROLLUP1H_DIRTY_PER_RUN = 100
 
@@ -61,7 +62,7 @@ def rollups_hourly_refresh(now: datetime | None = None) -> dict[str, int]:
     current = _hour(now)
     cells = late = 0
     with transaction.atomic():
-        cells += _refresh(current - _HOUR, current + _HOUR)
+        cells += _refresh(hourly_window(now), current + _HOUR)
     for dirty in Rollup1hDirty.objects.order_by("id")[:ROLLUP1H_DIRTY_PER_RUN]:
         with transaction.atomic():
             cells += _refresh(dirty.lo, dirty.hi, list(dirty.gpu_ids))
@@ -70,11 +71,18 @@ def rollups_hourly_refresh(now: datetime | None = None) -> dict[str, int]:
     return {"cells": cells, "late": late}
 
 
+def hourly_window(now: datetime) -> datetime:
+    """The first hour every run recomputes: the current one, and the previous one while its
+    last minutes may still be folding in (the 1-minute refresh runs every 15 s; a quarter of
+    an hour covers a backlog of dozens of its runs)."""
+    current = _hour(now)
+    return current - _HOUR if now - current < PREVIOUS_HOUR_FOR else current
+
+
 def rollup1h_mark_late(gpu_ids: list[int], lo: datetime, hi: datetime, now: datetime) -> None:
-    """Record that the 1-minute rollup of these GPUs changed in [lo, hi): the hours before
-    the previous one are left to the hourly refresh's late list (the two newest it redoes
-    every run anyway)."""
-    window = _hour(now) - _HOUR
+    """Record that the 1-minute rollup of these GPUs changed in [lo, hi): hours before the
+    hourly window go on the hourly refresh's late list (it redoes the window every run)."""
+    window = hourly_window(now)
     if lo >= window:
         return
     Rollup1hDirty.objects.create(gpu_ids=gpu_ids, lo=_hour(lo), hi=min(_hour(hi) + _HOUR, window))

@@ -49,7 +49,7 @@ from webapp.telemetry.compaction import late_rows_filter
 from webapp.telemetry.metrics import ingest_samples_count
 from webapp.telemetry.models import ROLLUP_METRICS
 from webapp.telemetry.partitions import oldest_kept, partition_ensure
-from webapp.telemetry.rollup_hourly import rollup1h_mark_late
+from webapp.telemetry.rollup_hourly import hourly_window, rollup1h_mark_late
 from webapp.telemetry.samples import late_before, samples_relation
 
 log = logging.getLogger("vigil.ingest")
@@ -508,8 +508,9 @@ def rollups_refresh(max_rounds: int = ROLLUP_ROUNDS_PER_RUN) -> tuple[int, int]:
 
     At most `max_rounds` statements of about ROLLUP_CELLS_PER_STATEMENT cells each, oldest
     first: what is left waits for the next run. Returns (0, 0) at once if another refresh
-    holds the lock: it will see our rows too, or the next run will. Dirty rows of late
-    samples (older than compaction may have packed) go first, one by one (`_refresh_late`).
+    holds the lock: it will see our rows too, or the next run will. Each round also takes up
+    to ROLLUP_LATE_PER_ROUND dirty rows of late samples (older than compaction may have
+    packed), one by one (`_refresh_late`).
     """
     batches = cells = 0
     for _ in range(max_rounds):
@@ -524,20 +525,21 @@ def rollups_refresh(max_rounds: int = ROLLUP_ROUNDS_PER_RUN) -> tuple[int, int]:
                 [late, ROLLUP_LATE_PER_ROUND],
             )
             late_rows = cur.fetchall()
-            if late_rows:
-                for row in late_rows:
-                    claimed, upserted = _refresh_late(cur, *row)
-                    batches += claimed
-                    cells += upserted
-                continue
+            for row in late_rows:
+                claimed, upserted = _refresh_late(cur, *row)
+                batches += claimed
+                cells += upserted
+            # Then the live rows, in the same round: a replayed spool never holds them up.
             cur.execute(
                 _ROLLUP_PICK,
                 {"rows": ROLLUP_CLAIM_LIMIT, "cells": ROLLUP_CELLS_PER_STATEMENT, "late": late},
             )
             ids, lo, hi = cur.fetchone()
             if not ids:
+                if late_rows:
+                    continue
                 break
-            if lo < _hourly_window():  # a few hours late: the hourly rollup must hear of it
+            if lo < hourly_window(datetime.now(UTC)):  # late: the hourly rollup must hear
                 cur.execute(
                     "SELECT array_agg(DISTINCT g ORDER BY g) "
                     "FROM telemetry_rollupdirty, unnest(gpu_ids) g WHERE id = ANY(%s)",
@@ -554,11 +556,6 @@ def rollups_refresh(max_rounds: int = ROLLUP_ROUNDS_PER_RUN) -> tuple[int, int]:
 # Late dirty rows refreshed per round: each unpacks its GPUs' packed hours, so they go a
 # batch at a time (a batch is one node's GPUs over its intervals) and a round stays short.
 ROLLUP_LATE_PER_ROUND = 50
-
-
-def _hourly_window() -> datetime:
-    """The hourly refresh redoes the hours from this one on every run (rollup_hourly.py)."""
-    return datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
 
 
 def _refresh_late(
