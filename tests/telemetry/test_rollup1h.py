@@ -103,3 +103,21 @@ def test_a_late_sample_of_a_packed_hour_reaches_the_hourly_rollup(node_token):
     cells = _cells(hour)
     assert all(n == 7 and hi == 999.0 for n, _, hi, _, _ in cells.values())
     assert cells == _from_samples(gpus, hour)
+
+
+def test_the_gpu_page_draws_a_year_from_the_hourly_rollup(node_token, operator_client):
+    from webapp.fleet.models import Gpu
+
+    t = time.time() - 3 * HOUR
+    _ingest(node_token, t - t % HOUR + 60, intervals=6, step_s=300)
+    rollups_refresh()
+    rollups_hourly_refresh()
+    gpu = Gpu.objects.filter(node__hostname=node_token[1]).order_by("index").first()
+    cell = GpuRollup1h.objects.get(gpu=gpu, hour=_hour_of(t))
+    response = operator_client.get(f"/gpus/{gpu.id}/?range=1y")
+    assert response.status_code == 200
+    assert "hourly rollup" in response.content.decode()
+    power = [
+        trace for trace in response.context["figures"]["series"]["data"] if trace["yaxis"] == "y4"
+    ]
+    assert power and power[0]["y"] == [cell.power_w_sum / cell.power_w_cnt]
