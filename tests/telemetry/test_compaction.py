@@ -64,16 +64,30 @@ def test_pack_round_trips_every_bit_null_and_microsecond():
         )
 
 
-def test_pack_refuses_nan_and_unordered_time():
+def test_pack_refuses_unordered_time_and_keeps_even_a_nan_bit_pattern():
     n = 3
     cols = {
         name: Column(np.zeros(n, np.float32 if k == "float" else np.int64)) for name, k in FIELDS
     }
     with pytest.raises(PackError, match="ascending"):
         pack(np.array([3, 2, 1]), cols, FIELDS)
-    cols["power_w"] = Column(np.array([1, np.nan, 2], np.float32))
-    with pytest.raises(PackError, match="power_w: NaN"):
-        pack(np.array([1, 2, 3]), cols, FIELDS)
+    # Ingest refuses NaN, but a NaN written by other means must not stop compaction: its
+    # exact bits come back, as a present value (not NULL).
+    odd_nan = np.array([0x7FC01234], np.uint32).view(np.float32)[0]
+    cols["power_w"] = Column(np.array([1, odd_nan, 2], np.float32))
+    back = unpack(pack(np.array([1, 2, 3]), cols, FIELDS), FIELDS).columns["power_w"]
+    assert back.valid is None and back.values.view(np.uint32)[1] == 0x7FC01234
+
+
+def test_ingest_never_stores_nan(node_token):
+    from collectors.schema import BatchError
+
+    cluster, node, token = node_token
+    batch = make_batch(cluster, node, token)
+    batch["samples"][0][2 + GPU_FIELD_NAMES.index("power_w")] = float("nan")
+    with pytest.raises(BatchError):
+        samples_ingest(json.dumps(batch))
+    assert _count("telemetry_gpusample") == 0
 
 
 # --- Compaction in PostgreSQL ------------------------------------------------------------------

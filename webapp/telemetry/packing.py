@@ -17,8 +17,8 @@ timestamps, then one section per metric of `collectors.schema.GPU_FIELDS`, in wi
     so they become long runs the compressor removes, while the noisy low bytes stay together.
 The whole is compressed with Zstandard (RFC 8878). Integer deltas wrap modulo 2**64, so any
 int64 round-trips; floats are never converted, so every bit pattern (-0.0, subnormals)
-round-trips. NaN never reaches storage (the wire schema refuses it), so a reader may use NaN
-for NULL in float columns.
+round-trips, NaN payloads included. NaN never reaches storage through ingest (the wire schema
+refuses it), so NaN in a float column read back means NULL; `Column.valid` says so exactly.
 """
 
 from __future__ import annotations
@@ -120,8 +120,6 @@ def pack(
         if kind == "float":
             if values.dtype != np.float32:
                 raise PackError(f"{name}: float columns are float32 (PostgreSQL real)")
-            if np.isnan(values).any():
-                raise PackError(f"{name}: NaN is not a sample value (NULL is)")
             parts.append(_shuffle(values.view(np.uint32)))
         else:
             parts.append(_shuffle(_delta(np.asarray(values, dtype=np.int64))))
