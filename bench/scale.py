@@ -23,7 +23,8 @@ Storage (issue 17 item 6): bytes_per_sample_raw (pg_total_relation_size of the r
 partitions over their rows) and bytes_per_sample_compacted (the same of the packed table,
 after packing every hour past the compaction horizon of --compact-gpus GPUs: a subset, since
 packing the whole fleet's hours would dominate the bench's time), with the packing's CPU per
-sample and a read of energy_mj and power_w over those hours, raw (before) and packed (after).
+sample, a read of energy_mj and power_w over those hours through gpu_samples() and a scan of
+them through samples_relation() (what SQL readers pay), raw (before) and packed (after).
 "Cost independent of the data kept" reads as: each figure at --hours within noise of its 1 h
 figure, while the old queries and the count grow with the data. Last line: JSON.
 """
@@ -426,7 +427,7 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
     from django.db import connection
 
     from webapp.telemetry.compaction import compact_horizon, gpu_hours_compact
-    from webapp.telemetry.samples import gpu_samples
+    from webapp.telemetry.samples import gpu_samples, samples_relation
 
     with connection.cursor() as cur:
         cur.execute("VACUUM ANALYZE telemetry_gpusample")
@@ -445,7 +446,16 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
         return {**out, "bytes_per_sample_compacted": None}
     fields = ("energy_mj", "power_w")
     lo, hi = hours[0], hours[-1] + timedelta(hours=1)
+
+    def sql_read() -> None:
+        # What a SQL reader pays (job page, characterization): the relation, then a scan.
+        with samples_relation(gpus, lo, hi) as rel, connection.cursor() as cur:
+            cur.execute(
+                f"SELECT count(*), sum(power_w) FROM {rel} s WHERE ts >= %s AND ts < %s", [lo, hi]
+            )
+
     read_raw = _timed(lambda: gpu_samples(gpus, lo, hi, fields))
+    sql_raw = _timed(sql_read)
     moved, cpu = 0, 0.0
     for hour in hours:
         t0 = time.process_time()
@@ -456,6 +466,7 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
         cur.execute("SELECT sum(n) FROM telemetry_gpusamplepacked")
         packed = int(cur.fetchone()[0])
     read_packed = _timed(lambda: gpu_samples(gpus, lo, hi, fields))
+    sql_packed = _timed(sql_read)
     return {
         **out,
         "bytes_per_sample_compacted": round(_table_bytes("telemetry_gpusamplepacked") / packed, 1),
@@ -464,6 +475,8 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
         "compact_us_per_sample": round(cpu / max(moved, 1) * 1e6, 2),
         "read_energy_raw_ms": read_raw,
         "read_energy_packed_ms": read_packed,
+        "sql_read_raw_ms": sql_raw,
+        "sql_read_packed_ms": sql_packed,
     }
 
 
