@@ -272,6 +272,7 @@ def _copy(fleet: dict, t_from: float, t_to: float, step_s: int) -> None:
                     copy.write(buf)
     if fleet["last_copied"] is None or t_to > fleet["last_copied"]:
         fleet["last_copied"] = t_to
+    fleet["first_copied"] = min(t_from, fleet.get("first_copied") or t_from)
     with connection.cursor() as cur:
         cur.execute("ANALYZE telemetry_gpusample")
 
@@ -429,10 +430,7 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
     from webapp.telemetry.compaction import compact_horizon, gpu_hours_compact
     from webapp.telemetry.samples import gpu_samples, samples_relation
 
-    with connection.cursor() as cur:
-        cur.execute("VACUUM ANALYZE telemetry_gpusample")
-        cur.execute("SELECT min(ts) FROM telemetry_gpusample")
-        first = cur.fetchone()[0]
+    first = datetime.fromtimestamp(fleet["first_copied"], UTC)
     raw_rows = _count()
     out = {"bytes_per_sample_raw": round(_table_bytes("telemetry_gpusample") / raw_rows, 1)}
     gpus = sorted(fleet["gpu_ids"])[:compact_gpus]
@@ -462,7 +460,6 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
         moved += gpu_hours_compact(gpus, hour)
         cpu += time.process_time() - t0
     with connection.cursor() as cur:
-        cur.execute("VACUUM ANALYZE telemetry_gpusamplepacked")
         cur.execute("SELECT sum(n) FROM telemetry_gpusamplepacked")
         packed = int(cur.fetchone()[0])
     read_packed = _timed(lambda: gpu_samples(gpus, lo, hi, fields))
