@@ -150,8 +150,11 @@ def gpu_samples(
     since 1970 UTC, ascending, unique) and `.columns[name]` for each of `fields`: a Column
     whose `.values` are float32 (PostgreSQL real, bit-exact; NaN where NULL) or int64 (0 where
     NULL) and `.valid` None (no NULL) or a bool mask. Costs one indexed query on the raw table
-    and one on the packed one, then about 30 us of decoding per packed GPU-hour: a month of
-    one GPU's energy_mj and power_w (720 GPU-hours) reads in tens of milliseconds.
+    and one on the packed one, then about 60 us of decoding per packed GPU-hour for two
+    fields (one Zstandard frame per GPU-hour; columns not asked for are skipped): a month of
+    one GPU's energy_mj and power_w (720 GPU-hours) reads in about 50 ms. Samples are kept
+    VIGIL_RETENTION_DAYS; longer spans read the rollups (energy_mj_min / _max per minute in
+    telemetry_gpurollup1m, per hour in telemetry_gpurollup1h).
     """
     names = list(dict.fromkeys(fields))
     unknown = [n for n in names if n not in _KIND]
