@@ -125,7 +125,8 @@ _ROLLUP_SET = ", ".join(
 # lookup per GPU of the group for its newest (gpu, ts), then an upsert that changes a row only
 # when that ts is newer than the one kept, so a late or redelivered batch leaves it alone.
 # Values are copied from the stored row, so the latest table holds exactly what the samples
-# do (real columns stay real). The ts bounds are parameters the planner prunes partitions
+# do (real columns stay real); it reads only rows this transaction stored, which are raw,
+# never packed (compaction.py). The ts bounds are parameters the planner prunes partitions
 # with; rows go in gpu order, so two groups naming the same GPUs lock them in one order and
 # cannot deadlock.
 _LATEST_UPSERT = f"""
