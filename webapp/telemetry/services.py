@@ -146,7 +146,8 @@ WHERE excluded.ts > l.ts
 # claims, never the data the partitions hold (issue 17: a hash join over a whole day's
 # partition took 13-19 s a run):
 #   - _ROLLUP_PICK chooses the dirty rows of one statement, oldest first, up to about
-#     ROLLUP_CELLS_PER_STATEMENT cells, and the time span they cover;
+#     ROLLUP_CELLS_PER_STATEMENT cells, and the time span they cover (rows of late samples,
+#     which may reach packed hours, are left to `_refresh_late`);
 #   - _ROLLUP_REFRESH claims them and reads each cell with its own index range scan of
 #     (gpu_id, ts) (a LATERAL subquery: a nested loop over the cells, never a hash join
 #     over a partition), and the span's constant bounds let the planner drop every
@@ -203,6 +204,10 @@ ROLLUP_CLAIM_LIMIT = 2000  # dirty rows (batches) looked at per statement
 # the rest of a backlog is left for the next runs, each transaction kept short.
 ROLLUP_CELLS_PER_STATEMENT = 20_000
 ROLLUP_ROUNDS_PER_RUN = 10
+# Dirty rows of late samples (older than compaction may have packed: `_refresh_late`) per
+# round: each unpacks its GPUs' packed hours, so they go one batch (one node's GPUs over its
+# intervals) at a time, and a round stays short.
+ROLLUP_LATE_PER_ROUND = 50
 
 
 @dataclass(frozen=True)
@@ -552,11 +557,6 @@ def rollups_refresh(max_rounds: int = ROLLUP_ROUNDS_PER_RUN) -> tuple[int, int]:
         batches += claimed
         cells += upserted
     return batches, cells
-
-
-# Late dirty rows refreshed per round: each unpacks its GPUs' packed hours, so they go a
-# batch at a time (a batch is one node's GPUs over its intervals) and a round stays short.
-ROLLUP_LATE_PER_ROUND = 50
 
 
 def _refresh_late(
