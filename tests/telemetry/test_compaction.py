@@ -366,9 +366,12 @@ def test_a_compacted_raw_day_is_truncated_and_still_read(node_token):
 
 
 def test_lag_reads_hours_left_until_the_pass_catches_up(old_samples):
+    from webapp.telemetry.metrics import FleetCollector
+
     assert compaction.compaction_lag_hours() > 0
     compaction.samples_compact(max_chunks=500)
     assert compaction.compaction_lag_hours() == 0
+    assert b"\nvigil_compaction_lag_hours 0.0\n" in FleetCollector().exposition()
 
 
 def test_retention_drops_each_tier_at_its_own_age(db, settings):
