@@ -16,8 +16,14 @@ from tests.helpers import make_batch
 from tests.telemetry.conftest import plan_scans
 from webapp.telemetry import compaction
 from webapp.telemetry.models import CompactDirty, GpuRollup1m
-from webapp.telemetry.packing import Column, PackError, pack, unpack
-from webapp.telemetry.samples import FIELDS, gpu_samples, samples_relation
+from webapp.telemetry.packing import Column, PackError, pack, pack_hour, unpack, unpack_hour
+from webapp.telemetry.samples import (
+    FIELDS,
+    HOT_FIELDS,
+    REST_FIELDS,
+    gpu_samples,
+    samples_relation,
+)
 from webapp.telemetry.selectors import RANGES, gpus_series
 from webapp.telemetry.services import rollups_refresh, samples_ingest
 
@@ -62,6 +68,28 @@ def test_pack_round_trips_every_bit_null_and_microsecond():
         assert np.array_equal(
             got.values[present].view(np.uint8), col.values[present].view(np.uint8)
         )
+
+
+def test_an_hour_is_two_blobs_and_energy_reads_only_the_small_one():
+    rng = np.random.default_rng(6)
+    n = 240
+    ts = 1_700_000_000_000_000 + np.arange(n) * 15_000_000
+    cols = _columns(n, rng)
+    hot, rest = pack_hour(ts, cols, HOT_FIELDS, REST_FIELDS)
+    assert len(hot) * 5 < len(rest)
+    energy = unpack_hour(hot, None, HOT_FIELDS, REST_FIELDS, {"energy_mj", "power_w"})
+    assert np.array_equal(energy.ts_us, ts)
+    assert np.array_equal(energy.columns["energy_mj"].values, cols["energy_mj"].values)
+    whole = unpack_hour(hot, rest, HOT_FIELDS, REST_FIELDS)
+    assert set(whole.columns) == {name for name, _ in FIELDS}
+    for name, col in cols.items():
+        present = col.present()
+        assert np.array_equal(whole.columns[name].present(), present), name
+        assert np.array_equal(
+            whole.columns[name].values[present].view(np.uint8), col.values[present].view(np.uint8)
+        )
+    with pytest.raises(PackError, match="rest of the GPU-hour"):
+        unpack_hour(hot, None, HOT_FIELDS, REST_FIELDS, {"gpu_util"})
 
 
 def test_pack_refuses_unordered_time_and_keeps_even_a_nan_bit_pattern():
@@ -205,14 +233,14 @@ def test_a_crash_mid_chunk_loses_and_duplicates_nothing(old_samples, monkeypatch
         calls.append(1)
         if len(calls) == 5:
             raise RuntimeError("worker killed mid-chunk")
-        return pack(*args, **kwargs)
+        return pack_hour(*args, **kwargs)
 
-    monkeypatch.setattr(compaction, "pack", failing_pack)
+    monkeypatch.setattr(compaction, "pack_hour", failing_pack)
     with pytest.raises(RuntimeError):
         compaction.samples_compact()
     assert _count("telemetry_gpusamplepacked") == 0
     assert _raw_rows() == before
-    monkeypatch.setattr(compaction, "pack", pack)
+    monkeypatch.setattr(compaction, "pack_hour", pack_hour)
     compaction.samples_compact()
     assert _count("telemetry_gpusample") == 0
     assert _raw_rows() == before

@@ -23,9 +23,16 @@ from datetime import UTC, datetime, timedelta
 from django.db import OperationalError, connection, transaction
 
 from webapp.telemetry.models import CompactDirty, CompactionState
-from webapp.telemetry.packing import Unpacked, array_column, merge, pack, unpack
+from webapp.telemetry.packing import Unpacked, array_column, merge, pack_hour, unpack, unpack_hour
 from webapp.telemetry.partitions import known_forget, partition_days, partition_ensure
-from webapp.telemetry.samples import FIELDS, binary_cursor, compact_horizon, late_before
+from webapp.telemetry.samples import (
+    FIELDS,
+    HOT_FIELDS,
+    REST_FIELDS,
+    binary_cursor,
+    compact_horizon,
+    late_before,
+)
 
 _HOUR = timedelta(hours=1)
 # GPU-hours per transaction: 500 x 240 samples (15 s) is 120,000 rows, about a second of
@@ -51,11 +58,12 @@ SELECT gpu_id, array_agg(ts ORDER BY ts), {", ".join(f"array_agg({n} ORDER BY ts
 FROM gone GROUP BY gpu_id
 """
 _UPSERT = """
-INSERT INTO telemetry_gpusamplepacked AS p (gpu_id, hour, n, first_ts, last_ts, data)
+INSERT INTO telemetry_gpusamplepacked AS p (gpu_id, hour, n, first_ts, last_ts, hot, data)
 SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[], %s::timestamptz[],
-    %s::timestamptz[], %s::bytea[])
+    %s::timestamptz[], %s::bytea[], %s::bytea[])
 ON CONFLICT (gpu_id, hour) DO UPDATE SET
-    n = excluded.n, first_ts = excluded.first_ts, last_ts = excluded.last_ts, data = excluded.data
+    n = excluded.n, first_ts = excluded.first_ts, last_ts = excluded.last_ts,
+    hot = excluded.hot, data = excluded.data
 """
 
 
@@ -82,15 +90,17 @@ def _compact(cur, gpu_ids: Sequence[int], hour: datetime) -> tuple[int, int]:
         )
         moved += len(fresh[gpu_id])
     cur.execute(
-        "SELECT gpu_id, data FROM telemetry_gpusamplepacked WHERE gpu_id = ANY(%s) AND hour = %s",
+        "SELECT gpu_id, hot, data FROM telemetry_gpusamplepacked "
+        "WHERE gpu_id = ANY(%s) AND hour = %s",
         [sorted(fresh), hour],
         binary=True,
     )
-    for gpu_id, data in cur.fetchall():
+    for gpu_id, hot, data in cur.fetchall():
         # The packed samples were stored first: where both hold a timestamp, they win.
-        fresh[gpu_id] = merge(unpack(data, FIELDS), fresh[gpu_id], FIELDS)
+        packed = unpack_hour(hot, data, HOT_FIELDS, REST_FIELDS)
+        fresh[gpu_id] = merge(packed, fresh[gpu_id], FIELDS)
     ids = sorted(fresh)
-    blobs = [pack(fresh[g].ts_us, fresh[g].columns, FIELDS) for g in ids]
+    blobs = [pack_hour(fresh[g].ts_us, fresh[g].columns, HOT_FIELDS, REST_FIELDS) for g in ids]
     cur.execute(
         _UPSERT,
         [
@@ -99,7 +109,8 @@ def _compact(cur, gpu_ids: Sequence[int], hour: datetime) -> tuple[int, int]:
             [len(fresh[g]) for g in ids],
             [_from_us(int(fresh[g].ts_us[0])) for g in ids],
             [_from_us(int(fresh[g].ts_us[-1])) for g in ids],
-            blobs,
+            [hot for hot, _ in blobs],
+            [rest for _, rest in blobs],
         ],
     )
     return len(ids), moved
@@ -285,13 +296,13 @@ def late_rows_filter(groups: list[list[tuple]]) -> list[list[tuple]]:
     stored: set[tuple[int, int]] = set()
     with binary_cursor() as cur:
         cur.execute(
-            "SELECT gpu_id, data FROM telemetry_gpusamplepacked "
+            "SELECT gpu_id, hot FROM telemetry_gpusamplepacked "
             "WHERE gpu_id = ANY(%s) AND hour >= %s AND hour <= %s",
             [gpus, lo, hi],
             binary=True,
         )
-        for gpu_id, data in cur.fetchall():
-            stored.update((gpu_id, int(t)) for t in unpack(data, FIELDS, set()).ts_us)
+        for gpu_id, hot in cur.fetchall():
+            stored.update((gpu_id, int(t)) for t in unpack(hot, HOT_FIELDS, set()).ts_us)
     if stored:
         epoch = datetime(1970, 1, 1, tzinfo=UTC)
         us = timedelta(microseconds=1)

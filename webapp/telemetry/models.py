@@ -142,7 +142,8 @@ class GpuSamplePacked(models.Model):
     n = models.IntegerField()
     first_ts = models.DateTimeField()
     last_ts = models.DateTimeField()
-    data = models.BinaryField()
+    hot = models.BinaryField()  # timestamps, energy_mj and power_w
+    data = models.BinaryField()  # the other metrics
 
     class Meta:
         managed = False

@@ -1,4 +1,4 @@
-"""Lossless packing of one GPU's samples of one hour into one compressed blob (issue 17).
+"""Lossless packing of one GPU's samples of one hour into compressed blobs (issue 17).
 
 Plain functions over NumPy arrays; imports nothing from Django or any app. The compaction
 service (`compaction.py`) packs raw rows into `telemetry_gpusamplepacked`, one row per GPU
@@ -15,7 +15,9 @@ timestamps, then one section per metric of `collectors.schema.GPU_FIELDS`, in wi
   - every value section is byte-shuffled (all first bytes, then all second bytes, ...), the
     transform of Blosc and HDF5's shuffle filter: the high bytes of a column barely change,
     so they become long runs the compressor removes, while the noisy low bytes stay together.
-The whole is compressed with Zstandard (RFC 8878). Integer deltas wrap modulo 2**64, so any
+The whole is compressed with Zstandard (RFC 8878). A GPU-hour is two such blobs
+(`pack_hour`): the timestamps with the few fields read over many GPU-hours (energy), and the
+other fields, so those readers fetch and decompress a small part of it. Integer deltas wrap modulo 2**64, so any
 int64 round-trips; floats are never converted, so every bit pattern (-0.0, subnormals)
 round-trips, NaN payloads included. NaN never reaches storage through ingest (the wire schema
 refuses it), so NaN in a float column read back means NULL; `Column.valid` says so exactly.
@@ -93,15 +95,22 @@ def _undelta(deltas: np.ndarray) -> np.ndarray:
 
 
 def pack(
-    ts_us: np.ndarray, columns: dict[str, Column], fields: tuple[tuple[str, str], ...]
+    ts_us: np.ndarray,
+    columns: dict[str, Column],
+    fields: tuple[tuple[str, str], ...],
+    *,
+    times: bool = True,
 ) -> bytes:
     """One blob from the samples of one GPU: `ts_us` ascending and unique, one Column per
-    (name, kind) of `fields` (kind "float" or "int"). Raises PackError on a bad input."""
+    (name, kind) of `fields` (kind "float" or "int"); `times` False leaves the timestamps
+    out (another blob of the same samples holds them). Raises PackError on a bad input."""
     ts = np.asarray(ts_us, dtype=np.int64)
     n = len(ts)
     if n and np.any(np.diff(ts) <= 0):
         raise PackError("timestamps must be ascending and unique")
-    parts = [_HEADER.pack(VERSION, n), _shuffle(_delta(ts))]
+    parts = [_HEADER.pack(VERSION, n)]
+    if times:
+        parts.append(_shuffle(_delta(ts)))
     for name, kind in fields:
         col = columns.get(name)
         if col is None:
@@ -130,9 +139,12 @@ def unpack(
     blob: bytes | memoryview,
     fields: tuple[tuple[str, str], ...],
     wanted: frozenset[str] | set[str] | None = None,
+    *,
+    times: bool = True,
 ) -> Unpacked:
-    """The samples of a blob `pack` made with the same `fields`; only the columns named in
-    `wanted` (default: all) are built, the others skipped."""
+    """The samples of a blob `pack` made with the same `fields` and `times`; only the
+    columns named in `wanted` (default: all) are built, the others skipped. Without times,
+    `ts_us` is empty."""
     try:
         raw = memoryview(zstd.decompress(bytes(blob)))
     except zstd.ZstdError as exc:
@@ -141,8 +153,10 @@ def unpack(
     if version != VERSION:
         raise PackError(f"packed sample blob version {version}, expected {VERSION}")
     pos = _HEADER.size
-    ts = _undelta(_unshuffle(raw[pos:], n, "<u8"))
-    pos += 8 * n
+    ts = np.empty(0, np.int64)
+    if times:
+        ts = _undelta(_unshuffle(raw[pos:], n, "<u8"))
+        pos += 8 * n
     columns: dict[str, Column] = {}
     for name, kind in fields:
         flag = raw[pos]
@@ -178,6 +192,38 @@ def unpack(
     if pos != len(raw):
         raise PackError(f"packed sample blob has {len(raw) - pos} bytes past its end")
     return Unpacked(ts, columns)
+
+
+def pack_hour(
+    ts_us: np.ndarray,
+    columns: dict[str, Column],
+    hot: tuple[tuple[str, str], ...],
+    rest: tuple[tuple[str, str], ...],
+) -> tuple[bytes, bytes]:
+    """The two blobs of a packed GPU-hour: the timestamps with the `hot` fields (the few that
+    readers of many GPU-hours want: energy), and the `rest` without timestamps, so such a
+    reader fetches and decompresses a tenth of the bytes."""
+    return pack(ts_us, columns, hot), pack(ts_us, columns, rest, times=False)
+
+
+def unpack_hour(
+    hot_blob: bytes | memoryview,
+    rest_blob: bytes | memoryview | None,
+    hot: tuple[tuple[str, str], ...],
+    rest: tuple[tuple[str, str], ...],
+    wanted: frozenset[str] | set[str] | None = None,
+) -> Unpacked:
+    """The samples of a GPU-hour `pack_hour` made; `rest_blob` may be None when `wanted`
+    names only hot fields (or none: timestamps only)."""
+    first = unpack(hot_blob, hot, wanted)
+    if rest_blob is None:
+        if wanted is None or any(name in wanted for name, _ in rest):
+            raise PackError("the rest of the GPU-hour is needed for the fields asked for")
+        return first
+    second = unpack(rest_blob, rest, wanted, times=False)
+    if len(second.columns) and any(len(c.values) != len(first) for c in second.columns.values()):
+        raise PackError("the two blobs of a GPU-hour hold different sample counts")
+    return Unpacked(first.ts_us, {**first.columns, **second.columns})
 
 
 def merge(first: Unpacked, second: Unpacked, fields: tuple[tuple[str, str], ...]) -> Unpacked:

@@ -1,9 +1,10 @@
 """Compacted GPU samples and the hourly rollup (issue 17 item 6), as SQL: Django cannot make
 partitioned tables. Written out in full so the migration stays frozen.
 
-telemetry_gpusamplepacked holds one row per GPU and hour (webapp/telemetry/packing.py); its
-`data` is already Zstandard-compressed, so its storage is EXTERNAL (out of line, never
-compressed again by TOAST, whose pglz would spend CPU to gain nothing). Partitions (by day
+telemetry_gpusamplepacked holds one row per GPU and hour (webapp/telemetry/packing.py):
+`hot` (timestamps, energy and power, about a tenth of the bytes: it stays in the row) and
+`data` (the other fields), both already Zstandard-compressed, so their storage is EXTERNAL
+(never compressed again by TOAST, whose pglz would spend CPU to gain nothing). Partitions (by day
 for packed samples, by month for the hourly rollup) are made by telemetry.partitions.
 """
 
@@ -18,9 +19,11 @@ CREATE TABLE telemetry_gpusamplepacked (
     n integer NOT NULL,
     first_ts timestamptz NOT NULL,
     last_ts timestamptz NOT NULL,
+    hot bytea NOT NULL,
     data bytea NOT NULL,
     PRIMARY KEY (gpu_id, hour)
 ) PARTITION BY RANGE (hour);
+ALTER TABLE telemetry_gpusamplepacked ALTER COLUMN hot SET STORAGE EXTERNAL;
 ALTER TABLE telemetry_gpusamplepacked ALTER COLUMN data SET STORAGE EXTERNAL;
 
 CREATE TABLE telemetry_gpurollup1h (
@@ -152,6 +155,7 @@ class Migration(migrations.Migration):
                 ("n", models.IntegerField()),
                 ("first_ts", models.DateTimeField()),
                 ("last_ts", models.DateTimeField()),
+                ("hot", models.BinaryField()),
                 ("data", models.BinaryField()),
             ],
             options={
