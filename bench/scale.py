@@ -447,7 +447,7 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
 
     def sql_read() -> None:
         # What a SQL reader pays (job page, characterization): the relation, then a scan.
-        with samples_relation(gpus, lo, hi) as rel, connection.cursor() as cur:
+        with samples_relation(gpus, lo, hi, ["power_w"]) as rel, connection.cursor() as cur:
             cur.execute(
                 f"SELECT count(*), sum(power_w) FROM {rel} s WHERE ts >= %s AND ts < %s", [lo, hi]
             )

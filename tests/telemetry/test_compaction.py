@@ -269,9 +269,12 @@ def test_the_packed_read_prunes_partitions(old_samples):
 
 
 def test_a_sql_reader_of_packed_hours_still_prunes_raw_partitions(old_samples):
+    from webapp.telemetry.partitions import partition_days, partition_ensure
     from webapp.telemetry.samples import UNPACKED, samples_source
 
     compaction.samples_compact()
+    for days in (3, 4):  # partitions the plan must leave out
+        partition_ensure("telemetry_gpusample", (datetime.now(UTC) - timedelta(days=days)).date())
     gpus = sorted({r[0] for r in _raw_rows()})
     lo = datetime.fromtimestamp(_hour_start(10), UTC)
     hi = lo + timedelta(hours=2)
@@ -282,8 +285,12 @@ def test_a_sql_reader_of_packed_hours_still_prunes_raw_partitions(old_samples):
         f"WHERE s.ts >= '{lo.isoformat()}' AND s.ts <= '{hi.isoformat()}'"
     )
     raw = {rel for _, rel in scans if rel.startswith("telemetry_gpusample_p")}
-    assert raw == {f"telemetry_gpusample_p{d:%Y%m%d}" for d in {lo.date(), hi.date()}}
+    existing = partition_days("telemetry_gpusample")
+    assert raw == {n for n, d in existing.items() if lo.date() <= d <= hi.date()}
+    assert len(existing) > len(raw)  # the days around were pruned
     assert UNPACKED in {rel for _, rel in scans}
+    with pytest.raises(ValueError, match="'gpu_utilisation'"):
+        samples_source(gpus, lo, hi, ["gpu_utilisation"])
 
 
 def test_metric_fields_cover_the_schema():

@@ -17,6 +17,7 @@ resp. ended).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -455,7 +456,10 @@ def telemetry_cdfs(
     sample = f"TABLESAMPLE SYSTEM ({pct:.6f}) REPEATABLE (42)" if pct else ""
     table = "telemetry_gpusample s" if use_raw else "telemetry_gpurollup1m r"
     if use_raw:  # raw or compacted samples (webapp/telemetry/samples.py)
-        source = samples_source(cluster_gpu_ids(cluster), since, until, sample_pct=pct)
+        columns = [
+            c for _, raw in TELEMETRY_METRICS.values() for c in re.findall(r"\bs\.(\w+)", raw)
+        ]
+        source = samples_source(cluster_gpu_ids(cluster), since, until, columns, sample_pct=pct)
         if source != "telemetry_gpusample":  # packed GPU-hours are sampled as they unpack
             table = source.replace(" UNION ALL", f" {sample} UNION ALL") + " s"
             sample = ""

@@ -189,7 +189,7 @@ def job_bands(job: Job, allocations: list[AllocationRow], *, now: datetime) -> J
     }
     if raw:  # raw or compacted samples (webapp/telemetry/samples.py)
         gpus = [a.gpu_id for a in allocations if a.gpu_id is not None]
-        source = samples_source(gpus, params["start"], end)
+        source = samples_source(gpus, params["start"], end, SERIES_METRICS)
         per_gpu = per_gpu.replace("telemetry_gpusample s", f"{source} s")
     with connection.cursor() as cur:
         cur.execute(_bands_sql(per_gpu), params)

@@ -175,7 +175,8 @@ def job_series(
     label_of = {a.id: a.label for a in shown}
     if (end - start) <= RAW_JOB_MAX:
         source = "raw samples"
-        samples = samples_source([a.gpu_id for a in shown if a.gpu_id is not None], start, end)
+        gpus = [a.gpu_id for a in shown if a.gpu_id is not None]
+        samples = samples_source(gpus, start, end, SERIES_METRICS)
         sql = _RAW_JOB_SERIES_SQL.replace("telemetry_gpusample s", f"{samples} s")
         params = [now, job.id, list(label_of), start, end]
     else:
@@ -269,7 +270,8 @@ def job_energy(
     sql = _RAW_ENERGY_SQL if raw else _ROLLUP_ENERGY_SQL
     lo = start if raw else start - timedelta(minutes=1)
     if raw:  # raw or compacted samples (webapp/telemetry/samples.py)
-        samples = samples_source([a.gpu_id for a in allocations if a.gpu_id is not None], lo, end)
+        gpus = [a.gpu_id for a in allocations if a.gpu_id is not None]
+        samples = samples_source(gpus, lo, end, ["energy_mj"])
         sql = sql.replace("telemetry_gpusample s", f"{samples} s")
     with connection.cursor() as cur:
         cur.execute(sql, [now, job.id, lo, end])

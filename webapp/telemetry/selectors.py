@@ -298,7 +298,7 @@ def gpus_series(
         return out
     with connection.cursor() as cur:
         if time_range.bucket_s is None:
-            source = samples_source(gpu_ids, since, until)
+            source = samples_source(gpu_ids, since, until, SERIES_METRICS)
             cur.execute(_RAW_SERIES_SQL.replace(RAW, source), [list(gpu_ids), since, until])
         else:
             sql = _HOURLY_SERIES_SQL if time_range.hourly else _ROLLUP_SERIES_SQL

@@ -565,7 +565,7 @@ def _refresh_late(
     """The refresh of one dirty row of late samples: its cells are recomputed from raw and
     packed samples together (samples.py, just these GPUs and minutes), and the hourly rollup
     is told which of its hours changed."""
-    with samples_relation(gpus, lo, hi, index=True) as rel:
+    with samples_relation(gpus, lo, hi, ["energy_mj", *ROLLUP_METRICS], index=True) as rel:
         cur.execute(
             _ROLLUP_REFRESH.replace("telemetry_gpusample s", f"{rel} s"),
             {"ids": [dirty_id], "lo": lo, "hi": hi},
