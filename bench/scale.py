@@ -19,6 +19,12 @@ three runs:
   - stragglers_ms: stragglers_detect(), against stragglers_read_ms: its rollup read alone;
   - metrics_ms and overview_ms (with overview_bytes): /metrics and /api/v1/overview.json
     through Django's test client with a logged-in session (in process, no HTTP server).
+Storage (issue 17 item 6): bytes_per_sample_raw (pg_total_relation_size of the raw
+partitions over their rows) and bytes_per_sample_compacted (the same of the packed table,
+after packing every hour past the compaction horizon of --compact-gpus GPUs: a subset, since
+packing the whole fleet's hours would dominate the bench's time), with the packing's CPU per
+sample, a read of energy_mj and power_w over those hours through gpu_samples() and a scan of
+them through samples_relation() (what SQL readers pay), raw (before) and packed (after).
 "Cost independent of the data kept" reads as: each figure at --hours within noise of its 1 h
 figure, while the old queries and the count grow with the data. Last line: JSON.
 """
@@ -97,6 +103,12 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=4704)
     parser.add_argument("--hours", type=float, default=4.0)
     parser.add_argument("--step-s", type=int, default=15, help="seconds between samples")
+    parser.add_argument(
+        "--compact-gpus",
+        type=int,
+        default=512,
+        help="GPUs whose hours past the compaction horizon are packed to measure its bytes",
+    )
     args = parser.parse_args()
     if args.gpus < sum(BIG_JOBS) + SMALL_JOB or args.gpus % GPUS_PER_NODE:
         raise SystemExit(f"--gpus: need a multiple of 8 of at least {sum(BIG_JOBS) + SMALL_JOB}")
@@ -133,6 +145,8 @@ def main() -> None:
         _copy(fleet, end - args.hours * 3600, end - 3600, args.step_s)
         at_full = _measure(fleet, args.step_s, metrics_key)
         print(f"{args.hours} h: {json.dumps(at_full)}", file=sys.stderr)
+        storage = _storage(fleet, args.compact_gpus)
+        print(f"storage: {json.dumps(storage)}", file=sys.stderr)
         result = {
             "gpus": args.gpus,
             "hours": args.hours,
@@ -140,6 +154,7 @@ def main() -> None:
             "samples": _count(),
             **{f"{k}_1h": v for k, v in at_1h.items()},
             **at_full,
+            **storage,
             "bench_s": round(time.perf_counter() - started),
             "cpus": os.cpu_count(),
         }
@@ -257,6 +272,7 @@ def _copy(fleet: dict, t_from: float, t_to: float, step_s: int) -> None:
                     copy.write(buf)
     if fleet["last_copied"] is None or t_to > fleet["last_copied"]:
         fleet["last_copied"] = t_to
+    fleet["first_copied"] = min(t_from, fleet.get("first_copied") or t_from)
     with connection.cursor() as cur:
         cur.execute("ANALYZE telemetry_gpusample")
 
@@ -389,6 +405,76 @@ def _measure(fleet: dict, step_s: int, metrics_key: str) -> dict:
     out["gpus_fresh"] = fresh
     out["samples"] = _count()
     return out
+
+
+def _table_bytes(table: str) -> int:
+    """pg_total_relation_size (heap, TOAST, indexes) summed over the table's partitions."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0) FROM pg_inherits "
+            "WHERE inhparent = %s::regclass",
+            [table],
+        )
+        return int(cur.fetchone()[0])
+
+
+def _storage(fleet: dict, compact_gpus: int) -> dict:
+    """Bytes per GPU sample raw (the whole fleet's raw partitions), then compacted: every hour
+    past the compaction horizon of the first `compact_gpus` GPUs packed (the packed table then
+    holds only theirs), with the compaction's CPU time and a read of those hours' energy_mj
+    and power_w through gpu_samples() before (raw) and after (packed)."""
+    from django.db import connection
+
+    from webapp.telemetry.compaction import compact_horizon, gpu_hours_compact
+    from webapp.telemetry.samples import gpu_samples, samples_relation
+
+    first = datetime.fromtimestamp(fleet["first_copied"], UTC)
+    raw_rows = _count()
+    out = {"bytes_per_sample_raw": round(_table_bytes("telemetry_gpusample") / raw_rows, 1)}
+    gpus = sorted(fleet["gpu_ids"])[:compact_gpus]
+    horizon = compact_horizon()
+    hour = first.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    hours = []
+    while hour + timedelta(hours=1) <= horizon:
+        hours.append(hour)
+        hour += timedelta(hours=1)
+    if not hours:
+        return {**out, "bytes_per_sample_compacted": None}
+    fields = ("energy_mj", "power_w")
+    lo, hi = hours[0], hours[-1] + timedelta(hours=1)
+
+    def sql_read() -> None:
+        # What a SQL reader pays (job page, characterization): the relation, then a scan.
+        with samples_relation(gpus, lo, hi, ["power_w"]) as rel, connection.cursor() as cur:
+            cur.execute(
+                f"SELECT count(*), sum(power_w) FROM {rel} s WHERE ts >= %s AND ts < %s", [lo, hi]
+            )
+
+    read_raw = _timed(lambda: gpu_samples(gpus, lo, hi, fields))
+    sql_raw = _timed(sql_read)
+    moved, cpu = 0, 0.0
+    for hour in hours:
+        t0 = time.process_time()
+        moved += gpu_hours_compact(gpus, hour)
+        cpu += time.process_time() - t0
+    with connection.cursor() as cur:
+        cur.execute("SELECT sum(n) FROM telemetry_gpusamplepacked")
+        packed = int(cur.fetchone()[0])
+    read_packed = _timed(lambda: gpu_samples(gpus, lo, hi, fields))
+    sql_packed = _timed(sql_read)
+    return {
+        **out,
+        "bytes_per_sample_compacted": round(_table_bytes("telemetry_gpusamplepacked") / packed, 1),
+        "compacted_samples": packed,
+        "compacted_gpu_hours": len(gpus) * len(hours),
+        "compact_us_per_sample": round(cpu / max(moved, 1) * 1e6, 2),
+        "read_energy_raw_ms": read_raw,
+        "read_energy_packed_ms": read_packed,
+        "sql_read_raw_ms": sql_raw,
+        "sql_read_packed_ms": sql_packed,
+    }
 
 
 def _ok(response):

@@ -18,7 +18,13 @@ from webapp.teams.selectors import OPERATORS_GROUP
 from webapp.teams.services import team_create
 from webapp.telemetry import partitions
 
-SAMPLE_TABLES = ("telemetry_gpusample", "telemetry_nodesample", "telemetry_gpurollup1m")
+SAMPLE_TABLES = (
+    "telemetry_gpusample",
+    "telemetry_nodesample",
+    "telemetry_gpurollup1m",
+    "telemetry_gpusamplepacked",
+    "telemetry_gpurollup1h",
+)
 
 
 @pytest.fixture(autouse=True)

@@ -25,6 +25,16 @@ app.conf.beat_schedule = {
         "task": "vigil.telemetry.refresh_rollups",
         "schedule": 15.0,
     },
+    # Raw samples past VIGIL_COMPACT_AFTER_HOURS packed into one row per GPU-hour (bounded).
+    "telemetry-compaction": {
+        "task": "vigil.telemetry.compact_samples",
+        "schedule": 60.0,
+    },
+    # The hourly rollup folded from the 1-minute one (current and previous hour, late hours).
+    "telemetry-rollups-hourly": {
+        "task": "vigil.telemetry.refresh_hourly_rollups",
+        "schedule": 300.0,
+    },
     # Batches a dead worker took off the queue without recording them (collectors/outbox.py).
     "telemetry-outbox": {
         "task": "vigil.telemetry.redeliver_lost_batches",

@@ -400,10 +400,16 @@ LOGGING = {
 }
 
 # --- Vigil ---------------------------------------------------------------------------------
-# Raw GPU samples are kept this many days (telemetry.md section 9: raw 7-14 days), 1-minute
-# rollups for VIGIL_ROLLUP_RETENTION_DAYS.
+# Retention tiers (README "Storage and retention"). GPU and node samples, raw or compacted,
+# are kept this many days (telemetry.md section 9: raw 7-14 days); the 1-minute rollup about
+# a month, the hourly rollup three years (issue 17 item 6).
 VIGIL_RETENTION_DAYS = envint("VIGIL_RETENTION_DAYS", "14", minimum=1)
-VIGIL_ROLLUP_RETENTION_DAYS = envint("VIGIL_ROLLUP_RETENTION_DAYS", "400", minimum=1)
+VIGIL_ROLLUP_RETENTION_DAYS = envint("VIGIL_ROLLUP_RETENTION_DAYS", "35", minimum=1)
+VIGIL_HOURLY_ROLLUP_RETENTION_DAYS = envint("VIGIL_HOURLY_ROLLUP_RETENTION_DAYS", "1096", minimum=1)
+# Raw GPU samples older than this many hours are packed, one row per GPU and hour, at about a
+# sixth of their size (webapp/telemetry/compaction.py). Above the 3 h a job page reads raw
+# samples for and the node page's last hour, so live pages read only raw rows.
+VIGIL_COMPACT_AFTER_HOURS = envint("VIGIL_COMPACT_AFTER_HOURS", "6", minimum=2)
 VIGIL_PARTITIONS_AHEAD_DAYS = envint("VIGIL_PARTITIONS_AHEAD_DAYS", "3", minimum=1)
 # A sample stamped further in the future than this is refused (clock skew on a node).
 VIGIL_MAX_FUTURE_SKEW_S = envfloat("VIGIL_MAX_FUTURE_SKEW_S", "300", minimum=0)

@@ -17,6 +17,7 @@ resp. ended).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -29,6 +30,7 @@ from webapp.core.windows import Window
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobState, JobType
 from webapp.jobs.tallies import TALLY_COLUMNS, TALLY_WORK_MEM, Tally, tally_fetch, tally_sql
+from webapp.telemetry.samples import samples_source
 
 FINAL_GROUPS: tuple[str, ...] = ("completed", "cancelled", "failed")
 # States a job is still in; everything else is final and falls in a JobState.final_group.
@@ -450,13 +452,23 @@ def telemetry_cdfs(
         f"percentile_cont(%s::float8[]) WITHIN GROUP (ORDER BY {exprs[col]})"
         for exprs in TELEMETRY_METRICS.values()
     )
+    # REPEATABLE: the same window draws the same blocks, so a reload shows the same curve.
+    sample = f"TABLESAMPLE SYSTEM ({pct:.6f}) REPEATABLE (42)" if pct else ""
+    table = "telemetry_gpusample s" if use_raw else "telemetry_gpurollup1m r"
+    if use_raw:  # raw or compacted samples (webapp/telemetry/samples.py)
+        columns = [
+            c for _, raw in TELEMETRY_METRICS.values() for c in re.findall(r"\bs\.(\w+)", raw)
+        ]
+        source = samples_source(cluster_gpu_ids(cluster), since, until, columns, sample_pct=pct)
+        if source != "telemetry_gpusample":  # packed GPU-hours are sampled as they unpack
+            table = source.replace(" UNION ALL", f" {sample} UNION ALL") + " s"
+            sample = ""
     sql = _TELEMETRY_SQL.format(
         aggs=aggs,
-        table="telemetry_gpusample s" if use_raw else "telemetry_gpurollup1m r",
+        table=table,
         alias="s" if use_raw else "r",
         ts="ts" if use_raw else "minute",
-        # REPEATABLE: the same window draws the same blocks, so a reload shows the same curve.
-        sample=f"TABLESAMPLE SYSTEM ({pct:.6f}) REPEATABLE (42)" if pct else "",
+        sample=sample,
     )
     params = [list(PERCENTILES)] * len(TELEMETRY_METRICS) + [cluster.id, since, until]
     with connection.cursor() as cur:
@@ -477,6 +489,16 @@ def telemetry_cdfs(
         sampled_pct=pct,
         curves=curves,
     )
+
+
+def cluster_gpu_ids(cluster: Cluster) -> list[int]:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT g.id FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id "
+            "WHERE n.cluster_id = %s",
+            [cluster.id],
+        )
+        return [r[0] for r in cur.fetchall()]
 
 
 def cluster_gpu_count(cluster: Cluster) -> int:

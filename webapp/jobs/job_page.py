@@ -21,6 +21,7 @@ from django.db import connection
 from webapp.jobs.models import Job
 from webapp.jobs.selectors import RAW_JOB_MAX, AllocationRow, JobEnergy, job_span
 from webapp.telemetry.figures import SERIES_AXES
+from webapp.telemetry.samples import samples_source
 from webapp.telemetry.selectors import SERIES_METRICS
 
 # Points per band line: enough to show a checkpoint stall of a few minutes in a day-long job.
@@ -186,6 +187,10 @@ def job_bands(job: Job, allocations: list[AllocationRow], *, now: datetime) -> J
         "start": start if raw else start - timedelta(minutes=1),
         "end": end,
     }
+    if raw:  # raw or compacted samples (webapp/telemetry/samples.py)
+        gpus = [a.gpu_id for a in allocations if a.gpu_id is not None]
+        source = samples_source(gpus, params["start"], end, SERIES_METRICS)
+        per_gpu = per_gpu.replace("telemetry_gpusample s", f"{source} s")
     with connection.cursor() as cur:
         cur.execute(_bands_sql(per_gpu), params)
         rows = cur.fetchall()

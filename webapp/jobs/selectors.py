@@ -23,6 +23,7 @@ from webapp.core.windows import Window
 from webapp.fleet.models import Cluster, Node
 from webapp.jobs.characterization import Characterization, jobs_characterize, tally_version
 from webapp.jobs.models import Job
+from webapp.telemetry.samples import samples_source
 from webapp.telemetry.selectors import SERIES_METRICS, Series
 
 # --- Job list ---------------------------------------------------------------------------------
@@ -174,7 +175,10 @@ def job_series(
     label_of = {a.id: a.label for a in shown}
     if (end - start) <= RAW_JOB_MAX:
         source = "raw samples"
-        sql, params = _RAW_JOB_SERIES_SQL, [now, job.id, list(label_of), start, end]
+        gpus = [a.gpu_id for a in shown if a.gpu_id is not None]
+        samples = samples_source(gpus, start, end, SERIES_METRICS)
+        sql = _RAW_JOB_SERIES_SQL.replace("telemetry_gpusample s", f"{samples} s")
+        params = [now, job.id, list(label_of), start, end]
     else:
         minutes = math.ceil((end - start).total_seconds() / 60 / SERIES_POINTS)
         source = f"1-minute rollup, {minutes}-minute means" if minutes > 1 else "1-minute rollup"
@@ -265,6 +269,10 @@ def job_energy(
     raw = (end - start) <= RAW_JOB_MAX
     sql = _RAW_ENERGY_SQL if raw else _ROLLUP_ENERGY_SQL
     lo = start if raw else start - timedelta(minutes=1)
+    if raw:  # raw or compacted samples (webapp/telemetry/samples.py)
+        gpus = [a.gpu_id for a in allocations if a.gpu_id is not None]
+        samples = samples_source(gpus, lo, end, ["energy_mj"])
+        sql = sql.replace("telemetry_gpusample s", f"{samples} s")
     with connection.cursor() as cur:
         cur.execute(sql, [now, job.id, lo, end])
         rows = {r[0]: r[1:] for r in cur.fetchall()}

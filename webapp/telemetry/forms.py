@@ -9,7 +9,7 @@ from webapp.telemetry.selectors import DEFAULT_RANGE, RANGES, TimeRange
 
 
 class RangeForm(FilterForm):
-    """`?range=1h|1d|7d`; anything else is the default range (a stale link still draws)."""
+    """`?range=1h|1d|7d|90d|1y`; anything else is the default range (a stale link still draws)."""
 
     range = forms.ChoiceField(
         choices=[(r.key, r.label) for r in RANGES.values()], required=False, initial=DEFAULT_RANGE

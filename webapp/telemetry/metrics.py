@@ -26,6 +26,7 @@ from webapp.core.metrics import TextFamily, families_exposition, labels_text
 from webapp.core.units import mj_to_joules
 from webapp.fleet.models import Cluster, Node
 from webapp.telemetry.choices import GPU_STATUSES, GpuStatus
+from webapp.telemetry.compaction import compaction_lag_hours
 from webapp.telemetry.models import RollupDirty
 from webapp.telemetry.selectors import LatestGpu, clusters_summarize, gpus_latest
 
@@ -199,6 +200,14 @@ class FleetCollector:
                 "vigil_rollup_pending_batches",
                 "Stored batches not yet folded into the 1-minute rollup",
                 value=RollupDirty.objects.count(),
+            )
+        )
+        families.append(
+            GaugeMetricFamily(
+                "vigil_compaction_lag_hours",
+                "Hours past the compaction horizon (VIGIL_COMPACT_AFTER_HOURS) whose raw GPU "
+                "samples are not all packed yet (0: caught up)",
+                value=compaction_lag_hours(),
             )
         )
         try:

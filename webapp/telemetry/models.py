@@ -129,3 +129,90 @@ class RollupDirty(models.Model):
 
     def __str__(self) -> str:
         return f"{len(self.gpu_ids)} GPUs {self.lo:%H:%M}-{self.hi:%H:%M}"
+
+
+class GpuSamplePacked(models.Model):
+    """The samples of one GPU in one hour, packed losslessly (`packing.py`) by the compaction
+    service once the hour is older than VIGIL_COMPACT_AFTER_HOURS. Partitioned by day on
+    `hour` (migration 0006), dropped whole with the raw samples' retention."""
+
+    pk = models.CompositePrimaryKey("gpu_id", "hour")
+    gpu = models.ForeignKey(Gpu, on_delete=models.DO_NOTHING, db_constraint=False)
+    hour = models.DateTimeField()
+    n = models.IntegerField()
+    first_ts = models.DateTimeField()
+    last_ts = models.DateTimeField()
+    hot = models.BinaryField()  # timestamps, energy_mj and power_w
+    data = models.BinaryField()  # the other metrics
+
+    class Meta:
+        managed = False
+        db_table = "telemetry_gpusamplepacked"
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} hour {self.hour} ({self.n} samples)"
+
+
+class GpuRollup1h(models.Model):
+    """The 1-minute rollup folded into hours (`rollup_hourly.py`), kept for years."""
+
+    pk = models.CompositePrimaryKey("gpu_id", "hour")
+    gpu = models.ForeignKey(Gpu, on_delete=models.DO_NOTHING, db_constraint=False)
+    hour = models.DateTimeField()
+    n = models.IntegerField()
+    energy_mj_min = models.BigIntegerField(null=True)
+    energy_mj_max = models.BigIntegerField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = "telemetry_gpurollup1h"
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} hour {self.hour}"
+
+
+for _name in ROLLUP_METRICS:
+    GpuRollup1h.add_to_class(f"{_name}_min", models.FloatField(null=True))
+    GpuRollup1h.add_to_class(f"{_name}_max", models.FloatField(null=True))
+    GpuRollup1h.add_to_class(f"{_name}_sum", models.FloatField(null=True))
+    GpuRollup1h.add_to_class(f"{_name}_cnt", models.IntegerField(default=0))
+
+
+class CompactDirty(models.Model):
+    """GPUs and hours that got raw samples after they may have been compacted (late samples:
+    a spool replayed after an outage). Written by ingest in the samples' transaction; the
+    compaction service merges those rows into the packed hour and deletes this row in one
+    transaction."""
+
+    gpu_ids = ArrayField(models.BigIntegerField())
+    lo = models.DateTimeField()  # first hour touched
+    hi = models.DateTimeField()  # end of the last hour touched (exclusive)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{len(self.gpu_ids)} GPUs {self.lo:%Y-%m-%d %H}h-{self.hi:%H}h"
+
+
+class Rollup1hDirty(models.Model):
+    """GPUs and hours whose 1-minute rollup changed after the hourly refresh's window (late
+    samples); the hourly refresh recomputes those hours and deletes the row."""
+
+    gpu_ids = ArrayField(models.BigIntegerField())
+    lo = models.DateTimeField()
+    hi = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{len(self.gpu_ids)} GPUs {self.lo:%Y-%m-%d %H}h-{self.hi:%H}h"
+
+
+class CompactionState(models.Model):
+    """Where the compaction pass stands (one row): every hour before `hour` is compacted for
+    every GPU, and within `hour` every GPU with an id up to `gpu_after`."""
+
+    hour = models.DateTimeField()
+    gpu_after = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"compacted before {self.hour} (and GPUs <= {self.gpu_after} of it)"

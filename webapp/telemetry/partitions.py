@@ -1,4 +1,6 @@
-"""Daily partitions of the sample tables: made ahead of time, dropped whole after retention."""
+"""Partitions of the sample and rollup tables: made ahead of time, dropped whole after their
+tier's retention. Daily, except the hourly rollup's (kept for years: monthly, so a three-year
+table has 37 partitions, not 1,100)."""
 
 from __future__ import annotations
 
@@ -13,23 +15,46 @@ from django.db import OperationalError, connection, transaction
 class PartitionedTable:
     name: str
     retention_setting: str
+    monthly: bool = False
 
     def retention_days(self) -> int:
         return int(getattr(settings, self.retention_setting))
 
 
+# The retention tiers (README "Storage and retention"): samples, raw or compacted, for
+# VIGIL_RETENTION_DAYS; the 1-minute rollup for VIGIL_ROLLUP_RETENTION_DAYS; the hourly
+# rollup for VIGIL_HOURLY_ROLLUP_RETENTION_DAYS.
 TABLES: tuple[PartitionedTable, ...] = (
     PartitionedTable("telemetry_gpusample", "VIGIL_RETENTION_DAYS"),
+    PartitionedTable("telemetry_gpusamplepacked", "VIGIL_RETENTION_DAYS"),
     PartitionedTable("telemetry_nodesample", "VIGIL_RETENTION_DAYS"),
     PartitionedTable("telemetry_gpurollup1m", "VIGIL_ROLLUP_RETENTION_DAYS"),
+    PartitionedTable("telemetry_gpurollup1h", "VIGIL_HOURLY_ROLLUP_RETENTION_DAYS", monthly=True),
 )
+_MONTHLY = {t.name for t in TABLES if t.monthly}
 
 # Days whose partitions this process knows exist, so ingest asks the catalogue once per day.
 _known: set[tuple[str, date]] = set()
 
 
 def partition_name(table: str, day: date) -> str:
+    """The partition of `table` that holds `day`."""
+    if table in _MONTHLY:
+        return f"{table}_p{day:%Y%m}"
     return f"{table}_p{day:%Y%m%d}"
+
+
+def _span(table: str, day: date) -> tuple[date, date]:
+    """First day of the partition of `table` holding `day`, and the day after its last."""
+    if table in _MONTHLY:
+        first = day.replace(day=1)
+        return first, (first + timedelta(days=32)).replace(day=1)
+    return day, day + timedelta(days=1)
+
+
+def partition_days(table: str) -> dict[str, date]:
+    """The partitions of `table` that exist, by name, with the first day each holds."""
+    return _existing(table)
 
 
 def _existing(table: str) -> dict[str, date]:
@@ -48,7 +73,7 @@ def _existing(table: str) -> dict[str, date]:
     for name in names:
         suffix = name.rsplit("_p", 1)[-1]
         try:
-            out[name] = datetime.strptime(suffix, "%Y%m%d").date()
+            out[name] = datetime.strptime(suffix, "%Y%m" if table in _MONTHLY else "%Y%m%d").date()
         except ValueError:
             continue
     return out
@@ -56,11 +81,11 @@ def _existing(table: str) -> dict[str, date]:
 
 def partition_ensure(table: str, day: date) -> bool:
     """Create the partition of `table` for `day` if missing; True if it was created."""
+    day = _span(table, day)[0]
     if (table, day) in _known:
         return False
     name = partition_name(table, day)
-    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    end = start + timedelta(days=1)
+    start, end = (_midnight(d) for d in _span(table, day))
     with transaction.atomic(), connection.cursor() as cur:
         # Two workers may meet a new day at once; the lock makes the check-and-create atomic.
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [name])
@@ -99,7 +124,12 @@ def partitions_maintain(today: date | None = None) -> dict[str, dict[str, list[s
             day = today + timedelta(days=offset)
             if partition_ensure(table.name, day):
                 created.append(partition_name(table.name, day))
-        due = [(n, d) for n, d in sorted(_existing(table.name).items(), key=_by_day) if d < oldest]
+        # A partition goes once all of it is older than the oldest day kept.
+        due = [
+            (n, d)
+            for n, d in sorted(_existing(table.name).items(), key=_by_day)
+            if _span(table.name, d)[1] <= oldest
+        ]
         for name, day in due[:PARTITION_DROPS_PER_RUN]:
             if _drop(name):
                 _known.discard((table.name, day))

@@ -25,6 +25,7 @@ from webapp.fleet.models import Cluster, Node
 from webapp.fleet.selectors import node_state_now
 from webapp.telemetry.choices import GPU_STATUSES, GpuStatus
 from webapp.telemetry.partitions import oldest_kept
+from webapp.telemetry.samples import RAW, samples_source
 
 # Metrics the live pages show, with the unit the figures use.
 SERIES_METRICS: tuple[str, ...] = (
@@ -221,21 +222,27 @@ class TimeRange:
     key: str
     label: str
     seconds: int
-    # None: raw samples. Otherwise rollup minutes averaged into buckets of this many seconds.
+    # None: raw samples. Otherwise rollup cells averaged into buckets of this many seconds.
     bucket_s: int | None
+    hourly: bool = False  # the hourly rollup (kept for years) instead of the 1-minute one
 
     @property
     def source(self) -> str:
-        return "raw samples" if self.bucket_s is None else "1-minute rollup"
+        if self.bucket_s is None:
+            return "raw samples"
+        return "hourly rollup" if self.hourly else "1-minute rollup"
 
 
-# Ranges of a day or more read the rollup only (DESIGN.md: raw samples are for short ranges).
+# Ranges of a day or more read a rollup only (DESIGN.md: raw samples are for short ranges);
+# past the 1-minute rollup's month (VIGIL_ROLLUP_RETENTION_DAYS), the hourly one.
 RANGES: dict[str, TimeRange] = {
     r.key: r
     for r in (
         TimeRange("1h", "last hour", 3600, None),
         TimeRange("1d", "last day", 86400, 60),
         TimeRange("7d", "last 7 days", 7 * 86400, 600),
+        TimeRange("90d", "last 90 days", 90 * 86400, 6 * 3600, hourly=True),
+        TimeRange("1y", "last year", 365 * 86400, 86400, hourly=True),
     )
 }
 DEFAULT_RANGE = "1h"
@@ -253,7 +260,7 @@ class Series:
 
 _RAW_SERIES_SQL = f"""
 SELECT gpu_id, ts, {", ".join(SERIES_METRICS)}
-FROM telemetry_gpusample
+FROM telemetry_gpusample s
 WHERE gpu_id = ANY(%s) AND ts > %s AND ts <= %s
 ORDER BY gpu_id, ts
 """
@@ -270,6 +277,16 @@ ORDER BY 1, 2
 """
 
 
+_HOURLY_SERIES_SQL = f"""
+SELECT gpu_id, date_bin(%s * interval '1 second', hour, timestamptz '2000-01-01') AS bucket,
+    {", ".join(f"sum({m}_sum) / nullif(sum({m}_cnt), 0)" for m in SERIES_METRICS)}
+FROM telemetry_gpurollup1h
+WHERE gpu_id = ANY(%s) AND hour > %s AND hour <= %s
+GROUP BY 1, 2
+ORDER BY 1, 2
+"""
+
+
 def gpus_series(
     gpu_ids: list[int], time_range: TimeRange, *, until: datetime | None = None
 ) -> dict[int, Series]:
@@ -281,9 +298,11 @@ def gpus_series(
         return out
     with connection.cursor() as cur:
         if time_range.bucket_s is None:
-            cur.execute(_RAW_SERIES_SQL, [list(gpu_ids), since, until])
+            source = samples_source(gpu_ids, since, until, SERIES_METRICS)
+            cur.execute(_RAW_SERIES_SQL.replace(RAW, source), [list(gpu_ids), since, until])
         else:
-            cur.execute(_ROLLUP_SERIES_SQL, [time_range.bucket_s, list(gpu_ids), since, until])
+            sql = _HOURLY_SERIES_SQL if time_range.hourly else _ROLLUP_SERIES_SQL
+            cur.execute(sql, [time_range.bucket_s, list(gpu_ids), since, until])
         rows = cur.fetchall()
     for gpu_id, ts, *values in rows:
         series = out[gpu_id]

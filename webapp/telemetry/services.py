@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from operator import itemgetter
 
@@ -45,9 +45,12 @@ from webapp.core.ingest import Refused, db_outage, store_failure
 from webapp.core.models import RejectedBatch
 from webapp.core.refusals import AuthError, batch_reject
 from webapp.fleet.services import NODE_SEEN_UPDATE, gpus_register, node_authenticate
+from webapp.telemetry.compaction import late_rows_filter
 from webapp.telemetry.metrics import ingest_samples_count
 from webapp.telemetry.models import ROLLUP_METRICS
 from webapp.telemetry.partitions import oldest_kept, partition_ensure
+from webapp.telemetry.rollup_hourly import hourly_window, rollup1h_mark_late
+from webapp.telemetry.samples import late_before, samples_relation
 
 log = logging.getLogger("vigil.ingest")
 
@@ -122,7 +125,8 @@ _ROLLUP_SET = ", ".join(
 # lookup per GPU of the group for its newest (gpu, ts), then an upsert that changes a row only
 # when that ts is newer than the one kept, so a late or redelivered batch leaves it alone.
 # Values are copied from the stored row, so the latest table holds exactly what the samples
-# do (real columns stay real). The ts bounds are parameters the planner prunes partitions
+# do (real columns stay real); it reads only rows this transaction stored, which are raw,
+# never packed (compaction.py). The ts bounds are parameters the planner prunes partitions
 # with; rows go in gpu order, so two groups naming the same GPUs lock them in one order and
 # cannot deadlock.
 _LATEST_UPSERT = f"""
@@ -142,7 +146,8 @@ WHERE excluded.ts > l.ts
 # claims, never the data the partitions hold (issue 17: a hash join over a whole day's
 # partition took 13-19 s a run):
 #   - _ROLLUP_PICK chooses the dirty rows of one statement, oldest first, up to about
-#     ROLLUP_CELLS_PER_STATEMENT cells, and the time span they cover;
+#     ROLLUP_CELLS_PER_STATEMENT cells, and the time span they cover (rows of late samples,
+#     which may reach packed hours, are left to `_refresh_late`);
 #   - _ROLLUP_REFRESH claims them and reads each cell with its own index range scan of
 #     (gpu_id, ts) (a LATERAL subquery: a nested loop over the cells, never a hash join
 #     over a partition), and the span's constant bounds let the planner drop every
@@ -156,7 +161,7 @@ FROM (
     FROM (
         SELECT id, lo, hi,
             cardinality(gpu_ids) * (extract(epoch FROM hi - lo) / 60)::bigint AS cells
-        FROM telemetry_rollupdirty ORDER BY id LIMIT %(rows)s
+        FROM telemetry_rollupdirty WHERE lo >= %(late)s ORDER BY id LIMIT %(rows)s
     ) oldest
 ) d
 WHERE upto - cells < %(cells)s
@@ -199,6 +204,10 @@ ROLLUP_CLAIM_LIMIT = 2000  # dirty rows (batches) looked at per statement
 # the rest of a backlog is left for the next runs, each transaction kept short.
 ROLLUP_CELLS_PER_STATEMENT = 20_000
 ROLLUP_ROUNDS_PER_RUN = 10
+# Dirty rows of late samples (older than compaction may have packed: `_refresh_late`) per
+# round: each unpacks its GPUs' packed hours, so they go one batch (one node's GPUs over its
+# intervals) at a time, and a round stays short.
+ROLLUP_LATE_PER_ROUND = 50
 
 
 @dataclass(frozen=True)
@@ -230,6 +239,8 @@ class _Ready:
     gpu_rows: list[tuple]
     rest: dict
     raw: str | bytes  # what the batch said, to refuse it if storing it fails
+    samples: int = 0  # GPU samples the batch carried (gpu_rows may lose packed duplicates)
+    late: bool = False  # has samples an hour may already hold packed (compaction.py)
 
 
 def samples_ingest(raw: str | bytes) -> IngestResult:
@@ -300,7 +311,17 @@ def _ready(raw: str | bytes) -> _Ready:
         gpu_rows.sort(key=_pk)
     last = stamps[max(times)] if times else datetime.fromtimestamp(batch.sent_at, UTC)
     rest = _rest_params(batch, node.id, gpu_ids, gpu_times, stamps, last)
-    return _Ready(str(batch.batch_id), batch.node, gpu_rows, rest, raw)
+    late = bool(gpu_times) and min(gpu_times) < late_before()
+    return _Ready(str(batch.batch_id), batch.node, gpu_rows, rest, raw, len(gpu_rows), late)
+
+
+def _without_packed(ready: list[_Ready]) -> list[_Ready]:
+    """Late batches lose the samples a packed hour already holds (a redelivery: stored
+    once), and their hours are marked for compaction; a cheap no-op for live batches."""
+    if not any(r.late for r in ready):
+        return ready
+    kept = late_rows_filter([r.gpu_rows for r in ready])
+    return [replace(r, gpu_rows=rows) for r, rows in zip(ready, kept, strict=True)]
 
 
 _Refusal = BatchError | AuthError | Refused
@@ -323,11 +344,12 @@ def _store(
         with transaction.atomic(), connection.cursor() as cur:
             results = []
             if ready:
-                _copy(cur, _COPY_GPU_ROWS, [row for r in ready for row in r.gpu_rows])
-                _latest_upsert([r.gpu_rows for r in ready])
-                stored = [len(r.gpu_rows) for r in ready]
-                node_stored = _store_rests(_STORE_REST_FIRST, [r.rest for r in ready], stored)
-                results = list(map(_result, ready, stored, node_stored))
+                todo = _without_packed(ready)
+                _copy(cur, _COPY_GPU_ROWS, [row for r in todo for row in r.gpu_rows])
+                _latest_upsert([r.gpu_rows for r in todo])
+                stored = [len(r.gpu_rows) for r in todo]
+                node_stored = _store_rests(_STORE_REST_FIRST, [r.rest for r in todo], stored)
+                results = list(map(_result, todo, stored, node_stored))
             return results + [batch_reject(raw, exc) for raw, exc in refused]
     except (IntegrityError, psycopg.errors.UniqueViolation):
         pass
@@ -343,6 +365,7 @@ def _store(
     for r in ready:
         try:
             with transaction.atomic(), connection.cursor() as cur:
+                [r] = _without_packed([r])
                 stored = _copy_new(cur, r.gpu_rows)
                 _latest_upsert([r.gpu_rows])
                 [node_stored] = _store_rests(_STORE_REST_NEW, [r.rest], [stored])
@@ -359,7 +382,7 @@ def _store(
 
 
 def _result(ready: _Ready, stored: int, node_stored: int) -> IngestResult:
-    return IngestResult(ready.batch_id, ready.node, len(ready.gpu_rows), stored, node_stored)
+    return IngestResult(ready.batch_id, ready.node, ready.samples, stored, node_stored)
 
 
 def _rest_params(
@@ -491,7 +514,9 @@ def rollups_refresh(max_rounds: int = ROLLUP_ROUNDS_PER_RUN) -> tuple[int, int]:
 
     At most `max_rounds` statements of about ROLLUP_CELLS_PER_STATEMENT cells each, oldest
     first: what is left waits for the next run. Returns (0, 0) at once if another refresh
-    holds the lock: it will see our rows too, or the next run will.
+    holds the lock: it will see our rows too, or the next run will. Each round also takes up
+    to ROLLUP_LATE_PER_ROUND dirty rows of late samples (older than compaction may have
+    packed), one by one (`_refresh_late`).
     """
     batches = cells = 0
     for _ in range(max_rounds):
@@ -499,14 +524,52 @@ def rollups_refresh(max_rounds: int = ROLLUP_ROUNDS_PER_RUN) -> tuple[int, int]:
             cur.execute(_LOCK_ROLLUP)
             if not cur.fetchone()[0]:
                 break
+            late = datetime.fromtimestamp(late_before(), UTC) - _MINUTE
             cur.execute(
-                _ROLLUP_PICK, {"rows": ROLLUP_CLAIM_LIMIT, "cells": ROLLUP_CELLS_PER_STATEMENT}
+                "SELECT id, gpu_ids, lo, hi FROM telemetry_rollupdirty WHERE lo < %s "
+                "ORDER BY id LIMIT %s",
+                [late, ROLLUP_LATE_PER_ROUND],
+            )
+            late_rows = cur.fetchall()
+            for row in late_rows:
+                claimed, upserted = _refresh_late(cur, *row)
+                batches += claimed
+                cells += upserted
+            # Then the live rows, in the same round: a replayed spool never holds them up.
+            cur.execute(
+                _ROLLUP_PICK,
+                {"rows": ROLLUP_CLAIM_LIMIT, "cells": ROLLUP_CELLS_PER_STATEMENT, "late": late},
             )
             ids, lo, hi = cur.fetchone()
             if not ids:
+                if late_rows:
+                    continue
                 break
+            if lo < hourly_window(datetime.now(UTC)):  # late: the hourly rollup must hear
+                cur.execute(
+                    "SELECT array_agg(DISTINCT g ORDER BY g) "
+                    "FROM telemetry_rollupdirty, unnest(gpu_ids) g WHERE id = ANY(%s)",
+                    [ids],
+                )
+                rollup1h_mark_late(cur.fetchone()[0] or [], lo, hi, datetime.now(UTC))
             cur.execute(_ROLLUP_REFRESH, {"ids": ids, "lo": lo, "hi": hi})
             claimed, upserted = cur.fetchone()
         batches += claimed
         cells += upserted
     return batches, cells
+
+
+def _refresh_late(
+    cur, dirty_id: int, gpus: list[int], lo: datetime, hi: datetime
+) -> tuple[int, int]:
+    """The refresh of one dirty row of late samples: its cells are recomputed from raw and
+    packed samples together (samples.py, just these GPUs and minutes), and the hourly rollup
+    is told which of its hours changed."""
+    with samples_relation(gpus, lo, hi, ["energy_mj", *ROLLUP_METRICS], index=True) as rel:
+        cur.execute(
+            _ROLLUP_REFRESH.replace("telemetry_gpusample s", f"{rel} s"),
+            {"ids": [dirty_id], "lo": lo, "hi": hi},
+        )
+        claimed, upserted = cur.fetchone()
+    rollup1h_mark_late(gpus, lo, hi, datetime.now(UTC))
+    return claimed, upserted

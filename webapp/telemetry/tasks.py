@@ -9,7 +9,9 @@ from django.conf import settings
 from collectors.schema import INGEST_TASK
 from webapp.core.ingest import batches_run
 from webapp.core.outbox import outbox_redeliver
+from webapp.telemetry.compaction import samples_compact
 from webapp.telemetry.partitions import partitions_maintain
+from webapp.telemetry.rollup_hourly import rollups_hourly_refresh
 from webapp.telemetry.services import rollups_refresh, samples_ingest_many
 
 
@@ -42,6 +44,16 @@ def maintain_partitions() -> dict:
 def refresh_rollups() -> dict:
     batches, cells = rollups_refresh()
     return {"batches": batches, "cells": cells}
+
+
+@shared_task(name="vigil.telemetry.compact_samples", ignore_result=True)
+def compact_samples() -> dict:
+    return samples_compact()
+
+
+@shared_task(name="vigil.telemetry.refresh_hourly_rollups", ignore_result=True)
+def refresh_hourly_rollups() -> dict:
+    return rollups_hourly_refresh()
 
 
 @shared_task(name="vigil.telemetry.redeliver_lost_batches", ignore_result=True)
