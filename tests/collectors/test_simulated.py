@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,47 @@ from collectors.schema import parse_batch
 
 def run(backend: SimulatedBackend, rounds: int, step_s: float, t0: float = 1_700_000_000.0):
     return [backend.read(t0 + k * step_s) for k in range(rounds)]
+
+
+ACME_CLUSTERS = ("seren", "kalos")
+KS_MAX = 0.15  # issue 17: the simulator's distributions within 0.15 of Acme's (KS distance)
+
+
+def acme_cdf(metric: str) -> Callable[[float, bool], float]:
+    """The fleet's CDF of `metric` by Acme: the equal mixture of Seren's and Kalos's (the
+    default simulated fleet has as many GPUs in each), read from the calibration's quantiles.
+    With `strict`, the share strictly below x (Acme's utilization has atoms at 0 and 100)."""
+    calib = load_calibration()
+    grid = [p / 100 for p in calib["percentiles"]]
+    tables = [calib["clusters"][c][metric] for c in ACME_CLUSTERS]
+
+    def cdf(x: float, strict: bool = False) -> float:
+        find = bisect.bisect_left if strict else bisect.bisect_right
+        shares = [grid[i - 1] if (i := find(q, x)) else 0.0 for q in tables]
+        return sum(shares) / len(shares)
+
+    return cdf
+
+
+def ks_distance(samples: list[float], metric: str) -> float:
+    """Kolmogorov-Smirnov distance between the samples and Acme's fleet CDF of `metric`,
+    checked on both sides of every sample value and every calibrated quantile."""
+    cdf = acme_cdf(metric)
+    ordered = sorted(samples)
+    n = len(ordered)
+    calib = load_calibration()
+    points = set(ordered) | {v for c in ACME_CLUSTERS for v in calib["clusters"][c][metric]}
+    return max(
+        max(
+            abs(bisect.bisect_right(ordered, x) / n - cdf(x)),
+            abs(bisect.bisect_left(ordered, x) / n - cdf(x, True)),
+        )
+        for x in points
+    )
+
+
+def fleet_values(rounds, column: str) -> list[float]:
+    return [row[GPU_POS[column]] for readings in rounds for r in readings for row in r.gpu_rows]
 
 
 def test_utilization_and_power_match_acmetrace():
@@ -43,6 +86,23 @@ def test_utilization_and_power_match_acmetrace():
     assert 0.2 <= len(idle_power) / n <= 0.45
     assert 50 <= sorted(idle_power)[len(idle_power) // 2] <= 70  # "near 60 W"
     assert (idle + busy) > 0.7  # bimodal: little in between
+    # The whole distributions, not only their shares at a few thresholds.
+    assert ks_distance(utils, "gpu_util") <= KS_MAX
+    assert ks_distance(powers, "gpu_power_w") <= KS_MAX
+
+
+def test_a_run_starts_in_the_steady_state():
+    """`--source simulated --count N` is shaped like Acme from its first rounds: the jobs
+    running at the start are found mid-run (not all loading their checkpoints at once), so the
+    first ten minutes of a run, pooled over ten runs, are within KS 0.15 of Acme's fleet."""
+    rounds = []
+    for seed in range(10):
+        backend = SimulatedBackend(seed=seed)
+        rounds += run(backend, 40, 15.0, t0=1_700_000_000.0 + 7919 * seed)
+    utils = fleet_values(rounds, "gpu_util")
+    assert len(utils) == 10 * 40 * 2 * 16 * 8
+    assert ks_distance(utils, "gpu_util") <= KS_MAX
+    assert ks_distance(fleet_values(rounds, "power_w"), "gpu_power_w") <= KS_MAX
 
 
 def test_gpus_keep_their_state_from_one_round_to_the_next():
