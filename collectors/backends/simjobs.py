@@ -27,6 +27,13 @@ event on the culprit node at the fault time (NCCL's timeout before the job ends)
 failure leaves error windows in the job's logs on its nodes at the end, sent through the same
 node-event path as a real node's (`JobSimulator.event_source()`). Causes are drawn from a
 generator of their own, so the job stream of a seed is the same with or without them.
+
+Who agrees on the schedule: one `--source simulated` process speaks for every node of its
+clusters, so all of a cluster's nodes read one JobSimulator. Another process agrees with it
+only if it has the same --seed, clusters, nodes per cluster and first timestamp (the warm-up
+and the job ids count from it). What a job's GPUs do over time (lockstep phases, checkpoint
+stalls, a straggler) is drawn from (cluster, job id) and the time alone
+(collectors/backends/simphases.py), so it needs no state shared between nodes.
 """
 
 from __future__ import annotations

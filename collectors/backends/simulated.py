@@ -6,12 +6,15 @@ sit near 0% or near 100% utilization, and about a third of them idle near 60 W.
 
 How values move (a Gaussian copula, so every marginal matches the calibration exactly while
 GPUs keep a state over time):
-- each node has a slow latent z_node (think "the job on this node"), each GPU a faster one;
-  both are AR(1) processes with stationary N(0, 1), so the mix z = sqrt(a) z_node +
-  sqrt(1-a) z_gpu is N(0, 1) at every instant and a busy GPU stays busy for minutes;
+- a GPU that a simulated job holds takes its job's latent (collectors/backends/simphases.py: a
+  deterministic function of the job and the time, N(0, 1) at every instant, smooth over
+  minutes), so the GPUs of one job, on every node it spans, move together, each within a few
+  percent of the others (LOCKSTEP_SPREAD); an injected straggler runs at half clock;
+- a GPU no job holds (or every GPU, with jobs off) mixes a slow node latent and a faster GPU
+  latent, both AR(1) processes with stationary N(0, 1): z = sqrt(a) z_node + sqrt(1-a) z_gpu
+  is N(0, 1) at every instant;
 - each metric is its calibrated quantile function at Phi(z) (plus a little noise for power and
-  temperatures), so a GPU at the top of the latent is at 100% util, high power, warm, and its
-  seven neighbours mostly are too;
+  temperatures), so a GPU at the top of the latent is at 100% util, high power, warm;
 - the energy counter integrates power x dt, like NVML's;
 - with jobs on (the default), collectors/backends/simjobs.py decides which GPUs work: a GPU
   nobody holds, or one its job leaves idle, draws from the idle part of the calibrated

@@ -57,6 +57,12 @@ PRETRAIN = TypeModel("pretrain", (), 7200.0, 0.8, 0.05, 0.8)
 # trials are one-GPU and short while its debug and other jobs are long (GPU-seconds per job
 # 137x and 450x evaluation's), on at most one node (a whole-pool job would wait for hours
 # behind the trials).
+# checkpoint_stall_s: how long a pretraining run's GPUs sit idle after each 30-min checkpoint
+# (a synchronous save; section 10: synchronous saves slowed training by up to 43%). Fitted so
+# that the share of idle samples lands near Acme's (section 5: Seren 31.4%, Kalos 33.8%):
+# Kalos's lane is 14 of 16 nodes, and without stalls its GPUs idle only while loading and
+# between runs (17% of samples, KS 0.16 from Acme's utilization); 390 s (22% of a run, within
+# the published 43%) brings it to about 32%. Seren's pool already idles enough: 60 s.
 CLUSTER_MIX = {
     "seren": {
         "mix": {"eval": 64.9, "sft": 14.9, "mllm": 2.9, "debug": 1.9, "other": 14.6},

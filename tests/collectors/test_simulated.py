@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import bisect
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from collectors.__main__ import main as collector_main
 from collectors.agent import Agent
 from collectors.backends.base import GPU_POS, NODE_POS
 from collectors.backends.simulated import SimulatedBackend, load_calibration
 from collectors.calibrate import DEFAULT_CSV, calibrate
 from collectors.schema import parse_batch
+from tests.helpers import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(backend: SimulatedBackend, rounds: int, step_s: float, t0: float = 1_700_000_000.0):
@@ -154,3 +160,53 @@ def test_committed_calibration_is_what_the_script_derives():
         (Path(__file__).resolve().parents[2] / "collectors/data/acme_calibration.json").read_text()
     )
     assert calibrate(DEFAULT_CSV) == committed
+
+
+def test_history_is_replayed_at_the_step_asked_for(tmp_path):
+    """`--history-minutes 2 --history-step-s 10`: two minutes of the past, rounds 10 s apart,
+    all handed over before the ready file appears."""
+    ready, out = tmp_path / "ready", tmp_path / "out.jsonl"
+    with open(out, "wb") as stdout:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "collectors", "--source", "simulated", "--clusters", "c",
+                "--nodes-per-cluster", "1", "--gpus-per-node", "2", "--stdout", "--seed", "1",
+                "--history-minutes", "2", "--history-step-s", "10", "--interval", "60",
+                "--ready-file", str(ready),
+            ],
+            cwd=ROOT, stdout=stdout, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            wait_for(ready.exists, timeout=30)
+            lines = out.read_text().splitlines()
+        finally:
+            proc.terminate()
+            proc.wait(20)
+    stamps = sorted(
+        {row[1] for ln in lines if '"samples"' in ln for row in parse_batch(ln).samples}
+    )
+    # 12 rounds of history; the first live round may have followed the ready file already.
+    assert len(stamps) in (12, 13)
+    history = stamps[:12]
+    assert {round(b - a, 6) for a, b in zip(history, history[1:], strict=False)} == {10.0}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--history-step-s", "10"], "--history-step-s only applies with --history-minutes"),
+        (
+            ["--history-minutes", "1", "--history-step-s", "0.5"],
+            "--history-step-s 0.5: at least 1 s",
+        ),
+        (["--history-minutes", "1", "--history-step-s", "90"], "longer than the --history-minutes"),
+        (["--history-minutes", "1", "--history-step-s", "0"], "'0' must be a positive number"),
+        (["--history-minutes", "1", "--history-step-s", "ten"], "'ten' is not a number"),
+    ],
+)
+def test_a_bad_history_step_is_refused_with_one_line_naming_it(flags, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        collector_main(["--source", "simulated", "--stdout", *flags])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
