@@ -51,9 +51,18 @@ EXIT_DISABLED = 3  # systemd: RestartPreventExitStatus=3 stops restart loops on 
 MIN_TOKEN_LEN = 16  # collectors/schema.py Batch.token
 # --stdout needs some token to build a valid batch; the server refuses this one.
 STDOUT_TOKEN = "not-set-stdout-only"
-# --history-minutes: a round every 30 s of the past, 20 rounds (10 minutes) to a batch.
+# --history-minutes: by default a round every 30 s of the past (--history-step-s), and as
+# many rounds to a batch as make 10 minutes (20 at 30 s), within the schema's cap.
 HISTORY_STEP_S = 30.0
-HISTORY_ROUNDS_PER_BATCH = 20
+HISTORY_BATCH_S = 600.0
+# The shortest step: NVML's power reading is a 1 s average on Ampere and newer (telemetry.md
+# section 2), so rounds closer than that would repeat it.
+HISTORY_MIN_STEP_S = 1.0
+
+
+def history_rounds_per_batch(step_s: float) -> int:
+    """Rounds of history to a batch: 10 minutes' worth, at least 1, at most the schema's cap."""
+    return max(1, min(MAX_INTERVALS_PER_BATCH, int(HISTORY_BATCH_S // step_s)))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -152,9 +161,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--history-minutes",
         type=_positive_int,
-        help=f"simulated: first send the last N minutes ({HISTORY_STEP_S:g} s apart, "
-        f"{HISTORY_ROUNDS_PER_BATCH} rounds to a batch), then sample live from the same state, "
-        "jobs still running",
+        help="simulated: first send the last N minutes (--history-step-s apart, 10 minutes to "
+        "a batch), then sample live from the same state, jobs still running",
+    )
+    p.add_argument(
+        "--history-step-s",
+        type=_positive_float,
+        default=None,
+        help=f"seconds between the rounds of --history-minutes (default {HISTORY_STEP_S:g}, at "
+        f"least {HISTORY_MIN_STEP_S:g})",
     )
     p.add_argument(
         "--ready-file",
@@ -372,6 +387,19 @@ def _check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("--history-minutes only applies to --source simulated")
     if args.history_minutes and args.count:
         parser.error("--history-minutes runs live afterwards: it does not go with --count")
+    if args.history_step_s is not None:
+        if not args.history_minutes:
+            parser.error("--history-step-s only applies with --history-minutes")
+        if args.history_step_s < HISTORY_MIN_STEP_S:
+            parser.error(
+                f"--history-step-s {args.history_step_s:g}: at least {HISTORY_MIN_STEP_S:g} s "
+                "(NVML's power reading is a 1 s average)"
+            )
+        if args.history_step_s > args.history_minutes * 60:
+            parser.error(
+                f"--history-step-s {args.history_step_s:g}: longer than the "
+                f"--history-minutes window ({args.history_minutes * 60} s)"
+            )
     if args.metrics_addr is not None and args.metrics_port is None:
         parser.error("--metrics-addr only applies with --metrics-port")
     # What the server's schema refuses must not get past the edge (collectors/schema.py).
@@ -611,10 +639,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         if args.history_minutes:
+            step = args.history_step_s or HISTORY_STEP_S
             rounds = agent.replay_history(
-                args.history_minutes * 60, HISTORY_STEP_S, HISTORY_ROUNDS_PER_BATCH
+                args.history_minutes * 60, step, history_rounds_per_batch(step)
             )
-            log.info("history sent: %d rounds of the last %d minutes", rounds, args.history_minutes)
+            log.info(
+                "history sent: %d rounds of the last %d minutes, %g s apart",
+                rounds,
+                args.history_minutes,
+                step,
+            )
         if args.ready_file is not None:
             args.ready_file.touch()
         # Simulated with --count backfills: the rounds are stamped in the past, not waited for.

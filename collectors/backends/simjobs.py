@@ -27,6 +27,13 @@ event on the culprit node at the fault time (NCCL's timeout before the job ends)
 failure leaves error windows in the job's logs on its nodes at the end, sent through the same
 node-event path as a real node's (`JobSimulator.event_source()`). Causes are drawn from a
 generator of their own, so the job stream of a seed is the same with or without them.
+
+Who agrees on the schedule: one `--source simulated` process speaks for every node of its
+clusters, so all of a cluster's nodes read one JobSimulator. Another process agrees with it
+only if it has the same --seed, clusters, nodes per cluster and first timestamp (the warm-up
+and the job ids count from it). What a job's GPUs do over time (lockstep phases, checkpoint
+stalls, a straggler) is drawn from (cluster, job id) and the time alone
+(collectors/backends/simphases.py), so it needs no state shared between nodes.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import random
 import time
 from collections.abc import Callable
 
-from collectors.backends import simfailures
+from collectors.backends import simfailures, simphases
 from collectors.backends.simworkload import (
     CHECKPOINT_EVERY_S,
     CLUSTER_MIX,
@@ -99,6 +106,7 @@ class ClusterJobs:
         own = {t.name: t for t in conf.get("types", ())}
         self.types = [own.get(t.name, t) for t in POOL_TYPES if t.name in mix]
         self.pretrain = conf.get("pretrain", PRETRAIN)
+        self.stall_s = conf["checkpoint_stall_s"]
         # An evaluation arrival is a batch of trials: weigh arrivals so that jobs match the mix.
         mean_batch = sum(EVAL_BATCH) / 2
         self.weights = [mix[t.name] / (mean_batch if t.name == "eval" else 1) for t in self.types]
@@ -198,6 +206,7 @@ class ClusterJobs:
             submit_ts=ts,
             priority=0,
             lane=True,
+            stall_s=self.stall_s,
         )
 
     # Events ------------------------------------------------------------------------------
@@ -314,8 +323,13 @@ class ClusterJobs:
             # sched_min_interval; Kalos "almost no job starts within about 8 s").
             start = ts + self.rng.uniform(1.0, 8.0 if self.cluster == "kalos" else 3.0)
             job.held = held
-            job.start_ts = start
+            job.start_ts = job.began_ts = start
             job.end_ts = start + job.duration_s
+            job.phase_key = simphases.job_key(self.cluster, job.job_id)
+            if len({n for n, _g in held}) > 1:
+                job.straggler = simphases.straggler_plan(
+                    job.phase_key, len(held), start, job.duration_s
+                )
             for pos, (n, g) in enumerate(held):
                 self.free[n].discard(g)
                 self.owner[(n, g)] = (job, pos)
@@ -392,7 +406,7 @@ class ClusterJobs:
             job_id=job.job_id,
             host_of_rank=[self.nodes[n] for n, _ in job.held],
             culprit_rank=job.culprit,
-            step=max(int((ts - job.start_ts) / ITERATION_S), 3),
+            step=max(int((ts - (job.began_ts or job.start_ts)) / ITERATION_S), 3),
             rng=self.fail_rng,
         )
         shown = max(ts - 2.0, job.start_ts)
@@ -424,9 +438,13 @@ class ClusterJobs:
             exit_code = simfailures.EXIT_CODE[job.cause]
             self._failure_windows(job, ts)
         extra: dict[str, object] = {}
-        if job.lane and job.start_ts is not None and ts - job.start_ts >= CHECKPOINT_EVERY_S:
-            done = (ts - job.start_ts) // CHECKPOINT_EVERY_S
-            extra["last_checkpoint_ts"] = job.start_ts + done * CHECKPOINT_EVERY_S
+        began = job.began_ts
+        if job.lane and began is not None and ts - began >= CHECKPOINT_EVERY_S:
+            # The checkpoints follow the real start; one from before the first round of the
+            # simulator (a job already running then) is not reported.
+            last = began + (ts - began) // CHECKPOINT_EVERY_S * CHECKPOINT_EVERY_S
+            if job.start_ts is None or last >= job.start_ts:
+                extra["last_checkpoint_ts"] = last
         self._emit(
             job,
             "ended",
@@ -441,11 +459,15 @@ class ClusterJobs:
             self._push(ts + self.rng.uniform(*PRETRAIN_GAP_S), "resubmit", None)
 
     def gpu_busy(self, node: int, gpu: int, ts: float) -> bool:
+        held = self.holder(node, gpu, ts)
+        return held is not None and held[0].busy(held[1], ts)
+
+    def holder(self, node: int, gpu: int, ts: float) -> tuple[SimJob, int] | None:
+        """(job, rank) of the job running on the GPU at `ts`, or None."""
         held = self.owner.get((node, gpu))
-        if held is None:
-            return False
-        job, pos = held
-        return job.start_ts is not None and job.start_ts <= ts and job.busy(pos, ts)
+        if held is None or held[0].began_ts is None or held[0].began_ts > ts:
+            return None
+        return held
 
     def take_events(self) -> list[JobEventIn]:
         events, self.events = self.events, []
@@ -491,6 +513,9 @@ class JobSimulator:
 
     def gpu_busy(self, cluster: str, node: int, gpu: int, ts: float) -> bool:
         return self.clusters[cluster].gpu_busy(node, gpu, ts)
+
+    def holder(self, cluster: str, node: int, gpu: int, ts: float) -> tuple[SimJob, int] | None:
+        return self.clusters[cluster].holder(node, gpu, ts)
 
     def node_busy(self, cluster: str, node: int, ts: float) -> bool:
         c = self.clusters[cluster]

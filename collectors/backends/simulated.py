@@ -6,12 +6,15 @@ sit near 0% or near 100% utilization, and about a third of them idle near 60 W.
 
 How values move (a Gaussian copula, so every marginal matches the calibration exactly while
 GPUs keep a state over time):
-- each node has a slow latent z_node (think "the job on this node"), each GPU a faster one;
-  both are AR(1) processes with stationary N(0, 1), so the mix z = sqrt(a) z_node +
-  sqrt(1-a) z_gpu is N(0, 1) at every instant and a busy GPU stays busy for minutes;
+- a GPU that a simulated job holds takes its job's latent (collectors/backends/simphases.py: a
+  deterministic function of the job and the time, N(0, 1) at every instant, smooth over
+  minutes), so the GPUs of one job, on every node it spans, move together, each within a few
+  percent of the others (LOCKSTEP_SPREAD); an injected straggler runs at half clock;
+- a GPU no job holds (or every GPU, with jobs off) mixes a slow node latent and a faster GPU
+  latent, both AR(1) processes with stationary N(0, 1): z = sqrt(a) z_node + sqrt(1-a) z_gpu
+  is N(0, 1) at every instant;
 - each metric is its calibrated quantile function at Phi(z) (plus a little noise for power and
-  temperatures), so a GPU at the top of the latent is at 100% util, high power, warm, and its
-  seven neighbours mostly are too;
+  temperatures), so a GPU at the top of the latent is at 100% util, high power, warm;
 - the energy counter integrates power x dt, like NVML's;
 - with jobs on (the default), collectors/backends/simjobs.py decides which GPUs work: a GPU
   nobody holds, or one its job leaves idle, draws from the idle part of the calibrated
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from collectors.backends import simphases
 from collectors.backends.base import GPU_POS, NODE_POS, NodeReading, Source
 from collectors.backends.simjobs import JobSimulator
 from collectors.schema import GPU_FIELD_NAMES, NODE_FIELD_NAMES, GpuInfo
@@ -59,8 +63,14 @@ PCIE_PEAK_BYTES_S = 25e9  # ~Gen4 x16 usable bandwidth per direction
 NODE_TAU_S = 1800.0
 GPU_TAU_S = 300.0
 JITTER_TAU_S = 30.0
-NODE_SHARE = 0.8  # a: how much of a GPU's latent is its node's (8 GPUs usually run one job)
+NODE_SHARE = 0.8  # a: how much of a GPU's latent is its node's (a GPU no job holds)
+# How far a job's GPU strays from its job's level (simphases.py), as a standard deviation of
+# its activity and power: ranks of one data-parallel job wait for each other at every
+# collective, so they differ by a few percent (our assumption), far less than the 0.8x that
+# makes a straggler (webapp/failures/stragglers.py).
+LOCKSTEP_SPREAD = 0.02
 POWER_LATENT_CORR = 0.95
+POWER_SALT = 0x9E37  # a job's power latent is drawn from its key with this mixed in
 
 SIM_NAMESPACE = uuid.UUID("7a1d9e52-3c4b-4f0e-9a8d-5b6c7d8e9f01")
 IDLE_REASON, POWER_CAP_REASON = 0x1, 0x4  # clocks_event_reasons bits (telemetry.md section 2)
@@ -153,6 +163,7 @@ class SimulatedBackend:
         self._rng = random.Random(seed)
         rng = self._rng
         self._last_ts: float | None = None
+        self._levels: dict[int, tuple[float, float]] = {}
         self.nodes: list[_SimNode] = []
         for cluster in clusters:
             # Clusters other than Acme's two borrow Seren's shape (the larger, public one).
@@ -216,9 +227,22 @@ class SimulatedBackend:
     def read(self, ts: float) -> list[NodeReading]:
         dt = 0.0 if self._last_ts is None else max(ts - self._last_ts, 0.0)
         self._last_ts = ts
+        self._levels: dict[int, tuple[float, float]] = {}
         if self.jobs is not None:
             self.jobs.advance(ts)
         return [self._read_node(node, ts, dt) for node in self.nodes]
+
+    def _job_level(self, key: int, ts: float) -> tuple[float, float]:
+        """The job's activity and power latents (simphases.job_level), once per job and round
+        (a job has up to thousands of GPUs). Power follows activity as a GPU's does."""
+        levels = self._levels.get(key)
+        if levels is None:
+            z = simphases.job_level(key, ts)
+            zp = POWER_LATENT_CORR * z + math.sqrt(1.0 - POWER_LATENT_CORR**2) * (
+                simphases.job_level(key ^ POWER_SALT, ts)
+            )
+            levels = self._levels[key] = (z, zp)
+        return levels
 
     def _state(self, u: float, node: _SimNode, busy: bool | None) -> float:
         """Map u in (0, 1) into the idle part [0, p) or the busy part [p, 1) of the quantiles."""
@@ -239,16 +263,33 @@ class SimulatedBackend:
         for i, gpu in enumerate(node.gpus):
             zg = gpu.own.step(rng, dt) if dt else gpu.own.z
             zj = gpu.jitter.step(rng, dt) if dt else gpu.jitter.z
-            z = a * zn + b * zg
-            busy = None if jobs is None else jobs.gpu_busy(node.cluster, node.index, i, ts)
+            busy: bool | None = None
+            slow = False
+            held = None if jobs is None else jobs.holder(node.cluster, node.index, i, ts)
+            if held is not None:
+                # A job's GPUs share its phases (simphases.py): the same quantiles for all,
+                # then a few percent of their own.
+                job, rank = held
+                z, zp = self._job_level(job.phase_key, ts)
+                busy = job.busy(rank, ts)
+                slow = busy and job.slow(rank, ts)
+                spread = 1.0 + LOCKSTEP_SPREAD * zj
+            else:
+                z = a * zn + b * zg
+                zp = POWER_LATENT_CORR * z + c * zj
+                busy = None if jobs is None else False
+                spread = 1.0
             u = self._state(_phi(z), node, busy)
-            up = self._state(_phi(POWER_LATENT_CORR * z + c * zj), node, busy)
+            up = self._state(_phi(zp), node, busy)
+            # Utilization is coarse ("a kernel ran", in whole percent): equal across the job.
             util = round(q["gpu_util"](u))
-            power = q["gpu_power_w"](up) * (1.0 + rng.gauss(0.0, 0.01))
+            power = q["gpu_power_w"](up) * spread * (1.0 + rng.gauss(0.0, 0.01))
+            if slow:
+                power *= simphases.STRAGGLER_POWER_RATIO
             power = round(max(power, 1.0), 3)  # mW resolution, as NVML reports
             gpu.energy_mj += power * dt * 1000.0
-            sm = q["sm_active_pct"](u) / 100.0
-            tensor = q["tensor_active_pct"](u) / 100.0
+            sm = min(1.0, q["sm_active_pct"](u) / 100.0 * spread)
+            tensor = min(1.0, q["tensor_active_pct"](u) / 100.0 * spread)
             row = [gpu.info.index, ts, *([None] * len(GPU_FIELD_NAMES))]
             row[GPU_POS["gpu_util"]] = float(util)
             row[GPU_POS["mem_copy_util"]] = float(round(util * (0.3 + 0.2 * _phi(zj))))
@@ -267,9 +308,14 @@ class SimulatedBackend:
             row[GPU_POS["energy_mj"]] = int(gpu.energy_mj)
             row[GPU_POS["gpu_temp_c"]] = round(q["gpu_temp_c"](up) + rng.gauss(0.0, 0.3), 1)
             row[GPU_POS["mem_temp_c"]] = round(q["mem_temp_c"](up) + rng.gauss(0.0, 0.3), 1)
-            row[GPU_POS["sm_clock_mhz"]] = SM_CLOCK_BUSY_MHZ if util > 0 else SM_CLOCK_IDLE_MHZ
+            clock = SM_CLOCK_BUSY_MHZ if util > 0 else SM_CLOCK_IDLE_MHZ
+            if slow:
+                clock = round(clock * simphases.STRAGGLER_CLOCK_RATIO)
+            row[GPU_POS["sm_clock_mhz"]] = clock
             row[GPU_POS["mem_clock_mhz"]] = MEM_CLOCK_MHZ
             reasons = IDLE_REASON if util == 0 else 0
+            if slow:
+                reasons |= simphases.HW_SLOWDOWN_REASON
             if power >= 0.97 * POWER_LIMIT_W:
                 reasons |= POWER_CAP_REASON
             row[GPU_POS["clocks_event_reasons"]] = reasons

@@ -2,20 +2,69 @@
 
 from __future__ import annotations
 
+import bisect
 import json
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from collectors.__main__ import main as collector_main
 from collectors.agent import Agent
 from collectors.backends.base import GPU_POS, NODE_POS
 from collectors.backends.simulated import SimulatedBackend, load_calibration
 from collectors.calibrate import DEFAULT_CSV, calibrate
 from collectors.schema import parse_batch
+from tests.helpers import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(backend: SimulatedBackend, rounds: int, step_s: float, t0: float = 1_700_000_000.0):
     return [backend.read(t0 + k * step_s) for k in range(rounds)]
+
+
+ACME_CLUSTERS = ("seren", "kalos")
+KS_MAX = 0.15  # issue 17: the simulator's distributions within 0.15 of Acme's (KS distance)
+
+
+def acme_cdf(metric: str) -> Callable[[float, bool], float]:
+    """The fleet's CDF of `metric` by Acme: the equal mixture of Seren's and Kalos's (the
+    default simulated fleet has as many GPUs in each), read from the calibration's quantiles.
+    With `strict`, the share strictly below x (Acme's utilization has atoms at 0 and 100)."""
+    calib = load_calibration()
+    grid = [p / 100 for p in calib["percentiles"]]
+    tables = [calib["clusters"][c][metric] for c in ACME_CLUSTERS]
+
+    def cdf(x: float, strict: bool = False) -> float:
+        find = bisect.bisect_left if strict else bisect.bisect_right
+        shares = [grid[i - 1] if (i := find(q, x)) else 0.0 for q in tables]
+        return sum(shares) / len(shares)
+
+    return cdf
+
+
+def ks_distance(samples: list[float], metric: str) -> float:
+    """Kolmogorov-Smirnov distance between the samples and Acme's fleet CDF of `metric`,
+    checked on both sides of every sample value and every calibrated quantile."""
+    cdf = acme_cdf(metric)
+    ordered = sorted(samples)
+    n = len(ordered)
+    calib = load_calibration()
+    points = set(ordered) | {v for c in ACME_CLUSTERS for v in calib["clusters"][c][metric]}
+    return max(
+        max(
+            abs(bisect.bisect_right(ordered, x) / n - cdf(x)),
+            abs(bisect.bisect_left(ordered, x) / n - cdf(x, True)),
+        )
+        for x in points
+    )
+
+
+def fleet_values(rounds, column: str) -> list[float]:
+    return [row[GPU_POS[column]] for readings in rounds for r in readings for row in r.gpu_rows]
 
 
 def test_utilization_and_power_match_acmetrace():
@@ -43,6 +92,23 @@ def test_utilization_and_power_match_acmetrace():
     assert 0.2 <= len(idle_power) / n <= 0.45
     assert 50 <= sorted(idle_power)[len(idle_power) // 2] <= 70  # "near 60 W"
     assert (idle + busy) > 0.7  # bimodal: little in between
+    # The whole distributions, not only their shares at a few thresholds.
+    assert ks_distance(utils, "gpu_util") <= KS_MAX
+    assert ks_distance(powers, "gpu_power_w") <= KS_MAX
+
+
+def test_a_run_starts_in_the_steady_state():
+    """`--source simulated --count N` is shaped like Acme from its first rounds: the jobs
+    running at the start are found mid-run (not all loading their checkpoints at once), so the
+    first ten minutes of a run, pooled over ten runs, are within KS 0.15 of Acme's fleet."""
+    rounds = []
+    for seed in range(10):
+        backend = SimulatedBackend(seed=seed)
+        rounds += run(backend, 40, 15.0, t0=1_700_000_000.0 + 7919 * seed)
+    utils = fleet_values(rounds, "gpu_util")
+    assert len(utils) == 10 * 40 * 2 * 16 * 8
+    assert ks_distance(utils, "gpu_util") <= KS_MAX
+    assert ks_distance(fleet_values(rounds, "power_w"), "gpu_power_w") <= KS_MAX
 
 
 def test_gpus_keep_their_state_from_one_round_to_the_next():
@@ -94,3 +160,53 @@ def test_committed_calibration_is_what_the_script_derives():
         (Path(__file__).resolve().parents[2] / "collectors/data/acme_calibration.json").read_text()
     )
     assert calibrate(DEFAULT_CSV) == committed
+
+
+def test_history_is_replayed_at_the_step_asked_for(tmp_path):
+    """`--history-minutes 2 --history-step-s 10`: two minutes of the past, rounds 10 s apart,
+    all handed over before the ready file appears."""
+    ready, out = tmp_path / "ready", tmp_path / "out.jsonl"
+    with open(out, "wb") as stdout:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "collectors", "--source", "simulated", "--clusters", "c",
+                "--nodes-per-cluster", "1", "--gpus-per-node", "2", "--stdout", "--seed", "1",
+                "--history-minutes", "2", "--history-step-s", "10", "--interval", "60",
+                "--ready-file", str(ready),
+            ],
+            cwd=ROOT, stdout=stdout, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            wait_for(ready.exists, timeout=30)
+            lines = out.read_text().splitlines()
+        finally:
+            proc.terminate()
+            proc.wait(20)
+    stamps = sorted(
+        {row[1] for ln in lines if '"samples"' in ln for row in parse_batch(ln).samples}
+    )
+    # 12 rounds of history; the first live round may have followed the ready file already.
+    assert len(stamps) in (12, 13)
+    history = stamps[:12]
+    assert {round(b - a, 6) for a, b in zip(history, history[1:], strict=False)} == {10.0}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--history-step-s", "10"], "--history-step-s only applies with --history-minutes"),
+        (
+            ["--history-minutes", "1", "--history-step-s", "0.5"],
+            "--history-step-s 0.5: at least 1 s",
+        ),
+        (["--history-minutes", "1", "--history-step-s", "90"], "longer than the --history-minutes"),
+        (["--history-minutes", "1", "--history-step-s", "0"], "'0' must be a positive number"),
+        (["--history-minutes", "1", "--history-step-s", "ten"], "'ten' is not a number"),
+    ],
+)
+def test_a_bad_history_step_is_refused_with_one_line_naming_it(flags, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        collector_main(["--source", "simulated", "--stdout", *flags])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
