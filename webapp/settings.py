@@ -138,6 +138,7 @@ INSTALLED_APPS = [
     "webapp.teams",
     "webapp.recovery",
     "webapp.alerts",
+    "webapp.evaluation",
 ]
 
 MIDDLEWARE = [
