@@ -262,7 +262,9 @@ def decoupled_plan(estimates: Sequence[Estimate], hardware: Hardware) -> Plan:
     loaded_at = []
     for n in range(hardware.nodes):
         start = d
-        jobs.append(PlannedJob(f"load-{n}", "load", n, None, start, start + copy_s, {}, []))
+        jobs.append(
+            PlannedJob(f"load-{n}", "load", n, None, start, start + copy_s, {"load": copy_s}, [])
+        )
         loaded_at.append(start + copy_s)
     trials = trials_make(estimates, hardware, d + read_s)
     trials.sort(key=lambda t: (-(t.infer_s + t.metrics_s), t.datasets))
