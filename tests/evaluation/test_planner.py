@@ -45,7 +45,7 @@ def test_identical_trials_on_one_gpu_gain_only_the_removed_phases():
     """One GPU, equal datasets: the decoupled plan saves the load and metrics of every trial
     but the last one's metrics and one copy of the model: the arithmetic, by hand."""
     suite = [Estimate(f"d{i}", 10.0, 20.0, 5.0) for i in range(4)]
-    hw = Hardware(1, 1, dispatch_s=0.0)
+    hw = Hardware(1, 1, dispatch_s=0.0, dependency_s=0.0)
     base = baseline_plan(suite, hw)
     assert base.makespan_s == pytest.approx(4 * 35.0)
     dec = decoupled_plan(suite, hw)
@@ -62,7 +62,7 @@ def test_long_datasets_are_split_and_balanced_longest_first():
     suite = [Estimate("long", 10.0, 400.0, 8.0)] + [
         Estimate(f"s{i}", 10.0, 50.0, 2.0) for i in range(7)
     ]
-    hw = Hardware(1, 8, dispatch_s=0.0)
+    hw = Hardware(1, 8, dispatch_s=0.0, dependency_s=0.0)
     dec = decoupled_plan(suite, hw)
     shards = [j for j in dec.jobs if j.kind == "infer" and j.datasets[0][0] == "long"]
     assert len(shards) > 1

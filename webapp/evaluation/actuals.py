@@ -3,6 +3,7 @@ for the estimates. Plain functions over plain data (no Django)."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ class RanJob:
     start_s: float | None  # epoch seconds (the program's report, else the scheduler's)
     end_s: float | None
     phases: dict[str, list[float]] = field(default_factory=dict)  # phase -> [start, end]
+    node: int = 0  # the plan's node index
 
     def seconds(self, phase: str) -> float:
         span = self.phases.get(phase)
@@ -57,7 +59,11 @@ def measured_estimates(
         if not j.completed or not j.phases:
             spoiled.update(names)
             continue
-        weights = {n: planned[n].infer_s if n in planned else 1.0 for n in names}
+        # A shard k of n is expected to take 1/n of its dataset.
+        weights = {
+            d[0]: (planned[d[0]].infer_s if d[0] in planned else 1.0) / max(1, int(d[2]))
+            for d in j.datasets
+        }
         total = sum(weights.values()) or 1.0
         for n in names:
             share = weights[n] / total if len(names) > 1 else 1.0
@@ -75,3 +81,34 @@ def measured_estimates(
         load = acc["load"] if coupled else (old.load_s if old else 0.0)
         out.append(Estimate(n, load, acc["infer"], acc["metrics"], "learned"))
     return out
+
+
+def latency_gaps(
+    jobs: Sequence[RanJob],
+    depends: Mapping[str, Sequence[str]],
+    gpus_per_node: int,
+    submitted_s: float,
+) -> tuple[list[float], list[float]]:
+    """The scheduler's latencies this run shows: (seconds from submitted or GPU freed to
+    started, seconds from the dependency's end to started). Which GPU freed for a job is
+    rebuilt as Slurm hands them out on a node: in submission order, the first to free. A job
+    that did not complete, or whose dependencies did not, is left out."""
+    by_key = {j.key: j for j in jobs}
+    frees: dict[int, list[float]] = {}
+    dispatch, dependency = [], []
+    for j in jobs:  # in submission order
+        ends = [by_key[d].end_s if d in by_key else None for d in depends.get(j.key) or []]
+        if not j.completed or j.start_s is None or j.end_s is None or None in ends:
+            continue
+        freed = submitted_s
+        if j.kind in GPU_KINDS:
+            running = frees.setdefault(j.node, [])
+            if len(running) >= gpus_per_node:
+                freed = max(freed, heapq.heappop(running))
+            heapq.heappush(running, j.end_s)
+        ready = max((e for e in ends if e is not None), default=None)
+        if ready is not None and ready >= freed:
+            dependency.append(max(0.0, j.start_s - ready))
+        else:
+            dispatch.append(max(0.0, j.start_s - freed))
+    return dispatch, dependency

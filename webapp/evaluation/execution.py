@@ -24,10 +24,22 @@ from django.db import transaction
 from django.utils import timezone
 
 from webapp.evaluation import slurm
-from webapp.evaluation.actuals import RanJob, gpu_time_s, makespan_s, measured_estimates
+from webapp.evaluation.actuals import (
+    RanJob,
+    gpu_time_s,
+    latency_gaps,
+    makespan_s,
+    measured_estimates,
+)
 from webapp.evaluation.choices import FINAL_JOB_STATUSES, JobStatus, PlanKind, RunStatus
-from webapp.evaluation.estimates import Estimate, estimates_learn
-from webapp.evaluation.models import EvaluationJob, EvaluationRun, RuntimeEstimate
+from webapp.evaluation.estimates import LEARN_WEIGHT, Estimate, estimates_learn
+from webapp.evaluation.models import (
+    EvaluationJob,
+    EvaluationRun,
+    RuntimeEstimate,
+    SchedulerLatency,
+)
+from webapp.evaluation.planner import DISPATCH_S
 from webapp.evaluation.selectors import cluster_capacity, estimates_known
 from webapp.jobs.choices import JobState
 from webapp.jobs.models import Job
@@ -118,9 +130,7 @@ def run_submit(run_id: int) -> float | None:
         if run.status != RunStatus.PLANNED:
             return None
         _orphans_cancel(run.pk)
-        fit = sorted(
-            n.hostname for n in cluster_capacity(run.cluster_id) if n.gpus >= run.gpus_per_node
-        )
+        fit = nodes_choose(run)
         jobs = list(run.jobs.order_by("order"))
         if len(fit) < run.nodes:
             run.status, run.error = RunStatus.FAILED, f"nodes: only {len(fit)} in service now"
@@ -143,6 +153,18 @@ def run_submit(run_id: int) -> float | None:
             jobs, ["scheduler_id", "attempts", "status", "start_at", "end_at", "measured"]
         )
     return settings.VIGIL_EVAL_TRACK_S
+
+
+def nodes_choose(run: EvaluationRun) -> list[str]:
+    """The cluster's nodes with enough GPUs, those fewest other running evaluations use first
+    (two evaluations at once then get nodes of their own), by name within that."""
+    busy: dict[str, int] = {}
+    others = EvaluationRun.objects.filter(cluster_id=run.cluster_id, status=RunStatus.RUNNING)
+    for names in others.exclude(pk=run.pk).values_list("node_names", flat=True):
+        for name in names:
+            busy[name] = busy.get(name, 0) + 1
+    fit = [n.hostname for n in cluster_capacity(run.cluster_id) if n.gpus >= run.gpus_per_node]
+    return sorted(fit, key=lambda h: (busy.get(h, 0), h))
 
 
 def _dependents(jobs: list[EvaluationJob], key: str) -> list[EvaluationJob]:
@@ -262,6 +284,27 @@ def _finish(run: EvaluationRun, jobs: list[EvaluationJob]) -> None:
     }
     measured = measured_estimates(ran, planned, coupled=run.plan == PlanKind.BASELINE)
     estimates_store(measured)
+    if run.submitted_at is not None:
+        latency_learn(run, jobs, ran)
+
+
+def latency_learn(run: EvaluationRun, jobs: list[EvaluationJob], ran: list[RanJob]) -> None:
+    """Blend this run's median scheduler latencies into the cluster's (a moving average)."""
+    dispatch, dependency = latency_gaps(
+        ran, {j.key: j.depends_on for j in jobs}, run.gpus_per_node, run.submitted_at.timestamp()
+    )
+    row = SchedulerLatency.objects.filter(cluster_id=run.cluster_id).first()
+    if row is None:
+        row = SchedulerLatency(
+            cluster_id=run.cluster_id, dispatch_s=DISPATCH_S, dependency_s=DISPATCH_S
+        )
+    for field, gaps in (("dispatch_s", dispatch), ("dependency_s", dependency)):
+        if gaps:
+            median = sorted(gaps)[len(gaps) // 2]
+            old = getattr(row, field) if row.runs else median
+            setattr(row, field, (1 - LEARN_WEIGHT) * old + LEARN_WEIGHT * median)
+    row.runs += 1
+    row.save()
 
 
 def estimates_store(measured: list[Estimate]) -> int:

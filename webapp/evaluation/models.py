@@ -88,3 +88,18 @@ class RuntimeEstimate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.dataset}: {self.load_s:.0f}/{self.infer_s:.0f}/{self.metrics_s:.0f} s"
+
+
+class SchedulerLatency(models.Model):
+    """How long the cluster's scheduler takes to start a job that may start, learned from
+    past runs: after it was submitted or its GPU freed (the planner's `dispatch_s`), after
+    the job it waits for ended (`dependency_s`)."""
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="+")
+    dispatch_s = models.FloatField()
+    dependency_s = models.FloatField()
+    runs = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}: {self.dispatch_s:.2f} s"

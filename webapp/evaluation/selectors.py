@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from django.db.models import Count, Q
 
 from webapp.evaluation.estimates import Estimate, default_estimate
-from webapp.evaluation.models import EvaluationJob, EvaluationRun, RuntimeEstimate
+from webapp.evaluation.models import (
+    EvaluationJob,
+    EvaluationRun,
+    RuntimeEstimate,
+    SchedulerLatency,
+)
+from webapp.evaluation.planner import DISPATCH_S
 from webapp.fleet.choices import SCHEDULER_OUT_OF_SERVICE
 from webapp.fleet.models import Node
 
@@ -32,6 +38,12 @@ def estimates_known() -> dict[str, Estimate]:
         r.dataset: Estimate(r.dataset, r.load_s, r.infer_s, r.metrics_s, "learned")
         for r in RuntimeEstimate.objects.all()
     }
+
+
+def latency_for(cluster_id: int) -> tuple[float, float]:
+    """The cluster's learned scheduler latencies (dispatch, dependency), else the defaults."""
+    row = SchedulerLatency.objects.filter(cluster_id=cluster_id).first()
+    return (row.dispatch_s, row.dependency_s) if row is not None else (DISPATCH_S, DISPATCH_S)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from django.db import transaction
 from webapp.evaluation.choices import PlanKind
 from webapp.evaluation.models import EvaluationJob, EvaluationRun
 from webapp.evaluation.planner import Hardware, PlanError, plans_compare
-from webapp.evaluation.selectors import cluster_capacity, estimates_for
+from webapp.evaluation.selectors import cluster_capacity, estimates_for, latency_for
 from webapp.fleet.models import Cluster
 
 DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -113,7 +113,10 @@ def evaluation_request(
     if not settings.VIGIL_EVAL_PROGRAM:
         raise EvaluationError("program", "VIGIL_EVAL_PROGRAM is not set: nothing to run")
     estimates = estimates_for(names)
-    hardware = Hardware(nodes, gpus_per_node, model_size_gb)
+    dispatch_s, dependency_s = latency_for(cluster.pk)
+    hardware = Hardware(
+        nodes, gpus_per_node, model_size_gb, dispatch_s=dispatch_s, dependency_s=dependency_s
+    )
     try:
         prediction = plans_compare(estimates, hardware)
     except PlanError as exc:

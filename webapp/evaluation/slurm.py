@@ -75,9 +75,10 @@ def sbatch_argv(
     workdir: Path,
     script: Path,
 ) -> list[str]:
-    """One job's sbatch: a GPU for coupled and inference jobs; the node pinned for the loader
-    and for inference (which reads that node's shared memory); `afterok` on what it needs,
-    and cancelled by Slurm if that failed (the executor then retries both)."""
+    """One job's sbatch: a GPU for coupled and inference jobs; pinned to the plan's node (the
+    loader, the inference that reads its shared memory, the coupled trials the plan put
+    there), metric jobs anywhere; `afterok` on what it needs, and cancelled by Slurm if that
+    failed (the executor then retries both)."""
     argv = [
         "sbatch",
         "--parsable",
@@ -89,7 +90,7 @@ def sbatch_argv(
     ]
     if kind in GPU_KINDS:
         argv.append("--gres=gpu:1")
-    if kind in ("load", "infer"):
+    if kind != "metrics":
         argv.append(f"--nodelist={node}")
     if after:
         argv += [f"--dependency=afterok:{':'.join(after)}", "--kill-on-invalid-dep=yes"]
