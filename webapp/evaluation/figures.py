@@ -68,9 +68,12 @@ def _lanes(jobs: Sequence[Mapping]) -> tuple[list[tuple[str, Mapping]], list[str
     return placed, [lane for lane in order if lane in used]
 
 
-def gantt_figure(plan: Mapping, *, actual_makespan_s: float | None = None) -> dict:
+def gantt_figure(
+    plan: Mapping, *, actual_makespan_s: float | None = None, x_max_s: float | None = None
+) -> dict:
     """A plan as a Gantt chart: each job a bar per phase on its lane; the predicted makespan
-    (and the measured one, when the run measured it) as vertical lines."""
+    (and the measured one, when the run measured it) as vertical lines. `x_max_s` gives two
+    charts side by side one time axis, so the shorter plan looks shorter."""
     placed, lanes = _lanes(plan["plan"])
     fig = go.Figure()
     for phase in ("load", "infer", "metrics"):
@@ -116,11 +119,21 @@ def gantt_figure(plan: Mapping, *, actual_makespan_s: float | None = None) -> di
             type="line", x0=x, x1=x, y0=0, y1=1, yref="paper", line={"color": colour, "dash": dash}
         )
         fig.add_annotation(
-            x=x, y=1, yref="paper", text=f"{label} {x:.1f} s", showarrow=False, yanchor="bottom"
+            x=x,
+            y=1,
+            yref="paper",
+            text=f"{label} {x:.1f} s",
+            showarrow=False,
+            yanchor="bottom",
+            xanchor="right",
         )
     fig.update_layout(
         barmode="overlay",
-        xaxis={"title": "seconds from submission", "rangemode": "tozero"},
+        xaxis={
+            "title": "seconds from submission",
+            "rangemode": "tozero",
+            **({"range": [0, x_max_s * 1.03]} if x_max_s else {}),
+        },
         yaxis={"categoryorder": "array", "categoryarray": lanes[::-1], "automargin": True},
         bargap=0.25,
     )

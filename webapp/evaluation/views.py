@@ -44,13 +44,29 @@ def _context(request: HttpRequest, form: RequestForm | None = None, error: str =
     if run is not None and run.prediction:
         p = run.prediction
         actual = run.actual_makespan_s
+        x_max = max(p["baseline"]["makespan_s"], p["decoupled"]["makespan_s"], actual or 0.0)
         for kind in (PlanKind.BASELINE, PlanKind.DECOUPLED):
             figs[f"gantt-{kind}"] = figures.gantt_figure(
-                p[kind], actual_makespan_s=actual if run.plan == kind else None
+                p[kind], actual_makespan_s=actual if run.plan == kind else None, x_max_s=x_max
             )
         figs["makespan"] = figures.makespan_figure(p, run.plan, actual)
         figs["gpu-time"] = figures.gpu_time_figure(p, run.plan, run.actual_gpu_time_s or None)
     capacity = cluster_capacity(cluster.pk) if cluster else []
+    phase_rows = []
+    if run is not None and run.prediction:
+        measured = run.actual_gpu_time_s or {}
+        measured_total = sum(measured.values()) or None
+        for phase, label in figures.PHASE_LABELS.items():
+            row = [label]
+            for kind in (PlanKind.BASELINE, PlanKind.DECOUPLED):
+                plan = run.prediction[kind]
+                row += [plan["gpu_time_s"][phase] / 3600, plan["gpu_share"][phase]]
+            seconds = measured.get(phase)
+            row += [
+                None if seconds is None else seconds / 3600,
+                None if seconds is None or not measured_total else seconds / measured_total,
+            ]
+            phase_rows.append(row)
     return {
         "clusters": PageForm.base_fields["cluster"].queryset,
         "cluster": cluster,
@@ -64,6 +80,7 @@ def _context(request: HttpRequest, form: RequestForm | None = None, error: str =
         "form": form or RequestForm(initial={"cluster": cluster.name if cluster else ""}),
         "error": error or page.error,
         "plans": PlanKind.choices,
+        "phase_rows": phase_rows,
         "suite": ", ".join(name for name, _, _ in DEFAULT_SUITE[:10]),
     }
 
