@@ -11,4 +11,9 @@ urlpatterns = [
     path("evaluation/runs/<int:run_id>/jobs.csv", views.jobs_csv, name="jobs_csv"),
     path("evaluation/runs/<int:run_id>/plan.csv", views.plan_csv, name="plan_csv"),
     path("evaluation/estimates.csv", views.estimates_csv, name="estimates_csv"),
+    path(
+        "evaluation/characterization.csv",
+        views.characterization_csv,
+        name="characterization_csv",
+    ),
 ]

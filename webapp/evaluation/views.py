@@ -22,6 +22,8 @@ from webapp.evaluation.forms import PageForm, RequestForm
 from webapp.evaluation.models import EvaluationRun, RuntimeEstimate
 from webapp.evaluation.selectors import cluster_capacity, run_jobs, runs_recent
 from webapp.evaluation.services import EvaluationError, evaluation_request
+from webapp.jobs.characterization import EVAL_PHASES, eval_phases
+from webapp.jobs.forms import CharacterizationForm
 from webapp.teams.selectors import user_is_operator
 
 OPERATORS_ONLY = "Only operators may request evaluations: ask one, or join the operators group."
@@ -209,3 +211,22 @@ def estimates_csv(request: HttpRequest) -> HttpResponse:
             for e in RuntimeEstimate.objects.all()
         ),
     )
+
+
+def characterization_csv(request: HttpRequest) -> HttpResponse:
+    """The characterization page's evaluation phases (webapp/jobs/characterization.py)."""
+    form = CharacterizationForm(request.GET)
+    if form.window is None:
+        return JsonResponse({"error": form.error or "cluster: none chosen"}, status=400)
+    phases = eval_phases(form.window)
+    return csv_response(
+        f"evaluation-phases-{form.window.cluster.name}.csv",
+        ["phase", "gpu_s", "share", "paper_share", "jobs", "allocations"],
+        (
+            [
+                phase, round(phases.gpu_s[phase], 3), phases.share[phase],
+                phases.paper.get(phase), phases.jobs, phases.allocations,
+            ]
+            for phase in EVAL_PHASES
+        ),
+    )  # fmt: skip
