@@ -22,6 +22,8 @@ PHASE_COLOURS = {
 }
 PHASE_LABELS = {"load": "loading", "infer": "inference", "metrics": "metrics", "idle": "idle"}
 ACTUAL_COLOUR = "#d62728"
+# A Gantt chart of hundreds of nodes stays one screen and a half tall.
+GANTT_MAX_HEIGHT = 1400
 _LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
 
 
@@ -137,7 +139,8 @@ def gantt_figure(
         yaxis={"categoryorder": "array", "categoryarray": lanes[::-1], "automargin": True},
         bargap=0.25,
     )
-    return _done(fig, max(260, 60 + 16 * len(lanes)))
+    # 16 px a lane, up to GANTT_MAX_HEIGHT: past that, lanes thin out (hover still names them).
+    return _done(fig, min(GANTT_MAX_HEIGHT, max(260, 60 + 16 * len(lanes))))
 
 
 def makespan_figure(prediction: Mapping, executed: str, actual_s: float | None) -> dict:

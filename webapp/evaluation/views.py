@@ -28,6 +28,7 @@ from webapp.teams.selectors import user_is_operator
 
 OPERATORS_ONLY = "Only operators may request evaluations: ask one, or join the operators group."
 HISTORY_ROWS = 200
+JOB_ROWS = 500  # of one run, on the page; the CSV has them all
 
 
 def _wants_json(request: HttpRequest) -> bool:
@@ -76,7 +77,9 @@ def _context(request: HttpRequest, form: RequestForm | None = None, error: str =
         "capacity_gpus": sum(n.gpus for n in capacity),
         "runs": runs,
         "run": run,
-        "jobs": run_jobs(run) if run else [],
+        "jobs": run_jobs(run)[:JOB_ROWS] if run else [],
+        "jobs_total": run.jobs.count() if run else 0,
+        "job_rows": JOB_ROWS,
         "figures": figs,
         "is_operator": user_is_operator(request.user),
         "form": form or RequestForm(initial={"cluster": cluster.name if cluster else ""}),
