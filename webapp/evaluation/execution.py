@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -49,6 +50,8 @@ log = logging.getLogger("vigil.evaluation")
 
 # The issue: a failed trial is retried once, then reported.
 MAX_ATTEMPTS = 2
+# Slurm's submit time against the worker's clock: NTP keeps hosts far closer than this.
+SUBMIT_SKEW = timedelta(minutes=5)
 
 
 class SubmitError(RuntimeError):
@@ -192,6 +195,8 @@ def run_track(run_id: int) -> float | None:
             r.scheduler_id: r
             for r in Job.objects.filter(
                 cluster_id=run.cluster_id,
+                # Not an older job that had the same id (Slurm's ids restart with its state).
+                submit_at__gte=run.submitted_at - SUBMIT_SKEW,
                 scheduler_id__in=[
                     j.scheduler_id for j in jobs if j.status not in FINAL_JOB_STATUSES
                 ],
