@@ -81,3 +81,34 @@ def test_no_program_configured_is_refused(fleet, checkpoint, settings):
     with pytest.raises(EvaluationError, match="VIGIL_EVAL_PROGRAM is not set"):
         _request(checkpoint)
     assert EvaluationRun.objects.count() == 0
+
+
+def test_jobs_nothing_reports_are_reported_failed_not_waited_for(
+    fleet, checkpoint, settings, tmp_path
+):
+    """No Slurm watcher feeds the jobs app: after UNSEEN_AFTER the run ends, saying why."""
+    settings.VIGIL_SLURM_BIN_DIR = str(tmp_path / "no-slurm-here")  # its scancel cancels nothing
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.evaluation.execution import UNSEEN_AFTER, run_track
+
+    run = _request(checkpoint, datasets=["mmlu"], nodes=1)
+    long_ago = timezone.now() - UNSEEN_AFTER - timedelta(seconds=1)
+    EvaluationRun.objects.filter(pk=run.pk).update(
+        status="running", submitted_at=long_ago, node_names=["gpu-a"]
+    )
+    run.jobs.update(status="submitted", submitted_at=long_ago, attempts=1)
+    for i, job in enumerate(run.jobs.order_by("order")):
+        job.scheduler_id = str(9000 + i)
+        job.save(update_fields=["scheduler_id"])
+    assert run_track(run.pk) is None  # finished: nothing left to wait for
+    run.refresh_from_db()
+    assert run.status == "partial"
+    statuses = dict(run.jobs.values_list("kind", "status").distinct())
+    assert statuses["load"] == "failed" and "Slurm watcher" in run.jobs.get(kind="load").error
+    assert set(run.jobs.exclude(kind="load").values_list("status", flat=True)) <= {
+        "failed",
+        "cancelled",
+    }

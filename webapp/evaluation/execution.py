@@ -50,6 +50,13 @@ log = logging.getLogger("vigil.evaluation")
 
 # The issue: a failed trial is retried once, then reported.
 MAX_ATTEMPTS = 2
+# A submitted job the jobs app has not heard of after this long is reported, not waited for:
+# the cluster's Slurm watcher polls every agent interval (10 s by default), 60 times over.
+UNSEEN_AFTER = timedelta(minutes=10)
+UNSEEN = (
+    "the jobs app never heard of this Slurm job: is the cluster's Slurm watcher running "
+    "(vigil-collector --jobs slurm)?"
+)
 # Slurm's submit time against the worker's clock: NTP keeps hosts far closer than this.
 SUBMIT_SKEW = timedelta(minutes=5)
 
@@ -104,6 +111,7 @@ def _submit(run: EvaluationRun, job: EvaluationJob, ids: dict[str, str]) -> None
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise SubmitError(f"sbatch of {job.key} failed (exit {result.returncode}): {last}")
     job.scheduler_id = result.stdout.strip().split(";")[0]
+    job.submitted_at = timezone.now()
     job.status = JobStatus.SUBMITTED
     job.start_at = job.end_at = None
     job.measured = {}
@@ -153,7 +161,16 @@ def run_submit(run_id: int) -> float | None:
         run.status = RunStatus.RUNNING
         run.save(update_fields=["status", "node_names", "submitted_at"])
         EvaluationJob.objects.bulk_update(
-            jobs, ["scheduler_id", "attempts", "status", "start_at", "end_at", "measured"]
+            jobs,
+            [
+                "scheduler_id",
+                "attempts",
+                "submitted_at",
+                "status",
+                "start_at",
+                "end_at",
+                "measured",
+            ],
         )
     return settings.VIGIL_EVAL_TRACK_S
 
@@ -168,6 +185,14 @@ def nodes_choose(run: EvaluationRun) -> list[str]:
             busy[name] = busy.get(name, 0) + 1
     fit = [n.hostname for n in cluster_capacity(run.cluster_id) if n.gpus >= run.gpus_per_node]
     return sorted(fit, key=lambda h: (busy.get(h, 0), h))
+
+
+def _unseen(job: EvaluationJob) -> bool:
+    return (
+        job.status == JobStatus.SUBMITTED
+        and job.submitted_at is not None
+        and timezone.now() - job.submitted_at > UNSEEN_AFTER
+    )
 
 
 def _dependents(jobs: list[EvaluationJob], key: str) -> list[EvaluationJob]:
@@ -206,6 +231,10 @@ def run_track(run_id: int) -> float | None:
             if job.status in FINAL_JOB_STATUSES:
                 continue
             row = rows.get(job.scheduler_id)
+            if row is None and _unseen(job):
+                # Retrying cannot help: nothing reports this cluster's jobs to Vigil.
+                _failed(run, jobs, job, UNSEEN, ids, retry=False)
+                continue
             if row is None or row.state == JobState.PENDING:
                 continue
             job.start_at = row.start_at
@@ -227,17 +256,32 @@ def run_track(run_id: int) -> float | None:
             _finish(run, jobs)
         EvaluationJob.objects.bulk_update(
             jobs,
-            ["scheduler_id", "attempts", "status", "start_at", "end_at", "measured", "error"],
+            [
+                "scheduler_id",
+                "attempts",
+                "submitted_at",
+                "status",
+                "start_at",
+                "end_at",
+                "measured",
+                "error",
+            ],
         )
     return None if run.status != RunStatus.RUNNING else settings.VIGIL_EVAL_TRACK_S
 
 
 def _failed(
-    run: EvaluationRun, jobs: list[EvaluationJob], job: EvaluationJob, state: str, ids: dict
+    run: EvaluationRun,
+    jobs: list[EvaluationJob],
+    job: EvaluationJob,
+    state: str,
+    ids: dict,
+    *,
+    retry: bool = True,
 ) -> None:
     after = _dependents(jobs, job.key)
     old = [d.scheduler_id for d in after if d.status not in FINAL_JOB_STATUSES]
-    if job.attempts < MAX_ATTEMPTS:
+    if retry and job.attempts < MAX_ATTEMPTS:
         log.info("evaluation %s: %s ended %s, submitting it again", run.pk, job.key, state)
         job.error = f"attempt {job.attempts}: {state}"
         _cancel(old)

@@ -56,6 +56,7 @@ class EvaluationJob(models.Model):
     planned_phases = models.JSONField(default=dict)
     scheduler_id = models.CharField(max_length=128, blank=True, default="")
     attempts = models.PositiveSmallIntegerField(default=0)
+    submitted_at = models.DateTimeField(null=True, blank=True)  # of the current attempt
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.PLANNED)
     start_at = models.DateTimeField(null=True, blank=True)
     end_at = models.DateTimeField(null=True, blank=True)
