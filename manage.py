@@ -4,7 +4,7 @@
 import os
 import sys
 
-OFFLINE_COMMANDS = {"diagnose"}
+OFFLINE_COMMANDS = {"diagnose", "eval_plan"}
 
 
 def main() -> None:

@@ -12,7 +12,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("fleet", "telemetry", "jobs", "failures", "teams", "recovery", "alerts", "energy")
+APPS = (
+    "fleet",
+    "telemetry",
+    "jobs",
+    "failures",
+    "teams",
+    "recovery",
+    "alerts",
+    "energy",
+    "evaluation",
+)
 
 
 def _module_name(path: Path) -> str:

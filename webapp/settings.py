@@ -139,6 +139,7 @@ INSTALLED_APPS = [
     "webapp.recovery",
     "webapp.alerts",
     "webapp.energy",
+    "webapp.evaluation",
 ]
 
 MIDDLEWARE = [
@@ -468,6 +469,18 @@ VIGIL_RECOVERY_SETTLE_S = envfloat("VIGIL_RECOVERY_SETTLE_S", "12", minimum=0)
 # First delay of `retry` (a transient auxiliary service), doubled per restart, capped at 10 min.
 VIGIL_RECOVERY_RETRY_BASE_S = envfloat("VIGIL_RECOVERY_RETRY_BASE_S", "30", minimum=0)
 VIGIL_RECOVERY_MAX_ATTEMPTS = envint("VIGIL_RECOVERY_MAX_ATTEMPTS", "6", minimum=1)
+# --- Evaluation scheduling -----------------------------------------------------------------
+# Folders evaluation checkpoints may be read from (a request naming a path outside them, or
+# one that does not exist, is refused). On a real cluster: the shared model storage.
+VIGIL_EVAL_MODEL_ROOTS = envlist("VIGIL_EVAL_MODEL_ROOTS") or [str(BASE_DIR / ".vigil" / "models")]
+# The evaluation program every evaluation job runs, with its phase and datasets as options
+# (README "Evaluation scheduling" has the contract). Empty: evaluations cannot be requested.
+VIGIL_EVAL_PROGRAM = os.environ.get("VIGIL_EVAL_PROGRAM", "").strip()
+# Where job scripts, outputs and phase reports go: shared by the nodes and the worker.
+VIGIL_EVAL_WORKDIR = os.environ.get("VIGIL_EVAL_WORKDIR") or str(BASE_DIR / ".vigil" / "evaluation")
+# How often the worker looks at a running evaluation's jobs (in the jobs app, which the Slurm
+# watcher updates every agent interval: 10 s by default).
+VIGIL_EVAL_TRACK_S = envfloat("VIGIL_EVAL_TRACK_S", "10", minimum=0.1)
 # A GPU under 0.8x its job's median this many minutes in a row is a straggler (the ratio and
 # its source: webapp/failures/stragglers.py).
 VIGIL_STRAGGLER_MINUTES = envint("VIGIL_STRAGGLER_MINUTES", "10", minimum=1)

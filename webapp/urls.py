@@ -16,6 +16,7 @@ urlpatterns = [
     path("", include("webapp.recovery.urls")),
     path("", include("webapp.alerts.urls")),
     path("", include("webapp.energy.urls")),
+    path("", include("webapp.evaluation.urls")),
     # JSON and CSV: one prefix, one api_urls.py per app (namespaces <app>_api).
     path("api/v1/", include("webapp.telemetry.api_urls")),
     path("api/v1/", include("webapp.jobs.api_urls")),
@@ -23,4 +24,5 @@ urlpatterns = [
     path("api/v1/", include("webapp.recovery.api_urls")),
     path("api/v1/", include("webapp.alerts.api_urls")),
     path("api/v1/", include("webapp.energy.api_urls")),
+    path("api/v1/", include("webapp.evaluation.api_urls")),
 ]

@@ -84,6 +84,8 @@ class Characterization:
     duration_cdf: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     queue_cdf: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     gpus_cdf: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    # Evaluation jobs' GPU time by phase, inferred from telemetry (eval_phases).
+    eval_phases: EvalPhases | None = None
 
 
 def _share(part: float, whole: float) -> float | None:
@@ -310,6 +312,7 @@ def jobs_characterize(window: Window, *, from_jobs: bool = False) -> Characteriz
         window=window, types=types, total=total, states=states, summary=summary
     )
     _fill_cdfs(result, hist_rows)
+    result.eval_phases = eval_phases(window)
     return result
 
 
@@ -509,3 +512,101 @@ def cluster_gpu_count(cluster: Cluster) -> int:
             [cluster.id],
         )
         return cur.fetchone()[0]
+
+
+# --- Evaluation jobs' GPU time by phase (reference acme-workload.md §6) ----------------------
+#
+# From the raw samples of the GPUs that ended evaluation jobs held: loading is the time before
+# the GPU's first busy sample, when its memory rose meanwhile (the model arriving) with SM
+# activity near zero; inference runs from the first busy sample to the last; metrics are the
+# time the GPU stayed held and idle after it. Held time with no busy sample, or before it
+# without memory rising, is idle. The paper's HumanEval profile: loading 29.5%, metrics 19%.
+
+# "Near zero": under 5% of SMs active (an idle A100 reads 0: acme-workload.md §5, p25 = 0).
+EVAL_BUSY_SM = 0.05
+# The model arriving: at least 1 GiB more framebuffer in use before inference than at first.
+EVAL_LOAD_RISE_BYTES = GIB
+# The newest allocations read (raw samples of each): bounds the page's cost on a busy cluster.
+EVAL_ALLOCATIONS_MAX = 2000
+EVAL_PAPER_SHARES = {"load": 0.295, "metrics": 0.19}
+EVAL_PHASES = ("load", "infer", "metrics", "idle")
+
+_EVAL_SQL = """
+WITH alloc AS (
+    SELECT a.job_id, coalesce(a.gpu_id, g.id) AS gpu_id, a.start, a."end" AS stop
+    FROM jobs_joballocation a
+    JOIN jobs_job j ON j.id = a.job_id
+    LEFT JOIN fleet_gpu g ON a.gpu_id IS NULL AND g.node_id = a.node_id AND g.index = a.gpu_index
+    WHERE {where} AND j.job_type = 'eval' AND a."end" IS NOT NULL AND a."end" > a.start
+    ORDER BY a.start DESC
+    LIMIT %s
+), marks AS (
+    SELECT al.job_id, al.gpu_id, al.start, al.stop,
+           min(s.ts) FILTER (WHERE s.sm_active >= %s) AS first_busy,
+           max(s.ts) FILTER (WHERE s.sm_active >= %s) AS last_busy
+    FROM alloc al
+    JOIN telemetry_gpusample s ON s.gpu_id = al.gpu_id AND s.ts >= al.start AND s.ts < al.stop
+    GROUP BY 1, 2, 3, 4
+)
+SELECT m.job_id,
+       date_part('epoch', m.stop - m.start),
+       date_part('epoch', m.first_busy - m.start),
+       date_part('epoch', m.last_busy - m.first_busy),
+       date_part('epoch', m.stop - m.last_busy),
+       (SELECT max(s.fb_used_bytes) - min(s.fb_used_bytes) FROM telemetry_gpusample s
+         WHERE s.gpu_id = m.gpu_id AND s.ts >= m.start AND s.ts < coalesce(m.first_busy, m.stop))
+FROM marks m
+"""
+
+
+@dataclass
+class EvalPhases:
+    jobs: int
+    allocations: int
+    limited: bool  # only the newest EVAL_ALLOCATIONS_MAX allocations were read
+    gpu_s: dict[str, float]
+    share: dict[str, float | None]
+    paper: dict[str, float] = field(default_factory=lambda: dict(EVAL_PAPER_SHARES))
+
+    @property
+    def gpu_h(self) -> dict[str, float]:
+        return {k: v / 3600 for k, v in self.gpu_s.items()}
+
+
+def eval_phase_split(
+    held_s: float, pre_s: float | None, busy_s: float | None, post_s: float | None, rise: float
+) -> dict[str, float]:
+    """One allocation's held seconds by phase (see above); plain arithmetic, tested alone."""
+    if pre_s is None or busy_s is None or post_s is None:
+        return {"load": 0.0, "infer": 0.0, "metrics": 0.0, "idle": held_s}
+    loading = rise >= EVAL_LOAD_RISE_BYTES
+    return {
+        "load": pre_s if loading else 0.0,
+        "infer": busy_s,
+        "metrics": post_s,
+        "idle": 0.0 if loading else pre_s,
+    }
+
+
+def eval_phases(window: Window) -> EvalPhases:
+    """GPU time by phase of the window's ended evaluation jobs, from their raw samples."""
+    where, params = window.where("j.submit_at")
+    where = where.replace("cluster_id", "j.cluster_id", 1)
+    with connection.cursor() as cur:
+        cur.execute(
+            _EVAL_SQL.format(where=where),
+            [*params, EVAL_ALLOCATIONS_MAX, EVAL_BUSY_SM, EVAL_BUSY_SM],
+        )
+        rows = cur.fetchall()
+    gpu_s = dict.fromkeys(EVAL_PHASES, 0.0)
+    for _job, held, pre, busy, post, rise in rows:
+        for phase, seconds in eval_phase_split(held, pre, busy, post, rise or 0).items():
+            gpu_s[phase] += seconds
+    total = sum(gpu_s.values())
+    return EvalPhases(
+        jobs=len({r[0] for r in rows}),
+        allocations=len(rows),
+        limited=len(rows) >= EVAL_ALLOCATIONS_MAX,
+        gpu_s=gpu_s,
+        share={k: _share(v, total) for k, v in gpu_s.items()},
+    )
