@@ -1,5 +1,6 @@
-"""Where the energy rollup reads raw samples: the one place to switch when old raw samples
-are compacted (webapp/telemetry: one reader for raw and compacted samples).
+"""Where the energy rollup reads samples. GPU samples come through telemetry's one reader
+(`webapp.telemetry.samples.gpu_samples`), raw or compacted alike; node samples are raw (they
+are not compacted: one row per node, an eighth of the GPU rows).
 
 Both readers return, per GPU (or node), numpy arrays ordered by time, and include the last
 sample before `lo` (within PREVIOUS_LOOKBACK) so the interval that crosses into the window is
@@ -15,10 +16,14 @@ from datetime import datetime, timedelta
 import numpy as np
 from django.db import connection
 
+from webapp.telemetry.packing import Column
+from webapp.telemetry.samples import gpu_samples
+
 # How far before a window the previous sample is looked for. A longer silence is a gap whose
 # energy the counter alone could measure; one hour keeps the read to at most two partitions
 # and covers collector restarts and short outages.
 PREVIOUS_LOOKBACK = timedelta(hours=1)
+_GPU_FIELDS = ("energy_mj", "power_w", "power_limit_w", "gpu_util")
 
 
 @dataclass(frozen=True)
@@ -36,22 +41,6 @@ class NodeSeries:
     server_power_w: np.ndarray  # NaN where IPMI gave nothing
     cpu_util: np.ndarray
 
-
-_GPU_SQL = """
-SELECT s.gpu_id, extract(epoch FROM s.ts)::float8, s.energy_mj::float8, s.power_w,
-    s.power_limit_w, s.gpu_util
-FROM telemetry_gpusample s
-WHERE s.gpu_id = ANY(%(ids)s) AND s.ts >= %(lo)s AND s.ts < %(hi)s
-UNION ALL
-SELECT g, p.* FROM unnest(%(ids)s::bigint[]) AS g
-CROSS JOIN LATERAL (
-    SELECT extract(epoch FROM s.ts)::float8, s.energy_mj::float8, s.power_w, s.power_limit_w,
-        s.gpu_util
-    FROM telemetry_gpusample s
-    WHERE s.gpu_id = g AND s.ts < %(lo)s AND s.ts >= %(before)s
-    ORDER BY s.ts DESC LIMIT 1
-) p
-"""
 
 _NODE_SQL = """
 SELECT s.node_id, extract(epoch FROM s.ts)::float8, s.server_power_w, s.cpu_util
@@ -83,11 +72,25 @@ def _grouped(sql: str, ids: Sequence[int], lo: datetime, hi: datetime) -> dict[i
 
 
 def gpu_series(gpu_ids: Sequence[int], lo: datetime, hi: datetime) -> dict[int, GpuSeries]:
-    """Raw GPU samples of [lo, hi) and the one before lo, per GPU id (absent: no samples)."""
+    """GPU samples of [lo, hi) and the one before lo, per GPU id (absent: no samples), raw
+    or compacted alike (telemetry's one reader of samples)."""
+    found = gpu_samples(gpu_ids, lo - PREVIOUS_LOOKBACK, hi, _GPU_FIELDS)
+    lo_us = int(lo.timestamp() * 1_000_000)
     out = {}
-    for gpu_id, a in _grouped(_GPU_SQL, gpu_ids, lo, hi).items():
-        out[gpu_id] = GpuSeries(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4])
+    for gpu_id, u in found.items():
+        # From the last sample before lo on: the interval crossing lo belongs to this window.
+        first = max(int(np.searchsorted(u.ts_us, lo_us)) - 1, 0)
+        cols = [_float64(u.columns[name], first) for name in _GPU_FIELDS]
+        out[gpu_id] = GpuSeries(u.ts_us[first:] / 1e6, *cols)
     return out
+
+
+def _float64(column: Column, first: int) -> np.ndarray:
+    """A sample column as float64 from index `first`, NaN where the sample had NULL."""
+    values = column.values[first:].astype(np.float64)
+    if column.valid is not None:
+        values[~column.valid[first:]] = np.nan
+    return values
 
 
 def node_series(node_ids: Sequence[int], lo: datetime, hi: datetime) -> dict[int, NodeSeries]:
