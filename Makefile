@@ -58,12 +58,14 @@ test-deps: install
 	  else echo "prometheus not found and not root: Prometheus tests will be skipped"; fi; \
 	fi
 
+# Two test processes (pytest-xdist), each with its own embedded servers (tests/testenv.py);
+# loadfile keeps a module's tests, and its module fixtures, in one process.
 test: test-deps
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	# No database needed to compare models with migrations: start no embedded servers.
 	VIGIL_OFFLINE=true $(PY) -W ignore::RuntimeWarning manage.py makemigrations --check --dry-run
-	$(if $(CI),VIGIL_REQUIRE_REAL_PARTS=chromium$(comma)slurm$(comma)prometheus$(comma)alertmanager) $(PY) -m pytest
+	$(if $(CI),VIGIL_REQUIRE_REAL_PARTS=chromium$(comma)slurm$(comma)prometheus$(comma)alertmanager) $(PY) -m pytest -n 2 --dist loadfile
 
 lint:
 	$(PY) -m ruff check .
