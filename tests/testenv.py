@@ -11,10 +11,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("VIGIL_DATA_DIR", str(ROOT / ".vigil" / "test"))
+# Settings write the embedded servers' URLs into os.environ (so subprocesses find them), and
+# xdist's controller loads settings too: its workers would inherit the controller's servers.
+# The controller notes which URLs were the user's own; a worker drops the others.
+_URLS = ("DATABASE_URL", "CELERY_BROKER_URL", "VIGIL_CACHE_URL")
 # xdist names its worker in the environment before this plugin loads; the worker inherited the
 # controller's environment, so its folder goes below the one set there.
 if worker := os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["VIGIL_DATA_DIR"] = str(Path(os.environ["VIGIL_DATA_DIR"]) / worker)
+    given = set(filter(None, os.environ.get("VIGIL_TEST_GIVEN_URLS", "").split(",")))
+    for name in _URLS:
+        if name not in given:
+            os.environ.pop(name, None)
+else:
+    os.environ["VIGIL_TEST_GIVEN_URLS"] = ",".join(n for n in _URLS if os.environ.get(n))
 os.environ.setdefault(
     "VIGIL_RECOVERY_WORKDIR", str(Path(os.environ["VIGIL_DATA_DIR"]) / "recovery")
 )
