@@ -9,7 +9,7 @@ whole history (the page's default) reads the cluster's tally rows, kept by trigg
 trace import: a dozen rows however many jobs. A window counts its jobs in one hashed pass
 (tallies.TALLY_SQL); a job belongs to it when it was submitted in it (`submit_at`, served by
 the (cluster, submit_at) index). Telemetry CDFs read the 1-minute rollup (raw samples for
-windows under a day). Like the paper, per-type and summary statistics are over GPU jobs
+windows under a day; the hourly rollup for windows older than the 1-minute rollup keeps). Like the paper, per-type and summary statistics are over GPU jobs
 (`gpus_requested > 0`); durations and queueing delays count only jobs that have them (started,
 resp. ended).
 """
@@ -429,7 +429,7 @@ WHERE n.cluster_id = %s AND {alias}.{ts} >= %s AND {alias}.{ts} < %s
 class TelemetryCdfs:
     since: datetime
     until: datetime
-    source: str  # "1-minute rollup (per-minute means)" or "raw samples"
+    source: str  # "raw samples", "1-minute rollup (per-minute means)" or "hourly rollup (...)"
     rows: int
     sampled_pct: float | None  # None: every row was read
     # metric -> [(value, cumulative share)] at PERCENTILES (empty when no data)
@@ -556,8 +556,8 @@ def cluster_gpu_count(cluster: Cluster) -> int:
 
 # --- Evaluation jobs' GPU time by phase (reference acme-workload.md §6) ----------------------
 #
-# From the raw samples of the GPUs that ended evaluation jobs held: loading is the time before
-# the GPU's first busy sample, when its memory rose meanwhile (the model arriving) with SM
+# From the samples (raw or compacted; the 1-minute rollup once they are dropped) of the GPUs
+# that ended evaluation jobs held: loading is the time before the GPU's first busy sample, when its memory rose meanwhile (the model arriving) with SM
 # activity near zero; inference runs from the first busy sample to the last; metrics are the
 # time the GPU stayed held and idle after it. Held time with no busy sample, or before it
 # without memory rising, is idle. The paper's HumanEval profile: loading 29.5%, metrics 19%.

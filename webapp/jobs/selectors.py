@@ -2,7 +2,8 @@
 GPUs that jobs hold but leave idle, and the cached characterization of a window.
 
 Samples carry no job id (DESIGN.md): per-job telemetry joins samples to the job's allocation
-intervals at query time, raw samples for short jobs and the 1-minute rollup for long ones.
+intervals at query time, raw samples for short jobs and the 1-minute rollup for long ones,
+or the coarser tier that still holds an older job (webapp/telemetry/tiers.py).
 An allocation names its GPU by id when the watcher knew it and by (node, index) otherwise;
 every query below resolves both (`coalesce(a.gpu_id, g.id)`).
 """
@@ -80,7 +81,8 @@ def characterization_cached(window: Window, *, keep: bool = False) -> Characteri
 
 # --- One job: allocations, telemetry, energy ---------------------------------------------------
 
-# Jobs up to this long read raw samples; longer ones the 1-minute rollup (DESIGN.md).
+# Jobs up to this long read raw samples; longer ones the 1-minute rollup (DESIGN.md); jobs
+# older than a tier keeps, the next coarser one (webapp/telemetry/tiers.py).
 RAW_JOB_MAX = timedelta(hours=3)
 # At most this many points per GPU line: longer jobs average rollup minutes into buckets.
 SERIES_POINTS = 600
@@ -158,7 +160,7 @@ ORDER BY 1, 2
 
 @dataclass
 class JobTelemetry:
-    source: str  # "raw samples" or "1-minute rollup (N-minute means)"
+    source: str  # "raw samples", "1-minute rollup, N-minute means", "hourly rollup", ...
     series: dict[str, Series]  # label -> series
     gpus_total: int
     gpus_shown: int
