@@ -9,7 +9,7 @@ whole history (the page's default) reads the cluster's tally rows, kept by trigg
 trace import: a dozen rows however many jobs. A window counts its jobs in one hashed pass
 (tallies.TALLY_SQL); a job belongs to it when it was submitted in it (`submit_at`, served by
 the (cluster, submit_at) index). Telemetry CDFs read the 1-minute rollup (raw samples for
-windows under a day). Like the paper, per-type and summary statistics are over GPU jobs
+windows under a day; the hourly rollup for windows older than the 1-minute rollup keeps). Like the paper, per-type and summary statistics are over GPU jobs
 (`gpus_requested > 0`); durations and queueing delays count only jobs that have them (started,
 resp. ended).
 """
@@ -30,6 +30,7 @@ from webapp.core.windows import Window
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobState, JobType
 from webapp.jobs.tallies import TALLY_COLUMNS, TALLY_WORK_MEM, Tally, tally_fetch, tally_sql
+from webapp.telemetry import tiers
 from webapp.telemetry.samples import samples_source
 
 FINAL_GROUPS: tuple[str, ...] = ("completed", "cancelled", "failed")
@@ -428,7 +429,7 @@ WHERE n.cluster_id = %s AND {alias}.{ts} >= %s AND {alias}.{ts} < %s
 class TelemetryCdfs:
     since: datetime
     until: datetime
-    source: str  # "1-minute rollup (per-minute means)" or "raw samples"
+    source: str  # "raw samples", "1-minute rollup (per-minute means)" or "hourly rollup (...)"
     rows: int
     sampled_pct: float | None  # None: every row was read
     # metric -> [(value, cumulative share)] at PERCENTILES (empty when no data)
@@ -440,15 +441,47 @@ def telemetry_cdfs(
 ) -> TelemetryCdfs:
     """CDFs of GPU util, SM activity, memory used and power over every GPU of the cluster.
 
-    Windows of a day or more read per-minute means from the rollup, shorter ones raw samples;
-    above TELEMETRY_ROW_BUDGET rows the table is block-sampled, so the cost stays bounded.
+    Windows of a day or more read per-minute means from the 1-minute rollup, shorter ones
+    raw samples; a window that begins before a tier's retention reads the next coarser tier
+    whole (webapp/telemetry/tiers.py: per-hour means from the hourly rollup for a quarter), so
+    every GPU-cell of it weighs the same. Above TELEMETRY_ROW_BUDGET rows the table is
+    block-sampled, so the cost stays bounded.
     """
     until = until or timezone.now()
     since = since or until - DEFAULT_TELEMETRY_SPAN
+    finest = tiers.SAMPLES if (until - since) < RAW_WINDOW_MAX else tiers.MINUTE
+    result = TelemetryCdfs(since, until, "", 0, None)
+    for tier in tiers.tiers_for(since, finest):
+        result = _telemetry_cdfs(cluster, since, until, tier)
+        # A block sample can miss every row of a sparse tier: that tier still has data.
+        if result.rows or (result.sampled_pct and _rollup_has_cells(cluster, since, until, tier)):
+            break
+    return result
+
+
+def _rollup_has_cells(cluster: Cluster, since: datetime, until: datetime, tier: tiers.Tier) -> bool:
+    """Whether `tier`'s rollup holds a cell of the cluster's GPUs in the window (samples: no,
+    the 1-minute rollup holds the same data)."""
+    if tier is tiers.SAMPLES:
+        return False
+    sql = tiers.rollup_sql(
+        "SELECT EXISTS (SELECT 1 FROM telemetry_gpurollup1m r JOIN fleet_gpu g ON g.id = r.gpu_id "
+        "JOIN fleet_node n ON n.id = g.node_id "
+        "WHERE n.cluster_id = %s AND r.minute >= %s AND r.minute < %s)",
+        tier,
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, [cluster.id, since, until])
+        return cur.fetchone()[0]
+
+
+def _telemetry_cdfs(
+    cluster: Cluster, since: datetime, until: datetime, tier: tiers.Tier
+) -> TelemetryCdfs:
     gpus = cluster_gpu_count(cluster)
     span_s = max((until - since).total_seconds(), 0.0)
-    use_raw = (until - since) < RAW_WINDOW_MAX
-    estimate = gpus * span_s / (RAW_STEP_S if use_raw else 60)
+    use_raw = tier is tiers.SAMPLES
+    estimate = gpus * span_s / (tier.step_s or RAW_STEP_S)
     pct = 100.0 * TELEMETRY_ROW_BUDGET / estimate if estimate > TELEMETRY_ROW_BUDGET else None
     col = 1 if use_raw else 0
     aggs = ", ".join(
@@ -457,7 +490,9 @@ def telemetry_cdfs(
     )
     # REPEATABLE: the same window draws the same blocks, so a reload shows the same curve.
     sample = f"TABLESAMPLE SYSTEM ({pct:.6f}) REPEATABLE (42)" if pct else ""
-    table = "telemetry_gpusample s" if use_raw else "telemetry_gpurollup1m r"
+    table = (
+        "telemetry_gpusample s" if use_raw else tiers.rollup_sql("telemetry_gpurollup1m r", tier)
+    )
     if use_raw:  # raw or compacted samples (webapp/telemetry/samples.py)
         columns = [
             c for _, raw in TELEMETRY_METRICS.values() for c in re.findall(r"\bs\.(\w+)", raw)
@@ -470,7 +505,7 @@ def telemetry_cdfs(
         aggs=aggs,
         table=table,
         alias="s" if use_raw else "r",
-        ts="ts" if use_raw else "minute",
+        ts="ts" if use_raw else ("minute" if tier is tiers.MINUTE else "hour"),
         sample=sample,
     )
     params = [list(PERCENTILES)] * len(TELEMETRY_METRICS) + [cluster.id, since, until]
@@ -484,10 +519,15 @@ def telemetry_cdfs(
             if values
             else []
         )
+    per = {
+        tiers.SAMPLES: "",
+        tiers.MINUTE: " (per-minute means)",
+        tiers.HOURLY: " (per-hour means)",
+    }
     return TelemetryCdfs(
         since=since,
         until=until,
-        source="raw samples" if use_raw else "1-minute rollup (per-minute means)",
+        source=tier.label + per[tier],
         rows=rows,
         sampled_pct=pct,
         curves=curves,
@@ -516,8 +556,8 @@ def cluster_gpu_count(cluster: Cluster) -> int:
 
 # --- Evaluation jobs' GPU time by phase (reference acme-workload.md §6) ----------------------
 #
-# From the raw samples of the GPUs that ended evaluation jobs held: loading is the time before
-# the GPU's first busy sample, when its memory rose meanwhile (the model arriving) with SM
+# From the samples (raw or compacted; the 1-minute rollup once they are dropped) of the GPUs
+# that ended evaluation jobs held: loading is the time before the GPU's first busy sample, when its memory rose meanwhile (the model arriving) with SM
 # activity near zero; inference runs from the first busy sample to the last; metrics are the
 # time the GPU stayed held and idle after it. Held time with no busy sample, or before it
 # without memory rising, is idle. The paper's HumanEval profile: loading 29.5%, metrics 19%.
@@ -531,16 +571,19 @@ EVAL_ALLOCATIONS_MAX = 2000
 EVAL_PAPER_SHARES = {"load": 0.295, "metrics": 0.19}
 EVAL_PHASES = ("load", "infer", "metrics", "idle")
 
-_EVAL_SQL = """
-WITH alloc AS (
+_EVAL_ALLOC = """
     SELECT a.job_id, coalesce(a.gpu_id, g.id) AS gpu_id, a.start, a."end" AS stop
     FROM jobs_joballocation a
     JOIN jobs_job j ON j.id = a.job_id
     LEFT JOIN fleet_gpu g ON a.gpu_id IS NULL AND g.node_id = a.node_id AND g.index = a.gpu_index
     WHERE {where} AND j.job_type = 'eval' AND a."end" IS NOT NULL AND a."end" > a.start
+        AND a.start >= %s AND a.start < %s
     ORDER BY a.start DESC
     LIMIT %s
-), marks AS (
+"""
+
+_EVAL_SQL = """
+WITH alloc AS ({alloc}), marks AS (
     SELECT al.job_id, al.gpu_id, al.start, al.stop,
            min(s.ts) FILTER (WHERE s.sm_active >= %s) AS first_busy,
            max(s.ts) FILTER (WHERE s.sm_active >= %s) AS last_busy
@@ -558,12 +601,38 @@ SELECT m.job_id,
 FROM marks m
 """
 
+# The same from the 1-minute rollup, for allocations older than samples are kept: a minute is
+# busy when any of its samples was (sm_active_max), so inference runs from the first busy
+# minute's start to the last one's end (clamped to the allocation), to the minute.
+_EVAL_ROLLUP_SQL = """
+WITH alloc AS ({alloc}), marks AS (
+    SELECT al.job_id, al.gpu_id, al.start, al.stop,
+           greatest(min(r.minute) FILTER (WHERE r.sm_active_max >= %s), al.start) AS first_busy,
+           least(max(r.minute) FILTER (WHERE r.sm_active_max >= %s) + interval '1 minute',
+                 al.stop) AS last_busy
+    FROM alloc al
+    JOIN telemetry_gpurollup1m r ON r.gpu_id = al.gpu_id
+        AND r.minute >= date_trunc('minute', al.start) AND r.minute < al.stop
+    GROUP BY 1, 2, 3, 4
+)
+SELECT m.job_id,
+       date_part('epoch', m.stop - m.start),
+       date_part('epoch', m.first_busy - m.start),
+       date_part('epoch', m.last_busy - m.first_busy),
+       date_part('epoch', m.stop - m.last_busy),
+       (SELECT max(r.fb_used_bytes_max) - min(r.fb_used_bytes_min) FROM telemetry_gpurollup1m r
+         WHERE r.gpu_id = m.gpu_id AND r.minute >= date_trunc('minute', m.start)
+           AND r.minute < coalesce(m.first_busy, m.stop))
+FROM marks m
+"""
+
 
 @dataclass
 class EvalPhases:
     jobs: int
     allocations: int
     limited: bool  # only the newest EVAL_ALLOCATIONS_MAX allocations were read
+    from_rollup: int  # allocations read from the 1-minute rollup (older than samples are kept)
     gpu_s: dict[str, float]
     share: dict[str, float | None]
     paper: dict[str, float] = field(default_factory=lambda: dict(EVAL_PAPER_SHARES))
@@ -588,16 +657,45 @@ def eval_phase_split(
     }
 
 
-def eval_phases(window: Window) -> EvalPhases:
-    """GPU time by phase of the window's ended evaluation jobs, from their raw samples."""
+def eval_phases(window: Window, now: datetime | None = None) -> EvalPhases:
+    """GPU time by phase of the window's ended evaluation jobs: from their samples (raw or
+    compacted), and from the 1-minute rollup for allocations older than samples are kept
+    (webapp/telemetry/tiers.py). Older than the 1-minute rollup keeps, phases of jobs that
+    last minutes cannot be told apart in hourly cells: those allocations are left out."""
+    now = now or timezone.now()
     where, params = window.where("j.submit_at")
     where = where.replace("cluster_id", "j.cluster_id", 1)
+    alloc = _EVAL_ALLOC.format(where=where)
+    samples_since = tiers.SAMPLES.kept_since(now)
+    minute_since = tiers.MINUTE.kept_since(now)
+    far_future = now + timedelta(days=36500)
     with connection.cursor() as cur:
+        # Samples: the GPUs and span of the newest allocations, for the one reader.
         cur.execute(
-            _EVAL_SQL.format(where=where),
-            [*params, EVAL_ALLOCATIONS_MAX, EVAL_BUSY_SM, EVAL_BUSY_SM],
+            f"SELECT array_agg(DISTINCT gpu_id), min(start), max(stop) FROM ({alloc}) x",
+            [*params, samples_since, far_future, EVAL_ALLOCATIONS_MAX],
         )
-        rows = cur.fetchall()
+        gpu_ids, lo, hi = cur.fetchone()
+        rows = []
+        if gpu_ids:
+            wanted = ["sm_active", "fb_used_bytes"]
+            source = samples_source([g for g in gpu_ids if g], lo, hi, wanted, index=True)
+            cur.execute(
+                _EVAL_SQL.format(alloc=alloc).replace("telemetry_gpusample s", f"{source} s"),
+                [*params, samples_since, far_future, EVAL_ALLOCATIONS_MAX]
+                + [EVAL_BUSY_SM, EVAL_BUSY_SM],
+            )
+            rows = cur.fetchall()
+        left = EVAL_ALLOCATIONS_MAX - len(rows)
+        from_rollup = 0
+        if left > 0:
+            cur.execute(
+                _EVAL_ROLLUP_SQL.format(alloc=alloc),
+                [*params, minute_since, samples_since, left, EVAL_BUSY_SM, EVAL_BUSY_SM],
+            )
+            older = cur.fetchall()
+            from_rollup = len(older)
+            rows += older
     gpu_s = dict.fromkeys(EVAL_PHASES, 0.0)
     for _job, held, pre, busy, post, rise in rows:
         for phase, seconds in eval_phase_split(held, pre, busy, post, rise or 0).items():
@@ -607,6 +705,7 @@ def eval_phases(window: Window) -> EvalPhases:
         jobs=len({r[0] for r in rows}),
         allocations=len(rows),
         limited=len(rows) >= EVAL_ALLOCATIONS_MAX,
+        from_rollup=from_rollup,
         gpu_s=gpu_s,
         share={k: _share(v, total) for k, v in gpu_s.items()},
     )

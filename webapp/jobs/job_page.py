@@ -20,6 +20,7 @@ from django.db import connection
 
 from webapp.jobs.models import Job
 from webapp.jobs.selectors import RAW_JOB_MAX, AllocationRow, JobEnergy, job_span
+from webapp.telemetry import tiers
 from webapp.telemetry.figures import SERIES_AXES
 from webapp.telemetry.samples import samples_source
 from webapp.telemetry.selectors import SERIES_METRICS
@@ -132,12 +133,13 @@ class JobBands:
         return bool(self.ts)
 
 
-def band_bucket_s(span: timedelta, raw: bool) -> int:
-    """Bucket width giving at most BAND_POINTS points over `span` (whole minutes on the rollup)."""
+def band_bucket_s(span: timedelta, raw: bool, step_s: int = 60) -> int:
+    """Bucket width giving at most BAND_POINTS points over `span` (whole cells of `step_s`
+    seconds on a rollup: 60 for the 1-minute one, 3600 for the hourly one)."""
     seconds = max(span.total_seconds(), 1.0)
     if raw:
         return max(RAW_BUCKET_MIN_S, math.ceil(seconds / BAND_POINTS))
-    return 60 * max(1, math.ceil(seconds / 60 / BAND_POINTS))
+    return step_s * max(1, math.ceil(seconds / step_s / BAND_POINTS))
 
 
 def gpu_outliers(
@@ -165,35 +167,52 @@ def outlier_rows(outliers: list[Outlier]) -> list[tuple[Outlier, str, str, str]]
     return rows
 
 
-def job_bands(job: Job, allocations: list[AllocationRow], *, now: datetime) -> JobBands:
-    """The job's SERIES_METRICS as bands across its GPUs, its outlier GPUs and their lines
-    (two queries, whatever the job's size)."""
-    start, end = job_span(job, allocations, now)
-    raw = (end - start) <= RAW_JOB_MAX
-    bucket_s = band_bucket_s(end - start, raw)
-    per_gpu = _RAW_PER_GPU if raw else _ROLLUP_PER_GPU
+def _bands_plan(
+    job: Job, tier: tiers.Tier, start: datetime, end: datetime, now: datetime
+) -> tuple[JobBands, str, dict]:
+    """The empty result (named after its tier and bucket), per-GPU query and parameters of
+    the job's bands read from `tier`."""
+    raw = tier is tiers.SAMPLES
+    bucket_s = band_bucket_s(end - start, raw, tier.step_s or 60)
     if raw:
         source = f"raw samples, {bucket_s}-s means per GPU"
+        per_gpu = _RAW_PER_GPU
     else:
-        minutes = bucket_s // 60
-        source = "1-minute rollup" + (f", {minutes}-minute means per GPU" if minutes > 1 else "")
-    out = JobBands(source=source, bucket_s=bucket_s)
-    if not allocations:
-        return out
+        cells = bucket_s // tier.step_s
+        unit = "minute" if tier is tiers.MINUTE else "hour"
+        source = tier.label + (f", {cells}-{unit} means per GPU" if cells > 1 else "")
+        per_gpu = tiers.rollup_sql(_ROLLUP_PER_GPU, tier)
     params = {
         "bucket": bucket_s,
         "now": now,
         "job": job.id,
-        "start": start if raw else start - timedelta(minutes=1),
+        "start": start if raw else start - timedelta(seconds=tier.step_s),
         "end": end,
     }
-    if raw:  # raw or compacted samples (webapp/telemetry/samples.py)
-        gpus = [a.gpu_id for a in allocations if a.gpu_id is not None]
-        source = samples_source(gpus, params["start"], end, SERIES_METRICS)
-        per_gpu = per_gpu.replace("telemetry_gpusample s", f"{source} s")
-    with connection.cursor() as cur:
-        cur.execute(_bands_sql(per_gpu), params)
-        rows = cur.fetchall()
+    return JobBands(source=source, bucket_s=bucket_s), per_gpu, params
+
+
+def job_bands(job: Job, allocations: list[AllocationRow], *, now: datetime) -> JobBands:
+    """The job's SERIES_METRICS as bands across its GPUs, its outlier GPUs and their lines
+    (two queries, whatever the job's size): raw samples for a short job, the 1-minute rollup
+    for a long one, the next coarser tier (webapp/telemetry/tiers.py) once the job is older
+    than that tier keeps, or when it holds none of the job's telemetry."""
+    start, end = job_span(job, allocations, now)
+    finest = tiers.SAMPLES if (end - start) <= RAW_JOB_MAX else tiers.MINUTE
+    candidates = tiers.tiers_for(start, finest, now)
+    out, per_gpu, params = _bands_plan(job, candidates[0], start, end, now)
+    rows: list = []
+    for tier in candidates if allocations else []:
+        out, per_gpu, params = _bands_plan(job, tier, start, end, now)
+        if tier is tiers.SAMPLES:  # raw or compacted samples (webapp/telemetry/samples.py)
+            gpus = [a.gpu_id for a in allocations if a.gpu_id is not None]
+            source = samples_source(gpus, params["start"], end, SERIES_METRICS)
+            per_gpu = per_gpu.replace("telemetry_gpusample s", f"{source} s")
+        with connection.cursor() as cur:
+            cur.execute(_bands_sql(per_gpu), params)
+            rows = cur.fetchall()
+        if rows:
+            break
     bands = sorted((r for r in rows if r[0] == "band"), key=lambda r: r[1])
     for _, bucket, _, gpus, *values in bands:
         out.ts.append(bucket)
@@ -205,6 +224,8 @@ def job_bands(job: Job, allocations: list[AllocationRow], *, now: datetime) -> J
             band.hi.append(values[3 * i + 2])
     for _, _, alloc_id, _, *values in (r for r in rows if r[0] == "mean"):
         out.means[alloc_id] = {m: values[3 * i + 1] for i, m in enumerate(SERIES_METRICS)}
+    if not rows:
+        return out
 
     by_id = {a.id: a for a in allocations}
     for m in SERIES_METRICS:

@@ -2,14 +2,14 @@
 GPUs that jobs hold but leave idle, and the cached characterization of a window.
 
 Samples carry no job id (DESIGN.md): per-job telemetry joins samples to the job's allocation
-intervals at query time, raw samples for short jobs and the 1-minute rollup for long ones.
+intervals at query time, raw samples for short jobs and the 1-minute rollup for long ones,
+or the coarser tier that still holds an older job (webapp/telemetry/tiers.py).
 An allocation names its GPU by id when the watcher knew it and by (node, index) otherwise;
 every query below resolves both (`coalesce(a.gpu_id, g.id)`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -23,6 +23,7 @@ from webapp.core.windows import Window
 from webapp.fleet.models import Cluster, Node
 from webapp.jobs.characterization import Characterization, jobs_characterize, tally_version
 from webapp.jobs.models import Job
+from webapp.telemetry import tiers
 from webapp.telemetry.samples import samples_source
 from webapp.telemetry.selectors import SERIES_METRICS, Series
 
@@ -80,7 +81,8 @@ def characterization_cached(window: Window, *, keep: bool = False) -> Characteri
 
 # --- One job: allocations, telemetry, energy ---------------------------------------------------
 
-# Jobs up to this long read raw samples; longer ones the 1-minute rollup (DESIGN.md).
+# Jobs up to this long read raw samples; longer ones the 1-minute rollup (DESIGN.md); jobs
+# older than a tier keeps, the next coarser one (webapp/telemetry/tiers.py).
 RAW_JOB_MAX = timedelta(hours=3)
 # At most this many points per GPU line: longer jobs average rollup minutes into buckets.
 SERIES_POINTS = 600
@@ -158,7 +160,7 @@ ORDER BY 1, 2
 
 @dataclass
 class JobTelemetry:
-    source: str  # "raw samples" or "1-minute rollup (N-minute means)"
+    source: str  # "raw samples", "1-minute rollup, N-minute means", "hourly rollup", ...
     series: dict[str, Series]  # label -> series
     gpus_total: int
     gpus_shown: int
@@ -167,32 +169,51 @@ class JobTelemetry:
 def job_series(
     job: Job, allocations: list[AllocationRow], *, now: datetime | None = None
 ) -> JobTelemetry:
-    """Per-GPU series of SERIES_METRICS over each allocation of the job (first GPUs only)."""
+    """Per-GPU series of SERIES_METRICS over each allocation of the job (first GPUs only):
+    raw samples for a short job, the 1-minute rollup for a long one, the next coarser tier
+    (webapp/telemetry/tiers.py) once the job is older than that tier keeps, or when it holds
+    none of the job's telemetry."""
     now = now or timezone.now()
     shown = allocations[:SERIES_GPUS_MAX]
     start, end = job_span(job, allocations, now)
     out = {a.label: Series() for a in shown}
     label_of = {a.id: a.label for a in shown}
-    if (end - start) <= RAW_JOB_MAX:
-        source = "raw samples"
-        gpus = [a.gpu_id for a in shown if a.gpu_id is not None]
-        samples = samples_source(gpus, start, end, SERIES_METRICS)
-        sql = _RAW_JOB_SERIES_SQL.replace("telemetry_gpusample s", f"{samples} s")
-        params = [now, job.id, list(label_of), start, end]
-    else:
-        minutes = math.ceil((end - start).total_seconds() / 60 / SERIES_POINTS)
-        source = f"1-minute rollup, {minutes}-minute means" if minutes > 1 else "1-minute rollup"
-        sql = _ROLLUP_JOB_SERIES_SQL
-        params = [minutes * 60, now, job.id, list(label_of), start - timedelta(minutes=1), end]
-    if shown:
+    finest = tiers.SAMPLES if (end - start) <= RAW_JOB_MAX else tiers.MINUTE
+    candidates = tiers.tiers_for(start, finest, now)
+    source = candidates[0].label
+    rows: list = []
+    for tier in candidates if shown else []:
+        if tier is tiers.SAMPLES:
+            source = tier.label
+            gpus = [a.gpu_id for a in shown if a.gpu_id is not None]
+            samples = samples_source(gpus, start, end, SERIES_METRICS)
+            sql = _RAW_JOB_SERIES_SQL.replace("telemetry_gpusample s", f"{samples} s")
+            params = [now, job.id, list(label_of), start, end]
+        else:
+            cells = tiers.cells_of(tier.step_s, end - start, SERIES_POINTS)
+            source = _means_label(tier, cells)
+            sql = tiers.rollup_sql(_ROLLUP_JOB_SERIES_SQL, tier)
+            lo = start - timedelta(seconds=tier.step_s)
+            params = [cells * tier.step_s, now, job.id, list(label_of), lo, end]
         with connection.cursor() as cur:
             cur.execute(sql, params)
-            for alloc_id, ts, *values in cur.fetchall():
-                s = out[label_of[alloc_id]]
-                s.ts.append(ts)
-                for name, value in zip(SERIES_METRICS, values, strict=True):
-                    s.values[name].append(value)
+            rows = cur.fetchall()
+        if rows:
+            break
+    for alloc_id, ts, *values in rows:
+        s = out[label_of[alloc_id]]
+        s.ts.append(ts)
+        for name, value in zip(SERIES_METRICS, values, strict=True):
+            s.values[name].append(value)
     return JobTelemetry(source, out, gpus_total=len(allocations), gpus_shown=len(shown))
+
+
+def _means_label(tier: tiers.Tier, cells: int) -> str:
+    """ "1-minute rollup, 5-minute means" / "hourly rollup, 3-hour means" / "hourly rollup"."""
+    if cells == 1:
+        return tier.label
+    unit = "minute" if tier is tiers.MINUTE else "hour"
+    return f"{tier.label}, {cells}-{unit} means"
 
 
 # Energy per allocation from the cumulative NVML counter (energy_mj). Deltas between
@@ -263,22 +284,37 @@ class JobEnergy:
 def job_energy(
     job: Job, allocations: list[AllocationRow], *, now: datetime | None = None
 ) -> JobEnergy:
-    """GPU energy of the job so far, per allocation, from energy-counter deltas (see SQL)."""
+    """GPU energy of the job so far, per allocation, from energy-counter deltas (see SQL):
+    from samples for a short job, the 1-minute rollup for a long one, the hourly rollup for
+    one older than the 1-minute rollup keeps (webapp/telemetry/tiers.py)."""
     now = now or timezone.now()
     start, end = job_span(job, allocations, now)
-    raw = (end - start) <= RAW_JOB_MAX
-    sql = _RAW_ENERGY_SQL if raw else _ROLLUP_ENERGY_SQL
-    lo = start if raw else start - timedelta(minutes=1)
-    if raw:  # raw or compacted samples (webapp/telemetry/samples.py)
-        gpus = [a.gpu_id for a in allocations if a.gpu_id is not None]
-        samples = samples_source(gpus, lo, end, ["energy_mj"])
-        sql = sql.replace("telemetry_gpusample s", f"{samples} s")
-    with connection.cursor() as cur:
-        cur.execute(sql, [now, job.id, lo, end])
-        rows = {r[0]: r[1:] for r in cur.fetchall()}
+    finest = tiers.SAMPLES if (end - start) <= RAW_JOB_MAX else tiers.MINUTE
+    rows: dict = {}
+    tier = finest
+    for tier in tiers.tiers_for(start, finest, now):
+        if tier is tiers.SAMPLES:  # raw or compacted samples (webapp/telemetry/samples.py)
+            lo = start
+            gpus = [a.gpu_id for a in allocations if a.gpu_id is not None]
+            samples = samples_source(gpus, lo, end, ["energy_mj"])
+            sql = _RAW_ENERGY_SQL.replace("telemetry_gpusample s", f"{samples} s")
+        else:
+            lo = start - timedelta(seconds=tier.step_s)
+            sql = tiers.rollup_sql(_ROLLUP_ENERGY_SQL, tier)
+        with connection.cursor() as cur:
+            cur.execute(sql, [now, job.id, lo, end])
+            rows = {r[0]: r[1:] for r in cur.fetchall()}
+        if rows or not allocations:
+            break
+    resolution = {
+        tiers.SAMPLES: "from raw samples",
+        tiers.MINUTE: "from the 1-minute rollup (minute resolution)",
+        tiers.HOURLY: "from the hourly rollup (hour resolution: the hours the job began and "
+        "ended in count whole)",
+    }[tier]
     method = (
         "sum of NVML energy-counter deltas (energy_mj) per GPU within its allocation, "
-        + ("from raw samples" if raw else "from the 1-minute rollup (minute resolution)")
+        + resolution
         + "; a counter reset (a reading lower than the one before) adds the reading after it"
     )
     per_gpu = [
