@@ -6,7 +6,10 @@ servers DATABASE_URL / CELERY_BROKER_URL name), real Celery workers as subproces
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
+from django.apps import apps as django_apps
 from django.contrib.auth.models import Group
 from django.core.cache import cache
 from django.db import connection
@@ -14,6 +17,7 @@ from django.test import Client
 
 from tests.helpers import WorkerProcess, database_url
 from webapp.fleet import services as fleet_services
+from webapp.jobs import services as jobs_services
 from webapp.teams.selectors import OPERATORS_GROUP
 from webapp.teams.services import team_create
 from webapp.telemetry import partitions
@@ -32,8 +36,33 @@ def _forget_process_caches():
     """Caches (partitions, tokens, GPU ids, computed pages) must not outlive a test."""
     yield
     partitions.known_forget()
+    jobs_services.type_rules_forget()
     fleet_services.caches_clear()
     cache.clear()  # the shared Redis cache outlives tests (and test runs)
+
+
+# The rows data migrations make, which every site has: a transactional test ends with a flush
+# that empties them with everything else, and a later test in the process would find none.
+MIGRATION_DATA = (
+    ("webapp.jobs.migrations.0003_default_type_rules", "add_rules"),
+    ("webapp.teams.migrations.0002_operators_group", "add_group"),
+    ("webapp.alerts.migrations.0002_default_rules", "create"),
+)
+_DB_FIXTURES = {"db", "transactional_db", "live_server", "django_db_setup"}
+
+
+@pytest.fixture(autouse=True)
+def _migration_data(request, django_db_blocker):
+    """Before each database test, the migrations' rows are there (made again, idempotently,
+    if a flush took them)."""
+    if _DB_FIXTURES.isdisjoint(request.fixturenames) and not request.node.get_closest_marker(
+        "django_db"
+    ):
+        return
+    request.getfixturevalue("django_db_setup")
+    with django_db_blocker.unblock():
+        for module, function in MIGRATION_DATA:
+            getattr(importlib.import_module(module), function)(django_apps, None)
 
 
 @pytest.fixture
