@@ -47,6 +47,17 @@ from webapp.jobs.models import Job
 from webapp.recovery.executors.base import command_run
 
 log = logging.getLogger("vigil.evaluation")
+# What submitting and tracking change on a run's jobs.
+_TRACKED = (
+    "scheduler_id",
+    "attempts",
+    "submitted_at",
+    "status",
+    "start_at",
+    "end_at",
+    "measured",
+    "error",
+)
 
 # The issue: a failed trial is retried once, then reported.
 MAX_ATTEMPTS = 2
@@ -160,18 +171,7 @@ def run_submit(run_id: int) -> float | None:
             return None
         run.status = RunStatus.RUNNING
         run.save(update_fields=["status", "node_names", "submitted_at"])
-        EvaluationJob.objects.bulk_update(
-            jobs,
-            [
-                "scheduler_id",
-                "attempts",
-                "submitted_at",
-                "status",
-                "start_at",
-                "end_at",
-                "measured",
-            ],
-        )
+        EvaluationJob.objects.bulk_update(jobs, _TRACKED)
     return settings.VIGIL_EVAL_TRACK_S
 
 
@@ -254,19 +254,7 @@ def run_track(run_id: int) -> float | None:
             _failed(run, jobs, job, row.state, ids)
         if all(j.status in FINAL_JOB_STATUSES for j in jobs):
             _finish(run, jobs)
-        EvaluationJob.objects.bulk_update(
-            jobs,
-            [
-                "scheduler_id",
-                "attempts",
-                "submitted_at",
-                "status",
-                "start_at",
-                "end_at",
-                "measured",
-                "error",
-            ],
-        )
+        EvaluationJob.objects.bulk_update(jobs, _TRACKED)
     return None if run.status != RunStatus.RUNNING else settings.VIGIL_EVAL_TRACK_S
 
 
