@@ -15,7 +15,7 @@ from django.shortcuts import render
 from webapp.core.exports import csv_response
 from webapp.energy import figures, report, services
 from webapp.energy.forms import EnergyForm
-from webapp.energy.selectors import NoEnergyData, month_report
+from webapp.energy.selectors import NoEnergyData, energy_trends, month_report
 from webapp.fleet.models import Cluster
 
 
@@ -43,12 +43,14 @@ def energy_page(request: HttpRequest) -> HttpResponse:
         except NoEnergyData as exc:
             context["no_data"] = str(exc)
         else:
+            trends = energy_trends(cluster, month)
             context.update(
                 r=r,
                 p=p,
+                trends=trends,
                 kpis=report.kpis(r, p),
                 footnote=report.method_footnote(r),
-                figures=figures.page_figures(r),
+                figures=figures.page_figures(r, trends),
                 query=f"cluster={cluster.name}&month={month}",
             )
     return render(request, "energy/cluster.html", context, status=400 if error else 200)
@@ -76,7 +78,7 @@ _LINE_HEADER = [
 
 
 def energy_csv(request: HttpRequest, table: str) -> HttpResponse:
-    if table not in (*_TABLES, "days", "summary", "report"):
+    if table not in (*_TABLES, "days", "summary", "report", "trends"):
         raise Http404(f"no energy table {table!r}")
     _form, cluster, month, error = _parse(request)
     if error or cluster is None:
@@ -105,6 +107,9 @@ def energy_csv(request: HttpRequest, table: str) -> HttpResponse:
         )  # fmt: skip
     if table == "report":
         return csv_response(name, report.CSV_HEADER, report.report_rows(r, month))
+    if table == "trends":
+        trends = energy_trends(cluster, month)
+        return csv_response(name, report.TRENDS_CSV_HEADER, report.trend_rows(cluster, trends))
     lines = getattr(r, _TABLES[table])
     if table == "teams" and r.idle_line:
         lines = [*lines, r.idle_line]
