@@ -57,6 +57,9 @@ def test_energy_page_shows_the_months_figures(outsider_client, built):
         "by-team",
         "by-type",
         "by-outcome",
+        "trend-energy",
+        "trend-co2",
+        "trend-pue",
     }
     team_bars = dict(
         zip(figures["by-team"]["data"][0]["y"], figures["by-team"]["data"][0]["x"], strict=True)
