@@ -81,8 +81,8 @@ from webapp.energy.models import EnergyReportDelivery, EnergyReportSubscription 
 
 @admin.register(EnergyReportSubscription)
 class EnergyReportSubscriptionAdmin(admin.ModelAdmin):
-    list_display = ("channel", "active", "created_at")
-    list_filter = ("active",)
+    list_display = ("channel", "timezone", "active", "created_at")
+    list_filter = ("active", "timezone")
     filter_horizontal = ("clusters",)
 
 

@@ -9,6 +9,10 @@ with its source and year per row.
 
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
 
@@ -309,15 +313,36 @@ class NodeEnergyHour(models.Model):
         return self.ipmi_j + self.model_j
 
 
+def default_timezone() -> str:
+    """A new recipient's timezone: the site's TIME_ZONE, else UTC."""
+    return settings.TIME_ZONE or "UTC"
+
+
+def validate_timezone(name: str) -> None:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValidationError(
+            f"{name!r} is not an IANA timezone (e.g. Europe/Paris, Asia/Shanghai, UTC)"
+        ) from None
+
+
 class EnergyReportSubscription(models.Model):
     """Who gets the monthly energy report by email: an alerts email channel (its address,
-    its disabled flag), for some clusters (none chosen: every cluster)."""
+    its disabled flag), for some clusters (none chosen: every cluster), on the report day in
+    the recipient's own timezone."""
 
     channel = models.ForeignKey(
         "alerts.Channel", on_delete=models.CASCADE, related_name="energy_report_subscriptions"
     )
     clusters = models.ManyToManyField(Cluster, blank=True, related_name="+")
     active = models.BooleanField(default=True)
+    timezone = models.CharField(
+        max_length=64,
+        default=default_timezone,
+        validators=[validate_timezone],
+        help_text="The recipient's IANA timezone: the report is sent on the report day there.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
