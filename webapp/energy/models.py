@@ -384,3 +384,41 @@ class EnergyReportDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.month} {self.cluster_id} to {self.to}: {self.status}"
+
+
+class EnergyExport(models.Model):
+    """A month's CSV of reference §8 (one row per day x team x project x job type), built by
+    a Celery task (webapp/energy/tasks.py build_export) and delivered as a link: the run
+    record (who asked, when, status, error) and the file, gzip-compressed."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    month = models.CharField(max_length=7)  # YYYY-MM (UTC)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    error = models.CharField(max_length=1024, blank=True, default="")
+    rows = models.PositiveIntegerField(default=0)
+    csv_gz = models.BinaryField(null=True, blank=True, editable=False)
+    csv_bytes = models.PositiveIntegerField(default=0)  # uncompressed
+    emailed_to = models.CharField(max_length=254, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["cluster", "-created_at"], name="energyexport_recent")]
+
+    def __str__(self) -> str:
+        return f"energy CSV {self.cluster_id} {self.month}: {self.status}"
+
+    @property
+    def filename(self) -> str:
+        return f"vigil-energy-{self.cluster.name}-{self.month}-daily.csv"

@@ -16,6 +16,7 @@ this refresh recompute exactly the GPU-hours that changed.
 
 from __future__ import annotations
 
+import gzip
 import smtplib
 from collections import defaultdict
 from dataclasses import dataclass
@@ -33,9 +34,11 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
+from webapp.core.exports import csv_response
 from webapp.energy import accounting
 from webapp.energy.carbon import node_power_estimate_w
 from webapp.energy.models import (
+    EnergyExport,
     EnergyReportDelivery,
     EnergyReportSubscription,
     default_timezone,
@@ -555,3 +558,81 @@ def energy_reports_due(now: datetime | None = None) -> dict | None:
     if not due:
         return None
     return {month: energy_reports_send(month, now, subs) for month, subs in sorted(due.items())}
+
+
+# --- The daily CSV export (reference §8: built in a background task, delivered as a link) -----
+
+
+def export_request(cluster: Cluster, month: str, user=None) -> EnergyExport:
+    """A pending export row; the worker builds it once this transaction commits."""
+    from webapp.energy.tasks import build_export  # tasks import services: load late
+
+    month_bounds(month)  # ValueError on a bad month, before anything is written
+    export = EnergyExport.objects.create(cluster=cluster, month=month, requested_by=user)
+    transaction.on_commit(lambda: build_export.delay(export.pk))
+    return export
+
+
+def export_download_url(export: EnergyExport) -> str:
+    return f"{settings.VIGIL_BASE_URL}{reverse('energy:export_download', args=[export.pk])}"
+
+
+def export_build(export_id: int) -> EnergyExport | None:
+    """Build a pending export: claimed by a conditional UPDATE (two workers given the same
+    id build it once), the rows written as gzip-compressed CSV, and the link emailed to the
+    requester when they have an address. None: not pending (done, or another worker's)."""
+    from webapp.energy.selectors import DAILY_COLUMNS, energy_daily_rows
+
+    claimed = EnergyExport.objects.filter(pk=export_id, status=EnergyExport.Status.PENDING).update(
+        status=EnergyExport.Status.RUNNING, started_at=timezone.now()
+    )
+    if not claimed:
+        return None
+    export = EnergyExport.objects.select_related("cluster", "requested_by").get(pk=export_id)
+    try:
+        rows = energy_daily_rows(export.cluster, *month_bounds(export.month))
+    except NoEnergyData as exc:
+        export.status, export.error = EnergyExport.Status.FAILED, str(exc)[:1024]
+        export.finished_at = timezone.now()
+        export.save(update_fields=["status", "error", "finished_at"])
+        return export
+    # The core CSV writer (its formula-injection guard included), kept as bytes.
+    data = csv_response(
+        export.filename, DAILY_COLUMNS, ([row[c] for c in DAILY_COLUMNS] for row in rows)
+    ).content
+    export.csv_gz, export.csv_bytes, export.rows = gzip.compress(data), len(data), len(rows)
+    export.status, export.finished_at = EnergyExport.Status.DONE, timezone.now()
+    export.save(update_fields=["csv_gz", "csv_bytes", "rows", "status", "finished_at"])
+    user = export.requested_by
+    if user is not None and user.email:
+        _export_email(export, user.email)
+    return export
+
+
+def _export_email(export: EnergyExport, to: str) -> None:
+    context = {"export": export, "url": export_download_url(export), "cluster": export.cluster}
+    subject = " ".join(render_to_string("emails/energy-export-subject.html", context).split())
+    message = EmailMultiAlternatives(
+        subject=subject[:512],
+        body=render_to_string("emails/energy-export-body-text.html", context),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[to],
+        headers={"Message-ID": make_msgid("energy-export", domain=settings.VIGIL_EMAIL_DOMAIN)},
+        connection=get_connection(timeout=settings.VIGIL_ALERTS_SEND_TIMEOUT_S),
+    )
+    message.attach_alternative(
+        render_to_string("emails/energy-export-body-html.html", context), "text/html"
+    )
+    try:
+        message.send()
+    except (smtplib.SMTPException, OSError) as exc:
+        # The file is built and on the page; only the email failed: say so on the row.
+        export.error = f"email to {to} failed: {exc}"[:1024]
+        export.save(update_fields=["error"])
+        return
+    export.emailed_to = to
+    export.save(update_fields=["emailed_to"])
+
+
+def export_csv(export: EnergyExport) -> bytes:
+    return gzip.decompress(bytes(export.csv_gz)) if export.csv_gz else b""
