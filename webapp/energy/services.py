@@ -336,9 +336,9 @@ def energy_rollups_refresh(now: datetime | None = None) -> RefreshResult:
 
 
 def energy_rollups_rebuild(cluster_id: int, lo: datetime, hi: datetime) -> RefreshResult:
-    """Recompute a cluster's GPU-hours in [lo, hi) from raw samples (a backfill, or after
-    allocations were corrected). Only hours that still have raw samples are touched: an hour
-    whose raw samples retention has dropped keeps the rows it has."""
+    """Recompute a cluster's GPU-hours in [lo, hi) from its samples, raw or compacted (a
+    backfill, or after allocations were corrected). Only hours that still have samples are
+    touched: an hour whose samples retention has dropped keeps the rows it has."""
     with connection.cursor() as cur:
         cur.execute(
             "SELECT g.id FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id"
@@ -346,10 +346,13 @@ def energy_rollups_rebuild(cluster_id: int, lo: datetime, hi: datetime) -> Refre
             [cluster_id],
         )
         ids = [r[0] for r in cur.fetchall()]
+        # Hours with samples, raw or compacted (telemetry packs old hours, one row per GPU).
         cur.execute(
-            "SELECT DISTINCT date_trunc('hour', ts) FROM telemetry_gpusample"
-            " WHERE gpu_id = ANY(%s) AND ts >= %s AND ts < %s ORDER BY 1",
-            [ids, lo, hi],
+            "SELECT date_trunc('hour', ts) FROM telemetry_gpusample"
+            " WHERE gpu_id = ANY(%(ids)s) AND ts >= %(lo)s AND ts < %(hi)s"
+            " UNION SELECT hour FROM telemetry_gpusamplepacked"
+            " WHERE gpu_id = ANY(%(ids)s) AND hour >= %(lo)s AND hour < %(hi)s ORDER BY 1",
+            {"ids": ids, "lo": lo, "hi": hi},
         )
         hours = [r[0] for r in cur.fetchall()]
     rows = 0
