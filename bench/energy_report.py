@@ -22,7 +22,9 @@ Measured:
     would be read instead once that lands);
   - max_rel_diff: the largest relative difference between the rollup's and the raw
     recomputation's figures of the raw span (total, idle, each team, job type and outcome).
-Last line: JSON with rollup_s, raw_s, raw_s_month_estimate, rebuild_s, max_rel_diff, gpus,
+Also timed: trends_s (`energy_trends`, 12 months ending with the built one) and daily_csv_s
+(`energy_daily_rows`, the month's daily CSV rows). Last line: JSON with rollup_s, raw_s,
+raw_s_month_estimate, rebuild_s, trends_s, daily_csv_s, daily_csv_rows, max_rel_diff, gpus,
 rollup_rows, raw_rows, raw_hours. Goals: rollup_s < 1, max_rel_diff < 0.001.
 """
 
@@ -287,7 +289,7 @@ def main() -> None:
     from django.core.management import call_command
 
     from webapp.core import embedded
-    from webapp.energy.selectors import energy_report
+    from webapp.energy.selectors import energy_daily_rows, energy_report, energy_trends
     from webapp.energy.services import energy_rollups_rebuild
 
     try:
@@ -300,6 +302,10 @@ def main() -> None:
         rebuild_s = time.perf_counter() - t0
         now = MONTH_LO + timedelta(hours=HOURS)
         rollup_s, month = best(lambda: energy_report(cluster, MONTH_LO, now, now=now), args.repeat)
+        # The report's other reads of the rollup: 12 months of trends (the one month built
+        # here, and eleven empty ones) and the daily CSV's rows.
+        trends_s, _ = best(lambda: energy_trends(cluster, f"{MONTH_LO:%Y-%m}"), args.repeat)
+        daily_s, daily = best(lambda: energy_daily_rows(cluster, MONTH_LO, now), args.repeat)
         raw_s, raw = best(lambda: raw_figures(lo, hi), args.repeat)
         span = rollup_figures(energy_report(cluster, lo, hi, now=now))
         diffs = {
@@ -315,6 +321,9 @@ def main() -> None:
             "raw_s": round(raw_s, 3),
             "raw_s_month_estimate": round(raw_s * HOURS / args.raw_hours, 1),
             "rebuild_s": round(rebuild_s, 2),
+            "trends_s": round(trends_s, 3),
+            "daily_csv_s": round(daily_s, 3),
+            "daily_csv_rows": len(daily),
             "max_rel_diff": float(f"{diffs[worst]:.3g}"),
             "gpus": args.gpus,
             "rollup_rows": built["rollup_rows"],

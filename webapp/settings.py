@@ -520,7 +520,8 @@ VIGIL_ALERTS_TEST_PAUSE_BEFORE_SEND_S = envfloat(
 # The energy rollup refresh looks this many hours back for GPU-hours that got new samples (a
 # spool replayed later than this is folded in by `manage.py energy_report --rebuild`).
 VIGIL_ENERGY_LOOKBACK_H = envint("VIGIL_ENERGY_LOOKBACK_H", "48", minimum=1)
-# The managers' monthly report is emailed on this day of the month, at this hour (UTC).
+# The managers' monthly report is emailed on this day of the month, at this hour, in each
+# recipient's timezone (EnergyReportSubscription.timezone; default TIME_ZONE).
 VIGIL_ENERGY_REPORT_DAY = envint("VIGIL_ENERGY_REPORT_DAY", "1", minimum=1)
 VIGIL_ENERGY_REPORT_HOUR = envint("VIGIL_ENERGY_REPORT_HOUR", "6", minimum=0)
 if VIGIL_ENERGY_REPORT_DAY > 28 or VIGIL_ENERGY_REPORT_HOUR > 23:

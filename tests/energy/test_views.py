@@ -57,6 +57,9 @@ def test_energy_page_shows_the_months_figures(outsider_client, built):
         "by-team",
         "by-type",
         "by-outcome",
+        "trend-energy",
+        "trend-co2",
+        "trend-pue",
     }
     team_bars = dict(
         zip(figures["by-team"]["data"][0]["y"], figures["by-team"]["data"][0]["x"], strict=True)
@@ -116,12 +119,12 @@ def test_command_prints_csv_and_json_and_refuses_an_empty_month(built, capsys):
         call_command("energy_report", cluster="nope", month=built["month"])
 
 
-def test_pdf_has_the_reports_three_a4_pages(operator_client, built, tmp_path):
+def test_pdf_has_the_reports_four_a4_pages(operator_client, built, tmp_path):
     response = operator_client.get(
         reverse("energy:report_pdf"), {"cluster": "watt", "month": built["month"]}
     )
     assert response.status_code == 200 and response["Content-Type"] == "application/pdf"
-    assert pdf_pages(response.content, tmp_path) == 3
+    assert pdf_pages(response.content, tmp_path) == 4
     info = subprocess.run(
         ["pdfinfo", "-"], input=response.content, capture_output=True, check=True
     ).stdout.decode()

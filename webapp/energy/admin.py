@@ -76,13 +76,17 @@ class NodePowerProfileAdmin(admin.ModelAdmin):
 
 # --- Energy side: who gets the monthly report, and what was sent -------------------------------
 
-from webapp.energy.models import EnergyReportDelivery, EnergyReportSubscription  # noqa: E402
+from webapp.energy.models import (  # noqa: E402
+    EnergyExport,
+    EnergyReportDelivery,
+    EnergyReportSubscription,
+)
 
 
 @admin.register(EnergyReportSubscription)
 class EnergyReportSubscriptionAdmin(admin.ModelAdmin):
-    list_display = ("channel", "active", "created_at")
-    list_filter = ("active",)
+    list_display = ("channel", "timezone", "active", "created_at")
+    list_filter = ("active", "timezone")
     filter_horizontal = ("clusters",)
 
 
@@ -94,3 +98,14 @@ class EnergyReportDeliveryAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # written by the monthly report task
+
+
+@admin.register(EnergyExport)
+class EnergyExportAdmin(admin.ModelAdmin):
+    list_display = ("created_at", "cluster", "month", "requested_by", "status", "rows", "error")
+    list_filter = ("status", "cluster")
+    exclude = ("csv_gz",)
+    readonly_fields = [f.name for f in EnergyExport._meta.fields if f.name != "csv_gz"]
+
+    def has_add_permission(self, request):
+        return False  # asked for on the energy page, built by a task

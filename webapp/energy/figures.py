@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from webapp.core.charts import GPU_COLOURS, NO_DATA_COLOUR, TEMPLATE
-from webapp.energy.selectors import Day, EnergyReport, Line
+from webapp.energy.selectors import IDLE_KEY, Day, EnergyReport, Line, Trends
 
 # Day axes tick once a day at most (a month-long axis picks its own, coarser step).
 _DAY_AXIS = {
@@ -158,8 +158,97 @@ def breakdown_figure(lines: Sequence[Line], idle: Line | None, title: str) -> di
     return _done(fig, 80 + 28 * max(3, len(rows)))
 
 
-def page_figures(r: EnergyReport) -> dict:
+_MONTH_AXIS = {"title": {"text": "month (UTC)"}, "type": "category"}
+
+
+def _team_colour(i: int, team: str) -> str:
+    return NO_DATA_COLOUR if team == IDLE_KEY else GPU_COLOURS[i % len(GPU_COLOURS)]
+
+
+def _trend_bars(t: Trends, values: str, unit: str, digits: int) -> go.Figure:
+    """Per month, one stacked bar per team (the idle GPUs last, grey); `values` names the
+    TrendMonth dict (team_kwh or team_co2e_kg)."""
+    fig = go.Figure()
+    months = [m.month for m in t.months]
+    for i, team in enumerate(t.teams):
+        fig.add_trace(
+            go.Bar(
+                name=team,
+                x=months,
+                y=[getattr(m, values).get(team, 0.0) for m in t.months],
+                marker={"color": _team_colour(i, team)},
+                hovertemplate="%{x} " + team + ": %{y:,." + str(digits) + "f} " + unit
+                + "<extra></extra>",
+            )
+        )  # fmt: skip
+    fig.update_layout(
+        barmode="stack",
+        xaxis=_MONTH_AXIS,
+        yaxis={"title": {"text": unit}, "rangemode": "tozero"},
+    )
+    return fig
+
+
+def trend_energy_figure(t: Trends, height: int = 260) -> dict:
+    """12 months of facility kWh, stacked by team."""
+    return _done(_trend_bars(t, "team_kwh", "facility kWh", 1), height)
+
+
+def trend_co2_figure(t: Trends, height: int = 260) -> dict:
+    """12 months of location-based CO2e, stacked by team."""
+    return _done(_trend_bars(t, "team_co2e_kg", "kg CO2e", 1), height)
+
+
+def trend_pue_figure(t: Trends, height: int = 220) -> dict:
+    """Each month's PUE (left) and the grid intensity used (g CO2e/kWh, right)."""
+    months = [m.month for m in t.months]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            name="PUE",
+            x=months,
+            y=[m.pue for m in t.months],
+            mode="lines+markers",
+            line={"color": GPU_COLOURS[1]},
+            hovertemplate="%{x}<br>PUE %{y:.2f}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            name="grid intensity (g CO2e/kWh)",
+            x=months,
+            y=[m.intensity_g_per_kwh for m in t.months],
+            yaxis="y2",
+            mode="lines+markers",
+            line={"color": CO2_COLOUR, "dash": "dot"},
+            hovertemplate="%{x}<br>%{y:.0f} g CO2e/kWh<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        xaxis=_MONTH_AXIS,
+        yaxis={"title": {"text": "PUE"}, "rangemode": "tozero"},
+        yaxis2={
+            "title": {"text": "g CO2e/kWh"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+        },
+    )
+    return _done(fig, height)
+
+
+def trend_figures(t: Trends, *, compact: bool = False) -> dict:
+    """The trends' three figures; `compact`: the heights that fit the report's A4 sheet."""
+    bars, line = (200, 170) if compact else (300, 260)
     return {
+        "trend-energy": trend_energy_figure(t, bars),
+        "trend-co2": trend_co2_figure(t, bars),
+        "trend-pue": trend_pue_figure(t, line),
+    }
+
+
+def page_figures(r: EnergyReport, trends: Trends | None = None) -> dict:
+    out = {
         "daily-energy": daily_energy_figure(r.days),
         "daily-co2": daily_co2_pue_figure(r.days),
         "power": power_figure(r.days, r.mean_power_limit_w),
@@ -167,3 +256,6 @@ def page_figures(r: EnergyReport) -> dict:
         "by-type": breakdown_figure(r.by_type, None, "by job type"),
         "by-outcome": breakdown_figure(r.by_outcome, None, "by outcome"),
     }
+    if trends is not None:
+        out.update(trend_figures(trends))
+    return out

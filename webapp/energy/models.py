@@ -9,6 +9,10 @@ with its source and year per row.
 
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
 
@@ -309,15 +313,36 @@ class NodeEnergyHour(models.Model):
         return self.ipmi_j + self.model_j
 
 
+def default_timezone() -> str:
+    """A new recipient's timezone: the site's TIME_ZONE, else UTC."""
+    return settings.TIME_ZONE or "UTC"
+
+
+def validate_timezone(name: str) -> None:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValidationError(
+            f"{name!r} is not an IANA timezone (e.g. Europe/Paris, Asia/Shanghai, UTC)"
+        ) from None
+
+
 class EnergyReportSubscription(models.Model):
     """Who gets the monthly energy report by email: an alerts email channel (its address,
-    its disabled flag), for some clusters (none chosen: every cluster)."""
+    its disabled flag), for some clusters (none chosen: every cluster), on the report day in
+    the recipient's own timezone."""
 
     channel = models.ForeignKey(
         "alerts.Channel", on_delete=models.CASCADE, related_name="energy_report_subscriptions"
     )
     clusters = models.ManyToManyField(Cluster, blank=True, related_name="+")
     active = models.BooleanField(default=True)
+    timezone = models.CharField(
+        max_length=64,
+        default=default_timezone,
+        validators=[validate_timezone],
+        help_text="The recipient's IANA timezone: the report is sent on the report day there.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -359,3 +384,41 @@ class EnergyReportDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.month} {self.cluster_id} to {self.to}: {self.status}"
+
+
+class EnergyExport(models.Model):
+    """A month's CSV of reference §8 (one row per day x team x project x job type), built by
+    a Celery task (webapp/energy/tasks.py build_export) and delivered as a link: the run
+    record (who asked, when, status, error) and the file, gzip-compressed."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    month = models.CharField(max_length=7)  # YYYY-MM (UTC)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    error = models.CharField(max_length=1024, blank=True, default="")
+    rows = models.PositiveIntegerField(default=0)
+    csv_gz = models.BinaryField(null=True, blank=True, editable=False)
+    csv_bytes = models.PositiveIntegerField(default=0)  # uncompressed
+    emailed_to = models.CharField(max_length=254, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["cluster", "-created_at"], name="energyexport_recent")]
+
+    def __str__(self) -> str:
+        return f"energy CSV {self.cluster_id} {self.month}: {self.status}"
+
+    @property
+    def filename(self) -> str:
+        return f"vigil-energy-{self.cluster.name}-{self.month}-daily.csv"

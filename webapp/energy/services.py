@@ -16,12 +16,14 @@ this refresh recompute exactly the GPU-hours that changed.
 
 from __future__ import annotations
 
+import gzip
 import smtplib
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import make_msgid
 from urllib.parse import urlencode
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
 from django.conf import settings
@@ -32,10 +34,16 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
+from webapp.core.exports import csv_response
 from webapp.energy import accounting
 from webapp.energy.carbon import node_power_estimate_w
-from webapp.energy.models import EnergyReportDelivery, EnergyReportSubscription
-from webapp.energy.selectors import NoEnergyData
+from webapp.energy.models import (
+    EnergyExport,
+    EnergyReportDelivery,
+    EnergyReportSubscription,
+    default_timezone,
+)
+from webapp.energy.selectors import NoEnergyData, month_bounds
 from webapp.energy.sources import gpu_series, node_series
 from webapp.fleet.models import Cluster, Node
 
@@ -328,9 +336,9 @@ def energy_rollups_refresh(now: datetime | None = None) -> RefreshResult:
 
 
 def energy_rollups_rebuild(cluster_id: int, lo: datetime, hi: datetime) -> RefreshResult:
-    """Recompute a cluster's GPU-hours in [lo, hi) from raw samples (a backfill, or after
-    allocations were corrected). Only hours that still have raw samples are touched: an hour
-    whose raw samples retention has dropped keeps the rows it has."""
+    """Recompute a cluster's GPU-hours in [lo, hi) from its samples, raw or compacted (a
+    backfill, or after allocations were corrected). Only hours that still have samples are
+    touched: an hour whose samples retention has dropped keeps the rows it has."""
     with connection.cursor() as cur:
         cur.execute(
             "SELECT g.id FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id"
@@ -338,10 +346,13 @@ def energy_rollups_rebuild(cluster_id: int, lo: datetime, hi: datetime) -> Refre
             [cluster_id],
         )
         ids = [r[0] for r in cur.fetchall()]
+        # Hours with samples, raw or compacted (telemetry packs old hours, one row per GPU).
         cur.execute(
-            "SELECT DISTINCT date_trunc('hour', ts) FROM telemetry_gpusample"
-            " WHERE gpu_id = ANY(%s) AND ts >= %s AND ts < %s ORDER BY 1",
-            [ids, lo, hi],
+            "SELECT date_trunc('hour', ts) FROM telemetry_gpusample"
+            " WHERE gpu_id = ANY(%(ids)s) AND ts >= %(lo)s AND ts < %(hi)s"
+            " UNION SELECT hour FROM telemetry_gpusamplepacked"
+            " WHERE gpu_id = ANY(%(ids)s) AND hour >= %(lo)s AND hour < %(hi)s ORDER BY 1",
+            {"ids": ids, "lo": lo, "hi": hi},
         )
         hours = [r[0] for r in cur.fetchall()]
     rows = 0
@@ -383,8 +394,39 @@ def report_unsubscribe(sub: EnergyReportSubscription) -> None:
 
 
 def previous_month(now: datetime) -> str:
-    first = now.astimezone(UTC).replace(day=1)
-    return f"{first - timedelta(days=1):%Y-%m}"
+    """The month before `now`'s month, in `now`'s own timezone ('YYYY-MM')."""
+    return f"{now.replace(day=1) - timedelta(days=1):%Y-%m}"
+
+
+# Reports cover UTC months, each hour accounted once it has ended (every 5 minutes, beat
+# `energy-rollups`): a month's report waits this long after the month's end, so a recipient
+# east of UTC, whose 1st begins before the UTC month ends, gets the whole month.
+REPORT_SETTLE = timedelta(hours=1)
+
+
+def subscription_zone(sub: EnergyReportSubscription) -> ZoneInfo:
+    """The recipient's timezone; a name that no longer resolves (the tz database changed)
+    falls back to the default, so the report still goes out."""
+    try:
+        return ZoneInfo(sub.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo(default_timezone())
+
+
+def report_month_due(sub: EnergyReportSubscription, now: datetime) -> str | None:
+    """The month whose report is due to this recipient at `now`: the previous month, from the
+    report day and hour in the recipient's timezone (or later that month: a beat that was
+    down catches up), once that UTC month has ended and settled; None when nothing is due."""
+    local = now.astimezone(subscription_zone(sub))
+    if (local.day, local.hour) < (
+        settings.VIGIL_ENERGY_REPORT_DAY,
+        settings.VIGIL_ENERGY_REPORT_HOUR,
+    ):
+        return None
+    month = previous_month(local)
+    if now < month_bounds(month)[1] + REPORT_SETTLE:
+        return None
+    return month
 
 
 def _render_email(context: dict) -> tuple[str, str, str]:
@@ -396,15 +438,30 @@ def _render_email(context: dict) -> tuple[str, str, str]:
 
 def report_send(
     sub: EnergyReportSubscription, cluster: Cluster, month: str, pdf: bytes, context: dict
-):
-    """Send one report email with its PDF; the delivery row is written first, so a crash
-    mid-send leaves a 'sending' row (retried by the next run), never a silent double send."""
+) -> EnergyReportDelivery | None:
+    """Send one report email with its PDF, at most once. The delivery row is written (and
+    committed) before sending and is locked while the email goes out: a second worker skips
+    it (None), a crash mid-send leaves a 'sending' row that the next run sends again."""
     to = sub.channel.target
-    delivery, created = EnergyReportDelivery.objects.get_or_create(
+    EnergyReportDelivery.objects.get_or_create(
         subscription=sub, cluster=cluster, month=month, defaults={"to": to}
     )
-    if not created and delivery.status == EnergyReportDelivery.Status.SENT:
-        return delivery
+    with transaction.atomic():
+        delivery = (
+            EnergyReportDelivery.objects.select_for_update(skip_locked=True)
+            .filter(subscription=sub, cluster=cluster, month=month)
+            .first()
+        )
+        if delivery is None:
+            return None  # another worker is sending it now
+        if delivery.status == EnergyReportDelivery.Status.SENT:
+            return delivery
+        _deliver(delivery, sub, cluster, month, pdf, context)
+    return delivery
+
+
+def _deliver(delivery, sub, cluster, month, pdf, context) -> None:
+    to = sub.channel.target
     query = urlencode({"cluster": cluster.name, "month": month})
     unsubscribe = report_unsubscribe_url(sub)
     subject, text, html = _render_email(
@@ -437,24 +494,32 @@ def report_send(
         delivery.sent_at = timezone.now()
     delivery.to, delivery.pdf_bytes = to, len(pdf)
     delivery.save(update_fields=["status", "error", "sent_at", "to", "pdf_bytes"])
-    return delivery
 
 
-def energy_reports_send(month: str | None = None, now: datetime | None = None) -> dict:
-    """Email the month's report (default: last month) to every active subscription on an
-    enabled email channel, one email per cluster, each at most once. Clusters without data
-    that month are skipped and counted."""
-    from webapp.energy import report  # the report renders templates and figures: load late
-
-    now = now or timezone.now()
-    month = month or previous_month(now)
-    subs = list(
+def _active_subscriptions() -> list[EnergyReportSubscription]:
+    return list(
         EnergyReportSubscription.objects.filter(
             active=True, channel__kind="email", channel__disabled=False
         )
         .select_related("channel")
         .prefetch_related("clusters")
+        .order_by("id")
     )
+
+
+def energy_reports_send(
+    month: str | None = None,
+    now: datetime | None = None,
+    subscriptions: list[EnergyReportSubscription] | None = None,
+) -> dict:
+    """Email the month's report (default: last month, UTC) to these subscriptions (default:
+    every active one on an enabled email channel), one email per cluster, each at most once.
+    Clusters without data that month are skipped and counted."""
+    from webapp.energy import report  # the report renders templates and figures: load late
+
+    now = now or timezone.now()
+    month = month or previous_month(now.astimezone(UTC))
+    subs = _active_subscriptions() if subscriptions is None else subscriptions
     done = EnergyReportDelivery.Status.SENT
     counts = {"sent": 0, "failed": 0, "no_data": 0, "already": 0}
     built: dict[int, tuple[bytes, dict] | None] = {}
@@ -477,14 +542,100 @@ def energy_reports_send(month: str | None = None, now: datetime | None = None) -
                 continue
             pdf, context = built[cluster.id]
             d = report_send(sub, cluster, month, pdf, context)
-            counts["sent" if d.status == done else "failed"] += 1
+            if d is None:
+                counts["already"] += 1
+            else:
+                counts["sent" if d.status == done else "failed"] += 1
     return {"month": month, **counts}
 
 
 def energy_reports_due(now: datetime | None = None) -> dict | None:
-    """Send last month's reports if today is the report day (or later in the month: a beat
-    that was down catches up) and the hour has come; None when not due."""
-    now = (now or timezone.now()).astimezone(UTC)
-    if (now.day, now.hour) < (settings.VIGIL_ENERGY_REPORT_DAY, settings.VIGIL_ENERGY_REPORT_HOUR):
+    """Send each recipient the report that is due in their timezone (report_month_due);
+    None when nothing is due. Per month: what energy_reports_send counted."""
+    now = now or timezone.now()
+    due: dict[str, list[EnergyReportSubscription]] = defaultdict(list)
+    for sub in _active_subscriptions():
+        month = report_month_due(sub, now)
+        if month is not None:
+            due[month].append(sub)
+    if not due:
         return None
-    return energy_reports_send(previous_month(now), now)
+    return {month: energy_reports_send(month, now, subs) for month, subs in sorted(due.items())}
+
+
+# --- The daily CSV export (reference §8: built in a background task, delivered as a link) -----
+
+
+def export_request(cluster: Cluster, month: str, user=None) -> EnergyExport:
+    """A pending export row; the worker builds it once this transaction commits."""
+    from webapp.energy.tasks import build_export  # tasks import services: load late
+
+    month_bounds(month)  # ValueError on a bad month, before anything is written
+    export = EnergyExport.objects.create(cluster=cluster, month=month, requested_by=user)
+    transaction.on_commit(lambda: build_export.delay(export.pk))
+    return export
+
+
+def export_download_url(export: EnergyExport) -> str:
+    return f"{settings.VIGIL_BASE_URL}{reverse('energy:export_download', args=[export.pk])}"
+
+
+def export_build(export_id: int) -> EnergyExport | None:
+    """Build a pending export: claimed by a conditional UPDATE (two workers given the same
+    id build it once), the rows written as gzip-compressed CSV, and the link emailed to the
+    requester when they have an address. None: not pending (done, or another worker's)."""
+    from webapp.energy.selectors import DAILY_COLUMNS, energy_daily_rows
+
+    claimed = EnergyExport.objects.filter(pk=export_id, status=EnergyExport.Status.PENDING).update(
+        status=EnergyExport.Status.RUNNING, started_at=timezone.now()
+    )
+    if not claimed:
+        return None
+    export = EnergyExport.objects.select_related("cluster", "requested_by").get(pk=export_id)
+    try:
+        rows = energy_daily_rows(export.cluster, *month_bounds(export.month))
+    except NoEnergyData as exc:
+        export.status, export.error = EnergyExport.Status.FAILED, str(exc)[:1024]
+        export.finished_at = timezone.now()
+        export.save(update_fields=["status", "error", "finished_at"])
+        return export
+    # The core CSV writer (its formula-injection guard included), kept as bytes.
+    data = csv_response(
+        export.filename, DAILY_COLUMNS, ([row[c] for c in DAILY_COLUMNS] for row in rows)
+    ).content
+    export.csv_gz, export.csv_bytes, export.rows = gzip.compress(data), len(data), len(rows)
+    export.status, export.finished_at = EnergyExport.Status.DONE, timezone.now()
+    export.save(update_fields=["csv_gz", "csv_bytes", "rows", "status", "finished_at"])
+    user = export.requested_by
+    if user is not None and user.email:
+        _export_email(export, user.email)
+    return export
+
+
+def _export_email(export: EnergyExport, to: str) -> None:
+    context = {"export": export, "url": export_download_url(export), "cluster": export.cluster}
+    subject = " ".join(render_to_string("emails/energy-export-subject.html", context).split())
+    message = EmailMultiAlternatives(
+        subject=subject[:512],
+        body=render_to_string("emails/energy-export-body-text.html", context),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[to],
+        headers={"Message-ID": make_msgid("energy-export", domain=settings.VIGIL_EMAIL_DOMAIN)},
+        connection=get_connection(timeout=settings.VIGIL_ALERTS_SEND_TIMEOUT_S),
+    )
+    message.attach_alternative(
+        render_to_string("emails/energy-export-body-html.html", context), "text/html"
+    )
+    try:
+        message.send()
+    except (smtplib.SMTPException, OSError) as exc:
+        # The file is built and on the page; only the email failed: say so on the row.
+        export.error = f"email to {to} failed: {exc}"[:1024]
+        export.save(update_fields=["error"])
+        return
+    export.emailed_to = to
+    export.save(update_fields=["emailed_to"])
+
+
+def export_csv(export: EnergyExport) -> bytes:
+    return gzip.decompress(bytes(export.csv_gz)) if export.csv_gz else b""

@@ -1,5 +1,6 @@
 """Pages of the energy app: a cluster's energy per month, the printable monthly report and
-its PDF; the report email's unsubscribe link. CSV exports are in api_urls.py."""
+its PDF; the daily CSV export (built by a task) and its link; the report email's
+unsubscribe link. CSV exports are in api_urls.py."""
 
 from django.urls import path
 
@@ -11,5 +12,7 @@ urlpatterns = [
     path("energy/", views.energy_page, name="cluster"),
     path("energy/report/", views.report_page, name="report"),
     path("energy/report.pdf", views.report_pdf, name="report_pdf"),
+    path("energy/exports/", views.export_create, name="export_create"),
+    path("energy/exports/<int:pk>.csv", views.export_download, name="export_download"),
     path("energy/unsubscribe/<str:token>/", views.unsubscribe, name="unsubscribe"),
 ]

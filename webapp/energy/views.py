@@ -10,12 +10,15 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
 
 from webapp.core.exports import csv_response
 from webapp.energy import figures, report, services
 from webapp.energy.forms import EnergyForm
-from webapp.energy.selectors import NoEnergyData, month_report
+from webapp.energy.models import EnergyExport
+from webapp.energy.selectors import NoEnergyData, energy_trends, month_report
 from webapp.fleet.models import Cluster
 
 
@@ -43,13 +46,18 @@ def energy_page(request: HttpRequest) -> HttpResponse:
         except NoEnergyData as exc:
             context["no_data"] = str(exc)
         else:
+            trends = energy_trends(cluster, month)
             context.update(
                 r=r,
                 p=p,
+                trends=trends,
                 kpis=report.kpis(r, p),
                 footnote=report.method_footnote(r),
-                figures=figures.page_figures(r),
+                figures=figures.page_figures(r, trends),
                 query=f"cluster={cluster.name}&month={month}",
+                exports=EnergyExport.objects.filter(cluster=cluster, month=month)
+                .select_related("requested_by")
+                .defer("csv_gz")[:5],
             )
     return render(request, "energy/cluster.html", context, status=400 if error else 200)
 
@@ -76,7 +84,7 @@ _LINE_HEADER = [
 
 
 def energy_csv(request: HttpRequest, table: str) -> HttpResponse:
-    if table not in (*_TABLES, "days", "summary", "report"):
+    if table not in (*_TABLES, "days", "summary", "report", "trends"):
         raise Http404(f"no energy table {table!r}")
     _form, cluster, month, error = _parse(request)
     if error or cluster is None:
@@ -105,6 +113,9 @@ def energy_csv(request: HttpRequest, table: str) -> HttpResponse:
         )  # fmt: skip
     if table == "report":
         return csv_response(name, report.CSV_HEADER, report.report_rows(r, month))
+    if table == "trends":
+        trends = energy_trends(cluster, month)
+        return csv_response(name, report.TRENDS_CSV_HEADER, report.trend_rows(cluster, trends))
     lines = getattr(r, _TABLES[table])
     if table == "teams" and r.idle_line:
         lines = [*lines, r.idle_line]
@@ -146,6 +157,34 @@ def report_pdf(request: HttpRequest) -> HttpResponse:
     response = HttpResponse(pdf, content_type="application/pdf")
     name = f"vigil-energy-{context['cluster'].name}-{context['month']}.pdf"
     response["Content-Disposition"] = f'inline; filename="{name}"'
+    return response
+
+
+@require_POST
+def export_create(request: HttpRequest) -> HttpResponse:
+    """Ask for the month's daily CSV (reference §8): a background task builds it; the page
+    lists it with its link, and the requester gets the link by email."""
+    form = EnergyForm(request.POST)
+    cluster, month, error = form.chosen_cluster, form.values["month"], form.error
+    if error or cluster is None:
+        return HttpResponse(
+            error or "cluster: no cluster yet", status=400, content_type="text/plain"
+        )
+    services.export_request(cluster, month, request.user)
+    query = f"cluster={cluster.name}&month={month}"
+    return redirect(f"{reverse('energy:cluster')}?{query}#exports")
+
+
+def export_download(request: HttpRequest, pk: int) -> HttpResponse:
+    export = get_object_or_404(EnergyExport.objects.select_related("cluster"), pk=pk)
+    if export.status != EnergyExport.Status.DONE:
+        return HttpResponse(
+            f"export {pk} is {export.status}{': ' + export.error if export.error else ''}",
+            status=409 if export.status != EnergyExport.Status.FAILED else 404,
+            content_type="text/plain",
+        )
+    response = HttpResponse(services.export_csv(export), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{export.filename}"'
     return response
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from webapp.energy import report
-from webapp.energy.selectors import NoEnergyData, month_bounds, month_report
+from webapp.energy.selectors import NoEnergyData, energy_trends, month_bounds, month_report
 from webapp.energy.services import energy_rollups_rebuild
 from webapp.fleet.models import Cluster
 
@@ -60,7 +60,8 @@ class Command(BaseCommand):
         out = open(output, "w", newline="", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
         try:
             if fmt == "json":
-                json.dump(report.report_json(r, p, month), out, indent=2, default=str)
+                data = report.report_json(r, p, month, energy_trends(cluster, month))
+                json.dump(data, out, indent=2, default=str)
                 out.write("\n")
             else:
                 writer = csv.writer(out)

@@ -1,0 +1,115 @@
+"""Reference §8's CSV: one row per day x team x project x job type, built by a Celery task as a
+persisted export row and delivered as a link (on the page, and by email to who asked). Its rows
+add up to the monthly report's figures; a redelivered task builds nothing twice."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections import defaultdict
+
+import pytest
+from django.urls import reverse
+
+from tests.alerts.conftest import text_of, with_email
+from tests.energy import rig
+from tests.energy.conftest import build_rig
+from tests.helpers import wait_for
+from webapp.energy.models import EnergyExport
+from webapp.energy.selectors import DAILY_COLUMNS, IDLE_KEY, month_report
+from webapp.energy.services import export_build, export_csv, export_request
+
+
+def _rows(data: bytes) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(data.decode())))
+
+
+def test_daily_csv_rows_add_up_to_the_report(
+    built, operator, operator_client, smtp, settings, django_capture_on_commit_callbacks
+):
+    settings.VIGIL_BASE_URL = "http://vigil.example.org"
+    with_email(operator, "ops@example.org")
+    with django_capture_on_commit_callbacks(execute=False) as queued:
+        export = export_request(built["cluster"], built["month"], operator)
+    assert len(queued) == 1 and export.status == "pending"  # the task is sent on commit
+    done = export_build(export.pk)
+    assert done.status == "done" and done.emailed_to == "ops@example.org"
+    assert export_build(export.pk) is None  # claimed: a redelivered task builds nothing
+    rows = _rows(export_csv(done))
+    assert list(rows[0]) == list(DAILY_COLUMNS) and len(rows) == done.rows
+    keys = [(x["day"], x["team"], x["project"], x["job_type"]) for x in rows]
+    assert len(keys) == len(set(keys))
+    assert {x["day"] for x in rows} == {f"{built['t0']:%Y-%m-%d}"}  # the rig's six hours
+    r, _ = month_report(built["cluster"], built["month"])
+
+    def total(col, team=None):
+        return sum(float(x[col]) for x in rows if team is None or x["team"] == team)
+
+    assert total("gpu_kwh") == pytest.approx(r.gpu_kwh, rel=1e-9)
+    assert total("facility_kwh") + r.unattributed_facility_kwh == pytest.approx(
+        r.facility_kwh, rel=1e-9
+    )
+    assert total("co2e_location_kg") == pytest.approx(r.co2e_location_kg, rel=1e-6)
+    assert total("gpu_hours") == pytest.approx(r.gpu_hours, rel=1e-9)
+    assert total("it_kwh_measured") + total("it_kwh_estimated") == pytest.approx(r.it_kwh, rel=1e-6)
+    assert total("it_kwh_measured") == pytest.approx(r.it_kwh_measured, rel=1e-6)
+    assert total("gpu_kwh_measured") == pytest.approx(r.gpu_kwh_by_method["counter"], rel=1e-9)
+    for line in r.by_team:
+        assert total("facility_kwh", line.key) == pytest.approx(line.facility_kwh, rel=1e-9)
+    assert total("gpu_kwh", IDLE_KEY) == pytest.approx(r.idle_kwh, rel=1e-9)
+    by_type = defaultdict(float)
+    for x in rows:
+        if x["team"] != IDLE_KEY:
+            by_type[x["job_type"]] += float(x["gpu_kwh"])
+    assert by_type == pytest.approx({x.key: x.gpu_kwh for x in r.by_type}, rel=1e-9)
+    # Idle energy: the idle GPUs' row whole, and the allocated-but-idle part of the jobs.
+    assert total("idle_kwh") == pytest.approx(r.idle_kwh + r.wasted_kwh, rel=1e-9)
+    assert [float(x["pue"]) for x in rows] == pytest.approx([1.58] * len(rows))
+    assert {x["method_version"] for x in rows} == {r.method_version}
+    # The link, by email, and the download behind it (login required).
+    [msg] = smtp.to("ops@example.org")
+    url = re.search(r"http://vigil.example.org(/energy/exports/\d+\.csv)", text_of(msg)).group(1)
+    response = operator_client.get(url)
+    assert response.status_code == 200 and response.content == export_csv(done)
+    assert "attachment" in response["Content-Disposition"]
+
+
+def test_an_empty_month_fails_with_the_reason_and_a_pending_one_is_not_served(
+    built, operator, operator_client
+):
+    pending = EnergyExport.objects.create(cluster=built["cluster"], month=built["month"])
+    response = operator_client.get(reverse("energy:export_download", args=[pending.pk]))
+    assert response.status_code == 409 and b"pending" in response.content
+    empty = EnergyExport.objects.create(cluster=built["cluster"], month="2001-01")
+    failed = export_build(empty.pk)
+    assert failed.status == "failed" and "no energy data for cluster watt" in failed.error
+    response = operator_client.get(reverse("energy:export_download", args=[empty.pk]))
+    assert response.status_code == 404 and b"no energy data" in response.content
+    with pytest.raises(ValueError, match="YYYY-MM"):
+        export_request(built["cluster"], "2026-13", operator)
+    response = operator_client.post(reverse("energy:export_create"), {"month": "2026-13"})
+    assert response.status_code == 400
+    assert EnergyExport.objects.count() == 2
+
+
+def test_the_page_asks_a_worker_for_the_csv_and_links_it(
+    transactional_db, worker_factory, operator, operator_client, client
+):
+    built = build_rig()
+    worker_factory()
+    q = f"cluster={rig.CLUSTER}&month={built['month']}"
+    response = operator_client.post(
+        reverse("energy:export_create"), {"cluster": rig.CLUSTER, "month": built["month"]}
+    )
+    assert response.status_code == 302 and response["Location"].endswith(f"?{q}#exports")
+    export = EnergyExport.objects.get()
+    assert export.requested_by == operator
+    assert wait_for(lambda: EnergyExport.objects.get().status == "done", timeout=60)
+    page = operator_client.get(f"{reverse('energy:cluster')}?{q}").content.decode()
+    link = reverse("energy:export_download", args=[export.pk])
+    assert f'href="{link}"' in page
+    rows = _rows(operator_client.get(link).content)
+    assert len(rows) == EnergyExport.objects.get().rows > 0
+    client.logout()
+    assert client.get(link).status_code == 302  # a login first
