@@ -61,6 +61,12 @@ def test_refused_address_is_recorded_and_empty_months_are_skipped(built, smtp):
     assert counts["failed"] == 1
     delivery = EnergyReportDelivery.objects.get()
     assert delivery.status == "failed" and "550" in delivery.error
+    # A refused recipient disables the channel, as alerts do: not refused again every hour.
+    channel = delivery.subscription.channel
+    channel.refresh_from_db()
+    assert channel.disabled and "User unknown" in channel.last_error
+    assert energy_reports_send(built["month"])["failed"] == 0
+    subscribe("manager@example.org")
     assert energy_reports_send("2001-01") == {
         "month": "2001-01",
         "sent": 0,

@@ -61,25 +61,31 @@ class EmailTransport(Transport):
         )
         if self.n.body_html:
             message.attach_alternative(self.n.body_html, "text/html")
-        try:
-            message.send()
-        except smtplib.SMTPRecipientsRefused as exc:
-            code, text = next(iter(exc.recipients.values()))
-            reply = f"{code} {_text(text)}"
-            if 500 <= code < 600:
-                raise PermanentError(f"the mail server refused {self.n.to}: {reply}") from None
-            raise TransientError(f"the mail server deferred {self.n.to}: {reply}") from None
-        except smtplib.SMTPResponseException as exc:
-            reply = f"{exc.smtp_code} {_text(exc.smtp_error)}"
-            if 500 <= exc.smtp_code < 600:
-                # Refused for a reason other than the recipient (the message, the sender):
-                # this message fails, the channel stays.
-                raise PermanentError(
-                    f"the mail server refused the message: {reply}", disables=False
-                ) from None
-            raise TransientError(f"the mail server answered {reply}") from None
-        except (smtplib.SMTPException, OSError) as exc:
-            raise TransientError(f"could not reach the mail server: {exc}") from None
+        email_send(message, self.n.to)
+
+
+def email_send(message: EmailMultiAlternatives, to: str) -> None:
+    """Send one email, the mail server's refusals sorted: PermanentError (a 5xx; for the
+    recipient it disables the channel) or TransientError (try again later)."""
+    try:
+        message.send()
+    except smtplib.SMTPRecipientsRefused as exc:
+        code, text = next(iter(exc.recipients.values()))
+        reply = f"{code} {_text(text)}"
+        if 500 <= code < 600:
+            raise PermanentError(f"the mail server refused {to}: {reply}") from None
+        raise TransientError(f"the mail server deferred {to}: {reply}") from None
+    except smtplib.SMTPResponseException as exc:
+        reply = f"{exc.smtp_code} {_text(exc.smtp_error)}"
+        if 500 <= exc.smtp_code < 600:
+            # Refused for a reason other than the recipient (the message, the sender):
+            # this message fails, the channel stays.
+            raise PermanentError(
+                f"the mail server refused the message: {reply}", disables=False
+            ) from None
+        raise TransientError(f"the mail server answered {reply}") from None
+    except (smtplib.SMTPException, OSError) as exc:
+        raise TransientError(f"could not reach the mail server: {exc}") from None
 
 
 def _text(value: bytes | str) -> str:

@@ -34,6 +34,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
+from webapp.alerts.transports import PermanentError, TransientError, email_send
 from webapp.core.exports import csv_response
 from webapp.energy import accounting
 from webapp.energy.carbon import node_power_estimate_w
@@ -486,9 +487,18 @@ def _deliver(delivery, sub, cluster, month, pdf, context) -> None:
     message.attach_alternative(html, "text/html")
     message.attach(f"vigil-energy-{cluster.name}-{month}.pdf", pdf, "application/pdf")
     try:
-        message.send()
-    except (smtplib.SMTPException, OSError) as exc:
+        email_send(message, to)
+    except TransientError as exc:  # tried again at the next run
         delivery.status, delivery.error = EnergyReportDelivery.Status.FAILED, str(exc)[:1024]
+    except PermanentError as exc:
+        delivery.status, delivery.error = EnergyReportDelivery.Status.FAILED, str(exc)[:1024]
+        if exc.disables:
+            # The recipient is refused: as for alerts, the channel is disabled (an admin sees
+            # why) rather than refused again every hour.
+            channel = sub.channel
+            channel.disabled, channel.last_error = True, str(exc)[:512]
+            channel.last_error_at = timezone.now()
+            channel.save(update_fields=["disabled", "last_error", "last_error_at"])
     else:
         delivery.status, delivery.error = EnergyReportDelivery.Status.SENT, ""
         delivery.sent_at = timezone.now()
