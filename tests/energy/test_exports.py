@@ -8,9 +8,11 @@ import csv
 import io
 import re
 from collections import defaultdict
+from datetime import timedelta
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from tests.alerts.conftest import text_of, with_email
 from tests.energy import rig
@@ -18,7 +20,7 @@ from tests.energy.conftest import build_rig
 from tests.helpers import wait_for
 from webapp.energy.models import EnergyExport
 from webapp.energy.selectors import DAILY_COLUMNS, IDLE_KEY, month_report
-from webapp.energy.services import export_build, export_csv, export_request
+from webapp.energy.services import EXPORT_STALE, export_build, export_csv, export_request
 
 
 def _rows(data: bytes) -> list[dict]:
@@ -73,6 +75,19 @@ def test_daily_csv_rows_add_up_to_the_report(
     response = operator_client.get(url)
     assert response.status_code == 200 and response.content == export_csv(done)
     assert "attachment" in response["Content-Disposition"]
+
+
+def test_an_export_left_running_by_a_dead_worker_is_built_when_its_task_comes_again(built):
+    started = timezone.now() - EXPORT_STALE - timedelta(minutes=1)
+    lost = EnergyExport.objects.create(
+        cluster=built["cluster"], month=built["month"], status="running", started_at=started
+    )
+    busy = EnergyExport.objects.create(
+        cluster=built["cluster"], month=built["month"], status="running", started_at=timezone.now()
+    )
+    assert export_build(busy.pk) is None  # another worker is building it now
+    done = export_build(lost.pk)
+    assert done.status == "done" and done.rows > 0 and _rows(export_csv(done))
 
 
 def test_an_empty_month_fails_with_the_reason_and_a_pending_one_is_not_served(

@@ -30,6 +30,7 @@ from django.conf import settings
 from django.core import signing
 from django.core.mail import EmailMultiAlternatives, get_connection
 from django.db import connection, transaction
+from django.db.models import Q
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
@@ -586,6 +587,10 @@ def export_request(cluster: Cluster, month: str, user=None) -> EnergyExport:
     return export
 
 
+# A running export older than this was left by a worker that died.
+EXPORT_STALE = timedelta(minutes=10)
+
+
 def export_download_url(export: EnergyExport) -> str:
     return f"{settings.VIGIL_BASE_URL}{reverse('energy:export_download', args=[export.pk])}"
 
@@ -593,11 +598,18 @@ def export_download_url(export: EnergyExport) -> str:
 def export_build(export_id: int) -> EnergyExport | None:
     """Build a pending export: claimed by a conditional UPDATE (two workers given the same
     id build it once), the rows written as gzip-compressed CSV, and the link emailed to the
-    requester when they have an address. None: not pending (done, or another worker's)."""
+    requester when they have an address. None: not pending (done, or another worker's
+    build in progress)."""
     from webapp.energy.selectors import DAILY_COLUMNS, energy_daily_rows
 
-    claimed = EnergyExport.objects.filter(pk=export_id, status=EnergyExport.Status.PENDING).update(
-        status=EnergyExport.Status.RUNNING, started_at=timezone.now()
+    now = timezone.now()
+    # Pending, or left running by a worker that died (its task is redelivered): a month's
+    # build takes under a second (bench/energy_report.py daily_csv_s), so EXPORT_STALE means lost.
+    claimable = Q(status=EnergyExport.Status.PENDING) | Q(
+        status=EnergyExport.Status.RUNNING, started_at__lt=now - EXPORT_STALE
+    )
+    claimed = EnergyExport.objects.filter(claimable, pk=export_id).update(
+        status=EnergyExport.Status.RUNNING, started_at=now
     )
     if not claimed:
         return None
