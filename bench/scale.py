@@ -32,14 +32,19 @@ figure, while the old queries and the count grow with the data. Last line: JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import http.client
 import json
 import os
 import secrets
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -122,7 +127,7 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     os.environ.setdefault("VIGIL_DEBUG", "false")
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
-    os.environ.setdefault("ALLOWED_HOSTS", "localhost,testserver")
+    os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1")
     os.environ["VIGIL_METRICS_KEY"] = metrics_key = secrets.token_urlsafe(16)
 
     import django
@@ -135,16 +140,18 @@ def main() -> None:
     started = time.perf_counter()
     try:
         call_command("migrate", verbosity=0)
-        fleet = _fleet(args.gpus)
         now = time.time()
         end = now - now % args.step_s
+        fleet = _fleet(args.gpus, datetime.fromtimestamp(end - args.hours * 3600, UTC))
         print(f"{args.gpus} GPUs, {len(fleet['nodes'])} nodes", file=sys.stderr)
         _copy(fleet, end - 3600, end + args.step_s, args.step_s)
-        at_1h = _measure(fleet, args.step_s, metrics_key)
-        print(f"1 h: {json.dumps(at_1h)}", file=sys.stderr)
-        _copy(fleet, end - args.hours * 3600, end - 3600, args.step_s)
-        at_full = _measure(fleet, args.step_s, metrics_key)
-        print(f"{args.hours} h: {json.dumps(at_full)}", file=sys.stderr)
+        with _server() as port:
+            web = _Web(port, fleet["user"], metrics_key)
+            at_1h = _measure(fleet, args.step_s, web)
+            print(f"1 h: {json.dumps(at_1h)}", file=sys.stderr)
+            _copy(fleet, end - args.hours * 3600, end - 3600, args.step_s)
+            at_full = _measure(fleet, args.step_s, web)
+            print(f"{args.hours} h: {json.dumps(at_full)}", file=sys.stderr)
         storage = _storage(fleet, args.compact_gpus)
         print(f"storage: {json.dumps(storage)}", file=sys.stderr)
         result = {
@@ -164,8 +171,9 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _fleet(gpus: int) -> dict:
-    """Two clusters of 8-GPU nodes, running jobs over every GPU; ids for the COPY."""
+def _fleet(gpus: int, started: datetime) -> dict:
+    """Two clusters of 8-GPU nodes, running jobs over every GPU since `started` (the oldest
+    sample: a job's page spans the data); ids for the COPY."""
     from django.contrib.auth import get_user_model
 
     from webapp.fleet.models import Cluster, Gpu, Node
@@ -188,13 +196,12 @@ def _fleet(gpus: int) -> dict:
         for n in nodes
         for i in range(GPUS_PER_NODE)
     )
-    started = datetime.now(UTC) - timedelta(days=2)
     sizes = [*BIG_JOBS]
     while sum(sizes) + SMALL_JOB <= gpus:
         sizes.append(SMALL_JOB)
     # Jobs fill nodes in order within a cluster's GPUs, as a scheduler packs them.
     order = sorted(gpu_rows, key=lambda g: (g.node.cluster_id, g.node_id, g.index))
-    allocations, at = [], 0
+    allocations, at, jobs = [], 0, []
     for k, size in enumerate(sizes):
         job = Job.objects.create(
             cluster_id=order[at].node.cluster_id,
@@ -203,6 +210,7 @@ def _fleet(gpus: int) -> dict:
             start_at=started,
             gpus_requested=size,
         )
+        jobs.append(job)
         allocations += [
             JobAllocation(job=job, node=g.node, gpu=g, gpu_index=g.index, start=started)
             for g in order[at : at + size]
@@ -216,6 +224,11 @@ def _fleet(gpus: int) -> dict:
         "nodes": {n.id: [g.id for g in gpu_rows if g.node_id == n.id] for n in nodes},
         "gpu_ids": [g.id for g in gpu_rows],
         "straggler": order[5].id,  # GPU 5 of the 2,048-GPU job's first node
+        # GPU 6 there is held and left idle (a spare): not a straggler, however slow it looks.
+        "spare": order[6].id,
+        "node": order[0].node_id,  # the node page measured: the straggler's
+        "job": jobs[0].id,  # the 2,048-GPU job
+        "job_gpus": sizes[0],
         "user": user,
         "last_copied": None,
     }
@@ -232,6 +245,7 @@ def _copy(fleet: dict, t_from: float, t_to: float, step_s: int) -> None:
 
     gpu_ids = np.array(fleet["gpu_ids"], dtype=np.int64)
     straggler = gpu_ids == fleet["straggler"]
+    spare = gpu_ids == fleet["spare"]
     rng = np.random.default_rng(17)
     cols = ", ".join(GPU_FIELD_NAMES)
     chunk_s = 600
@@ -251,6 +265,7 @@ def _copy(fleet: dict, t_from: float, t_to: float, step_s: int) -> None:
             ),
         }
         slow = np.repeat(straggler, len(stamps))
+        idle = np.repeat(spare, len(stamps))
         for m in GPU_FIELDS:
             if m.kind == "float":
                 values = rng.uniform(0.6, 0.8, rows).astype(np.float32)
@@ -260,6 +275,13 @@ def _copy(fleet: dict, t_from: float, t_to: float, step_s: int) -> None:
                     values *= 100
                 elif m.name in ("power_w", "sm_clock_mhz"):
                     values *= 900
+                # An idle A100: no kernels, about 60 W, clocks down at 210 MHz.
+                if m.name in ("gpu_util", "sm_active"):
+                    values[idle] = 0.0
+                elif m.name == "power_w":
+                    values[idle] = 60.0
+                elif m.name == "sm_clock_mhz":
+                    values[idle] = 210.0
                 columns[m.name] = pgcopy.Fixed("float4", values)
             elif m.name == "energy_mj":
                 columns[m.name] = pgcopy.Fixed("int8", (ts * 400_000).astype(np.int64))
@@ -270,11 +292,34 @@ def _copy(fleet: dict, t_from: float, t_to: float, step_s: int) -> None:
             with cur.copy(sql) as copy:
                 for buf in pgcopy.copy_binary(rows, columns):
                     copy.write(buf)
+            _rollup(cur, float(stamps[0]), float(stamps[-1]) + step_s)
     if fleet["last_copied"] is None or t_to > fleet["last_copied"]:
         fleet["last_copied"] = t_to
     fleet["first_copied"] = min(t_from, fleet.get("first_copied") or t_from)
     with connection.cursor() as cur:
         cur.execute("ANALYZE telemetry_gpusample")
+
+
+def _rollup(cur, lo: float, hi: float) -> None:
+    """The 1-minute rollup of every minute that samples in lo <= ts < hi touch, as the beat
+    makes it from the RollupDirty rows ingest writes (the same aggregates; in one statement,
+    since the refresh folds samples older than the compaction horizon one batch at a time)."""
+    from webapp.telemetry.services import _ROLLUP_AGGS, _ROLLUP_COLS, _ROLLUP_SET
+
+    lo_min = datetime.fromtimestamp(lo - lo % 60, UTC)
+    hi_min = datetime.fromtimestamp(hi - hi % 60 + (60 if hi % 60 else 0), UTC)
+    cur.execute(
+        f"""
+        INSERT INTO telemetry_gpurollup1m AS r
+            (gpu_id, minute, n, energy_mj_min, energy_mj_max, {_ROLLUP_COLS})
+        SELECT gpu_id, date_trunc('minute', ts), count(*), min(energy_mj), max(energy_mj),
+            {_ROLLUP_AGGS}
+        FROM telemetry_gpusample WHERE ts >= %s AND ts < %s
+        GROUP BY 1, 2
+        ON CONFLICT (gpu_id, minute) DO UPDATE SET {_ROLLUP_SET}
+        """,
+        [lo_min, hi_min],
+    )
 
 
 def _topup(fleet: dict, step_s: int) -> float:
@@ -330,10 +375,9 @@ def _timed(fn, runs: int = 3) -> float:
     return round(statistics.median(times), 1)
 
 
-def _measure(fleet: dict, step_s: int, metrics_key: str) -> dict:
+def _measure(fleet: dict, step_s: int, web: _Web) -> dict:
     from django.conf import settings
     from django.db import connection, transaction
-    from django.test import Client
 
     from webapp.failures.models import FailureEvent
     from webapp.failures.stragglers import STRAGGLER_METRICS, stragglers_detect
@@ -396,12 +440,13 @@ def _measure(fleet: dict, step_s: int, metrics_key: str) -> dict:
         )
     )
 
-    client = Client()
-    client.force_login(fleet["user"])
-    metrics = Client(headers={"authorization": f"Bearer {metrics_key}"})
-    out["metrics_ms"] = _timed(lambda: _ok(metrics.get("/metrics")))
-    out["overview_ms"] = _timed(lambda: _ok(client.get("/api/v1/overview.json")))
-    out["overview_bytes"] = len(client.get("/api/v1/overview.json").content)
+    # The pages through the HTTP server, as a browser (or Prometheus) asks for them.
+    out["metrics_ms"], _ = web.timed("/metrics", key=True)
+    out["overview_ms"], body = web.timed("/api/v1/overview.json")
+    out["overview_bytes"] = len(body)  # as sent: gzip
+    out["node_day_ms"], _ = web.timed(f"/nodes/{fleet['node']}/?range=1d")
+    out["job_page_ms"], _ = web.timed(f"/jobs/{fleet['job']}/")
+    out["job_gpus"] = fleet["job_gpus"]
     out["gpus_fresh"] = fresh
     out["samples"] = _count()
     return out
@@ -477,10 +522,112 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
     }
 
 
-def _ok(response):
-    if response.status_code != 200:
-        raise SystemExit(f"{response.request['PATH_INFO']}: HTTP {response.status_code}")
-    return response
+def wsgi():
+    """The app as gunicorn serves it here (`scale:wsgi()`): production settings, static URLs
+    without collectstatic's manifest (the bench measures pages, not static files)."""
+    import django
+    from django.conf import settings
+
+    django.setup()
+    settings.STORAGES["staticfiles"]["BACKEND"] = (
+        "django.contrib.staticfiles.storage.StaticFilesStorage"
+    )
+    from django.core.wsgi import get_wsgi_application
+
+    return get_wsgi_application()
+
+
+WEB_WORKERS = 3  # as docker-compose.yml's web service runs gunicorn
+
+
+@contextlib.contextmanager
+def _server() -> Iterator[int]:
+    """gunicorn with WEB_WORKERS sync workers on a free port of 127.0.0.1, against this run's
+    embedded PostgreSQL and Redis (settings put their URLs in the environment it inherits)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(Path(os.environ["VIGIL_DATA_DIR"]) / "gunicorn.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--workers",
+            str(WEB_WORKERS),
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--timeout",
+            "300",
+            "--pythonpath",
+            str(ROOT / "bench"),
+            "scale:wsgi()",
+        ],
+        cwd=ROOT,
+        env=os.environ.copy(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"gunicorn exited ({proc.returncode}): see {log.name}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("gunicorn did not listen within 120 s") from None
+                time.sleep(0.2)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+
+
+class _Web:
+    """GETs to the bench's HTTP server: pages with a logged-in session (a session cookie made
+    with Django's auth), /metrics with its bearer key; gzip accepted, as a browser does."""
+
+    def __init__(self, port: int, user, metrics_key: str) -> None:
+        from django.conf import settings
+        from django.test import Client
+
+        client = Client()
+        client.force_login(user)  # a session row in the database the server reads
+        self.port = port
+        self.cookie = (
+            f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+        )
+        self.metrics_key = metrics_key
+
+    def get(self, path: str, *, key: bool = False) -> bytes:
+        """The body as sent (still gzipped when the server gzipped it)."""
+        headers = {"Accept-Encoding": "gzip"}
+        if key:
+            headers["Authorization"] = f"Bearer {self.metrics_key}"
+        else:
+            headers["Cookie"] = self.cookie
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        try:
+            conn.request("GET", path, headers=headers)
+            response = conn.getresponse()
+            body = response.read()
+        finally:
+            conn.close()
+        if response.status != 200:
+            raise SystemExit(f"{path}: HTTP {response.status}")
+        return body
+
+    def timed(self, path: str, *, key: bool = False) -> tuple[float, bytes]:
+        """Median ms of three GETs after one per worker (each process's first request of a
+        page pays its imports and templates), and the last body."""
+        for _ in range(WEB_WORKERS):
+            body = self.get(path, key=key)
+        ms = _timed(lambda: self.get(path, key=key))
+        return ms, body
 
 
 def _count() -> int:
