@@ -380,10 +380,10 @@ def _measure(fleet: dict, step_s: int, web: _Web) -> dict:
     from django.db import connection, transaction
 
     from webapp.failures.models import FailureEvent
-    from webapp.failures.stragglers import STRAGGLER_METRICS, stragglers_detect
+    from webapp.failures.stragglers import IDLE_METRIC, STRAGGLER_METRICS, stragglers_detect
     from webapp.jobs.models import JobAllocation
     from webapp.telemetry.partitions import partition_name
-    from webapp.telemetry.selectors import _LATEST_SQL, gpus_latest, gpus_minute_means
+    from webapp.telemetry.selectors import _LATEST_SQL, gpus_latest, gpus_minute_grid
     from webapp.telemetry.services import rollups_refresh
 
     newest = _topup(fleet, step_s)
@@ -435,8 +435,11 @@ def _measure(fleet: dict, step_s: int, web: _Web) -> dict:
     gpu_ids = list(JobAllocation.objects.filter(end__isnull=True).values_list("gpu_id", flat=True))
     n = settings.VIGIL_STRAGGLER_MINUTES
     out["stragglers_read_ms"] = _timed(
-        lambda: gpus_minute_means(
-            gpu_ids, end - timedelta(minutes=n), end - timedelta(minutes=1), STRAGGLER_METRICS
+        lambda: gpus_minute_grid(
+            gpu_ids,
+            end - timedelta(minutes=n),
+            end - timedelta(minutes=1),
+            (*STRAGGLER_METRICS, IDLE_METRIC),
         )
     )
 

@@ -14,8 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -327,38 +328,49 @@ def gpu_sample_latest(gpu_id: int) -> tuple[datetime | None, dict[str, float | i
     return row[0], dict(zip(GPU_FIELD_NAMES, row[1:], strict=True))
 
 
-def gpus_minute_means(
+def gpus_minute_grid(
     gpu_ids: list[int], first: datetime, last: datetime, metrics: tuple[str, ...]
-) -> dict[int, dict[datetime, dict[str, float | None]]]:
-    """{gpu: {minute: {metric: mean of its samples in that minute, None if none}}} from the
-    1-minute rollup, for the minutes first..last (both included)."""
+) -> dict[str, np.ndarray]:
+    """{metric: float64 array [len(gpu_ids), minutes first..last (both included)]}: each GPU's
+    mean of its samples in each minute from the 1-minute rollup, NaN where it has none; row k
+    is gpu_ids[k]. `first` and `last` are whole minutes.
+
+    One query whose result is a handful of binary arrays (GPU row, minute column, one per
+    metric), laid into the grid with NumPy: the straggler pass reads 10 minutes of every GPU
+    of the fleet, and a Python tuple and dict per GPU-minute cost most of its time (issue 17).
+    """
+    from webapp.core.pgcopy import array_loader
     from webapp.telemetry.models import ROLLUP_METRICS
+    from webapp.telemetry.samples import binary_cursor
 
     unknown = [m for m in metrics if m not in ROLLUP_METRICS]
     if unknown:
         raise ValueError(f"not a rolled-up GPU metric: {unknown[0]!r}")
-    if not gpu_ids or not metrics:
-        return {}
-    means = ", ".join(f"r.{m}_sum / NULLIF(r.{m}_cnt, 0)" for m in metrics)
+    n_minutes = int((last - first).total_seconds() // 60) + 1
+    out = {m: np.full((len(gpu_ids), max(n_minutes, 0)), np.nan) for m in metrics}
+    if not gpu_ids or not metrics or n_minutes < 1:
+        return out
+    means = ", ".join(
+        f"array_agg(coalesce(r.{m}_sum / NULLIF(r.{m}_cnt, 0), 'NaN'))" for m in metrics
+    )
     # One index range scan per GPU (LATERAL), not `gpu_id = ANY(array)`: with the thousands
     # of GPUs of the straggler pass, planning and filtering by a long array cost seconds, and
     # a join could hash the whole partition; the constant bounds prune partitions.
-    with connection.cursor() as cur:
+    with transaction.atomic(), binary_cursor() as cur:
+        for oid, element in ((1016, "int8"), (1022, "float8")):  # int8[], float8[]: NumPy
+            cur.adapters.register_loader(oid, array_loader(element))
         cur.execute(
-            f"SELECT u.gpu_id, extract(epoch FROM r.minute)::bigint, {means} "
-            "FROM unnest(%s::bigint[]) AS u(gpu_id) "
+            f"SELECT array_agg(u.k - 1), "
+            f"array_agg((extract(epoch FROM r.minute - %s) / 60)::bigint), {means} "
+            "FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(gpu_id, k) "
             "CROSS JOIN LATERAL (SELECT * FROM telemetry_gpurollup1m r "
             "WHERE r.gpu_id = u.gpu_id AND r.minute BETWEEN %s AND %s) r",
-            [list(gpu_ids), first, last],
+            [first, list(gpu_ids), first, last],
+            binary=True,
         )
-        rows = cur.fetchall()
-    # Minutes travel as epoch seconds: a few distinct ones, each made a datetime once (parsing
-    # a timestamp per row was most of this read's cost with thousands of GPUs).
-    minutes: dict[int, datetime] = {}
-    out: dict[int, dict[datetime, dict[str, float | None]]] = {}
-    for gpu_id, epoch_s, *values in rows:
-        minute = minutes.get(epoch_s) or minutes.setdefault(
-            epoch_s, datetime.fromtimestamp(epoch_s, UTC)
-        )
-        out.setdefault(gpu_id, {})[minute] = dict(zip(metrics, values, strict=True))
+        row, column, *values = cur.fetchone()
+    if row is None:  # no cell at all
+        return out
+    for m, data in zip(metrics, values, strict=True):
+        out[m][row, column] = data
     return out
