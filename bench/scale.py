@@ -383,7 +383,7 @@ def _measure(fleet: dict, step_s: int, web: _Web) -> dict:
     from webapp.failures.stragglers import IDLE_METRIC, STRAGGLER_METRICS, stragglers_detect
     from webapp.jobs.models import JobAllocation
     from webapp.telemetry.partitions import partition_name
-    from webapp.telemetry.selectors import _LATEST_SQL, gpus_latest, gpus_minute_grid
+    from webapp.telemetry.selectors import gpus_latest, gpus_minute_grid, latest_sql
     from webapp.telemetry.services import rollups_refresh
 
     newest = _topup(fleet, step_s)
@@ -400,7 +400,7 @@ def _measure(fleet: dict, step_s: int, web: _Web) -> dict:
         return run
 
     # The query alone (fetched, no Python objects), then gpus_latest() whole.
-    out["latest_sql_ms"] = _timed(sql(_LATEST_SQL.format(where=""), [stale]))
+    out["latest_sql_ms"] = _timed(sql(latest_sql(), [stale]))
     out["latest_old_sql_ms"] = _timed(sql(_old_latest_sql(), [stale]))
     out["latest_ms"] = _timed(gpus_latest)
     fresh = sum(g.ts is not None for g in gpus_latest())
