@@ -4,9 +4,12 @@
 
 Starts its own embedded PostgreSQL and Redis in a temporary folder, migrates, and builds an
 Acme-sized fleet with the ORM (2 clusters, 8 GPUs a node; running jobs of 2,048, 1,024 and
-512 GPUs, the rest in 64-GPU jobs, one straggling GPU in the biggest). Samples are bulk
-binary COPY straight into telemetry_gpusample (a bench: ingest's own cost is bench/ingest.py),
-the latest-values table and the RollupDirty rows are filled as ingest fills them.
+512 GPUs since the oldest sample, the rest in 64-GPU jobs; in the biggest, one straggling GPU
+and one held idle as a spare, which must not be reported). Samples are bulk binary COPY
+straight into telemetry_gpusample (a bench: ingest's own cost is bench/ingest.py), in
+10-minute chunks, each followed by the 1-minute rollup of its minutes (the aggregates of
+rollups_refresh, in one statement); the latest-values table and the RollupDirty rows of the
+current minutes are filled as ingest fills them.
 
 First 1 h of samples, then the rest back to --hours; each time, and each figure the median of
 three runs:
@@ -16,9 +19,15 @@ three runs:
   - rollup_refresh_ms: rollups_refresh() of one 15 s round (a dirty row per node for the
     current minute: a cell per GPU), against rollup_refresh_old_ms: the statement it replaced
     on the same dirty rows; partition_count_ms: a plain count(*) of today's partition;
-  - stragglers_ms: stragglers_detect(), against stragglers_read_ms: its rollup read alone;
-  - metrics_ms and overview_ms (with overview_bytes): /metrics and /api/v1/overview.json
-    through Django's test client with a logged-in session (in process, no HTTP server).
+  - stragglers_ms: stragglers_detect(), against stragglers_read_ms: its rollup read alone
+    (stragglers_found: 1, the straggler and not the spare);
+  - pages through a real HTTP server: gunicorn, 3 sync workers (as docker-compose.yml runs
+    it) on a free port of 127.0.0.1, against the same embedded servers, asked with
+    Accept-Encoding: gzip and a logged-in session (a session cookie made by Django's auth),
+    each after one request per worker: overview_ms and overview_bytes (as sent, gzipped)
+    for /api/v1/overview.json; node_day_ms, the straggler's node page over the last day
+    (?range=1d, the rollup); job_page_ms, the page of the job of job_gpus (2,048) GPUs;
+    metrics_ms, /metrics with its bearer key.
 Storage (issue 17 item 6): bytes_per_sample_raw (pg_total_relation_size of the raw
 partitions over their rows) and bytes_per_sample_compacted (the same of the packed table,
 after packing every hour past the compaction horizon of --compact-gpus GPUs: a subset, since
