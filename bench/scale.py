@@ -29,7 +29,8 @@ three runs:
     (?range=1d, the rollup); job_page_ms, the page of the job of job_gpus (2,048) GPUs;
     metrics_ms, /metrics with its bearer key.
 Storage (issue 17 item 6): bytes_per_sample_raw (pg_total_relation_size of the raw
-partitions over their rows) and bytes_per_sample_compacted (the same of the packed table,
+partitions over their rows), bytes_per_gpu_hour_rollup (the same of the 1-minute rollup, per
+60 of its rows) and bytes_per_sample_compacted (the same of the packed table,
 after packing every hour past the compaction horizon of --compact-gpus GPUs: a subset, since
 packing the whole fleet's hours would dominate the bench's time), with the packing's CPU per
 sample, a read of energy_mj and power_w over those hours through gpu_samples() and a scan of
@@ -490,6 +491,13 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
     first = datetime.fromtimestamp(fleet["first_copied"], UTC)
     raw_rows = _count()
     out = {"bytes_per_sample_raw": round(_table_bytes("telemetry_gpusample") / raw_rows, 1)}
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM telemetry_gpurollup1m")
+        cells = cur.fetchone()[0]
+    # The rollup of every copied minute: a row per GPU and minute, 60 to a GPU-hour.
+    out["bytes_per_gpu_hour_rollup"] = round(
+        _table_bytes("telemetry_gpurollup1m") / max(cells, 1) * 60
+    )
     gpus = sorted(fleet["gpu_ids"])[:compact_gpus]
     horizon = compact_horizon()
     hour = first.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
