@@ -4,9 +4,12 @@
 
 Starts its own embedded PostgreSQL and Redis in a temporary folder, migrates, and builds an
 Acme-sized fleet with the ORM (2 clusters, 8 GPUs a node; running jobs of 2,048, 1,024 and
-512 GPUs, the rest in 64-GPU jobs, one straggling GPU in the biggest). Samples are bulk
-binary COPY straight into telemetry_gpusample (a bench: ingest's own cost is bench/ingest.py),
-the latest-values table and the RollupDirty rows are filled as ingest fills them.
+512 GPUs since the oldest sample, the rest in 64-GPU jobs; in the biggest, one straggling GPU
+and one held idle as a spare, which must not be reported). Samples are bulk binary COPY
+straight into telemetry_gpusample (a bench: ingest's own cost is bench/ingest.py), in
+10-minute chunks, each followed by the 1-minute rollup of its minutes (the aggregates of
+rollups_refresh, in one statement); the latest-values table and the RollupDirty rows of the
+current minutes are filled as ingest fills them.
 
 First 1 h of samples, then the rest back to --hours; each time, and each figure the median of
 three runs:
@@ -16,11 +19,18 @@ three runs:
   - rollup_refresh_ms: rollups_refresh() of one 15 s round (a dirty row per node for the
     current minute: a cell per GPU), against rollup_refresh_old_ms: the statement it replaced
     on the same dirty rows; partition_count_ms: a plain count(*) of today's partition;
-  - stragglers_ms: stragglers_detect(), against stragglers_read_ms: its rollup read alone;
-  - metrics_ms and overview_ms (with overview_bytes): /metrics and /api/v1/overview.json
-    through Django's test client with a logged-in session (in process, no HTTP server).
+  - stragglers_ms: stragglers_detect(), against stragglers_read_ms: its rollup read alone
+    (stragglers_found: 1, the straggler and not the spare);
+  - pages through a real HTTP server: gunicorn, 3 sync workers (as docker-compose.yml runs
+    it) on a free port of 127.0.0.1, against the same embedded servers, asked with
+    Accept-Encoding: gzip and a logged-in session (a session cookie made by Django's auth),
+    each after one request per worker: overview_ms and overview_bytes (as sent, gzipped)
+    for /api/v1/overview.json; node_day_ms, the straggler's node page over the last day
+    (?range=1d, the rollup); job_page_ms, the page of the job of job_gpus (2,048) GPUs;
+    metrics_ms, /metrics with its bearer key.
 Storage (issue 17 item 6): bytes_per_sample_raw (pg_total_relation_size of the raw
-partitions over their rows) and bytes_per_sample_compacted (the same of the packed table,
+partitions over their rows), bytes_per_gpu_hour_rollup (the same of the 1-minute rollup, per
+60 of its rows) and bytes_per_sample_compacted (the same of the packed table,
 after packing every hour past the compaction horizon of --compact-gpus GPUs: a subset, since
 packing the whole fleet's hours would dominate the bench's time), with the packing's CPU per
 sample, a read of energy_mj and power_w over those hours through gpu_samples() and a scan of
@@ -32,14 +42,19 @@ figure, while the old queries and the count grow with the data. Last line: JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import http.client
 import json
 import os
 import secrets
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -122,7 +137,7 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     os.environ.setdefault("VIGIL_DEBUG", "false")
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
-    os.environ.setdefault("ALLOWED_HOSTS", "localhost,testserver")
+    os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1")
     os.environ["VIGIL_METRICS_KEY"] = metrics_key = secrets.token_urlsafe(16)
 
     import django
@@ -135,16 +150,18 @@ def main() -> None:
     started = time.perf_counter()
     try:
         call_command("migrate", verbosity=0)
-        fleet = _fleet(args.gpus)
         now = time.time()
         end = now - now % args.step_s
+        fleet = _fleet(args.gpus, datetime.fromtimestamp(end - args.hours * 3600, UTC))
         print(f"{args.gpus} GPUs, {len(fleet['nodes'])} nodes", file=sys.stderr)
         _copy(fleet, end - 3600, end + args.step_s, args.step_s)
-        at_1h = _measure(fleet, args.step_s, metrics_key)
-        print(f"1 h: {json.dumps(at_1h)}", file=sys.stderr)
-        _copy(fleet, end - args.hours * 3600, end - 3600, args.step_s)
-        at_full = _measure(fleet, args.step_s, metrics_key)
-        print(f"{args.hours} h: {json.dumps(at_full)}", file=sys.stderr)
+        with _server() as port:
+            web = _Web(port, fleet["user"], metrics_key)
+            at_1h = _measure(fleet, args.step_s, web)
+            print(f"1 h: {json.dumps(at_1h)}", file=sys.stderr)
+            _copy(fleet, end - args.hours * 3600, end - 3600, args.step_s)
+            at_full = _measure(fleet, args.step_s, web)
+            print(f"{args.hours} h: {json.dumps(at_full)}", file=sys.stderr)
         storage = _storage(fleet, args.compact_gpus)
         print(f"storage: {json.dumps(storage)}", file=sys.stderr)
         result = {
@@ -164,8 +181,9 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _fleet(gpus: int) -> dict:
-    """Two clusters of 8-GPU nodes, running jobs over every GPU; ids for the COPY."""
+def _fleet(gpus: int, started: datetime) -> dict:
+    """Two clusters of 8-GPU nodes, running jobs over every GPU since `started` (the oldest
+    sample: a job's page spans the data); ids for the COPY."""
     from django.contrib.auth import get_user_model
 
     from webapp.fleet.models import Cluster, Gpu, Node
@@ -188,13 +206,12 @@ def _fleet(gpus: int) -> dict:
         for n in nodes
         for i in range(GPUS_PER_NODE)
     )
-    started = datetime.now(UTC) - timedelta(days=2)
     sizes = [*BIG_JOBS]
     while sum(sizes) + SMALL_JOB <= gpus:
         sizes.append(SMALL_JOB)
     # Jobs fill nodes in order within a cluster's GPUs, as a scheduler packs them.
     order = sorted(gpu_rows, key=lambda g: (g.node.cluster_id, g.node_id, g.index))
-    allocations, at = [], 0
+    allocations, at, jobs = [], 0, []
     for k, size in enumerate(sizes):
         job = Job.objects.create(
             cluster_id=order[at].node.cluster_id,
@@ -203,6 +220,7 @@ def _fleet(gpus: int) -> dict:
             start_at=started,
             gpus_requested=size,
         )
+        jobs.append(job)
         allocations += [
             JobAllocation(job=job, node=g.node, gpu=g, gpu_index=g.index, start=started)
             for g in order[at : at + size]
@@ -216,6 +234,11 @@ def _fleet(gpus: int) -> dict:
         "nodes": {n.id: [g.id for g in gpu_rows if g.node_id == n.id] for n in nodes},
         "gpu_ids": [g.id for g in gpu_rows],
         "straggler": order[5].id,  # GPU 5 of the 2,048-GPU job's first node
+        # GPU 6 there is held and left idle (a spare): not a straggler, however slow it looks.
+        "spare": order[6].id,
+        "node": order[0].node_id,  # the node page measured: the straggler's
+        "job": jobs[0].id,  # the 2,048-GPU job
+        "job_gpus": sizes[0],
         "user": user,
         "last_copied": None,
     }
@@ -232,6 +255,7 @@ def _copy(fleet: dict, t_from: float, t_to: float, step_s: int) -> None:
 
     gpu_ids = np.array(fleet["gpu_ids"], dtype=np.int64)
     straggler = gpu_ids == fleet["straggler"]
+    spare = gpu_ids == fleet["spare"]
     rng = np.random.default_rng(17)
     cols = ", ".join(GPU_FIELD_NAMES)
     chunk_s = 600
@@ -251,6 +275,7 @@ def _copy(fleet: dict, t_from: float, t_to: float, step_s: int) -> None:
             ),
         }
         slow = np.repeat(straggler, len(stamps))
+        idle = np.repeat(spare, len(stamps))
         for m in GPU_FIELDS:
             if m.kind == "float":
                 values = rng.uniform(0.6, 0.8, rows).astype(np.float32)
@@ -260,6 +285,13 @@ def _copy(fleet: dict, t_from: float, t_to: float, step_s: int) -> None:
                     values *= 100
                 elif m.name in ("power_w", "sm_clock_mhz"):
                     values *= 900
+                # An idle A100: no kernels, about 60 W, clocks down at 210 MHz.
+                if m.name in ("gpu_util", "sm_active"):
+                    values[idle] = 0.0
+                elif m.name == "power_w":
+                    values[idle] = 60.0
+                elif m.name == "sm_clock_mhz":
+                    values[idle] = 210.0
                 columns[m.name] = pgcopy.Fixed("float4", values)
             elif m.name == "energy_mj":
                 columns[m.name] = pgcopy.Fixed("int8", (ts * 400_000).astype(np.int64))
@@ -270,11 +302,34 @@ def _copy(fleet: dict, t_from: float, t_to: float, step_s: int) -> None:
             with cur.copy(sql) as copy:
                 for buf in pgcopy.copy_binary(rows, columns):
                     copy.write(buf)
+            _rollup(cur, float(stamps[0]), float(stamps[-1]) + step_s)
     if fleet["last_copied"] is None or t_to > fleet["last_copied"]:
         fleet["last_copied"] = t_to
     fleet["first_copied"] = min(t_from, fleet.get("first_copied") or t_from)
     with connection.cursor() as cur:
         cur.execute("ANALYZE telemetry_gpusample")
+
+
+def _rollup(cur, lo: float, hi: float) -> None:
+    """The 1-minute rollup of every minute that samples in lo <= ts < hi touch, as the beat
+    makes it from the RollupDirty rows ingest writes (the same aggregates; in one statement,
+    since the refresh folds samples older than the compaction horizon one batch at a time)."""
+    from webapp.telemetry.services import _ROLLUP_AGGS, _ROLLUP_COLS, _ROLLUP_SET
+
+    lo_min = datetime.fromtimestamp(lo - lo % 60, UTC)
+    hi_min = datetime.fromtimestamp(hi - hi % 60 + (60 if hi % 60 else 0), UTC)
+    cur.execute(
+        f"""
+        INSERT INTO telemetry_gpurollup1m AS r
+            (gpu_id, minute, n, energy_mj_min, energy_mj_max, {_ROLLUP_COLS})
+        SELECT gpu_id, date_trunc('minute', ts), count(*), min(energy_mj), max(energy_mj),
+            {_ROLLUP_AGGS}
+        FROM telemetry_gpusample WHERE ts >= %s AND ts < %s
+        GROUP BY 1, 2
+        ON CONFLICT (gpu_id, minute) DO UPDATE SET {_ROLLUP_SET}
+        """,
+        [lo_min, hi_min],
+    )
 
 
 def _topup(fleet: dict, step_s: int) -> float:
@@ -330,16 +385,15 @@ def _timed(fn, runs: int = 3) -> float:
     return round(statistics.median(times), 1)
 
 
-def _measure(fleet: dict, step_s: int, metrics_key: str) -> dict:
+def _measure(fleet: dict, step_s: int, web: _Web) -> dict:
     from django.conf import settings
     from django.db import connection, transaction
-    from django.test import Client
 
     from webapp.failures.models import FailureEvent
-    from webapp.failures.stragglers import STRAGGLER_METRICS, stragglers_detect
+    from webapp.failures.stragglers import IDLE_METRIC, STRAGGLER_METRICS, stragglers_detect
     from webapp.jobs.models import JobAllocation
     from webapp.telemetry.partitions import partition_name
-    from webapp.telemetry.selectors import _LATEST_SQL, gpus_latest, gpus_minute_means
+    from webapp.telemetry.selectors import gpus_latest, gpus_minute_grid, latest_sql
     from webapp.telemetry.services import rollups_refresh
 
     newest = _topup(fleet, step_s)
@@ -356,7 +410,7 @@ def _measure(fleet: dict, step_s: int, metrics_key: str) -> dict:
         return run
 
     # The query alone (fetched, no Python objects), then gpus_latest() whole.
-    out["latest_sql_ms"] = _timed(sql(_LATEST_SQL.format(where=""), [stale]))
+    out["latest_sql_ms"] = _timed(sql(latest_sql(), [stale]))
     out["latest_old_sql_ms"] = _timed(sql(_old_latest_sql(), [stale]))
     out["latest_ms"] = _timed(gpus_latest)
     fresh = sum(g.ts is not None for g in gpus_latest())
@@ -391,17 +445,21 @@ def _measure(fleet: dict, step_s: int, metrics_key: str) -> dict:
     gpu_ids = list(JobAllocation.objects.filter(end__isnull=True).values_list("gpu_id", flat=True))
     n = settings.VIGIL_STRAGGLER_MINUTES
     out["stragglers_read_ms"] = _timed(
-        lambda: gpus_minute_means(
-            gpu_ids, end - timedelta(minutes=n), end - timedelta(minutes=1), STRAGGLER_METRICS
+        lambda: gpus_minute_grid(
+            gpu_ids,
+            end - timedelta(minutes=n),
+            end - timedelta(minutes=1),
+            (*STRAGGLER_METRICS, IDLE_METRIC),
         )
     )
 
-    client = Client()
-    client.force_login(fleet["user"])
-    metrics = Client(headers={"authorization": f"Bearer {metrics_key}"})
-    out["metrics_ms"] = _timed(lambda: _ok(metrics.get("/metrics")))
-    out["overview_ms"] = _timed(lambda: _ok(client.get("/api/v1/overview.json")))
-    out["overview_bytes"] = len(client.get("/api/v1/overview.json").content)
+    # The pages through the HTTP server, as a browser (or Prometheus) asks for them.
+    out["metrics_ms"], _ = web.timed("/metrics", key=True)
+    out["overview_ms"], body = web.timed("/api/v1/overview.json")
+    out["overview_bytes"] = len(body)  # as sent: gzip
+    out["node_day_ms"], _ = web.timed(f"/nodes/{fleet['node']}/?range=1d")
+    out["job_page_ms"], _ = web.timed(f"/jobs/{fleet['job']}/")
+    out["job_gpus"] = fleet["job_gpus"]
     out["gpus_fresh"] = fresh
     out["samples"] = _count()
     return out
@@ -433,6 +491,13 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
     first = datetime.fromtimestamp(fleet["first_copied"], UTC)
     raw_rows = _count()
     out = {"bytes_per_sample_raw": round(_table_bytes("telemetry_gpusample") / raw_rows, 1)}
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM telemetry_gpurollup1m")
+        cells = cur.fetchone()[0]
+    # The rollup of every copied minute: a row per GPU and minute, 60 to a GPU-hour.
+    out["bytes_per_gpu_hour_rollup"] = round(
+        _table_bytes("telemetry_gpurollup1m") / max(cells, 1) * 60
+    )
     gpus = sorted(fleet["gpu_ids"])[:compact_gpus]
     horizon = compact_horizon()
     hour = first.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
@@ -477,10 +542,112 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
     }
 
 
-def _ok(response):
-    if response.status_code != 200:
-        raise SystemExit(f"{response.request['PATH_INFO']}: HTTP {response.status_code}")
-    return response
+def wsgi():
+    """The app as gunicorn serves it here (`scale:wsgi()`): production settings, static URLs
+    without collectstatic's manifest (the bench measures pages, not static files)."""
+    import django
+    from django.conf import settings
+
+    django.setup()
+    settings.STORAGES["staticfiles"]["BACKEND"] = (
+        "django.contrib.staticfiles.storage.StaticFilesStorage"
+    )
+    from django.core.wsgi import get_wsgi_application
+
+    return get_wsgi_application()
+
+
+WEB_WORKERS = 3  # as docker-compose.yml's web service runs gunicorn
+
+
+@contextlib.contextmanager
+def _server() -> Iterator[int]:
+    """gunicorn with WEB_WORKERS sync workers on a free port of 127.0.0.1, against this run's
+    embedded PostgreSQL and Redis (settings put their URLs in the environment it inherits)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(Path(os.environ["VIGIL_DATA_DIR"]) / "gunicorn.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--workers",
+            str(WEB_WORKERS),
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--timeout",
+            "300",
+            "--pythonpath",
+            str(ROOT / "bench"),
+            "scale:wsgi()",
+        ],
+        cwd=ROOT,
+        env=os.environ.copy(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"gunicorn exited ({proc.returncode}): see {log.name}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("gunicorn did not listen within 120 s") from None
+                time.sleep(0.2)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+
+
+class _Web:
+    """GETs to the bench's HTTP server: pages with a logged-in session (a session cookie made
+    with Django's auth), /metrics with its bearer key; gzip accepted, as a browser does."""
+
+    def __init__(self, port: int, user, metrics_key: str) -> None:
+        from django.conf import settings
+        from django.test import Client
+
+        client = Client()
+        client.force_login(user)  # a session row in the database the server reads
+        self.port = port
+        self.cookie = (
+            f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+        )
+        self.metrics_key = metrics_key
+
+    def get(self, path: str, *, key: bool = False) -> bytes:
+        """The body as sent (still gzipped when the server gzipped it)."""
+        headers = {"Accept-Encoding": "gzip"}
+        if key:
+            headers["Authorization"] = f"Bearer {self.metrics_key}"
+        else:
+            headers["Cookie"] = self.cookie
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        try:
+            conn.request("GET", path, headers=headers)
+            response = conn.getresponse()
+            body = response.read()
+        finally:
+            conn.close()
+        if response.status != 200:
+            raise SystemExit(f"{path}: HTTP {response.status}")
+        return body
+
+    def timed(self, path: str, *, key: bool = False) -> tuple[float, bytes]:
+        """Median ms of three GETs after one per worker (each process's first request of a
+        page pays its imports and templates), and the last body."""
+        for _ in range(WEB_WORKERS):
+            body = self.get(path, key=key)
+        ms = _timed(lambda: self.get(path, key=key))
+        return ms, body
 
 
 def _count() -> int:

@@ -37,6 +37,26 @@ def test_straggler_rule_over_plain_data():
     assert stragglers_find(series([0.3, 0.79, 0.3]), minutes) == {}  # recovered one minute
 
 
+def test_a_held_gpu_left_idle_is_not_a_straggler():
+    """A spare the job holds and never uses (0% utilization, clocks and power down) does no
+    work for its peers to wait on: only the busy GPU running slow is reported."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    minutes = [t0 + timedelta(minutes=k) for k in range(10)]
+    busy = {"gpu_util": 95.0, "sm_active": 0.7, "power_w": 650.0, "sm_clock_mhz": 1980.0}
+    slow = {"gpu_util": 95.0, "sm_active": 0.3, "power_w": 650.0, "sm_clock_mhz": 1980.0}
+    spare = {"gpu_util": 0.0, "sm_active": 0.0, "power_w": 60.0, "sm_clock_mhz": 210.0}
+    kinds = {0: busy, 1: busy, 2: slow, 3: busy, 4: spare, 5: busy}
+    series = {g: {m: dict(kind) for m in minutes} for g, kind in kinds.items()}
+    found = stragglers_find(series, minutes)
+    assert list(found) == [2] and list(found[2]) == ["sm_active"]
+    # The spare does not drag the others' median down either: 0.7 is every busy peer's.
+    assert found[2]["sm_active"][0] == (0.3, 0.7)
+    # A GPU that works in some minutes and idles in others is judged on its busy minutes only
+    # when it is slow in every one of them; idle minutes alone never make a straggler.
+    series[4] = {m: dict(slow if k % 2 else spare) for k, m in enumerate(minutes)}
+    assert set(stragglers_find(series, minutes)) == {2}
+
+
 @pytest.mark.django_db
 def test_straggling_gpu_of_a_running_job_is_a_performance_event(fleet, operator_client):
     now = _now()
@@ -51,9 +71,12 @@ def test_straggling_gpu_of_a_running_job_is_a_performance_event(fleet, operator_
         step_s=15,
         uuid_prefix="GPU-gpu-node-01",
     )
-    sm = 2 + GPU_FIELD_NAMES.index("sm_active")  # wire row: index, ts, then the fields
+    pos = {name: 2 + k for k, name in enumerate(GPU_FIELD_NAMES)}  # wire row: index, ts, fields
     for row in batch["samples"]:
-        row[sm] = 0.2 if row[0] == 5 else 0.7
+        row[pos["sm_active"]] = 0.2 if row[0] == 5 else 0.7
+        if row[0] == 6:  # held and left idle: slower than anyone, and not a straggler
+            row[pos["gpu_util"]], row[pos["sm_active"]] = 0.0, 0.0
+            row[pos["power_w"]], row[pos["sm_clock_mhz"]] = 60.0, 210.0
     samples_ingest(json.dumps(batch))
     rollups_refresh()
     assert stragglers_detect() == 1
@@ -75,18 +98,25 @@ def test_straggling_gpu_of_a_running_job_is_a_performance_event(fleet, operator_
 
 
 def _stragglers_by_definition(series: dict, minutes: list, ratio: float = 0.8) -> dict:
-    """The rule as written: every GPU against the median of all the others, minute by minute
-    (quadratic; the reference the one-pass version must equal)."""
+    """The rule as written: every GPU against the median of all the others, minute by minute,
+    a GPU-minute under 10% utilization left out (quadratic; the reference the one-pass version
+    must equal)."""
+
+    def value(per: dict, minute, metric: str) -> float | None:
+        cell = per.get(minute, {})
+        util = cell.get("gpu_util")
+        return None if util is not None and util < 10 else cell.get(metric)
+
     out: dict = {}
     for metric in ("sm_active", "power_w", "sm_clock_mhz"):
         for gpu in series:
             trail = []
             for minute in minutes:
-                mine = series[gpu].get(minute, {}).get(metric)
+                mine = value(series[gpu], minute, metric)
                 others = [
                     v
                     for g, per in series.items()
-                    if g != gpu and (v := per.get(minute, {}).get(metric)) is not None
+                    if g != gpu and (v := value(per, minute, metric)) is not None
                 ]
                 if mine is None or not others or statistics.median(others) <= 0:
                     break
@@ -105,12 +135,14 @@ def test_one_pass_finds_exactly_the_stragglers_of_the_rule(gpus):
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     minutes = [t0 + timedelta(minutes=k) for k in range(4)]
     for _ in range(50):
-        # Peers near 0.7, some GPUs slow, ties, gaps (no value) and a dead (0) minute.
+        # Peers near 0.7, some GPUs slow, ties, gaps (no value), a dead (0) minute, and
+        # idle minutes (utilization under 10%).
         series = {
             g: {
                 m: {
                     "sm_active": rng.choice([None, 0.0, 0.2, 0.5, 0.7, 0.7, 0.72, 0.69]),
                     "power_w": rng.choice([300.0, 650.0, 700.0]),
+                    "gpu_util": rng.choice([None, 0.0, 5.0, 10.0, 90.0, 95.0, 100.0]),
                 }
                 for m in minutes
                 if rng.random() > 0.05

@@ -67,6 +67,24 @@ def test_latest_is_the_newest_sample_within_the_window(db):
     )
 
 
+def test_latest_reads_only_the_fields_asked_for_with_the_exact_time(db):
+    """The overview reads a narrow row (OVERVIEW_FIELDS); its time is the stored sample's to
+    the microsecond, though it travels as epoch seconds."""
+    t0 = int(time.time()) - 60 + 0.123457
+    node = seed_node(
+        "alpha", "n1", utils=[77.0, 3.0], t0=t0, intervals=1, latest={0: {"ecc_dbe_vol": 2}}
+    )
+    gpus = selectors.gpus_latest(node_id=node.id, fields=selectors.OVERVIEW_FIELDS)
+    assert set(gpus[0].values) == set(selectors.OVERVIEW_FIELDS)
+    assert [g.status for g in gpus] == [GpuStatus.ERRORING, GpuStatus.IDLE]
+    for g in gpus:
+        ts, values = selectors.gpu_sample_latest(g.gpu_id)
+        assert g.ts == ts and g.ts.microsecond == 123457
+        assert g.values == {f: values[f] for f in selectors.OVERVIEW_FIELDS}
+    with pytest.raises(ValueError, match="not a GPU sample field: 'gpu_uptime'"):
+        selectors.gpus_latest(fields=("gpu_uptime",))
+
+
 def test_latest_lists_gpus_that_never_reported(db):
     seed_node("alpha", "n1", utils=[50.0] * 2, t0=time.time() - 3600)
     gpus = selectors.gpus_latest(Cluster.objects.get(name="alpha"))

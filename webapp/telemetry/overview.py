@@ -108,17 +108,23 @@ def node_grid(gpus: list[LatestGpu], busy_util_pct: float) -> dict:
     util: list[float | None] = []
     counts: list[list[int]] = []
     power: list[int] = []
+    codes = list(STATUS_CODES)
     for node in nodes:
-        by_status = {s: 0 for s in STATUS_CODES}
-        shown = []
+        by_status = dict.fromkeys(codes, 0)
+        shown, shown_n, power_w = 0.0, 0, 0.0
         for g in node.gpus:
             st = gpu_status(g.ts, g.values, busy_util_pct)
             by_status[st] += 1
-            if st != GpuStatus.STALE and g.value("gpu_util") is not None:
-                shown.append(g.value("gpu_util"))
-        util.append(_round(sum(shown) / len(shown)) if shown else None)
-        counts.append([by_status[s] for s in STATUS_CODES])
-        power.append(round(sum(g.value("power_w") or 0 for g in node.gpus if g.ts)))
+            if st == GpuStatus.STALE:
+                continue
+            u = g.values.get("gpu_util")
+            if u is not None:
+                shown += u
+                shown_n += 1
+            power_w += g.values.get("power_w") or 0
+        util.append(round(shown / shown_n) if shown_n else None)
+        counts.append([by_status[s] for s in codes])
+        power.append(round(power_w))
     return {
         "level": "node",
         "per_row": NODE_LEVEL_PER_ROW,

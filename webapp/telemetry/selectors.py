@@ -14,8 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -95,25 +96,51 @@ def gpu_problems(values: dict) -> list[str]:
     return problems
 
 
-_LATEST_SQL = f"""
-SELECT g.id, g.index, g.uuid, g.model, n.id, n.hostname, c.id, c.name, s.ts,
-    {", ".join("s." + name for name in GPU_FIELD_NAMES)}
+# The sample's time travels as epoch seconds (float8 holds microseconds exactly at today's
+# epoch), made a datetime once per distinct value: parsing a timestamp per GPU was a third of
+# the overview's read at 47,040 GPUs (issue 17).
+_LATEST_SQL = """
+SELECT g.id, g.index, g.uuid, g.model, n.id, n.hostname, c.id, c.name,
+    extract(epoch FROM s.ts)::float8{fields}
 FROM fleet_gpu g
 JOIN fleet_node n ON n.id = g.node_id
 JOIN fleet_cluster c ON c.id = n.cluster_id
 LEFT JOIN telemetry_gpulatest s ON s.gpu_id = g.id AND s.ts > now() - %s * interval '1 second'
-{{where}}
+{where}
 ORDER BY c.name, n.hostname, g.index
 """
 
+# What the overview and its counts read of each GPU's latest sample: what it draws and what
+# gpu_status needs (a narrower row costs less to read at 47,040 GPUs than all 34 fields).
+OVERVIEW_FIELDS: tuple[str, ...] = (
+    *SERIES_METRICS,
+    "ecc_dbe_vol",
+    "remap_pending",
+    "remap_failure",
+)
+
+
+def latest_sql(fields: tuple[str, ...] = GPU_FIELD_NAMES, where: str = "") -> str:
+    """The statement of gpus_latest() (one parameter, the stale window in seconds, then those
+    of `where`)."""
+    unknown = [f for f in fields if f not in GPU_FIELD_NAMES]
+    if unknown:
+        raise ValueError(f"not a GPU sample field: {unknown[0]!r}")
+    return _LATEST_SQL.format(fields="".join(", s." + name for name in fields), where=where)
+
 
 def gpus_latest(
-    cluster: Cluster | None = None, *, node_id: int | None = None, within_s: int | None = None
+    cluster: Cluster | None = None,
+    *,
+    node_id: int | None = None,
+    within_s: int | None = None,
+    fields: tuple[str, ...] = GPU_FIELD_NAMES,
 ) -> list[LatestGpu]:
     """Every GPU (of one cluster or node, or of the fleet) with its latest sample, in one query.
 
     GPUs without a sample in the last `within_s` seconds (default VIGIL_STALE_AFTER_S) are
-    listed with ts None and no values: they are stale.
+    listed with ts None and no values: they are stale. `values` holds `fields` (default: every
+    field).
     """
     within_s = settings.VIGIL_STALE_AFTER_S if within_s is None else within_s
     params: list = [within_s]
@@ -123,13 +150,17 @@ def gpus_latest(
     elif node_id is not None:
         where, params = "WHERE n.id = %s", [*params, node_id]
     with connection.cursor() as cur:
-        cur.execute(_LATEST_SQL.format(where=where), params)
+        cur.execute(latest_sql(fields, where), params)
         rows = cur.fetchall()
     out = []
+    times: dict[float, datetime] = {}
     for row in rows:
-        ts = row[8]
-        values = dict(zip(GPU_FIELD_NAMES, row[9:], strict=True)) if ts is not None else {}
-        out.append(LatestGpu(*row[:8], ts=ts, values=values))
+        epoch_s = row[8]
+        if epoch_s is None:
+            out.append(LatestGpu(*row[:8], ts=None, values={}))
+            continue
+        ts = times.get(epoch_s) or times.setdefault(epoch_s, datetime.fromtimestamp(epoch_s, UTC))
+        out.append(LatestGpu(*row[:8], ts=ts, values=dict(zip(fields, row[9:], strict=True))))
     return out
 
 
@@ -186,31 +217,36 @@ class ClusterSummary:
 
 
 def clusters_summarize(clusters: list[Cluster], gpus: list[LatestGpu]) -> list[ClusterSummary]:
-    """Busy / idle / erroring / stale counts and power now (kW) per cluster (plain arithmetic)."""
-    out = []
-    for cluster in clusters:
-        mine = [g for g in gpus if g.cluster_id == cluster.id]
-        counts = {status: 0 for status in GPU_STATUSES}
-        for gpu in mine:
-            counts[gpu.status] += 1
-        power_w = sum(g.value("power_w") or 0.0 for g in mine)
-        out.append(
-            ClusterSummary(
-                id=cluster.id,
-                name=cluster.name,
-                gpus=len(mine),
-                power_kw=power_w / 1000.0,
-                nodes=len({g.node_id for g in mine}),
-                **counts,
-            )
+    """Busy / idle / erroring / stale counts and power now (kW) per cluster (plain arithmetic,
+    one pass over the GPUs)."""
+    busy_util_pct = settings.VIGIL_BUSY_UTIL_PCT
+    counts = {c.id: dict.fromkeys(GPU_STATUSES, 0) for c in clusters}
+    power_w = dict.fromkeys(counts, 0.0)
+    nodes: dict[int, set[int]] = {c: set() for c in counts}
+    for g in gpus:
+        mine = counts.get(g.cluster_id)
+        if mine is None:
+            continue
+        mine[gpu_status(g.ts, g.values, busy_util_pct)] += 1
+        power_w[g.cluster_id] += g.values.get("power_w") or 0.0
+        nodes[g.cluster_id].add(g.node_id)
+    return [
+        ClusterSummary(
+            id=c.id,
+            name=c.name,
+            gpus=sum(counts[c.id].values()),
+            power_kw=power_w[c.id] / 1000.0,
+            nodes=len(nodes[c.id]),
+            **counts[c.id],
         )
-    return out
+        for c in clusters
+    ]
 
 
 def clusters_overview() -> tuple[list[ClusterSummary], list[LatestGpu]]:
     """Summaries of every cluster and the latest sample of every GPU (two queries)."""
     clusters = list(Cluster.objects.order_by("name"))
-    gpus = gpus_latest()
+    gpus = gpus_latest(fields=OVERVIEW_FIELDS)
     return clusters_summarize(clusters, gpus), gpus
 
 
@@ -327,38 +363,49 @@ def gpu_sample_latest(gpu_id: int) -> tuple[datetime | None, dict[str, float | i
     return row[0], dict(zip(GPU_FIELD_NAMES, row[1:], strict=True))
 
 
-def gpus_minute_means(
+def gpus_minute_grid(
     gpu_ids: list[int], first: datetime, last: datetime, metrics: tuple[str, ...]
-) -> dict[int, dict[datetime, dict[str, float | None]]]:
-    """{gpu: {minute: {metric: mean of its samples in that minute, None if none}}} from the
-    1-minute rollup, for the minutes first..last (both included)."""
+) -> dict[str, np.ndarray]:
+    """{metric: float64 array [len(gpu_ids), minutes first..last (both included)]}: each GPU's
+    mean of its samples in each minute from the 1-minute rollup, NaN where it has none; row k
+    is gpu_ids[k]. `first` and `last` are whole minutes.
+
+    One query whose result is a handful of binary arrays (GPU row, minute column, one per
+    metric), laid into the grid with NumPy: the straggler pass reads 10 minutes of every GPU
+    of the fleet, and a Python tuple and dict per GPU-minute cost most of its time (issue 17).
+    """
+    from webapp.core.pgcopy import array_loader
     from webapp.telemetry.models import ROLLUP_METRICS
+    from webapp.telemetry.samples import binary_cursor
 
     unknown = [m for m in metrics if m not in ROLLUP_METRICS]
     if unknown:
         raise ValueError(f"not a rolled-up GPU metric: {unknown[0]!r}")
-    if not gpu_ids or not metrics:
-        return {}
-    means = ", ".join(f"r.{m}_sum / NULLIF(r.{m}_cnt, 0)" for m in metrics)
+    n_minutes = int((last - first).total_seconds() // 60) + 1
+    out = {m: np.full((len(gpu_ids), max(n_minutes, 0)), np.nan) for m in metrics}
+    if not gpu_ids or not metrics or n_minutes < 1:
+        return out
+    means = ", ".join(
+        f"array_agg(coalesce(r.{m}_sum / NULLIF(r.{m}_cnt, 0), 'NaN'))" for m in metrics
+    )
     # One index range scan per GPU (LATERAL), not `gpu_id = ANY(array)`: with the thousands
     # of GPUs of the straggler pass, planning and filtering by a long array cost seconds, and
     # a join could hash the whole partition; the constant bounds prune partitions.
-    with connection.cursor() as cur:
+    with transaction.atomic(), binary_cursor() as cur:
+        for oid, element in ((1016, "int8"), (1022, "float8")):  # int8[], float8[]: NumPy
+            cur.adapters.register_loader(oid, array_loader(element))
         cur.execute(
-            f"SELECT u.gpu_id, extract(epoch FROM r.minute)::bigint, {means} "
-            "FROM unnest(%s::bigint[]) AS u(gpu_id) "
+            f"SELECT array_agg(u.k - 1), "
+            f"array_agg((extract(epoch FROM r.minute - %s) / 60)::bigint), {means} "
+            "FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(gpu_id, k) "
             "CROSS JOIN LATERAL (SELECT * FROM telemetry_gpurollup1m r "
             "WHERE r.gpu_id = u.gpu_id AND r.minute BETWEEN %s AND %s) r",
-            [list(gpu_ids), first, last],
+            [first, list(gpu_ids), first, last],
+            binary=True,
         )
-        rows = cur.fetchall()
-    # Minutes travel as epoch seconds: a few distinct ones, each made a datetime once (parsing
-    # a timestamp per row was most of this read's cost with thousands of GPUs).
-    minutes: dict[int, datetime] = {}
-    out: dict[int, dict[datetime, dict[str, float | None]]] = {}
-    for gpu_id, epoch_s, *values in rows:
-        minute = minutes.get(epoch_s) or minutes.setdefault(
-            epoch_s, datetime.fromtimestamp(epoch_s, UTC)
-        )
-        out.setdefault(gpu_id, {})[minute] = dict(zip(metrics, values, strict=True))
+        row, column, *values = cur.fetchone()
+    if row is None:  # no cell at all
+        return out
+    for m, data in zip(metrics, values, strict=True):
+        out[m][row, column] = data
     return out
