@@ -71,7 +71,9 @@ def test_daily_csv_rows_add_up_to_the_report(
     assert {x["method_version"] for x in rows} == {r.method_version}
     # The link, by email, and the download behind it (login required).
     [msg] = smtp.to("ops@example.org")
-    url = re.search(r"http://vigil.example.org(/energy/exports/\d+\.csv)", text_of(msg)).group(1)
+    url = re.search(
+        r"http://vigil.example.org(/api/v1/energy/exports/\d+\.csv)", text_of(msg)
+    ).group(1)
     response = operator_client.get(url)
     assert response.status_code == 200 and response.content == export_csv(done)
     assert "attachment" in response["Content-Disposition"]
@@ -94,12 +96,12 @@ def test_an_empty_month_fails_with_the_reason_and_a_pending_one_is_not_served(
     built, operator, operator_client
 ):
     pending = EnergyExport.objects.create(cluster=built["cluster"], month=built["month"])
-    response = operator_client.get(reverse("energy:export_download", args=[pending.pk]))
+    response = operator_client.get(reverse("energy_api:export_download", args=[pending.pk]))
     assert response.status_code == 409 and b"pending" in response.content
     empty = EnergyExport.objects.create(cluster=built["cluster"], month="2001-01")
     failed = export_build(empty.pk)
     assert failed.status == "failed" and "no energy data for cluster watt" in failed.error
-    response = operator_client.get(reverse("energy:export_download", args=[empty.pk]))
+    response = operator_client.get(reverse("energy_api:export_download", args=[empty.pk]))
     assert response.status_code == 404 and b"no energy data" in response.content
     with pytest.raises(ValueError, match="YYYY-MM"):
         export_request(built["cluster"], "2026-13", operator)
@@ -122,7 +124,7 @@ def test_the_page_asks_a_worker_for_the_csv_and_links_it(
     assert export.requested_by == operator
     assert wait_for(lambda: EnergyExport.objects.get().status == "done", timeout=60)
     page = operator_client.get(f"{reverse('energy:cluster')}?{q}").content.decode()
-    link = reverse("energy:export_download", args=[export.pk])
+    link = reverse("energy_api:export_download", args=[export.pk])
     assert f'href="{link}"' in page
     rows = _rows(operator_client.get(link).content)
     assert len(rows) == EnergyExport.objects.get().rows > 0

@@ -278,9 +278,10 @@ def test_a_hang_health_checks_the_job_nodes_and_drains_exactly_the_bad_one(rig):
 
 SLOW_SCONTROL = """\
 #!/bin/sh
-# scontrol that logs each call, and answers a drain only seconds after making it
-echo "$*" >> {log}
+# scontrol that logs each call once Slurm has done it (so a test that waits for the line knows
+# the drain is made), and answers a drain only seconds after making it
 {real} "$@"; rc=$?
+echo "$*" >> {log}
 case "$*" in *State=DRAIN*) sleep 4;; esac
 exit $rc
 """

@@ -1,4 +1,4 @@
-"""CSV exports of the energy page's tables, mounted under /api/v1/."""
+"""CSV exports of the energy page's tables and the built daily CSVs, mounted under /api/v1/."""
 
 from django.urls import path
 
@@ -8,4 +8,6 @@ app_name = "energy_api"
 
 urlpatterns = [
     path("energy/<slug:table>.csv", views.energy_csv, name="csv"),
+    # The daily CSV a worker built (energy_export rows), behind a login like every table.
+    path("energy/exports/<int:pk>.csv", views.export_download, name="export_download"),
 ]

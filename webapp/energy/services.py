@@ -36,6 +36,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from webapp.alerts.transports import PermanentError, TransientError, email_send
+from webapp.celery import app
 from webapp.core.exports import csv_response
 from webapp.energy import accounting
 from webapp.energy.carbon import node_power_estimate_w
@@ -579,20 +580,19 @@ def energy_reports_due(now: datetime | None = None) -> dict | None:
 
 def export_request(cluster: Cluster, month: str, user=None) -> EnergyExport:
     """A pending export row; the worker builds it once this transaction commits."""
-    from webapp.energy.tasks import build_export  # tasks import services: load late
-
     month_bounds(month)  # ValueError on a bad month, before anything is written
     export = EnergyExport.objects.create(cluster=cluster, month=month, requested_by=user)
-    transaction.on_commit(lambda: build_export.delay(export.pk))
+    transaction.on_commit(lambda: app.send_task(BUILD_EXPORT_TASK, args=[export.pk]), robust=True)
     return export
 
 
+BUILD_EXPORT_TASK = "vigil.energy.build_export"  # tasks.build_export
 # A running export older than this was left by a worker that died.
 EXPORT_STALE = timedelta(minutes=10)
 
 
 def export_download_url(export: EnergyExport) -> str:
-    return f"{settings.VIGIL_BASE_URL}{reverse('energy:export_download', args=[export.pk])}"
+    return f"{settings.VIGIL_BASE_URL}{reverse('energy_api:export_download', args=[export.pk])}"
 
 
 def export_build(export_id: int) -> EnergyExport | None:

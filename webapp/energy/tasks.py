@@ -6,7 +6,12 @@ from dataclasses import asdict
 
 from celery import shared_task
 
-from webapp.energy.services import energy_reports_due, energy_rollups_refresh, export_build
+from webapp.energy.services import (
+    BUILD_EXPORT_TASK,
+    energy_reports_due,
+    energy_rollups_refresh,
+    export_build,
+)
 
 
 @shared_task(name="vigil.energy.refresh_rollups", ignore_result=True)
@@ -19,7 +24,7 @@ def send_monthly_reports() -> dict | None:
     return energy_reports_due()
 
 
-@shared_task(name="vigil.energy.build_export", ignore_result=True)
+@shared_task(name=BUILD_EXPORT_TASK, ignore_result=True)
 def build_export(export_id: int) -> str | None:
     """Build one CSV export; the row is claimed, so a redelivered task builds nothing."""
     export = export_build(export_id)

@@ -1,5 +1,5 @@
 """Pages of the energy app: a cluster's energy per month, the printable monthly report and
-its PDF; the daily CSV export (built by a task) and its link; the report email's
+its PDF; the request for the daily CSV export (built by a task; its download is in api_urls.py); the report email's
 unsubscribe link. CSV exports are in api_urls.py."""
 
 from django.urls import path
@@ -13,6 +13,5 @@ urlpatterns = [
     path("energy/report/", views.report_page, name="report"),
     path("energy/report.pdf", views.report_pdf, name="report_pdf"),
     path("energy/exports/", views.export_create, name="export_create"),
-    path("energy/exports/<int:pk>.csv", views.export_download, name="export_download"),
     path("energy/unsubscribe/<str:token>/", views.unsubscribe, name="unsubscribe"),
 ]
