@@ -34,6 +34,8 @@ def test_request_and_both_gantt_charts(
     page.fill("input[name=nodes]", "4")
     with page.expect_navigation():
         page.click("#request-submit")
+    refused = page.locator("#error")
+    assert EvaluationRun.objects.exists(), refused.inner_text() if refused.count() else page.url
     run = EvaluationRun.objects.get()
     assert (len(run.datasets), run.nodes, run.plan) == (63, 4, "decoupled")
 
