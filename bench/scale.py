@@ -303,6 +303,8 @@ def _copy(fleet: dict, t_from: float, t_to: float, step_s: int) -> None:
                 for buf in pgcopy.copy_binary(rows, columns):
                     copy.write(buf)
             _rollup(cur, float(stamps[0]), float(stamps[-1]) + step_s)
+    with transaction.atomic():
+        _hourly(t_from, t_to)
     if fleet["last_copied"] is None or t_to > fleet["last_copied"]:
         fleet["last_copied"] = t_to
     fleet["first_copied"] = min(t_from, fleet.get("first_copied") or t_from)
@@ -330,6 +332,16 @@ def _rollup(cur, lo: float, hi: float) -> None:
         """,
         [lo_min, hi_min],
     )
+
+
+def _hourly(lo: float, hi: float) -> None:
+    """The hourly rollup of the hours that samples in lo <= ts < hi touch, as its beat task
+    folds them from the 1-minute rollup (rollup_hourly.py)."""
+    from webapp.telemetry.rollup_hourly import _refresh
+
+    lo_h = datetime.fromtimestamp(lo - lo % 3600, UTC)
+    hi_h = datetime.fromtimestamp(hi - hi % 3600 + (3600 if hi % 3600 else 0), UTC)
+    _refresh(lo_h, hi_h)
 
 
 def _topup(fleet: dict, step_s: int) -> float:

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from django.db import connection
 
 from webapp.jobs.models import Job
-from webapp.jobs.selectors import RAW_JOB_MAX, AllocationRow, JobEnergy, job_span
+from webapp.jobs.selectors import AllocationRow, JobEnergy, job_span, job_tiers
 from webapp.telemetry import tiers
 from webapp.telemetry.figures import SERIES_AXES
 from webapp.telemetry.samples import samples_source
@@ -194,12 +194,13 @@ def _bands_plan(
 
 def job_bands(job: Job, allocations: list[AllocationRow], *, now: datetime) -> JobBands:
     """The job's SERIES_METRICS as bands across its GPUs, its outlier GPUs and their lines
-    (two queries, whatever the job's size): raw samples for a short job, the 1-minute rollup
-    for a long one, the next coarser tier (webapp/telemetry/tiers.py) once the job is older
-    than that tier keeps, or when it holds none of the job's telemetry."""
+    (two queries, whatever the job's size): from the finest tier that the job's span x GPUs
+    fits (selectors.job_tiers: raw samples for a short or small job, the 1-minute rollup,
+    then the hourly rollup, so the cost is bounded whatever the job's length), the next
+    coarser tier (webapp/telemetry/tiers.py) once the job is older than that tier keeps, or
+    another when it holds none of the job's telemetry."""
     start, end = job_span(job, allocations, now)
-    finest = tiers.SAMPLES if (end - start) <= RAW_JOB_MAX else tiers.MINUTE
-    candidates = tiers.tiers_for(start, finest, now)
+    candidates = job_tiers(start, end, len(allocations), now)
     out, per_gpu, params = _bands_plan(job, candidates[0], start, end, now)
     rows: list = []
     for tier in candidates if allocations else []:

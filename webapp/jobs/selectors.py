@@ -90,6 +90,35 @@ SERIES_POINTS = 600
 SERIES_GPUS_MAX = 16
 
 
+# What one read of a job's telemetry may cost, in GPU-hours of the tier (issue 17): a job page
+# reads every cell of the job's GPUs over its span, so a long or wide job reads a coarser tier
+# and the page's cost stays bounded whatever the job's length. Raw samples (every 10-15 s) up
+# to 1,024 GPU-hours (a 2,048-GPU job's first half hour, 16 GPUs for RAW_JOB_MAX); the
+# 1-minute rollup up to 4,096 (that job's first 2 hours: about 250,000 cells); the hourly
+# rollup beyond (a day of it is 49,000 cells). A small job keeps its fine resolution.
+RAW_GPU_HOURS_MAX = 1024.0
+MINUTE_GPU_HOURS_MAX = 4096.0
+
+
+def job_tiers(start: datetime, end: datetime, gpus: int, now: datetime) -> list[tiers.Tier]:
+    """The tiers to read a job's telemetry over start..end from, best first: the finest that
+    still holds `start` (tiers_for) and that its span x `gpus` fits (the budgets above), then
+    the coarser ones, then the finer ones the budget passed over, as fallbacks (an hourly
+    rollup not yet folded, a partition dropped early) that cost more but draw something."""
+    span_h = max((end - start).total_seconds(), 1.0) / 3600
+    gpu_hours = span_h * max(gpus, 1)
+    if (end - start) <= RAW_JOB_MAX and gpu_hours <= RAW_GPU_HOURS_MAX:
+        finest = tiers.SAMPLES
+    elif gpu_hours <= MINUTE_GPU_HOURS_MAX:
+        finest = tiers.MINUTE
+    else:
+        finest = tiers.HOURLY
+    wanted = tiers.SAMPLES if (end - start) <= RAW_JOB_MAX else tiers.MINUTE
+    held = tiers.tiers_for(start, wanted, now)
+    best = [t for t in held if tiers.TIERS.index(t) >= tiers.TIERS.index(finest)] or held[-1:]
+    return best + [t for t in reversed(held) if t not in best]
+
+
 @dataclass(frozen=True)
 class AllocationRow:
     id: int
@@ -178,8 +207,7 @@ def job_series(
     start, end = job_span(job, allocations, now)
     out = {a.label: Series() for a in shown}
     label_of = {a.id: a.label for a in shown}
-    finest = tiers.SAMPLES if (end - start) <= RAW_JOB_MAX else tiers.MINUTE
-    candidates = tiers.tiers_for(start, finest, now)
+    candidates = job_tiers(start, end, len(shown), now)
     source = candidates[0].label
     rows: list = []
     for tier in candidates if shown else []:
@@ -289,10 +317,10 @@ def job_energy(
     one older than the 1-minute rollup keeps (webapp/telemetry/tiers.py)."""
     now = now or timezone.now()
     start, end = job_span(job, allocations, now)
-    finest = tiers.SAMPLES if (end - start) <= RAW_JOB_MAX else tiers.MINUTE
+    candidates = job_tiers(start, end, len(allocations), now)
     rows: dict = {}
-    tier = finest
-    for tier in tiers.tiers_for(start, finest, now):
+    tier = candidates[0]
+    for tier in candidates:
         if tier is tiers.SAMPLES:  # raw or compacted samples (webapp/telemetry/samples.py)
             lo = start
             gpus = [a.gpu_id for a in allocations if a.gpu_id is not None]
