@@ -52,6 +52,13 @@ def test_page_shows_both_plans_and_the_history(operator_client, run):
     assert 'id="request"' in html  # an operator may request
 
 
+def test_a_cluster_added_later_is_offered_on_the_next_page(operator_client, run):
+    assert "ev-new</option>" not in operator_client.get("/evaluation/").content.decode()
+    fleet_make("ev-new", {"gpu-n": 8})
+    html = operator_client.get("/evaluation/").content.decode()
+    assert "ev-new</option>" in html and f"{CLUSTER}</option>" in html
+
+
 def test_a_reader_sees_the_page_but_may_not_request(outsider_client, run, checkpoint):
     response = outsider_client.get("/evaluation/")
     assert response.status_code == 200 and 'id="request"' not in response.content.decode()

@@ -71,7 +71,7 @@ def _context(request: HttpRequest, form: RequestForm | None = None, error: str =
             ]
             phase_rows.append(row)
     return {
-        "clusters": PageForm.base_fields["cluster"].queryset,
+        "clusters": PageForm.base_fields["cluster"].queryset.all(),  # a fresh query each time
         "cluster": cluster,
         "capacity": capacity,
         "capacity_gpus": sum(n.gpus for n in capacity),
