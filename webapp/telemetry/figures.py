@@ -21,13 +21,18 @@ from webapp.core.charts import (
 from webapp.core.units import GIB
 from webapp.telemetry.selectors import LatestGpu, Series
 
+
 # Metric name -> (axis title with unit, conversion from the stored unit).
+def _same(value: float) -> float:
+    return value
+
+
 SERIES_AXES: dict[str, tuple[str, Callable[[float], float]]] = {
-    "gpu_util": ("GPU util (%)", lambda v: v),
+    "gpu_util": ("GPU util (%)", _same),
     "sm_active": ("SM active (%)", lambda v: v * 100.0),
     "fb_used_bytes": ("memory used (GiB)", lambda v: v / GIB),
-    "power_w": ("power (W)", lambda v: v),
-    "gpu_temp_c": ("temperature (°C)", lambda v: v),
+    "power_w": ("power (W)", _same),
+    "gpu_temp_c": ("temperature (°C)", _same),
 }
 
 
@@ -97,14 +102,21 @@ def series_figure(
                     "name": label,
                     "showlegend": row == 1,
                     "x": list(x),
-                    # NaN as null, as plotly's JSON encoder writes it.
-                    "y": [convert(v) if v is not None and v == v else None for v in s.values[name]],
+                    "y": _finite(s.values[name], convert),
                     "type": "scatter",
                     "xaxis": f"x{suffix}",
                     "yaxis": f"y{suffix}",
                 }
             )
     return {"data": data, "layout": layout}
+
+
+def _finite(values: list[float | None], convert: Callable[[float], float]) -> list[float | None]:
+    """`values` converted, NaN and infinities as None (null), as plotly's JSON encoder writes
+    them (`v - v` is 0 only for a finite number)."""
+    if convert is _same:
+        return [v if v is not None and v - v == 0 else None for v in values]
+    return [convert(v) if v is not None and v - v == 0 else None for v in values]
 
 
 def _iso(ts: datetime) -> str:
