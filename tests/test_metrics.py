@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 
@@ -18,6 +19,7 @@ from webapp.core.refusals import AuthError, batch_reject
 from webapp.failures.models import FailureEvent
 from webapp.failures.node_events import node_events_ingest
 from webapp.failures.services import failure_diagnose
+from webapp.fleet.models import Gpu
 from webapp.fleet.services import node_token_issue
 from webapp.telemetry.services import samples_ingest
 
@@ -202,3 +204,33 @@ def test_text_families_escape_what_prometheus_would_misread():
         42949672960.0,
     )
     assert parsed.samples[1].value != parsed.samples[1].value  # NaN
+
+
+def test_a_scrape_that_accepts_gzip_gets_the_same_families_compressed(client, db, settings):
+    """Prometheus asks for gzip: the body is compressed, and reads as the plain one does, with
+    a GPU model name a site does not control kept one label value."""
+    settings.VIGIL_METRICS_KEY = KEY
+    fleet = make_fleet()
+    t0 = float(int(time.time())) - 60
+    batch = make_batch(CLUSTER, "gpu-node-01", fleet.tokens["gpu-node-01"], t0=t0, gpus=2)
+    samples_ingest(json.dumps(batch))
+    odd = 'H100 "SXM" \\ 80GB'
+    Gpu.objects.filter(node__hostname="gpu-node-01", index=1).update(model=odd)
+
+    plain = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {KEY}")
+    packed = client.get(
+        "/metrics", HTTP_AUTHORIZATION=f"Bearer {KEY}", HTTP_ACCEPT_ENCODING="gzip, deflate"
+    )
+
+    assert not plain.has_header("Content-Encoding")
+    assert packed["Content-Encoding"] == "gzip"
+    assert "Accept-Encoding" in packed["Vary"]
+    unpacked = _families(gzip.decompress(packed.content).decode())
+    lag = "vigil_ingest_lag_seconds"  # now - the newest sample: moves between the two scrapes
+    assert {k: v for k, v in unpacked.items() if k != lag} == {
+        k: v for k, v in _families(plain.content.decode()).items() if k != lag
+    }
+    odd_gpu = _key(
+        cluster=CLUSTER, node="gpu-node-01", gpu="1", uuid="GPU-gpu-node-01-01", model=odd
+    )
+    assert unpacked["vigil_gpu_power_watts"] == {_gpu(0): 300.0, odd_gpu: 300.0}

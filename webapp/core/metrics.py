@@ -23,6 +23,8 @@ node: `/metrics` must stay cheap for a fleet of 50,000 GPUs. Where the families 
 
 from __future__ import annotations
 
+import gzip
+import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
@@ -30,6 +32,7 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
+from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -126,6 +129,13 @@ class IngestCollector(Collector):
 register(IngestCollector)
 
 
+# Prometheus asks for gzip. The body is megabytes at fleet scale (4.5 MB at 4,704 GPUs), and
+# GZipMiddleware's level 6 took 43 ms of it, level 1 15 ms for 16% more bytes (issue 17).
+GZIP_LEVEL = 1
+GZIP_MIN_BYTES = 200  # as GZipMiddleware: smaller bodies are sent as they are
+_ACCEPTS_GZIP = re.compile(r"\bgzip\b")
+
+
 @login_not_required
 @never_cache
 @require_safe
@@ -143,4 +153,13 @@ def metrics(request: HttpRequest) -> HttpResponse:
         else:
             registry.register(collector)
     body = generate_latest(registry) + b"".join(rendered)
-    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+    response = HttpResponse(content_type=CONTENT_TYPE_LATEST)
+    if len(body) >= GZIP_MIN_BYTES and _ACCEPTS_GZIP.search(
+        request.headers.get("Accept-Encoding", "")
+    ):
+        # Compressed here, fast (GZipMiddleware leaves a response with Content-Encoding alone).
+        body = gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
+        response["Content-Encoding"] = "gzip"
+    patch_vary_headers(response, ("Accept-Encoding",))
+    response.content = body
+    return response

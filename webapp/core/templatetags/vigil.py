@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from django import template
+from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 register = template.Library()
 
@@ -23,3 +27,19 @@ def ago(ts: datetime | None, now: datetime | None = None) -> str:
     if seconds < 2 * 86400:
         return f"{seconds // 3600} h ago"
     return f"{seconds // 86400} days ago"
+
+
+@register.filter
+def json_script_fast(value: object, element_id: str) -> str:
+    """Django's `json_script` (the same bytes: <, > and & as \\u escapes, so the JSON cannot
+    end its script element), escaping with str.replace: json_script's str.translate looks up
+    every character in a dict, 60 ms for the megabytes of a node's day of figures (issue 17)."""
+    text = (
+        json.dumps(value, cls=DjangoJSONEncoder)
+        .replace("<", "\\u003C")
+        .replace(">", "\\u003E")
+        .replace("&", "\\u0026")
+    )
+    return format_html(
+        '<script id="{}" type="application/json">{}</script>', element_id, mark_safe(text)
+    )
