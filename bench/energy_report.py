@@ -289,8 +289,10 @@ def main() -> None:
     from django.core.management import call_command
 
     from webapp.core import embedded
-    from webapp.energy.selectors import energy_daily_rows, energy_report, energy_trends
+    from webapp.energy.daily import energy_daily_rows
+    from webapp.energy.selectors import energy_report
     from webapp.energy.services import energy_rollups_rebuild
+    from webapp.energy.trends import energy_trends
 
     try:
         call_command("migrate", verbosity=0)

@@ -10,7 +10,8 @@ import pytest
 from tests.browser.figures import drawn_figures
 from tests.energy.conftest import build_rig
 from webapp.energy.models import EnergyExport
-from webapp.energy.selectors import TREND_MONTHS, energy_trends, month_report
+from webapp.energy.selectors import month_report
+from webapp.energy.trends import TREND_MONTHS, energy_trends
 
 pytestmark = pytest.mark.browser
 

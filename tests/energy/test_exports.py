@@ -18,9 +18,11 @@ from tests.alerts.conftest import text_of, with_email
 from tests.energy import rig
 from tests.energy.conftest import build_rig
 from tests.helpers import wait_for
+from webapp.energy.daily import DAILY_COLUMNS
 from webapp.energy.models import EnergyExport
-from webapp.energy.selectors import DAILY_COLUMNS, IDLE_KEY, month_report
+from webapp.energy.selectors import month_report
 from webapp.energy.services import EXPORT_STALE, export_build, export_csv, export_request
+from webapp.energy.trends import IDLE_KEY
 
 
 def _rows(data: bytes) -> list[dict]:

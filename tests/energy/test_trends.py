@@ -16,13 +16,8 @@ from django.db import connection
 from django.urls import reverse
 
 from webapp.energy.models import PuePeriod
-from webapp.energy.selectors import (
-    IDLE_KEY,
-    TREND_MONTHS,
-    energy_report,
-    energy_trends,
-    month_bounds,
-)
+from webapp.energy.selectors import energy_report, month_bounds
+from webapp.energy.trends import IDLE_KEY, TREND_MONTHS, energy_trends
 
 SHIFT = timedelta(days=91)  # the rig's hours moved about three months back: another month
 

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from webapp.core.charts import GPU_COLOURS, NO_DATA_COLOUR, TEMPLATE
-from webapp.energy.selectors import IDLE_KEY, Day, EnergyReport, Line, Trends
+from webapp.energy.selectors import Day, EnergyReport, Line
+from webapp.energy.trends import IDLE_KEY, Trends
 
 # Day axes tick once a day at most (a month-long axis picks its own, coarser step).
 _DAY_AXIS = {

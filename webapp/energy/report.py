@@ -21,7 +21,8 @@ from django.template.loader import render_to_string
 from django.templatetags.static import static
 
 from webapp.energy import figures
-from webapp.energy.selectors import EnergyReport, Trends, energy_trends, month_report
+from webapp.energy.selectors import EnergyReport, month_report
+from webapp.energy.trends import Trends, energy_trends
 from webapp.fleet.models import Cluster
 
 # Seconds Chromium may take to print (start, lay out, draw six figures); it takes 1-3 s.

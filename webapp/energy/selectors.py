@@ -1,4 +1,4 @@
-"""Reads of the energy app: a cluster's energy, facility energy and CO2e over a period, with
+"""Reads of the energy app (the 12-month trends are in trends.py, the daily CSV rows in daily.py): a cluster's energy, facility energy and CO2e over a period, with
 its breakdowns (team, job type, outcome, jobs), idle / wasted / lost energy and data
 completeness, all from the hourly rollups (never raw samples).
 """
@@ -189,7 +189,7 @@ WHERE n.cluster_id = %(cluster)s
 """
 
 
-def _fetch(sql: str, params: dict) -> list[tuple]:
+def rows_fetch(sql: str, params: dict) -> list[tuple]:
     with connection.cursor() as cur:
         cur.execute(sql, params)
         return cur.fetchall()
@@ -203,7 +203,7 @@ def _expected_gpu_hours(cluster: Cluster, lo: datetime, hi: datetime, now: datet
     """GPU-hours the cluster's GPUs should have sampled in [lo, min(hi, now)); and the number
     of GPUs per node (for embodied carbon)."""
     params = {"cluster": cluster.id, "lo": lo, "hi": hi, "end": min(hi, now)}
-    rows = _fetch(_EXPECTED_SQL, params)
+    rows = rows_fetch(_EXPECTED_SQL, params)
     return sum(float(h or 0) for _n, _c, h in rows), {n: c for n, c, _h in rows}
 
 
@@ -224,12 +224,12 @@ def _lines(keys, att, covered_h, jobs_count, total_fac) -> list[Line]:
     return sorted(out, key=lambda line: (-line.facility_kwh, line.key))
 
 
-def _hourly_inputs(cluster: Cluster, lo: datetime, n_hours: int, gpu_j_h: np.ndarray, params):
+def hourly_inputs(cluster: Cluster, lo: datetime, n_hours: int, gpu_j_h: np.ndarray, params):
     """The cluster's per-hour IT energy, PUE, intensity and market factor over n_hours."""
     hi = lo + n_hours * HOUR
     ipmi_h = np.zeros(n_hours)
     model_h = np.zeros(n_hours)
-    for i, ipmi, model in _fetch(_NODE_HOUR_SQL, {**params, "lo": lo, "hi": hi}):
+    for i, ipmi, model in rows_fetch(_NODE_HOUR_SQL, {**params, "lo": lo, "hi": hi}):
         ipmi_h[i], model_h[i] = ipmi, model
     # Hours with GPU energy but no node row (rows written by other means): the node model's
     # plain form, 1.5 x GPU (reference §2).
@@ -268,7 +268,7 @@ def energy_report(
 
     now = now or timezone.now()
     params = {"cluster": cluster.id, "lo": lo, "hi": hi}
-    rows = _fetch(_HOUR_JOB_SQL, params)
+    rows = rows_fetch(_HOUR_JOB_SQL, params)
     if not rows:
         raise NoEnergyData(
             f"no energy data for cluster {cluster.name} from {lo:%Y-%m-%d} to {hi:%Y-%m-%d}:"
@@ -284,7 +284,7 @@ def energy_report(
     gpu_j_h = np.bincount(hour_idx, weights=gpu_j, minlength=n_hours)
     covered_h = np.bincount(hour_idx, weights=covered_s, minlength=n_hours)
 
-    inputs, ipmi_h, periods, series, market_sources = _hourly_inputs(
+    inputs, ipmi_h, periods, series, market_sources = hourly_inputs(
         cluster, lo, n_hours, gpu_j_h, params
     )
     it_h = inputs.it_j
@@ -404,7 +404,7 @@ def energy_report(
     gpus_per_server = max(1, round(np.mean(list(per_node.values())))) if per_node else 1
     total_cov_h = float(covered_s.sum()) / 3600
     by_method_j = arr[:, :3].sum(axis=0)
-    limit = _fetch(_POWER_LIMIT_SQL, params)[0][0]
+    limit = rows_fetch(_POWER_LIMIT_SQL, params)[0][0]
 
     days = []
     for d in range(0, n_hours, 24):
@@ -483,258 +483,6 @@ def month_report(cluster: Cluster, month: str, now: datetime | None = None):
     return report, previous
 
 
-TREND_MONTHS = 12  # reference §8: "12 months of kWh and CO2e by team"
-IDLE_KEY = "(no job: idle)"
-
-
-@dataclass(frozen=True)
-class TrendMonth:
-    """One month of the trends: totals, PUE and intensity used, and facility energy and CO2e
-    per team (the idle GPUs as IDLE_KEY). No data: zeros and None."""
-
-    month: str
-    it_kwh: float
-    facility_kwh: float
-    co2e_location_kg: float
-    co2e_market_kg: float
-    pue: float | None  # facility / IT of the month
-    intensity_g_per_kwh: float | None  # energy-weighted, location-based
-    intensity_sources: tuple[str, ...]
-    team_kwh: dict[str, float]  # facility kWh
-    team_co2e_kg: dict[str, float]  # location-based
-    # Node energy of hours without GPU energy: in the month's total, in no team.
-    unattributed_facility_kwh: float = 0.0
-
-    @property
-    def has_data(self) -> bool:
-        return self.it_kwh > 0
-
-
-@dataclass(frozen=True)
-class Trends:
-    months: list[TrendMonth]  # oldest first, ending with the report's month
-    teams: list[str]  # by facility energy over the span, largest first; IDLE_KEY last
-    method_version: str = METHOD_VERSION
-
-    def table(self) -> list[tuple[TrendMonth, list[float | None]]]:
-        """Per month, its facility kWh per team in `teams` order (None: the team used none)."""
-        return [(m, [m.team_kwh.get(t) for t in self.teams]) for m in self.months]
-
-
-# The span's GPU energy per hour and team (job-hour rows, a few per hour, joined to their job's
-# team): tens of thousands of rows a year whatever the fleet's size.
-_TREND_SQL = """
-SELECT extract(epoch FROM e.hour)::bigint,
-    CASE WHEN e.job_id IS NULL THEN %(idle)s
-         WHEN j.id IS NULL THEN '(job deleted)'
-         ELSE coalesce(nullif(j.team, ''), '(none)') END,
-    sum(e.counter_j + e.integrated_j + e.model_j)
-FROM energy_jobenergyhour e
-LEFT JOIN jobs_job j ON j.id = e.job_id
-WHERE e.cluster_id = %(cluster)s AND e.hour >= %(lo)s AND e.hour < %(hi)s
-GROUP BY 1, 2
-"""
-
-
-def _month_starts(lo: datetime, months: int) -> list[datetime]:
-    out = [lo]
-    for _ in range(months - 1):
-        out.insert(0, month_before(out[0])[0])
-    return out
-
-
-def energy_trends(cluster: Cluster, month: str, months: int = TREND_MONTHS) -> Trends:
-    """The `months` months ending with `month`: facility kWh and location-based CO2e per team
-    and month, each month's PUE and intensity, from the hourly rollups with the report's
-    hourly arithmetic (a month's figures equal its report's)."""
-    lo_last, hi = month_bounds(month)
-    starts = _month_starts(lo_last, months)
-    lo = starts[0]
-    n_hours = int((hi - lo) / HOUR)
-    rows = _fetch(_TREND_SQL, {"cluster": cluster.id, "lo": lo, "hi": hi, "idle": IDLE_KEY})
-    team_names = sorted({r[1] for r in rows})
-    team_idx = {t: i for i, t in enumerate(team_names)}
-    hour_idx = np.array([(r[0] - int(lo.timestamp())) // 3600 for r in rows], dtype=np.int64)
-    gpu_j = np.array([r[2] for r in rows], dtype=np.float64)
-    teams_of_row = np.array([team_idx[r[1]] for r in rows], dtype=np.int64)
-    gpu_j_h = np.bincount(hour_idx, weights=gpu_j, minlength=n_hours)
-    inputs, _ipmi_h, _periods, series, _ms = _hourly_inputs(
-        cluster, lo, n_hours, gpu_j_h, {"cluster": cluster.id}
-    )
-    fac_h, loc_h, mkt_h = attribution.hourly_facility(inputs)
-    # Hours [bounds[m], bounds[m + 1]) are month m.
-    bounds = [int((s - lo) / HOUR) for s in starts] + [n_hours]
-    month_of_h = np.searchsorted(np.array(bounds[1:-1]), np.arange(n_hours), side="right")
-    n_teams = max(1, len(team_names))
-    key = month_of_h[hour_idx] * n_teams + teams_of_row
-    att = attribution.attribute(hour_idx, key, gpu_j, inputs)
-    unattributed_h = np.where(inputs.gpu_j > 0, 0.0, fac_h)
-    per_month: list[tuple[dict, dict]] = [({}, {}) for _ in starts]
-    for k, team_key in enumerate(att.jobs.tolist()):
-        kwh, co2 = per_month[team_key // n_teams]
-        kwh[team_names[team_key % n_teams]] = float(att.facility_kwh[k])
-        co2[team_names[team_key % n_teams]] = float(att.co2e_location_kg[k])
-    out = []
-    for m, start in enumerate(starts):
-        sl = slice(bounds[m], bounds[m + 1])
-        it_j = float(inputs.it_j[sl].sum())
-        fac = float(fac_h[sl].sum())
-        out.append(
-            TrendMonth(
-                month=f"{start:%Y-%m}",
-                it_kwh=it_j / J_PER_KWH,
-                facility_kwh=fac,
-                co2e_location_kg=float(loc_h[sl].sum()),
-                co2e_market_kg=float(mkt_h[sl].sum()),
-                pue=fac * J_PER_KWH / it_j if it_j else None,
-                intensity_g_per_kwh=attribution.weighted_mean(inputs.g_per_kwh[sl], fac_h[sl]),
-                intensity_sources=tuple(dict.fromkeys(h.source for h in series.hours[sl]))
-                if it_j
-                else (),
-                team_kwh=per_month[m][0],
-                team_co2e_kg=per_month[m][1],
-                unattributed_facility_kwh=float(unattributed_h[sl].sum()),
-            )
-        )
-    totals = {t: sum(x.team_kwh.get(t, 0.0) for x in out) for t in team_names}
-    order = sorted((t for t in team_names if t != IDLE_KEY), key=lambda t: (-totals[t], t))
-    if IDLE_KEY in totals:
-        order.append(IDLE_KEY)
-    return Trends(out, order)
-
-
-# Reference §8's CSV: one row per day x team x project x job type, the rollup row's columns.
-# Jobs carry no project (the wire schema has team, partition, qos, comment; no Slurm
-# account), so `project` is empty until they do.
-DAILY_COLUMNS = (
-    "day",
-    "site",
-    "cluster",
-    "team",
-    "project",
-    "job_type",
-    "gpu_hours",
-    "gpu_kwh",
-    "gpu_kwh_measured",
-    "it_kwh_measured",
-    "it_kwh_estimated",
-    "pue",
-    "facility_kwh",
-    "intensity_g_per_kwh",
-    "intensity_source",
-    "co2e_location_kg",
-    "co2e_market_kg",
-    "embodied_kg",
-    "idle_kwh",
-    "cost",
-    "method_version",
-    "computed_at",
-)
-_DAILY_SQL = """
-SELECT extract(epoch FROM e.hour)::bigint,
-    CASE WHEN e.job_id IS NULL THEN %(idle)s
-         WHEN j.id IS NULL THEN '(job deleted)'
-         ELSE coalesce(nullif(j.team, ''), '(none)') END,
-    coalesce(j.job_type, ''),
-    sum(e.counter_j), sum(e.counter_j + e.integrated_j + e.model_j), sum(e.covered_s),
-    sum(CASE WHEN e.job_id IS NULL THEN e.counter_j + e.integrated_j + e.model_j
-             ELSE e.idle_j END)
-FROM energy_jobenergyhour e
-LEFT JOIN jobs_job j ON j.id = e.job_id
-WHERE e.cluster_id = %(cluster)s AND e.hour >= %(lo)s AND e.hour < %(hi)s
-GROUP BY 1, 2, 3
-"""
-
-
-def energy_daily_rows(cluster: Cluster, lo: datetime, hi: datetime) -> list[dict]:
-    """The period's energy per UTC day, team, project and job type (the idle GPUs as team
-    IDLE_KEY), with the report's hourly arithmetic: each hour's IT energy (measured by IPMI
-    and estimated), facility energy and CO2e shared by GPU energy. `idle_kwh`: GPU energy
-    under the busy bound (allocated but idle; all of the idle GPUs' row). Rows and the
-    period's unattributed node energy add up to the report's totals. NoEnergyData if none."""
-    from django.conf import settings
-
-    params = {"cluster": cluster.id, "lo": lo, "hi": hi, "idle": IDLE_KEY}
-    rows = _fetch(_DAILY_SQL, params)
-    if not rows:
-        raise NoEnergyData(
-            f"no energy data for cluster {cluster.name} from {lo:%Y-%m-%d} to {hi:%Y-%m-%d}"
-        )
-    n_hours = int(np.ceil((hi - lo) / HOUR))
-    hour_idx = np.array([(r[0] - int(lo.timestamp())) // 3600 for r in rows], dtype=np.int64)
-    arr = np.array([r[3:] for r in rows], dtype=np.float64)
-    counter_j, gpu_j, covered_s, idle_j = arr.T
-    gpu_j_h = np.bincount(hour_idx, weights=gpu_j, minlength=n_hours)
-    inputs, ipmi_h, _periods, series, _ms = _hourly_inputs(
-        cluster, lo, n_hours, gpu_j_h, {"cluster": cluster.id}
-    )
-    fac_h, loc_h, mkt_h = attribution.hourly_facility(inputs)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        per_j = np.where(inputs.gpu_j > 0, 1.0 / inputs.gpu_j, 0.0)
-    share = gpu_j * per_j[hour_idx]
-    day_of = hour_idx // 24
-    keys = [(int(d), r[1], r[2]) for d, r in zip(day_of, rows, strict=True)]
-    uniq = sorted(set(keys))
-    index = {k: i for i, k in enumerate(uniq)}
-    inv = np.array([index[k] for k in keys], dtype=np.int64)
-    n = len(uniq)
-
-    def total(weights: np.ndarray) -> np.ndarray:
-        return np.bincount(inv, weights=weights, minlength=n)
-
-    gpu_h = total(covered_s) / 3600
-    gpu_kwh = total(gpu_j) / J_PER_KWH
-    measured_kwh = total(counter_j) / J_PER_KWH
-    ipmi_kwh = total(share * ipmi_h[hour_idx]) / J_PER_KWH
-    model_kwh = total(share * (inputs.it_j - ipmi_h)[hour_idx]) / J_PER_KWH
-    fac = total(share * fac_h[hour_idx])
-    loc = total(share * loc_h[hour_idx])
-    mkt = total(share * mkt_h[hour_idx])
-    idle_kwh = total(idle_j) / J_PER_KWH
-    sources = [h.source for h in series.hours]
-    day_sources = {
-        d: "; ".join(dict.fromkeys(sources[d * 24 : (d + 1) * 24])) for d in {k[0] for k in uniq}
-    }
-    per_node = _fetch(
-        "SELECT count(*) FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id"
-        " WHERE n.cluster_id = %(cluster)s GROUP BY n.id",
-        params,
-    )
-    gpus_per_server = max(1, round(float(np.mean([c for (c,) in per_node])))) if per_node else 1
-    tariff = settings.VIGIL_ENERGY_TARIFF_PER_KWH
-    now = timezone.now()
-    out = []
-    for i, (d, team, job_type) in enumerate(uniq):
-        it_kwh = ipmi_kwh[i] + model_kwh[i]
-        out.append(
-            {
-                "day": (lo + timedelta(days=d)).date().isoformat(),
-                "site": cluster.name,  # a cluster is one site (its PUE and grid zone)
-                "cluster": cluster.name,
-                "team": team,
-                "project": "",
-                "job_type": job_type,
-                "gpu_hours": float(gpu_h[i]),
-                "gpu_kwh": float(gpu_kwh[i]),
-                "gpu_kwh_measured": float(measured_kwh[i]),
-                "it_kwh_measured": float(ipmi_kwh[i]),
-                "it_kwh_estimated": float(model_kwh[i]),
-                "pue": float(fac[i] / it_kwh) if it_kwh else None,
-                "facility_kwh": float(fac[i]),
-                "intensity_g_per_kwh": float(loc[i] / fac[i] * 1000) if fac[i] else None,
-                "intensity_source": day_sources[d],
-                "co2e_location_kg": float(loc[i]),
-                "co2e_market_kg": float(mkt[i]),
-                "embodied_kg": embodied_kg(float(gpu_h[i]), gpus_per_server),
-                "idle_kwh": float(idle_kwh[i]),
-                "cost": float(fac[i]) * tariff if tariff else None,
-                "method_version": METHOD_VERSION,
-                "computed_at": now.isoformat(),
-            }
-        )
-    return out
-
-
 @dataclass(frozen=True)
 class JobEnergy:
     gpu_kwh: float
@@ -760,7 +508,7 @@ SELECT m.hour, m.c, m.j, (
 def job_energy(job: Job) -> JobEnergy | None:
     """A job's GPU and facility energy and CO2e from the rollups (None before any): its
     share of each hour's facility energy, as in the monthly report."""
-    rows = _fetch(_JOB_HOURS_SQL, {"job": job.id, "cluster": job.cluster_id})
+    rows = rows_fetch(_JOB_HOURS_SQL, {"job": job.id, "cluster": job.cluster_id})
     if not rows:
         return None
     lo = rows[0][0]
@@ -768,7 +516,7 @@ def job_energy(job: Job) -> JobEnergy | None:
     idx = _hour_index([r[0] for r in rows], lo)
     cluster_j = np.zeros(n_hours)
     cluster_j[idx] = [r[3] for r in rows]
-    inputs, *_ = _hourly_inputs(job.cluster, lo, n_hours, cluster_j, {"cluster": job.cluster_id})
+    inputs, *_ = hourly_inputs(job.cluster, lo, n_hours, cluster_j, {"cluster": job.cluster_id})
     mine = np.array([r[2] for r in rows], dtype=np.float64)
     att = attribution.attribute(idx, np.ones(len(rows), dtype=np.int64), mine, inputs)
     return JobEnergy(
@@ -790,7 +538,7 @@ FROM energy_jobenergyhour GROUP BY cluster_id, hour
 def energy_totals() -> list[dict]:
     """Per cluster, everything the rollup has accounted: GPU joules by method, IT joules
     (IPMI, model), facility joules and CO2e kg, with the report's hourly arithmetic."""
-    rows = _fetch(_TOTALS_GPU_SQL, {})
+    rows = rows_fetch(_TOTALS_GPU_SQL, {})
     if not rows:
         return []
     arr = np.array(rows, dtype=np.float64)
@@ -803,7 +551,7 @@ def energy_totals() -> list[dict]:
         idx = ((mine[:, 1] - first) // 3600).astype(np.int64)
         by_method = mine[:, 2:5]
         gpu_j_h = np.bincount(idx, weights=by_method.sum(axis=1), minlength=n_hours)
-        inputs, ipmi_h, *_ = _hourly_inputs(cluster, lo, n_hours, gpu_j_h, {"cluster": cluster.id})
+        inputs, ipmi_h, *_ = hourly_inputs(cluster, lo, n_hours, gpu_j_h, {"cluster": cluster.id})
         fac, loc, mkt = attribution.hourly_facility(inputs)
         out.append(
             {
@@ -827,4 +575,4 @@ def energy_totals() -> list[dict]:
 
 def rollup_newest_id() -> int | None:
     """The newest job-hour row's id: it moves whenever any hour is (re)computed."""
-    return _fetch("SELECT max(id) FROM energy_jobenergyhour", {})[0][0]
+    return rows_fetch("SELECT max(id) FROM energy_jobenergyhour", {})[0][0]

@@ -600,7 +600,7 @@ def export_build(export_id: int) -> EnergyExport | None:
     id build it once), the rows written as gzip-compressed CSV, and the link emailed to the
     requester when they have an address. None: not pending (done, or another worker's
     build in progress)."""
-    from webapp.energy.selectors import DAILY_COLUMNS, energy_daily_rows
+    from webapp.energy.daily import DAILY_COLUMNS, energy_daily_rows
 
     now = timezone.now()
     # Pending, or left running by a worker that died (its task is redelivered): a month's

@@ -18,7 +18,8 @@ from webapp.core.exports import csv_response
 from webapp.energy import figures, report, services
 from webapp.energy.forms import EnergyForm
 from webapp.energy.models import EnergyExport
-from webapp.energy.selectors import NoEnergyData, energy_trends, month_report
+from webapp.energy.selectors import NoEnergyData, month_report
+from webapp.energy.trends import energy_trends
 from webapp.fleet.models import Cluster
 
 

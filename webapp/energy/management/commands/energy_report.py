@@ -14,8 +14,9 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from webapp.energy import report
-from webapp.energy.selectors import NoEnergyData, energy_trends, month_bounds, month_report
+from webapp.energy.selectors import NoEnergyData, month_bounds, month_report
 from webapp.energy.services import energy_rollups_rebuild
+from webapp.energy.trends import energy_trends
 from webapp.fleet.models import Cluster
 
 
