@@ -16,9 +16,12 @@ three runs:
   - latest_sql_ms: the query of gpus_latest() (the latest-values table), against
     latest_old_sql_ms: the query it replaced (DISTINCT ON over the raw samples of the stale
     window); latest_ms: gpus_latest() whole (its Python objects too);
-  - rollup_refresh_ms: rollups_refresh() of one 15 s round (a dirty row per node for the
-    current minute: a cell per GPU), against rollup_refresh_old_ms: the statement it replaced
-    on the same dirty rows; partition_count_ms: a plain count(*) of today's partition;
+  - rollup_refresh_ms: rollups_refresh() of one 15 s round (a dirty row per node for one
+    complete minute: a cell per GPU, each folding a minute of samples; the median of five,
+    each of another of the newest minutes), against rollup_refresh_old_ms: the statement it replaced on the same dirty rows;
+    rollup_refresh_buffers: the shared buffers its statement touches (EXPLAIN ANALYZE
+    BUFFERS), the work done, which must not grow with the data; partition_count_ms: a plain
+    count(*) of today's partition;
   - stragglers_ms: stragglers_detect(), against stragglers_read_ms: its rollup read alone
     (stragglers_found: 1, the straggler and not the spare);
   - pages through a real HTTP server: gunicorn, 3 sync workers (as docker-compose.yml runs
@@ -35,6 +38,8 @@ after packing every hour past the compaction horizon of --compact-gpus GPUs: a s
 packing the whole fleet's hours would dominate the bench's time), with the packing's CPU per
 sample, a read of energy_mj and power_w over those hours through gpu_samples() and a scan of
 them through samples_relation() (what SQL readers pay), raw (before) and packed (after).
+After each bulk copy the sample and rollup tables are VACUUM ANALYZEd, as autovacuum would
+have left them, so that no autovacuum of the copied rows competes with the measurements.
 "Cost independent of the data kept" reads as: each figure at --hours within noise of its 1 h
 figure, while the old queries and the count grow with the data. Last line: JSON.
 """
@@ -155,11 +160,13 @@ def main() -> None:
         fleet = _fleet(args.gpus, datetime.fromtimestamp(end - args.hours * 3600, UTC))
         print(f"{args.gpus} GPUs, {len(fleet['nodes'])} nodes", file=sys.stderr)
         _copy(fleet, end - 3600, end + args.step_s, args.step_s)
+        _settle()
         with _server() as port:
             web = _Web(port, fleet["user"], metrics_key)
             at_1h = _measure(fleet, args.step_s, web)
             print(f"1 h: {json.dumps(at_1h)}", file=sys.stderr)
             _copy(fleet, end - args.hours * 3600, end - 3600, args.step_s)
+            _settle()
             at_full = _measure(fleet, args.step_s, web)
             print(f"{args.hours} h: {json.dumps(at_full)}", file=sys.stderr)
         storage = _storage(fleet, args.compact_gpus)
@@ -308,8 +315,6 @@ def _copy(fleet: dict, t_from: float, t_to: float, step_s: int) -> None:
     if fleet["last_copied"] is None or t_to > fleet["last_copied"]:
         fleet["last_copied"] = t_to
     fleet["first_copied"] = min(t_from, fleet.get("first_copied") or t_from)
-    with connection.cursor() as cur:
-        cur.execute("ANALYZE telemetry_gpusample")
 
 
 def _rollup(cur, lo: float, hi: float) -> None:
@@ -387,6 +392,52 @@ def _dirty(fleet: dict, lo: float, hi: float) -> None:
     )
 
 
+def _refresh_buffers(fleet: dict, minute: float) -> int:
+    """Shared buffers (hit or read) of the refresh statement on the dirty rows of `minute`, by
+    EXPLAIN (ANALYZE, BUFFERS), rolled back: the work the refresh does, which must not grow
+    with the data kept (its time also moves with how much of the data the CPU caches hold)."""
+    from django.db import connection, transaction
+
+    from webapp.telemetry.services import (
+        _ROLLUP_PICK,
+        _ROLLUP_REFRESH,
+        ROLLUP_CELLS_PER_STATEMENT,
+        ROLLUP_CLAIM_LIMIT,
+    )
+
+    _dirty(fleet, minute, minute + 60)
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(
+            _ROLLUP_PICK,
+            {
+                "rows": ROLLUP_CLAIM_LIMIT,
+                "cells": ROLLUP_CELLS_PER_STATEMENT,
+                "late": datetime.fromtimestamp(minute, UTC),
+            },
+        )
+        ids, lo, hi = cur.fetchone()
+        cur.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _ROLLUP_REFRESH,
+            {"ids": ids, "lo": lo, "hi": hi},
+        )
+        plan = cur.fetchone()[0]
+        transaction.set_rollback(True)
+    top = (plan[0] if isinstance(plan, list) else json.loads(plan)[0])["Plan"]
+    return int(top["Shared Hit Blocks"] + top["Shared Read Blocks"])
+
+
+def _settle() -> None:
+    """VACUUM (ANALYZE) the sample and rollup tables after a bulk copy, as autovacuum leaves a
+    day-old partition, so that no autovacuum of the copied rows runs during the measurements
+    (on two cores it would take one of them)."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        for table in ("telemetry_gpusample", "telemetry_gpurollup1m", "telemetry_gpurollup1h"):
+            cur.execute(f"VACUUM (ANALYZE) {table}")
+        cur.execute("CHECKPOINT")  # the pages VACUUM dirtied, written now, not while measuring
+
+
 def _timed(fn, runs: int = 3) -> float:
     """Median milliseconds of `runs` calls."""
     times = []
@@ -427,23 +478,29 @@ def _measure(fleet: dict, step_s: int, web: _Web) -> dict:
     out["latest_ms"] = _timed(gpus_latest)
     fresh = sum(g.ts is not None for g in gpus_latest())
 
-    def refresh_new():
-        _dirty(fleet, minute, minute + 60)
+    # Each refresh folds one complete minute (a dirty row per node: a cell per GPU, each a
+    # whole minute of samples), a different one each time, newest first, as the beat folds
+    # each minute a few times and then never again: the current minute would hold one to four
+    # samples a cell by where in the minute the bench stands, and refolding one minute over
+    # and over lengthens its rows' update chains.
+    done = [minute - 60 * k for k in range(1, 10)]
+
+    def refresh_new(at: float) -> float:
+        _dirty(fleet, at, at + 60)
         t0 = time.perf_counter()
         rollups_refresh()
         return time.perf_counter() - t0
 
-    def refresh_old():
-        _dirty(fleet, minute, minute + 60)
+    def refresh_old(at: float) -> float:
+        _dirty(fleet, at, at + 60)
         t0 = time.perf_counter()
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute(_old_refresh_sql())
         return time.perf_counter() - t0
 
-    out["rollup_refresh_ms"] = round(statistics.median(refresh_new() for _ in range(3)) * 1000, 1)
-    out["rollup_refresh_old_ms"] = round(
-        statistics.median(refresh_old() for _ in range(3)) * 1000, 1
-    )
+    out["rollup_refresh_ms"] = round(statistics.median(map(refresh_new, done[:5])) * 1000, 1)
+    out["rollup_refresh_buffers"] = _refresh_buffers(fleet, done[5])
+    out["rollup_refresh_old_ms"] = round(statistics.median(map(refresh_old, done[6:])) * 1000, 1)
     today = partition_name("telemetry_gpusample", datetime.fromtimestamp(newest, UTC).date())
     out["partition_count_ms"] = _timed(sql(f'SELECT count(*) FROM "{today}"'), runs=1)
 

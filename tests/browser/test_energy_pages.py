@@ -62,6 +62,14 @@ def test_energy_page_draws_figures_and_tables(
     )
     assert "Method version" in page.locator("#method").inner_text()
     page.screenshot(path=screenshot_dir / "energy-cluster.png", full_page=True)
+    # Every breakdown table shows all its columns at the page's width (none cut off at the
+    # right, none needing a scroll).
+    for card in ("team-table", "type-table", "outcome-table", "job-table"):
+        table = page.locator(f"#{card}")
+        box, holder = table.evaluate("t => [t.scrollWidth, t.parentElement.clientWidth]")
+        assert box <= holder, f"{card}: {box} px wide in {holder} px"
+        assert table.locator("thead th").last.is_visible()
+    page.locator("#types").screenshot(path=screenshot_dir / "energy-types.png")
     # The nav leads here, and the report link opens the printable report.
     assert page.locator("#nav-energy").count() == 1
     page.click("#report-link")

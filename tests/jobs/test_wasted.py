@@ -92,3 +92,61 @@ def test_wasted_page_query_count_does_not_grow_with_rows(
     with django_assert_max_num_queries(8):
         response = operator_client.get("/jobs/wasted/")
     assert len(response.context["rows"]) == 2
+
+
+def _hourly_util(gpu_id: int, hour: datetime, util_max: float, samples: int = 60) -> None:
+    """One hourly rollup cell of gpu_util (as rollup_hourly.py folds it from the minutes)."""
+    from django.db import connection
+
+    from webapp.telemetry.partitions import partition_ensure
+
+    partition_ensure("telemetry_gpurollup1h", hour.date())
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO telemetry_gpurollup1h (gpu_id, hour, n, gpu_util_min, gpu_util_max, "
+            "gpu_util_sum, gpu_util_cnt) VALUES (%s, %s, %s, 0, %s, %s, %s)",
+            [gpu_id, hour, samples, util_max, util_max / 2 * samples, samples],
+        )
+
+
+def test_idle_older_than_the_minute_rollup_counts_from_the_hourly_rollup(db, settings):
+    """An allocation idle since before the 1-minute rollup's retention: the hours before it
+    count too, from the hourly rollup; an hour whose highest sample reached the threshold
+    ends the streak there."""
+    settings.VIGIL_ROLLUP_RETENTION_DAYS = 2
+    t0 = float(int(time.time() // 60) * 60 - 45 * 60)
+    node = ingest("acme", "w-07", t0=t0, intervals=46, step_s=60, gpus=2, util=lambda i, k: 2.0)
+    now = datetime.now(UTC)
+    midnight = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    start = midnight - timedelta(days=4) + timedelta(minutes=30)  # four days ago, 00:30
+    job = Job.objects.create(
+        cluster=node.cluster,
+        scheduler_id="700",
+        user="erin",
+        team="llm",
+        job_type="pretrain",
+        state="running",
+        submit_at=start,
+        start_at=start,
+        gpus_requested=2,
+    )
+    allocate(job, node, [0, 1], start, None)
+    gpus = {g.index: g.id for g in node.gpus.all()}
+    # Hours 00:00-04:00 of four days ago, before the 1-minute rollup's first kept day: GPU 0
+    # idle throughout; GPU 1 reached 90 % in its first hour, idle after.
+    for h in range(5):
+        hour = midnight - timedelta(days=4) + timedelta(hours=h)
+        _hourly_util(gpus[0], hour, 3.0)
+        _hourly_util(gpus[1], hour, 90.0 if h == 0 else 3.0)
+
+    [row] = wasted_gpus(busy_util_pct=10, min_idle_minutes=30)
+    assert row.gpus == [0, 1]
+    live = 45  # the recent minutes, about (the minute now may or may not be in)
+    # GPU 0: 30 minutes of the start hour and four whole hours; GPU 1: the four idle hours.
+    old = (30 + 4 * 60) + 4 * 60
+    assert old + 2 * (live - 1) <= row.idle_gpu_minutes <= old + 2 * (live + 1)
+    assert row.idle_since == start
+    # Had the 1-minute rollup kept those days, only its minutes would count.
+    settings.VIGIL_ROLLUP_RETENTION_DAYS = 35
+    [row] = wasted_gpus(busy_util_pct=10, min_idle_minutes=30)
+    assert row.idle_gpu_minutes <= 2 * (live + 1)

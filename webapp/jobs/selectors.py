@@ -358,6 +358,11 @@ def job_energy(
 # For every open allocation: the newest rollup minute in which its GPU was busy (mean util at
 # or above the threshold), found by walking the (gpu_id, minute) key backwards from now, and
 # the minutes with data after it. A GPU idle for at least `min_idle` minutes is wasted.
+# Before the 1-minute rollup's retention (`minute_kept`) the hourly rollup answers, for an
+# allocation with no busy minute kept: its newest hour in which any sample reached the
+# threshold (the hour's max: an hour under it had no busy minute, so idle is never
+# over-counted), and the hours with data after it, each counted in minutes (the first from
+# the allocation's start).
 _WASTED_SQL = """
 WITH open_alloc AS (
     SELECT a.id, a.job_id, a.node_id, a.gpu_index, a.start, coalesce(a.gpu_id, g.id) AS gpu_id
@@ -366,11 +371,14 @@ WITH open_alloc AS (
     LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
     WHERE a."end" IS NULL AND a.start <= %(now)s {cluster_filter}
 )
-SELECT o.job_id, o.node_id, o.gpu_index, o.gpu_id, idle.minutes, idle.first, idle.last
+SELECT o.job_id, o.node_id, o.gpu_index, o.gpu_id,
+    idle.minutes + coalesce(idle_h.minutes, 0), coalesce(idle_h.first, idle.first),
+    coalesce(idle.last, idle_h.last)
 FROM open_alloc o
 LEFT JOIN LATERAL (
     SELECT r.minute FROM telemetry_gpurollup1m r
-    WHERE r.gpu_id = o.gpu_id AND r.minute >= date_trunc('minute', o.start)
+    WHERE r.gpu_id = o.gpu_id
+        AND r.minute >= greatest(date_trunc('minute', o.start), %(minute_kept)s)
         AND r.minute <= %(now)s AND r.gpu_util_sum >= %(busy)s * r.gpu_util_cnt
         AND r.gpu_util_cnt > 0
     ORDER BY r.minute DESC LIMIT 1
@@ -379,9 +387,29 @@ JOIN LATERAL (
     SELECT count(*) AS minutes, min(r.minute) AS first, max(r.minute) AS last
     FROM telemetry_gpurollup1m r
     WHERE r.gpu_id = o.gpu_id AND r.gpu_util_cnt > 0 AND r.minute <= %(now)s
-        AND r.minute >= coalesce(busy.minute + interval '1 minute', date_trunc('minute', o.start))
+        AND r.minute >= coalesce(
+            busy.minute + interval '1 minute',
+            greatest(date_trunc('minute', o.start), %(minute_kept)s)
+        )
 ) idle ON true
-WHERE o.gpu_id IS NOT NULL AND idle.minutes >= %(min_idle)s
+LEFT JOIN LATERAL (
+    SELECT r.hour FROM telemetry_gpurollup1h r
+    WHERE busy.minute IS NULL AND o.start < %(minute_kept)s
+        AND r.gpu_id = o.gpu_id AND r.hour >= date_trunc('hour', o.start)
+        AND r.hour < %(minute_kept)s AND r.gpu_util_cnt > 0 AND r.gpu_util_max >= %(busy)s
+    ORDER BY r.hour DESC LIMIT 1
+) busy_h ON true
+LEFT JOIN LATERAL (
+    SELECT sum(least(60, extract(epoch FROM r.hour + interval '1 hour'
+            - greatest(r.hour, date_trunc('minute', o.start))) / 60))::bigint AS minutes,
+        greatest(min(r.hour), date_trunc('minute', o.start)) AS first,
+        max(r.hour) + interval '59 minutes' AS last
+    FROM telemetry_gpurollup1h r
+    WHERE busy.minute IS NULL AND o.start < %(minute_kept)s
+        AND r.gpu_id = o.gpu_id AND r.gpu_util_cnt > 0 AND r.hour < %(minute_kept)s
+        AND r.hour >= coalesce(busy_h.hour + interval '1 hour', date_trunc('hour', o.start))
+) idle_h ON true
+WHERE o.gpu_id IS NOT NULL AND idle.minutes + coalesce(idle_h.minutes, 0) >= %(min_idle)s
 """
 
 
@@ -416,11 +444,13 @@ def wasted_gpus(
 ) -> list[WastedJob]:
     """Jobs holding GPUs now whose utilization stayed under `busy_util_pct` for at least
     `min_idle_minutes` rollup minutes (minutes without data are not counted), one row per
-    (job, node), most idle GPU-hours first."""
+    (job, node), most idle GPU-hours first. Idle time older than the 1-minute rollup's
+    retention is read from the hourly rollup, at hour resolution."""
     now = now or timezone.now()
     sql = _WASTED_SQL.format(cluster_filter="AND j.cluster_id = %(cluster)s" if cluster else "")
     params = {
         "now": now,
+        "minute_kept": tiers.MINUTE.kept_since(now),
         "busy": busy_util_pct,
         "min_idle": min_idle_minutes,
         "cluster": cluster.id if cluster else None,

@@ -30,6 +30,23 @@ def ago(ts: datetime | None, now: datetime | None = None) -> str:
 
 
 @register.filter
+def span(seconds: float | None) -> str:
+    """A length of time as a person reads it: "45 s", "20 min", "3 h 20 min", "2 d 4 h"."""
+    if seconds is None:
+        return "–"
+    s = max(0, round(seconds))
+    if s < 120:
+        return f"{s} s"
+    if s < 2 * 3600:
+        return f"{s // 60} min"
+    if s < 2 * 86400:
+        h, m = divmod(s // 60, 60)
+        return f"{h} h {m} min" if m else f"{h} h"
+    d, h = divmod(s // 3600, 24)
+    return f"{d} d {h} h" if h else f"{d} d"
+
+
+@register.filter
 def json_script_fast(value: object, element_id: str) -> str:
     """Django's `json_script` (the same bytes: <, > and & as \\u escapes, so the JSON cannot
     end its script element), escaping with str.replace: json_script's str.translate looks up
