@@ -504,6 +504,11 @@ def _measure(fleet: dict, step_s: int, web: _Web) -> dict:
     today = partition_name("telemetry_gpusample", datetime.fromtimestamp(newest, UTC).date())
     out["partition_count_ms"] = _timed(sql(f'SELECT count(*) FROM "{today}"'), runs=1)
 
+    # Samples up to now again: the old statements above take a minute at 24 h, and a page or
+    # pass measured over stale data would measure less than a live one does.
+    newest = _topup(fleet, step_s)
+    minute = newest - newest % 60
+
     def stragglers():
         FailureEvent.objects.filter(kind="performance").delete()
         return stragglers_detect()

@@ -38,6 +38,10 @@ BUSY_UTIL_PCT_DEFAULT = 10.0  # VIGIL_BUSY_UTIL_PCT's default, for plain-data ca
 # Shown with the event: the rule is a ratio held for minutes, not a signature in a log, and
 # the same value as a cause told by a name alone (diagnosis.NAME_ONLY_CONFIDENCE).
 STRAGGLER_CONFIDENCE = 0.6
+# Minutes of the window a GPU may have no value in (no sample: a collector restart, a minute
+# the rollup has not folded yet) and still be judged on the rest: a fifth (2 of 10). Without
+# it one lost minute hid a straggler for a whole window; it still needs values in most.
+STRAGGLER_GAP_SHARE = 0.2
 
 
 def stragglers_find(
@@ -49,9 +53,10 @@ def stragglers_find(
 ) -> dict[Hashable, dict[str, list[tuple[float, float]]]]:
     """Plain data in, stragglers out: {gpu: {minute: {metric: mean}}} of one job's GPUs over
     `minutes` -> {gpu: {metric: [(value, median of the others), ...] per minute}} for each GPU
-    below `ratio` x the others' median in every minute, for some metric. A GPU-minute whose
-    IDLE_METRIC is under `busy_util_pct` takes no part (see IDLE_METRIC); one without it does.
-    """
+    below `ratio` x the others' median in every minute it has a value, for some metric; it may
+    lack a value (a gap: (None, None) in its trail) in up to STRAGGLER_GAP_SHARE of the
+    minutes. A GPU-minute whose IDLE_METRIC is under `busy_util_pct` takes no part (see
+    IDLE_METRIC), and ends the GPU's case; one without IDLE_METRIC does take part."""
     gpus = list(series)
     empty: dict[str, float | None] = {}
     grid = {
@@ -76,13 +81,19 @@ def _stragglers_grid(
         return out
     util = grid.get(IDLE_METRIC)
     idle = util < busy_util_pct if util is not None else np.zeros(some.shape, bool)  # NaN: no
+    gaps_allowed = int(STRAGGLER_GAP_SHARE * some.shape[1])
     for metric in STRAGGLER_METRICS:
+        gap = np.isnan(grid[metric]) & ~idle
         values = np.where(idle, np.nan, grid[metric])
         medians = _medians_without(values)
         with np.errstate(invalid="ignore"):
-            slow = ((values < ratio * medians) & (medians > 0)).all(axis=1)
+            below = (values < ratio * medians) & (medians > 0)
+        slow = (below | gap).all(axis=1) & (gap.sum(axis=1) <= gaps_allowed) & ~gap.all(axis=1)
         for k in np.flatnonzero(slow):
-            trail = [(float(v), float(m)) for v, m in zip(values[k], medians[k], strict=True)]
+            trail = [
+                (None, None) if g else (float(v), float(m))
+                for v, m, g in zip(values[k], medians[k], gap[k], strict=True)
+            ]
             out.setdefault(int(k), {})[metric] = trail
     return out
 
@@ -177,9 +188,10 @@ def stragglers_detect(now: datetime | None = None) -> int:
             }
             for metric, trail in metrics.items()
             for i, (value, median) in enumerate(trail)
+            if value is not None
         ]
         first_metric, trail = next(iter(metrics.items()))
-        share = statistics.fmean(v / m for v, m in trail)
+        share = statistics.fmean(v / m for v, m in trail if v is not None)
         now_ts = timezone.now()
         FailureEvent.objects.create(
             cluster_id=job.cluster_id,
