@@ -423,7 +423,16 @@ def _refresh_buffers(fleet: dict, minute: float) -> int:
         plan = cur.fetchone()[0]
         transaction.set_rollback(True)
     top = (plan[0] if isinstance(plan, list) else json.loads(plan)[0])["Plan"]
+    print(f"refresh plan, buffers by node: {json.dumps(list(_plan_buffers(top)))}", file=sys.stderr)
     return int(top["Shared Hit Blocks"] + top["Shared Read Blocks"])
+
+
+def _plan_buffers(node: dict, depth: int = 0) -> Iterator[str]:
+    """Each plan node's shared buffers (its children's included), as "type(relation) n"."""
+    name = node["Node Type"] + (f"({node['Relation Name']})" if "Relation Name" in node else "")
+    yield f"{'.' * depth}{name} {node['Shared Hit Blocks'] + node['Shared Read Blocks']}"
+    for child in node.get("Plans", []):
+        yield from _plan_buffers(child, depth + 1)
 
 
 def _settle() -> None:

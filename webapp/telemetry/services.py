@@ -175,6 +175,7 @@ WITH claimed AS (
     FROM claimed,
         unnest(gpu_ids) AS g,
         generate_series(lo, hi - interval '1 minute', interval '1 minute') AS m
+    ORDER BY 1, 2
 ), upserted AS (
     INSERT INTO telemetry_gpurollup1m AS r
         (gpu_id, minute, n, energy_mj_min, energy_mj_max, {_ROLLUP_COLS})
