@@ -460,8 +460,7 @@ def test_rollup_refresh_reads_only_the_partitions_of_its_minutes_by_index(node_t
     # A scan of each cell's range in the primary key, never a whole partition.
     assert {kind for kind, _ in sample_scans} <= {"Index Scan", "Index Only Scan"}
     # The cells are walked in key order: the loop over them takes them from a sort, so that
-    # neighbouring lookups share the indexes' pages (at 24 h of data, in hash order, a run
-    # took up to 1.65x a run at 1 h; bench/scale.py).
+    # neighbouring lookups share index pages.
     with connection.cursor() as cur:
         cur.execute(f"EXPLAIN (FORMAT JSON) {refresh}")
         plan = cur.fetchone()[0]

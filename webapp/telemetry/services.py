@@ -151,10 +151,9 @@ WHERE excluded.ts > l.ts
 #   - _ROLLUP_REFRESH claims them and reads each cell with its own index range scan of
 #     (gpu_id, ts) (a LATERAL subquery: a nested loop over the cells, never a hash join
 #     over a partition), and the span's constant bounds let the planner drop every
-#     partition outside it. The cells are walked in key order, so neighbouring lookups share
-#     the indexes' upper levels and leaves: in hash order each landed on a cold part of a
-#     day's index, and a run at 24 h of data took 1.4-1.65x one at 1 h (bench/scale.py) with
-#     only one more B-tree level of work; in key order both took the same.
+#     partition outside it. The cells are walked in key order, so that neighbouring lookups
+#     share index pages (bench/scale.py: 156-202 ms at 24 h of data in two runs, 161-222 ms
+#     in hash order in three).
 # Claim and recompute share one snapshot, and runs are serialized by an advisory lock, so a
 # batch committed later is simply picked up by the next run.
 _ROLLUP_PICK = """
