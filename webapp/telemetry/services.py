@@ -153,7 +153,7 @@ WHERE excluded.ts > l.ts
 #     over a partition), and the span's constant bounds let the planner drop every
 #     partition outside it. The cells are walked in key order, so that neighbouring lookups
 #     share index pages (bench/scale.py: 156-202 ms at 24 h of data in two runs, 161-222 ms
-#     in hash order in three).
+#     in hash order in four).
 # Claim and recompute share one snapshot, and runs are serialized by an advisory lock, so a
 # batch committed later is simply picked up by the next run.
 _ROLLUP_PICK = """
