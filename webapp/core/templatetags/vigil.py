@@ -30,19 +30,24 @@ def ago(ts: datetime | None, now: datetime | None = None) -> str:
 
 
 @register.filter
-def span(seconds: float | None) -> str:
-    """A length of time as a person reads it: "45 s", "20 min", "3 h 20 min", "2 d 4 h"."""
-    if seconds is None:
+def seconds(value: float | None) -> str:
+    """A duration for people: 0.4 s, 12 s, 3 min 5 s, 2 h 10 min, 3 d 4 h; '–' when unknown."""
+    if value is None:
         return "–"
-    s = max(0, round(seconds))
-    if s < 120:
-        return f"{s} s"
-    if s < 2 * 3600:
-        return f"{s // 60} min"
-    if s < 2 * 86400:
-        h, m = divmod(s // 60, 60)
+    value = max(0.0, float(value))
+    if value < 10:
+        return f"{value:.1f} s"
+    if value < 60:
+        return f"{value:.0f} s"
+    if value < 3600:
+        m, s = divmod(round(value), 60)
+        return f"{m} min {s} s" if s else f"{m} min"
+    if value < 2 * 86400:
+        h, rest = divmod(round(value), 3600)
+        m = rest // 60
         return f"{h} h {m} min" if m else f"{h} h"
-    d, h = divmod(s // 3600, 24)
+    d, rest = divmod(round(value), 86400)
+    h = rest // 3600
     return f"{d} d {h} h" if h else f"{d} d"
 
 

@@ -36,21 +36,3 @@ def shell(argv) -> str:
 @register.filter
 def action_title(action) -> str:
     return selectors.action_title(action)
-
-
-@register.filter
-def seconds(value: float | None) -> str:
-    """A duration for people: 0.4 s, 12 s, 3 min 5 s, 2 h 10 min; '–' when unknown."""
-    if value is None:
-        return "–"
-    value = float(value)
-    if value < 10:
-        return f"{value:.1f} s"
-    if value < 60:
-        return f"{value:.0f} s"
-    if value < 3600:
-        m, s = divmod(round(value), 60)
-        return f"{m} min {s} s" if s else f"{m} min"
-    h, rest = divmod(round(value), 3600)
-    m = rest // 60
-    return f"{h} h {m} min" if m else f"{h} h"
