@@ -11,17 +11,21 @@ straight into telemetry_gpusample (a bench: ingest's own cost is bench/ingest.py
 rollups_refresh, in one statement); the latest-values table and the RollupDirty rows of the
 current minutes are filled as ingest fills them.
 
-First 1 h of samples, then the rest back to --hours; each time, and each figure the median of
-three runs:
+A day of Vigil as it runs: first 1 h of samples, measured; then the rest back to --hours,
+and compaction run as its beat task runs it (every hour past VIGIL_COMPACT_AFTER_HOURS
+packed, for the whole fleet), measured again. Each figure is the median of three runs:
   - latest_sql_ms: the query of gpus_latest() (the latest-values table), against
     latest_old_sql_ms: the query it replaced (DISTINCT ON over the raw samples of the stale
-    window); latest_ms: gpus_latest() whole (its Python objects too);
+    window; at 1 h); latest_ms: gpus_latest() whole (its Python objects too);
   - rollup_refresh_ms: rollups_refresh() of one 15 s round (a dirty row per node for one
     complete minute: a cell per GPU, each folding a minute of samples; the median of five,
-    each of another of the newest minutes), against rollup_refresh_old_ms: the statement it replaced on the same dirty rows;
-    rollup_refresh_buffers: the shared buffers its statement touches (EXPLAIN ANALYZE
-    BUFFERS), the work done, which must not grow with the data; partition_count_ms: a plain
-    count(*) of today's partition;
+    each of another of the newest minutes); rollup_refresh_buffers: the shared buffers its
+    statement touches (EXPLAIN ANALYZE BUFFERS), the work done, which must not grow with the
+    data;
+  - the same two over --hours of raw samples, before compaction, as a site with compaction
+    off or a day behind would run (suffix _raw_day), with rollup_refresh_old_ms (the
+    statement the refresh replaced, on the same dirty rows) and partition_count_ms (a plain
+    count(*) of today's partition), which grow with the raw data (also at 1 h: suffix _1h);
   - stragglers_ms: stragglers_detect(), against stragglers_read_ms: its rollup read alone
     (stragglers_found: 1, the straggler and not the spare);
   - pages through a real HTTP server: gunicorn, 3 sync workers (as docker-compose.yml runs
@@ -32,16 +36,16 @@ three runs:
     (?range=1d, the rollup); job_page_ms, the page of the job of job_gpus (2,048) GPUs;
     metrics_ms, /metrics with its bearer key.
 Storage (issue 17 item 6): bytes_per_sample_raw (pg_total_relation_size of the raw
-partitions over their rows), bytes_per_gpu_hour_rollup (the same of the 1-minute rollup, per
-60 of its rows) and bytes_per_sample_compacted (the same of the packed table,
-after packing every hour past the compaction horizon of --compact-gpus GPUs: a subset, since
-packing the whole fleet's hours would dominate the bench's time), with the packing's CPU per
-sample, a read of energy_mj and power_w over those hours through gpu_samples() and a scan of
-them through samples_relation() (what SQL readers pay), raw (before) and packed (after).
-After each bulk copy the sample and rollup tables are VACUUM ANALYZEd, as autovacuum would
-have left them, so that no autovacuum of the copied rows competes with the measurements.
-"Cost independent of the data kept" reads as: each figure at --hours within noise of its 1 h
-figure, while the old queries and the count grow with the data. Last line: JSON.
+partitions over their rows, before compaction), bytes_per_gpu_hour_rollup (the same of the
+1-minute rollup, per 60 of its rows) and bytes_per_sample_compacted (the same of the packed
+table after compaction), with compaction's wall time and CPU per sample, and a read of
+energy_mj and power_w of --read-gpus GPUs over the packed hours through gpu_samples() and a
+scan of them through samples_relation() (what SQL readers pay), raw (before) and packed
+(after). After each bulk copy, and after compaction, the sample and rollup tables are
+VACUUM ANALYZEd, as autovacuum would have left them, so that no autovacuum competes with the
+measurements. "Cost independent of the data kept" reads as: each figure at --hours within
+noise of its 1 h figure, while the old queries and the count grow with the data. Last line:
+JSON.
 """
 
 from __future__ import annotations
@@ -124,10 +128,10 @@ def main() -> None:
     parser.add_argument("--hours", type=float, default=4.0)
     parser.add_argument("--step-s", type=int, default=15, help="seconds between samples")
     parser.add_argument(
-        "--compact-gpus",
+        "--read-gpus",
         type=int,
         default=512,
-        help="GPUs whose hours past the compaction horizon are packed to measure its bytes",
+        help="GPUs whose hours past the compaction horizon are read before and after packing",
     )
     args = parser.parse_args()
     if args.gpus < sum(BIG_JOBS) + SMALL_JOB or args.gpus % GPUS_PER_NODE:
@@ -167,16 +171,21 @@ def main() -> None:
             print(f"1 h: {json.dumps(at_1h)}", file=sys.stderr)
             _copy(fleet, end - args.hours * 3600, end - 3600, args.step_s)
             _settle()
-            at_full = _measure(fleet, args.step_s, web)
+            # The raw day as compaction would find it if it were off or a day behind: the
+            # refresh and the statements it replaced over --hours of raw samples.
+            at_raw = _refresh_figures(fleet, _topup(fleet, args.step_s), old=True)
+            print(f"{args.hours} h raw: {json.dumps(at_raw)}", file=sys.stderr)
+            storage = _storage(fleet, args.read_gpus)
+            print(f"storage: {json.dumps(storage)}", file=sys.stderr)
+            _settle()
+            at_full = _measure(fleet, args.step_s, web, old=False)
             print(f"{args.hours} h: {json.dumps(at_full)}", file=sys.stderr)
-        storage = _storage(fleet, args.compact_gpus)
-        print(f"storage: {json.dumps(storage)}", file=sys.stderr)
         result = {
             "gpus": args.gpus,
             "hours": args.hours,
             "step_s": args.step_s,
-            "samples": _count(),
             **{f"{k}_1h": v for k, v in at_1h.items()},
+            **{f"{k}_raw_day": v for k, v in at_raw.items()},
             **at_full,
             **storage,
             "bench_s": round(time.perf_counter() - started),
@@ -457,41 +466,33 @@ def _timed(fn, runs: int = 3) -> float:
     return round(statistics.median(times), 1)
 
 
-def _measure(fleet: dict, step_s: int, web: _Web) -> dict:
-    from django.conf import settings
+def _sql(statement: str, params: list | None = None):
+    """A call that runs the statement and fetches its rows."""
+    from django.db import connection
+
+    def run():
+        with connection.cursor() as cur:
+            cur.execute(statement, params or [])
+            cur.fetchall()
+
+    return run
+
+
+def _refresh_figures(fleet: dict, newest: float, *, old: bool) -> dict:
+    """The rollup refresh below `newest`; `old`: the statement it replaced, and a count of
+    the day's partition, too.
+
+    Each refresh folds one complete minute (a dirty row per node: a cell per GPU, each a
+    whole minute of samples), a different one each time, newest first, as the beat folds
+    each minute a few times and then never again: the current minute would hold one to four
+    samples a cell by where in the minute the bench stands, and refolding one minute over
+    and over lengthens its rows' update chains."""
     from django.db import connection, transaction
 
-    from webapp.failures.models import FailureEvent
-    from webapp.failures.stragglers import IDLE_METRIC, STRAGGLER_METRICS, stragglers_detect
-    from webapp.jobs.models import JobAllocation
     from webapp.telemetry.partitions import partition_name
-    from webapp.telemetry.selectors import gpus_latest, gpus_minute_grid, latest_sql
     from webapp.telemetry.services import rollups_refresh
 
-    newest = _topup(fleet, step_s)
     minute = newest - newest % 60
-    stale = settings.VIGIL_STALE_AFTER_S
-    out: dict = {}
-
-    def sql(statement: str, params: list | None = None):
-        def run():
-            with connection.cursor() as cur:
-                cur.execute(statement, params or [])
-                cur.fetchall()
-
-        return run
-
-    # The query alone (fetched, no Python objects), then gpus_latest() whole.
-    out["latest_sql_ms"] = _timed(sql(latest_sql(), [stale]))
-    out["latest_old_sql_ms"] = _timed(sql(_old_latest_sql(), [stale]))
-    out["latest_ms"] = _timed(gpus_latest)
-    fresh = sum(g.ts is not None for g in gpus_latest())
-
-    # Each refresh folds one complete minute (a dirty row per node: a cell per GPU, each a
-    # whole minute of samples), a different one each time, newest first, as the beat folds
-    # each minute a few times and then never again: the current minute would hold one to four
-    # samples a cell by where in the minute the bench stands, and refolding one minute over
-    # and over lengthens its rows' update chains.
     done = [minute - 60 * k for k in range(1, 10)]
 
     def refresh_new(at: float) -> float:
@@ -507,11 +508,40 @@ def _measure(fleet: dict, step_s: int, web: _Web) -> dict:
             cur.execute(_old_refresh_sql())
         return time.perf_counter() - t0
 
-    out["rollup_refresh_ms"] = round(statistics.median(map(refresh_new, done[:5])) * 1000, 1)
-    out["rollup_refresh_buffers"] = _refresh_buffers(fleet, done[5])
-    out["rollup_refresh_old_ms"] = round(statistics.median(map(refresh_old, done[6:])) * 1000, 1)
-    today = partition_name("telemetry_gpusample", datetime.fromtimestamp(newest, UTC).date())
-    out["partition_count_ms"] = _timed(sql(f'SELECT count(*) FROM "{today}"'), runs=1)
+    out = {
+        "rollup_refresh_ms": round(statistics.median(map(refresh_new, done[:5])) * 1000, 1),
+        "rollup_refresh_buffers": _refresh_buffers(fleet, done[5]),
+    }
+    if old:
+        out["rollup_refresh_old_ms"] = round(
+            statistics.median(map(refresh_old, done[6:])) * 1000, 1
+        )
+        today = partition_name("telemetry_gpusample", datetime.fromtimestamp(newest, UTC).date())
+        out["partition_count_ms"] = _timed(_sql(f'SELECT count(*) FROM "{today}"'), runs=1)
+    return out
+
+
+def _measure(fleet: dict, step_s: int, web: _Web, *, old: bool = True) -> dict:
+    """Every figure over the data as it stands; `old`: the replaced statements too."""
+    from django.conf import settings
+
+    from webapp.failures.models import FailureEvent
+    from webapp.failures.stragglers import IDLE_METRIC, STRAGGLER_METRICS, stragglers_detect
+    from webapp.jobs.models import JobAllocation
+    from webapp.telemetry.selectors import gpus_latest, gpus_minute_grid, latest_sql
+
+    newest = _topup(fleet, step_s)
+    stale = settings.VIGIL_STALE_AFTER_S
+    out: dict = {}
+
+    # The query alone (fetched, no Python objects), then gpus_latest() whole.
+    out["latest_sql_ms"] = _timed(_sql(latest_sql(), [stale]))
+    if old:
+        out["latest_old_sql_ms"] = _timed(_sql(_old_latest_sql(), [stale]))
+    out["latest_ms"] = _timed(gpus_latest)
+    fresh = sum(g.ts is not None for g in gpus_latest())
+
+    out.update(_refresh_figures(fleet, newest, old=old))
 
     # Samples up to now again: the old statements above take a minute at 24 h, and a page or
     # pass measured over stale data would measure less than a live one does.
@@ -544,7 +574,7 @@ def _measure(fleet: dict, step_s: int, web: _Web) -> dict:
     out["job_page_ms"], _ = web.timed(f"/jobs/{fleet['job']}/")
     out["job_gpus"] = fleet["job_gpus"]
     out["gpus_fresh"] = fresh
-    out["samples"] = _count()
+    out["samples"] = _count() + _count_packed()
     return out
 
 
@@ -561,14 +591,16 @@ def _table_bytes(table: str) -> int:
         return int(cur.fetchone()[0])
 
 
-def _storage(fleet: dict, compact_gpus: int) -> dict:
-    """Bytes per GPU sample raw (the whole fleet's raw partitions), then compacted: every hour
-    past the compaction horizon of the first `compact_gpus` GPUs packed (the packed table then
-    holds only theirs), with the compaction's CPU time and a read of those hours' energy_mj
-    and power_w through gpu_samples() before (raw) and after (packed)."""
+def _storage(fleet: dict, read_gpus: int) -> dict:
+    """Bytes per GPU sample raw (the whole fleet's raw partitions); then compaction as its
+    beat task does it (`samples_compact`, run after run until no hour past the horizon is
+    left raw: every GPU of the fleet), with its CPU per sample; then bytes per compacted
+    sample. A read of energy_mj and power_w of the first `read_gpus` GPUs over the packed
+    hours, through gpu_samples() and through samples_relation(), before (raw) and after
+    (packed)."""
     from django.db import connection
 
-    from webapp.telemetry.compaction import compact_horizon, gpu_hours_compact
+    from webapp.telemetry.compaction import compact_horizon, samples_compact
     from webapp.telemetry.samples import gpu_samples, samples_relation
 
     first = datetime.fromtimestamp(fleet["first_copied"], UTC)
@@ -581,17 +613,12 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
     out["bytes_per_gpu_hour_rollup"] = round(
         _table_bytes("telemetry_gpurollup1m") / max(cells, 1) * 60
     )
-    gpus = sorted(fleet["gpu_ids"])[:compact_gpus]
-    horizon = compact_horizon()
-    hour = first.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    hours = []
-    while hour + timedelta(hours=1) <= horizon:
-        hours.append(hour)
-        hour += timedelta(hours=1)
-    if not hours:
-        return {**out, "bytes_per_sample_compacted": None}
+    gpus = sorted(fleet["gpu_ids"])[:read_gpus]
+    lo = first.replace(minute=0, second=0, microsecond=0)
+    hi = compact_horizon()
+    if hi <= lo:
+        return {**out, "bytes_per_sample_compacted": None, "compacted_samples": 0}
     fields = ("energy_mj", "power_w")
-    lo, hi = hours[0], hours[-1] + timedelta(hours=1)
 
     def sql_read() -> None:
         # What a SQL reader pays (job page, characterization): the relation, then a scan.
@@ -602,22 +629,29 @@ def _storage(fleet: dict, compact_gpus: int) -> dict:
 
     read_raw = _timed(lambda: gpu_samples(gpus, lo, hi, fields))
     sql_raw = _timed(sql_read)
-    moved, cpu = 0, 0.0
-    for hour in hours:
-        t0 = time.process_time()
-        moved += gpu_hours_compact(gpus, hour)
-        cpu += time.process_time() - t0
+    moved, runs, t0, cpu0 = 0, 0, time.perf_counter(), time.process_time()
+    while True:
+        report = samples_compact()
+        moved += report["samples"]
+        runs += 1
+        if not report["chunks"] and not report["raw_days_truncated"]:
+            break
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
     with connection.cursor() as cur:
-        cur.execute("SELECT sum(n) FROM telemetry_gpusamplepacked")
-        packed = int(cur.fetchone()[0])
+        cur.execute("SELECT coalesce(sum(n), 0), count(*) FROM telemetry_gpusamplepacked")
+        packed, gpu_hours = map(int, cur.fetchone())
     read_packed = _timed(lambda: gpu_samples(gpus, lo, hi, fields))
     sql_packed = _timed(sql_read)
     return {
         **out,
         "bytes_per_sample_compacted": round(_table_bytes("telemetry_gpusamplepacked") / packed, 1),
         "compacted_samples": packed,
-        "compacted_gpu_hours": len(gpus) * len(hours),
+        "compacted_gpu_hours": gpu_hours,
+        "compact_runs": runs,
+        "compact_s": round(wall),
         "compact_us_per_sample": round(cpu / max(moved, 1) * 1e6, 2),
+        "raw_samples_left": _count(),
+        "read_gpus": len(gpus),
         "read_energy_raw_ms": read_raw,
         "read_energy_packed_ms": read_packed,
         "sql_read_raw_ms": sql_raw,
@@ -739,6 +773,15 @@ def _count() -> int:
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM telemetry_gpusample")
         return cur.fetchone()[0]
+
+
+def _count_packed() -> int:
+    """Samples held in packed GPU-hours."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT coalesce(sum(n), 0) FROM telemetry_gpusamplepacked")
+        return int(cur.fetchone()[0])
 
 
 if __name__ == "__main__":

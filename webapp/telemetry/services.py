@@ -152,8 +152,8 @@ WHERE excluded.ts > l.ts
 #     (gpu_id, ts) (a LATERAL subquery: a nested loop over the cells, never a hash join
 #     over a partition), and the span's constant bounds let the planner drop every
 #     partition outside it. The cells are walked in key order, so that neighbouring lookups
-#     share index pages (bench/scale.py: 156-202 ms at 24 h of data in two runs, 161-222 ms
-#     in hash order in four).
+#     share index pages (bench/scale.py: 156-202 ms at 24 h of raw data in two runs, 161-222
+#     ms in hash order in four; 163 ms at 24 h as compaction leaves it, 114 ms at 1 h).
 # Claim and recompute share one snapshot, and runs are serialized by an advisory lock, so a
 # batch committed later is simply picked up by the next run.
 _ROLLUP_PICK = """
