@@ -67,6 +67,12 @@ app.conf.beat_schedule = {
         "task": "vigil.energy.send_monthly_reports",
         "schedule": crontab(minute=20),
     },
+    # CSV exports whose build task never reached a worker (broker down at commit, message
+    # lost, worker died mid-build) are sent again; the build claims its row, so once.
+    "energy-exports": {
+        "task": "vigil.energy.resend_exports",
+        "schedule": 60.0,
+    },
     "fleet-node-states": {
         "task": "vigil.fleet.mark_stale_nodes",
         "schedule": 30.0,

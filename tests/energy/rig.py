@@ -68,13 +68,13 @@ JOBS = (
 
 
 def start_time(now: datetime | None = None) -> datetime:
-    """Six whole hours in the past, all in one calendar month."""
+    """Six whole hours in the past, all in one UTC day (so in one calendar month): the daily
+    CSV and the month's report then see one day and one month whatever the hour of the run."""
     now = (now or timezone.now()).astimezone(UTC)
     end = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
     t0 = end - timedelta(hours=HOURS)
-    if t0.month != (end - timedelta(seconds=1)).month:
-        month_start = end.replace(day=1, hour=0)
-        t0 = month_start - timedelta(hours=HOURS + 1)
+    if t0.date() != (end - timedelta(seconds=1)).date():
+        t0 = end.replace(hour=0) - timedelta(hours=HOURS + 1)
     return t0
 
 

@@ -21,7 +21,14 @@ from tests.helpers import wait_for
 from webapp.energy.daily import DAILY_COLUMNS
 from webapp.energy.models import EnergyExport
 from webapp.energy.selectors import month_report
-from webapp.energy.services import EXPORT_STALE, export_build, export_csv, export_request
+from webapp.energy.services import (
+    EXPORT_STALE,
+    EXPORT_UNSENT,
+    export_build,
+    export_csv,
+    export_request,
+    exports_resend,
+)
 from webapp.energy.trends import IDLE_KEY
 
 
@@ -92,6 +99,24 @@ def test_an_export_left_running_by_a_dead_worker_is_built_when_its_task_comes_ag
     assert export_build(busy.pk) is None  # another worker is building it now
     done = export_build(lost.pk)
     assert done.status == "done" and done.rows > 0 and _rows(export_csv(done))
+
+
+def test_an_export_whose_task_was_lost_is_built_when_the_sweep_sends_it_again(
+    transactional_db, worker_factory
+):
+    built = build_rig()
+    # Rows whose task never reached the broker (it was down when the request committed).
+    lost = EnergyExport.objects.create(cluster=built["cluster"], month=built["month"])
+    EnergyExport.objects.filter(pk=lost.pk).update(
+        created_at=timezone.now() - EXPORT_UNSENT - timedelta(seconds=30)
+    )
+    recent = EnergyExport.objects.create(cluster=built["cluster"], month=built["month"])
+    worker_factory()
+    assert exports_resend() == 1  # the recent one's own task may still be on its way
+    assert wait_for(lambda: EnergyExport.objects.get(pk=lost.pk).status == "done", timeout=60)
+    assert EnergyExport.objects.get(pk=lost.pk).rows > 0
+    assert EnergyExport.objects.get(pk=recent.pk).status == "pending"
+    assert exports_resend() == 0  # a built export is not sent again
 
 
 def test_an_empty_month_fails_with_the_reason_and_a_pending_one_is_not_served(

@@ -589,6 +589,29 @@ def export_request(cluster: Cluster, month: str, user=None) -> EnergyExport:
 BUILD_EXPORT_TASK = "vigil.energy.build_export"  # tasks.build_export
 # A running export older than this was left by a worker that died.
 EXPORT_STALE = timedelta(minutes=10)
+# A pending export older than this lost its task (the broker was down at commit, or the
+# message was lost): the sweep sends it again. Builds take under a second, so a pending row
+# of two minutes has waited on a busy queue at worst, and its second task then builds nothing.
+EXPORT_UNSENT = timedelta(minutes=2)
+EXPORTS_RESENT_PER_RUN = 100
+
+
+def exports_resend(now: datetime | None = None) -> int:
+    """Send the build task again for exports pending past EXPORT_UNSENT or left running past
+    EXPORT_STALE, oldest first, at most EXPORTS_RESENT_PER_RUN a run. Safe to repeat: the
+    build claims its row. Returns how many were sent."""
+    now = now or timezone.now()
+    lost = Q(status=EnergyExport.Status.PENDING, created_at__lt=now - EXPORT_UNSENT) | Q(
+        status=EnergyExport.Status.RUNNING, started_at__lt=now - EXPORT_STALE
+    )
+    ids = list(
+        EnergyExport.objects.filter(lost)
+        .order_by("created_at", "id")
+        .values_list("id", flat=True)[:EXPORTS_RESENT_PER_RUN]
+    )
+    for export_id in ids:
+        app.send_task(BUILD_EXPORT_TASK, args=[export_id])
+    return len(ids)
 
 
 def export_download_url(export: EnergyExport) -> str:

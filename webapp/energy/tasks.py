@@ -11,6 +11,7 @@ from webapp.energy.services import (
     energy_reports_due,
     energy_rollups_refresh,
     export_build,
+    exports_resend,
 )
 
 
@@ -29,3 +30,9 @@ def build_export(export_id: int) -> str | None:
     """Build one CSV export; the row is claimed, so a redelivered task builds nothing."""
     export = export_build(export_id)
     return None if export is None else export.status
+
+
+@shared_task(name="vigil.energy.resend_exports", ignore_result=True)
+def resend_exports() -> int:
+    """Exports whose build task was lost are sent again (beat, every minute)."""
+    return exports_resend()
