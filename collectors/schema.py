@@ -395,6 +395,8 @@ class JobEventIn(_Wire):
     name: Text(max_length=256) = ""
     user: Text(max_length=128) = ""
     team: Text(max_length=128) = ""
+    # What the job's energy and GPU-hours are charged to (Slurm: the job's account, -A).
+    project: Text(max_length=128) = ""
     partition: Text(max_length=128) = ""
     qos: Text(max_length=128) = ""
     comment: Text(max_length=1024) = ""

@@ -41,6 +41,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+import re
 import time
 from collections.abc import Callable
 
@@ -76,6 +77,13 @@ from collectors.schema import (
 )
 from collectors.watchers.joblogs import is_trigger, message_of
 from collectors.watchers.nodeevents import NodeEvents
+
+
+def job_project(name: str) -> str:
+    """The project a simulated job is charged to: the model its name works on (`llm-7b` for
+    `sft-7b-chat`), or the shared `platform` for tooling jobs (debug, data, conversions)."""
+    m = re.search(r"-(\d+b)(?:-|$)", name)
+    return f"llm-{m.group(1)}" if m else "platform"
 
 
 class ClusterJobs:
@@ -226,6 +234,7 @@ class ClusterJobs:
                 name=job.name,
                 user=job.user,
                 team=TEAMS.get(job.user, job.job_type),
+                project=job_project(job.name),
                 partition="pretrain" if job.lane else "llm",
                 qos="low" if job.job_type == "eval" else "normal",
                 job_type=job.job_type,  # type: ignore[arg-type]

@@ -272,7 +272,8 @@ class SlurmWatcher:
         known = self.jobs.setdefault(job.job_id, _Known())
         known.last_seen = now
         info = known.info
-        for key, limit in (("name", 256), ("user", 128), ("partition", 128), ("qos", 128)):
+        limits = (("name", 256), ("user", 128), ("partition", 128), ("qos", 128), ("project", 128))
+        for key, limit in limits:
             value = getattr(job, key)
             if value:
                 info[key] = value[:limit]

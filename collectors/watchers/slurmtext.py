@@ -46,6 +46,7 @@ SQUEUE_FIELDS = (
     "NumNodes",
     "NodeList",
     "Comment",
+    "Account",
 )
 
 # Slurm job states (squeue(1) "JOB STATE CODES") grouped by what they mean for Vigil.
@@ -220,6 +221,7 @@ class SlurmJob:
     partition: str = ""
     qos: str = ""
     comment: str = ""
+    project: str = ""  # the account (-A)
     submit_ts: float | None = None
     start_ts: float | None = None
     end_ts: float | None = None
@@ -261,6 +263,7 @@ def parse_squeue(text: str) -> list[SlurmJob]:
                 partition=slurm_null(f["Partition"]),
                 qos=slurm_null(f["QOS"]),
                 comment=slurm_null(f["Comment"]),
+                project=slurm_null(f["Account"]),
                 submit_ts=parse_time(f["SubmitTime"]),
                 start_ts=parse_time(f["StartTime"]),
                 end_ts=parse_time(f["EndTime"]),
@@ -301,6 +304,7 @@ def parse_scontrol_job(text: str) -> SlurmJob:
         partition=slurm_null(fields.get("Partition")),
         qos=slurm_null(fields.get("QOS")),
         comment=slurm_null(fields.get("Comment")),
+        project=slurm_null(fields.get("Account")),
         submit_ts=parse_time(fields.get("SubmitTime")),
         start_ts=parse_time(fields.get("StartTime")),
         end_ts=parse_time(fields.get("EndTime")),
@@ -325,6 +329,7 @@ def parse_jobcomp_line(line: str) -> SlurmJob | None:
         user=user_name(kv.get("UserId", "")),
         partition=slurm_null(kv.get("Partition")),
         qos=slurm_null(kv.get("QOS")),
+        project=slurm_null(kv.get("Account")),
         submit_ts=parse_time(kv.get("SubmitTime")),
         start_ts=parse_time(kv.get("StartTime")),
         end_ts=parse_time(kv.get("EndTime")),

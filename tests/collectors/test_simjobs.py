@@ -95,6 +95,13 @@ def test_job_events_are_consistent():
         if e.kind == "started":
             assert sum(len(a.gpu_indices) for a in e.allocation) == e.gpus_requested
             assert e.start_ts >= e.submit_ts
+    # Each run is charged to the model it works on, tooling to the platform: the managers'
+    # energy CSV has a project per row.
+    projects = Counter((e.job_type, e.project) for e in ended)
+    assert {p for (t, p) in projects if t == "debug"} == {"platform"}
+    assert {p for (t, p) in projects if t == "pretrain"} <= {"llm-7b", "llm-20b", "llm-123b"}
+    assert {p for (t, p) in projects if t in ("eval", "sft")} <= {"llm-7b", "llm-20b", "llm-70b"}
+    assert len({p for (t, p) in projects if t == "eval"}) >= 2
 
 
 def test_evaluation_waits_longest_and_pretraining_hardly_at_all():

@@ -49,6 +49,7 @@ JobId=1 JobName=a|b
 SCONTROL_MULTINODE = """\
 JobId=77 JobName=pretrain-123b
    UserId=alice(1001) GroupId=llm(1001) MCS_label=N/A
+   Priority=4294901700 Nice=0 Account=llm-123b QOS=normal
    JobState=RUNNING Reason=None Dependency=(null)
    Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0
    SubmitTime=1795942800 EligibleTime=1795942800
@@ -105,6 +106,7 @@ def squeue_line(
     nodes="1",
     node_list="",
     comment="(null)",
+    account="(null)",
 ):
     cols = [
         job_id,
@@ -121,6 +123,7 @@ def squeue_line(
         nodes,
         node_list,
         comment,
+        account,
     ]
     return SEP.join(cols) + SEP + "\n"
 
@@ -165,9 +168,11 @@ def test_squeue_rows():
         node_list="gpu[1-2]",
         nodes="2",
         comment="ckpt 7b",
+        account="llm-7b",
     ) + squeue_line("2", "PENDING", per_node="N/A", per_job="gres:gpu:3")
     running, pending = parse_squeue(text)
     assert running.name == "a|b" and running.comment == "ckpt 7b" and running.qos == ""
+    assert running.project == "llm-7b" and pending.project == ""  # Slurm prints (null)
     assert running.start_ts == 1795942862.0 and running.end_ts is None
     assert running.gpus == 4 and running.nodes == 2 and running.node_list == ["gpu1", "gpu2"]
     assert pending.gpus == 3 and pending.start_ts is None and pending.node_list == []
@@ -185,6 +190,7 @@ def test_scontrol_allocation_per_node():
         ("gpu05", [0, 3, 5]),
     ]
     assert multi.gpus == 19 and multi.nodes == 3 and multi.user == "alice"
+    assert multi.project == "llm-123b" and job.project == ""
     failed = parse_scontrol_job(SCONTROL_FAILED)
     assert failed.exit_code == 1 and failed.allocation == [JobGpus(node="vm", gpu_indices=[])]
 
@@ -193,7 +199,7 @@ def test_jobcomp_records():
     cancelled, failed = (parse_jobcomp_line(line) for line in JOBCOMP.splitlines())
     assert cancelled.state == "CANCELLED" and cancelled.node_list == [] and cancelled.nodes == 0
     assert failed.name == "my job" and failed.exit_code == 1 and failed.gpus == 1
-    assert failed.node_list == ["vm"] and failed.user == "root"
+    assert failed.node_list == ["vm"] and failed.user == "root" and failed.project == ""
     assert failed.end_ts - failed.start_ts == 0 and failed.start_ts - failed.submit_ts == 3
     assert parse_jobcomp_line("garbage") is None
 

@@ -56,14 +56,23 @@ class JobSpec:
     start_h: float
     end_h: float
     checkpoint_h: float | None = None
+    project: str = ""
 
 
 JOBS = (
     JobSpec(
-        "1", "llm", "alice", "pretrain", "completed", (("a", 0), ("a", 1), ("a", 2), ("a", 3)), 0, 3
+        "1",
+        "llm",
+        "alice",
+        "pretrain",
+        "completed",
+        (("a", 0), ("a", 1), ("a", 2), ("a", 3)),
+        0,
+        3,
+        project="llm-7b",
     ),
-    JobSpec("2", "vision", "bob", "sft", "failed", (("b", 0), ("b", 1)), 1, 4, 3.5),
-    JobSpec("3", "vision", "carol", "eval", "cancelled", (("b", 2),), 0, 2),
+    JobSpec("2", "vision", "bob", "sft", "failed", (("b", 0), ("b", 1)), 1, 4, 3.5, "vit-ft"),
+    JobSpec("3", "vision", "carol", "eval", "cancelled", (("b", 2),), 0, 2),  # no project
 )
 
 
@@ -183,6 +192,7 @@ def build(t0: datetime) -> dict[str, Job]:
             name=f"job-{j.sid}",
             user=j.user,
             team=j.team,
+            project=j.project,
             job_type=j.job_type,
             state=j.state,
             submit_at=start,

@@ -61,7 +61,9 @@ def test_slurm_jobs_appear_start_and_end_in_vigil(
     events: list = []
     _poll_until(watcher, transport, events, lambda ev: True)  # learn the jobcomp position
 
-    ok = slurm_cluster.sbatch("--gres=gpu:2", "-J", "eval-humaneval", "--wrap", "sleep 3")
+    ok = slurm_cluster.sbatch(
+        "--gres=gpu:2", "-J", "eval-humaneval", "-A", "llm-7b", "--wrap", "sleep 3"
+    )
     bad = slurm_cluster.sbatch("--gres=gpu:1", "-J", "sft-broken", "--wrap", "exit 1")
     long = slurm_cluster.sbatch("--gres=gpu:1", "-J", "pretrain-7b", "--wrap", "sleep 300")
     _poll_until(watcher, transport, events, lambda ev: _has(ev, long, "started"))
@@ -91,6 +93,7 @@ def test_slurm_jobs_appear_start_and_end_in_vigil(
     assert jobs[long].state == "cancelled"
     assert jobs[ok].name == "eval-humaneval" and jobs[ok].gpus_requested == 2
     assert jobs[ok].user == "root" and jobs[ok].partition == "gpu"
+    assert jobs[ok].project == "llm-7b" and jobs[bad].project == ""  # the account, -A
     assert 2.0 <= jobs[ok].duration_s <= 10.0
     assert jobs[ok].submit_at <= jobs[ok].start_at < jobs[ok].end_at
 

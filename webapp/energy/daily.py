@@ -49,6 +49,7 @@ SELECT extract(epoch FROM e.hour)::bigint,
     CASE WHEN e.job_id IS NULL THEN %(idle)s
          WHEN j.id IS NULL THEN '(job deleted)'
          ELSE coalesce(nullif(j.team, ''), '(none)') END,
+    coalesce(j.project, ''),
     coalesce(j.job_type, ''),
     sum(e.counter_j), sum(e.counter_j + e.integrated_j + e.model_j), sum(e.covered_s),
     sum(CASE WHEN e.job_id IS NULL THEN e.counter_j + e.integrated_j + e.model_j
@@ -56,7 +57,7 @@ SELECT extract(epoch FROM e.hour)::bigint,
 FROM energy_jobenergyhour e
 LEFT JOIN jobs_job j ON j.id = e.job_id
 WHERE e.cluster_id = %(cluster)s AND e.hour >= %(lo)s AND e.hour < %(hi)s
-GROUP BY 1, 2, 3
+GROUP BY 1, 2, 3, 4
 """
 
 
@@ -76,7 +77,7 @@ def energy_daily_rows(cluster: Cluster, lo: datetime, hi: datetime) -> list[dict
         )
     n_hours = int(np.ceil((hi - lo) / HOUR))
     hour_idx = np.array([(r[0] - int(lo.timestamp())) // 3600 for r in rows], dtype=np.int64)
-    arr = np.array([r[3:] for r in rows], dtype=np.float64)
+    arr = np.array([r[4:] for r in rows], dtype=np.float64)
     counter_j, gpu_j, covered_s, idle_j = arr.T
     gpu_j_h = np.bincount(hour_idx, weights=gpu_j, minlength=n_hours)
     inputs, ipmi_h, _periods, series, _ms = hourly_inputs(
@@ -87,7 +88,7 @@ def energy_daily_rows(cluster: Cluster, lo: datetime, hi: datetime) -> list[dict
         per_j = np.where(inputs.gpu_j > 0, 1.0 / inputs.gpu_j, 0.0)
     share = gpu_j * per_j[hour_idx]
     day_of = hour_idx // 24
-    keys = [(int(d), r[1], r[2]) for d, r in zip(day_of, rows, strict=True)]
+    keys = [(int(d), r[1], r[2], r[3]) for d, r in zip(day_of, rows, strict=True)]
     uniq = sorted(set(keys))
     index = {k: i for i, k in enumerate(uniq)}
     inv = np.array([index[k] for k in keys], dtype=np.int64)
@@ -118,7 +119,7 @@ def energy_daily_rows(cluster: Cluster, lo: datetime, hi: datetime) -> list[dict
     tariff = settings.VIGIL_ENERGY_TARIFF_PER_KWH
     now = timezone.now()
     out = []
-    for i, (d, team, job_type) in enumerate(uniq):
+    for i, (d, team, project, job_type) in enumerate(uniq):
         it_kwh = ipmi_kwh[i] + model_kwh[i]
         out.append(
             {
@@ -126,7 +127,7 @@ def energy_daily_rows(cluster: Cluster, lo: datetime, hi: datetime) -> list[dict
                 "site": cluster.name,  # a cluster is one site (its PUE and grid zone)
                 "cluster": cluster.name,
                 "team": team,
-                "project": "",
+                "project": project,
                 "job_type": job_type,
                 "gpu_hours": float(gpu_h[i]),
                 "gpu_kwh": float(gpu_kwh[i]),

@@ -36,6 +36,8 @@ class Job(models.Model):
     name = models.CharField(max_length=256, blank=True, default="", db_default="")
     user = models.CharField(max_length=128, blank=True, default="")
     team = models.CharField(max_length=128, blank=True, default="", db_default="")
+    # What its energy and GPU-hours are charged to (Slurm: the account).
+    project = models.CharField(max_length=128, blank=True, default="", db_default="")
     partition = models.CharField(max_length=128, blank=True, default="", db_default="")
     qos = models.CharField(max_length=128, blank=True, default="", db_default="")
     comment = models.CharField(max_length=1024, blank=True, default="", db_default="")

@@ -64,7 +64,7 @@ _EVENT_RANK = {
     JobEventKind.ENDED: 3,
 }
 _CLOSING = (JobEventKind.REQUEUED, JobEventKind.ENDED)
-_METADATA = ("name", "user", "team", "partition", "qos", "comment")
+_METADATA = ("name", "user", "team", "project", "partition", "qos", "comment")
 
 
 def _state_rank(state: str) -> int:
