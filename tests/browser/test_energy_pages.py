@@ -1,4 +1,4 @@
-"""Energy pages in a real Chromium: the cluster's month draws its nine figures (the 12-month
+"""Energy pages in a real Chromium: the cluster's month draws its ten figures (the 12-month
 trends among them) and its tables, the daily CSV is asked for and its row appears, the printable
 report lays out as four A4 sheets (the fourth: trends) with its figures drawn; no console
 errors, no request leaves the server. Data: the energy rig (tests/energy/rig.py), committed."""
@@ -33,6 +33,7 @@ def test_energy_page_draws_figures_and_tables(
         "daily-co2",
         "power",
         "by-team",
+        "by-project",
         "by-type",
         "by-outcome",
         "trend-energy",
@@ -64,12 +65,15 @@ def test_energy_page_draws_figures_and_tables(
     page.screenshot(path=screenshot_dir / "energy-cluster.png", full_page=True)
     # Every breakdown table shows all its columns at the page's width (none cut off at the
     # right, none needing a scroll).
-    for card in ("team-table", "type-table", "outcome-table", "job-table"):
+    assert figures["by-project"]["points"] == 3  # llm-7b, vit-ft, (none)
+    assert page.locator("#project-table tbody tr").count() == 3
+    for card in ("team-table", "project-table", "type-table", "outcome-table", "job-table"):
         table = page.locator(f"#{card}")
         box, holder = table.evaluate("t => [t.scrollWidth, t.parentElement.clientWidth]")
         assert box <= holder, f"{card}: {box} px wide in {holder} px"
         assert table.locator("thead th").last.is_visible()
     page.locator("#types").screenshot(path=screenshot_dir / "energy-types.png")
+    page.locator("#projects").screenshot(path=screenshot_dir / "energy-projects.png")
     # The nav leads here, and the report link opens the printable report.
     assert page.locator("#nav-energy").count() == 1
     page.click("#report-link")

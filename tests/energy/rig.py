@@ -228,6 +228,7 @@ class Expected:
     idle_kwh: float
     wasted_kwh: float
     by_team: dict[str, float]
+    by_project: dict[str, float]
     by_type: dict[str, float]
     by_outcome: dict[str, float]
     lost_kwh: float
@@ -268,7 +269,7 @@ def expected(t0: datetime, lo: datetime, hi: datetime) -> Expected:
     def group(attr):
         out: dict[str, float] = {}
         for sid, e in by_job.items():
-            key = getattr(spec[sid], attr)
+            key = getattr(spec[sid], attr) or "(none)"
             out[key] = out.get(key, 0.0) + e
         return out
 
@@ -284,6 +285,7 @@ def expected(t0: datetime, lo: datetime, hi: datetime) -> Expected:
         idle_kwh=idle,
         wasted_kwh=wasted,
         by_team=group("team"),
+        by_project=group("project"),
         by_type=group("job_type"),
         by_outcome=group("state"),
         lost_kwh=lost,

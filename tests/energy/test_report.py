@@ -36,6 +36,10 @@ def test_report_numbers_equal_an_independent_computation(built):
         assert jobs[sid].gpu_kwh == pytest.approx(kwh, rel=REL)
         assert jobs[sid].gpu_hours == pytest.approx(exp.job_hours[sid], rel=REL)
     assert {line.key: line.gpu_kwh for line in r.by_team} == pytest.approx(exp.by_team, rel=REL)
+    assert {line.key: line.gpu_kwh for line in r.by_project} == pytest.approx(
+        exp.by_project, rel=REL
+    )
+    assert set(exp.by_project) == {"llm-7b", "vit-ft", "(none)"}
     assert {line.key: line.gpu_kwh for line in r.by_type} == pytest.approx(exp.by_type, rel=REL)
     assert {line.key: line.gpu_kwh for line in r.by_outcome} == pytest.approx(
         exp.by_outcome, rel=REL
@@ -68,7 +72,7 @@ def test_report_numbers_equal_an_independent_computation(built):
 
 def test_report_parts_add_up_to_its_totals(built):
     r = energy_report(built["cluster"], built["lo"], built["hi"])
-    for lines in (r.by_team, r.by_type, r.by_outcome, r.by_user):
+    for lines in (r.by_team, r.by_project, r.by_type, r.by_outcome, r.by_user):
         assert sum(x.gpu_kwh for x in lines) + r.idle_kwh == pytest.approx(r.gpu_kwh, rel=REL)
         assert sum(x.facility_kwh for x in lines) + r.idle_line.facility_kwh + (
             r.unattributed_facility_kwh

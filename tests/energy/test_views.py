@@ -55,6 +55,7 @@ def test_energy_page_shows_the_months_figures(outsider_client, built):
         "daily-co2",
         "power",
         "by-team",
+        "by-project",
         "by-type",
         "by-outcome",
         "trend-energy",
@@ -75,6 +76,9 @@ def test_csv_tables_hold_the_report_and_add_up(operator_client, built):
     teams = _csv(operator_client.get(reverse("energy_api:csv", args=["teams"]), q))
     assert {t["key"] for t in teams} == {"llm", "vision", "(no job: idle)"}
     assert sum(float(t["gpu_kwh"]) for t in teams) == pytest.approx(r.gpu_kwh)
+    projects = _csv(operator_client.get(reverse("energy_api:csv", args=["projects"]), q))
+    assert {t["key"] for t in projects} == {"llm-7b", "vit-ft", "(none)"}
+    assert sum(float(t["gpu_kwh"]) for t in projects) + r.idle_kwh == pytest.approx(r.gpu_kwh)
     jobs = _csv(operator_client.get(reverse("energy_api:csv", args=["jobs"]), q))
     assert [j["key"] for j in jobs] == [x.key for x in r.top_jobs]
     days = _csv(operator_client.get(reverse("energy_api:csv", args=["days"]), q))

@@ -222,7 +222,7 @@ CSV_HEADER = (
 
 
 def report_rows(r: EnergyReport, month: str) -> list[tuple]:
-    """The report as CSV rows: totals, then each breakdown (team, type, outcome, user, jobs)
+    """The report as CSV rows: totals, then each breakdown (team, project, type, outcome, user, jobs)
     and the idle GPUs; facility shares add up to 1 with the unattributed line."""
     name = r.cluster.name
     v = r.method_version
@@ -232,6 +232,7 @@ def report_rows(r: EnergyReport, month: str) -> list[tuple]:
     ]  # fmt: skip
     for section, lines in (
         ("team", r.by_team),
+        ("project", r.by_project),
         ("job_type", r.by_type),
         ("outcome", r.by_outcome),
         ("user", r.by_user),
@@ -344,6 +345,7 @@ def report_json(
         "totals": totals(r),
         "previous_month": totals(p),
         "by_team": lines(r.by_team),
+        "by_project": lines(r.by_project),
         "by_job_type": lines(r.by_type),
         "by_outcome": lines(r.by_outcome),
         "top_jobs": lines(r.top_jobs),

@@ -115,6 +115,7 @@ class EnergyReport:
     mean_gpu_power_w: float | None
     mean_power_limit_w: float | None
     by_team: list[Line]
+    by_project: list[Line]  # Slurm: the account; "(none)" for jobs without one
     by_type: list[Line]
     by_outcome: list[Line]
     by_user: list[Line]
@@ -305,6 +306,7 @@ def energy_report(
             "name",
             "user",
             "team",
+            "project",
             "job_type",
             "state",
             "start_at",
@@ -334,6 +336,7 @@ def energy_report(
     ones = [1] * len(known)
     cov_known = job_cov_h[known]
     by_team = _lines(keys("team"), sub, cov_known, ones, total_fac)
+    by_project = _lines(keys("project"), sub, cov_known, ones, total_fac)
     by_user = _lines(keys("user"), sub, cov_known, ones, total_fac)
     by_type = _lines(keys("job_type"), sub, cov_known, ones, total_fac)
     by_outcome = _lines(
@@ -462,6 +465,7 @@ def energy_report(
         mean_gpu_power_w=float(gpu_j.sum() / covered_s.sum()) if covered_s.sum() else None,
         mean_power_limit_w=limit,
         by_team=by_team,
+        by_project=by_project,
         by_type=by_type,
         by_outcome=by_outcome,
         by_user=by_user,

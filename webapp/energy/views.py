@@ -65,6 +65,7 @@ def energy_page(request: HttpRequest) -> HttpResponse:
 
 _TABLES = {
     "teams": "by_team",
+    "projects": "by_project",
     "job-types": "by_type",
     "outcomes": "by_outcome",
     "users": "by_user",
