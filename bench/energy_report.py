@@ -22,8 +22,9 @@ Measured:
     would be read instead once that lands);
   - max_rel_diff: the largest relative difference between the rollup's and the raw
     recomputation's figures of the raw span (total, idle, each team, job type and outcome).
-Also timed: trends_s (`energy_trends`, 12 months ending with the built one) and daily_csv_s
-(`energy_daily_rows`, the month's daily CSV rows). Last line: JSON with rollup_s, raw_s,
+Also timed: trends_s (`energy_trends`, 12 months ending with the built one), daily_csv_s
+(`energy_daily_rows`, the month's daily CSV rows) and metrics_totals_s (`energy_totals`, what
+/metrics' energy counters sum: every hour the rollup holds, here the one month). Last line: JSON with rollup_s, raw_s,
 raw_s_month_estimate, rebuild_s, trends_s, daily_csv_s, daily_csv_rows, max_rel_diff, gpus,
 rollup_rows, raw_rows, raw_hours. Goals: rollup_s < 1, max_rel_diff < 0.001.
 """
@@ -290,7 +291,7 @@ def main() -> None:
 
     from webapp.core import embedded
     from webapp.energy.daily import energy_daily_rows
-    from webapp.energy.selectors import energy_report
+    from webapp.energy.selectors import energy_report, energy_totals
     from webapp.energy.services import energy_rollups_rebuild
     from webapp.energy.trends import energy_trends
 
@@ -308,6 +309,8 @@ def main() -> None:
         # here, and eleven empty ones) and the daily CSV's rows.
         trends_s, _ = best(lambda: energy_trends(cluster, f"{MONTH_LO:%Y-%m}"), args.repeat)
         daily_s, daily = best(lambda: energy_daily_rows(cluster, MONTH_LO, now), args.repeat)
+        # /metrics' energy counters: every hour the rollup holds, summed again (a month here).
+        totals_s, _ = best(energy_totals, args.repeat)
         raw_s, raw = best(lambda: raw_figures(lo, hi), args.repeat)
         span = rollup_figures(energy_report(cluster, lo, hi, now=now))
         diffs = {
@@ -326,6 +329,7 @@ def main() -> None:
             "trends_s": round(trends_s, 3),
             "daily_csv_s": round(daily_s, 3),
             "daily_csv_rows": len(daily),
+            "metrics_totals_s": round(totals_s, 3),
             "max_rel_diff": float(f"{diffs[worst]:.3g}"),
             "gpus": args.gpus,
             "rollup_rows": built["rollup_rows"],
