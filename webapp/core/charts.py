@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 TEMPLATE = "plotly_white"
 
 # One colour per GPU index, so GPU 3 has one colour on every panel, and per job type:
@@ -24,3 +26,11 @@ GPU_COLOURS = (
 NO_DATA_COLOUR = "#b9bec7"
 ERROR_COLOUR = "#d62728"
 UTIL_COLOURSCALE = "Viridis"
+
+
+def plain(text: str) -> str:
+    """Text from outside (job ids and names, users, teams, projects, datasets) as a Plotly
+    label, hover text or legend name. Plotly reads <b>, <br>, <span style> and <a href> in
+    those as markup, so a team named `<a href=...>` would draw a link; escaped, Plotly shows
+    the text as written (it decodes the entities)."""
+    return html.escape(text, quote=False)

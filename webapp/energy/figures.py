@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from webapp.core.charts import GPU_COLOURS, NO_DATA_COLOUR, TEMPLATE
+from webapp.core.charts import GPU_COLOURS, NO_DATA_COLOUR, TEMPLATE, plain
 from webapp.energy.selectors import Day, EnergyReport, Line
 from webapp.energy.trends import IDLE_KEY, Trends
 
@@ -139,7 +139,7 @@ def breakdown_figure(lines: Sequence[Line], idle: Line | None, title: str) -> di
     fig = go.Figure(
         go.Bar(
             orientation="h",
-            y=[r.key for r in rows],
+            y=[plain(r.key) for r in rows],
             x=[r.facility_kwh for r in rows],
             customdata=[[r.share * 100, r.gpu_kwh] for r in rows],
             marker={
@@ -174,11 +174,13 @@ def _trend_bars(t: Trends, values: str, unit: str, digits: int) -> go.Figure:
     for i, team in enumerate(t.teams):
         fig.add_trace(
             go.Bar(
-                name=team,
+                name=plain(team),
                 x=months,
                 y=[getattr(m, values).get(team, 0.0) for m in t.months],
                 marker={"color": _team_colour(i, team)},
-                hovertemplate="%{x} " + team + ": %{y:,." + str(digits) + "f} " + unit
+                # The team by reference: written into the template, a name holding "%{"
+                # would be read as a placeholder.
+                hovertemplate="%{x} %{fullData.name}: %{y:,." + str(digits) + "f} " + unit
                 + "<extra></extra>",
             )
         )  # fmt: skip

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from webapp.core.charts import NO_DATA_COLOUR, TEMPLATE
+from webapp.core.charts import NO_DATA_COLOUR, TEMPLATE, plain
 
 # One colour per phase, the same on every figure (Plotly's qualitative palette): loading
 # orange, inference blue, metrics green, idle grey.
@@ -97,7 +97,7 @@ def gantt_figure(
                 name if shards == 1 else f"{name}[{shard}/{shards}]"
                 for name, shard, shards in job["datasets"]
             )
-            texts.append(f"{job['key']} ({job['kind']}): {trial or 'model copy'}")
+            texts.append(plain(f"{job['key']} ({job['kind']}): {trial or 'model copy'}"))
         if ys:
             fig.add_trace(
                 go.Bar(

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import plotly.graph_objects as go
 
-from webapp.core.charts import TEMPLATE
+from webapp.core.charts import TEMPLATE, plain
 from webapp.failures import taxonomy
 from webapp.failures.models import FailureEvent, GpuErrorEvent
 
@@ -46,7 +46,7 @@ def timeline_figure(rows: Sequence[tuple[FailureEvent, str, str]]) -> dict:
 
     rows: (failure, lane, url of its page). The url rides in customdata for click-through.
     """
-    lanes = sorted({lane for _, lane, _ in rows})
+    lanes = sorted({plain(lane) for _, lane, _ in rows})
     fig = go.Figure()
     for category, colour in CATEGORY_COLOURS.items():
         mine = [r for r in rows if _colour_key(r[0]) == category]
@@ -56,7 +56,7 @@ def timeline_figure(rows: Sequence[tuple[FailureEvent, str, str]]) -> dict:
             go.Scatter(
                 name=category or "pending",
                 x=[f.occurred_at.isoformat() for f, _, _ in mine],
-                y=[lane for _, lane, _ in mine],
+                y=[plain(lane) for _, lane, _ in mine],
                 mode="markers",
                 marker={"color": colour, "size": 12, "symbol": "diamond", "line": {"width": 0}},
                 customdata=[
