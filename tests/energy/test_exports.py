@@ -52,11 +52,12 @@ def test_daily_csv_rows_add_up_to_the_report(
     keys = [(x["day"], x["team"], x["project"], x["job_type"]) for x in rows]
     assert len(keys) == len(set(keys))
     assert {x["day"] for x in rows} == {f"{built['t0']:%Y-%m-%d}"}  # the rig's six hours
-    # Each job's project (Slurm: its account), none for a job without one or the idle GPUs.
+    # Each job's project (Slurm: its account), "(none)" as on the page for a job without one,
+    # empty for the idle GPUs (no job).
     assert {(x["team"], x["project"], x["job_type"]) for x in rows} == {
         ("llm", "llm-7b", "pretrain"),
         ("vision", "vit-ft", "sft"),
-        ("vision", "", "eval"),
+        ("vision", "(none)", "eval"),
         (IDLE_KEY, "", ""),
     }
     r, _ = month_report(built["cluster"], built["month"])

@@ -49,7 +49,7 @@ SELECT extract(epoch FROM e.hour)::bigint,
     CASE WHEN e.job_id IS NULL THEN %(idle)s
          WHEN j.id IS NULL THEN '(job deleted)'
          ELSE coalesce(nullif(j.team, ''), '(none)') END,
-    coalesce(j.project, ''),
+    CASE WHEN e.job_id IS NULL THEN '' ELSE coalesce(nullif(j.project, ''), '(none)') END,
     coalesce(j.job_type, ''),
     sum(e.counter_j), sum(e.counter_j + e.integrated_j + e.model_j), sum(e.covered_s),
     sum(CASE WHEN e.job_id IS NULL THEN e.counter_j + e.integrated_j + e.model_j

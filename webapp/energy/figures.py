@@ -133,19 +133,45 @@ def power_figure(days: Sequence[Day], limit_w: float | None) -> dict:
     return _done(fig, 260)
 
 
+# Bars a breakdown draws: past this, the smallest are one bar (a site has hundreds of Slurm
+# accounts; 28 px a bar, all of them would be a figure thousands of pixels tall). The table
+# beside it has 50 rows and the CSV all.
+BREAKDOWN_BARS = 15
+
+
+def _folded(lines: Sequence[Line]) -> list[Line]:
+    """`lines` (largest first) with all past the first BREAKDOWN_BARS - 1 summed into one."""
+    if len(lines) <= BREAKDOWN_BARS:
+        return list(lines)
+    head, rest = list(lines[: BREAKDOWN_BARS - 1]), lines[BREAKDOWN_BARS - 1 :]
+    other = Line(
+        f"{len(rest)} others",
+        *(sum(getattr(x, f) for x in rest) for f in _SUMMED),
+    )
+    return [*head, other]
+
+
+_SUMMED = (
+    "gpu_hours", "gpu_kwh", "facility_kwh", "co2e_location_kg", "co2e_market_kg", "share", "jobs"
+)  # fmt: skip
+
+
 def breakdown_figure(lines: Sequence[Line], idle: Line | None, title: str) -> dict:
-    """Facility kWh per team / type / outcome (horizontal bars), idle GPUs last."""
+    """Facility kWh per team / project / type / outcome (horizontal bars, the smallest folded
+    into one past BREAKDOWN_BARS), idle GPUs last."""
+    folded = len(lines) > BREAKDOWN_BARS
+    lines = _folded(lines)
     rows = [*lines, *([idle] if idle else [])]
+    colours = [ENERGY_COLOURS[0]] * len(lines) + [NO_DATA_COLOUR] * (len(rows) - len(lines))
+    if folded:
+        colours[len(lines) - 1] = ENERGY_COLOURS[1]  # the sum of the rest, lighter
     fig = go.Figure(
         go.Bar(
             orientation="h",
             y=[plain(r.key) for r in rows],
             x=[r.facility_kwh for r in rows],
             customdata=[[r.share * 100, r.gpu_kwh] for r in rows],
-            marker={
-                "color": [ENERGY_COLOURS[0]] * len(lines)
-                + [NO_DATA_COLOUR] * (len(rows) - len(lines))
-            },
+            marker={"color": colours},
             hovertemplate="%{y}: %{x:,.1f} kWh facility (%{customdata[0]:.1f}%), "
             "GPUs %{customdata[1]:,.1f} kWh<extra></extra>",
         )

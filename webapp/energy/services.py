@@ -596,14 +596,19 @@ EXPORT_UNSENT = timedelta(minutes=2)
 EXPORTS_RESENT_PER_RUN = 100
 
 
+def _export_lost_running(now: datetime) -> Q:
+    """Exports a worker claimed and died building (no build takes EXPORT_STALE)."""
+    return Q(status=EnergyExport.Status.RUNNING, started_at__lt=now - EXPORT_STALE)
+
+
 def exports_resend(now: datetime | None = None) -> int:
     """Send the build task again for exports pending past EXPORT_UNSENT or left running past
     EXPORT_STALE, oldest first, at most EXPORTS_RESENT_PER_RUN a run. Safe to repeat: the
     build claims its row. Returns how many were sent."""
     now = now or timezone.now()
-    lost = Q(status=EnergyExport.Status.PENDING, created_at__lt=now - EXPORT_UNSENT) | Q(
-        status=EnergyExport.Status.RUNNING, started_at__lt=now - EXPORT_STALE
-    )
+    lost = Q(
+        status=EnergyExport.Status.PENDING, created_at__lt=now - EXPORT_UNSENT
+    ) | _export_lost_running(now)
     ids = list(
         EnergyExport.objects.filter(lost)
         .order_by("created_at", "id")
@@ -628,9 +633,7 @@ def export_build(export_id: int) -> EnergyExport | None:
     now = timezone.now()
     # Pending, or left running by a worker that died (its task is redelivered): a month's
     # build takes under a second (bench/energy_report.py daily_csv_s), so EXPORT_STALE means lost.
-    claimable = Q(status=EnergyExport.Status.PENDING) | Q(
-        status=EnergyExport.Status.RUNNING, started_at__lt=now - EXPORT_STALE
-    )
+    claimable = Q(status=EnergyExport.Status.PENDING) | _export_lost_running(now)
     claimed = EnergyExport.objects.filter(claimable, pk=export_id).update(
         status=EnergyExport.Status.RUNNING, started_at=now
     )
