@@ -55,7 +55,7 @@ STDOUT_TOKEN = "not-set-stdout-only"
 # many rounds to a batch as make 10 minutes (20 at 30 s), within the schema's cap.
 HISTORY_STEP_S = 30.0
 HISTORY_BATCH_S = 600.0
-# The shortest step: NVML's power reading is a 1 s average on Ampere and newer (telemetry.md
+# The shortest step: NVML's power reading is a 1 s average on Ampere and newer (docs/telemetry.md
 # section 2), so rounds closer than that would repeat it.
 HISTORY_MIN_STEP_S = 1.0
 

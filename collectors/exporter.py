@@ -16,7 +16,7 @@ they are, and rate() works on them).
 
 `DCGM_FI_DEV_XID_ERRORS` is, as in DCGM (field 230), the last Xid code each GPU reported (0
 until one is), taken from the node-event batches the agent sends. Vigil itself keeps every
-Xid as an event (reference/telemetry.md section 4).
+Xid as an event (docs/telemetry.md section 4).
 
 Served by prometheus_client's own HTTP server in a thread, from a custom collector over the
 agent's latest reading, so a scrape never touches the GPU or waits on the sampling loop.
@@ -43,7 +43,7 @@ log = logging.getLogger("vigil.collector.exporter")
 LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"]
 
 # (DCGM field name, our column, divisor from our unit to DCGM's, counter?, help). Units:
-# reference/telemetry.md section 2; the framebuffer in whole MiB, as DCGM's int64 fields give
+# docs/telemetry.md section 2; the framebuffer in whole MiB, as DCGM's int64 fields give
 # it; help in dcgm-exporter's words where its page has them.
 FIELDS: tuple[tuple[str, str, int, bool, str], ...] = (
     ("DCGM_FI_DEV_SM_CLOCK", "sm_clock_mhz", 1, False, "SM clock frequency (in MHz)."),

@@ -48,7 +48,7 @@ SCHEMA_VERSION = 1
 INGEST_TASK = "vigil.telemetry.ingest_batch"
 INGEST_QUEUE = "ingest"
 
-# Largest int64 DCGM uses for "blank" (telemetry.md section 4); anything at or above it is a
+# Largest int64 DCGM uses for "blank" (docs/telemetry.md section 4); anything at or above it is a
 # sentinel and must be sent as null.
 DCGM_INT64_BLANK = 0x7FFFFFFFFFFFFFF0
 

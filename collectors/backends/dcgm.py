@@ -3,7 +3,7 @@
 For sites that already run NVIDIA's dcgm-exporter (Kubernetes GPU operator, Slurm with
 `--hpc-job-mapping-dir`): it has profiling metrics (SM / tensor / DRAM activity) on Ampere too,
 which NVML alone cannot give. Parsing is prometheus_client's. What this module adds
-(reference/telemetry.md sections 2, 4, 7):
+(docs/telemetry.md sections 2, 4, 7):
 - DCGM field names, old and new (`POWER_USAGE` / `BOARD_POWER_WATTS`, ...), to our columns,
   with units converted (MiB -> bytes);
 - DCGM's "blank" sentinels (int64 >= DCGM_INT64_BLANK, double >= DCGM_FP64_BLANK) -> null;

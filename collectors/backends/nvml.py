@@ -1,6 +1,6 @@
 """NVML source: the real pynvml wrappers, one wide row per GPU per round.
 
-Ground rules from reference/telemetry.md sections 1-4:
+Ground rules from docs/telemetry.md sections 1-4:
 - every call is probed once per GPU at start; what answers NOT_SUPPORTED (or is missing from
   the driver, or needs a permission we lack) is dropped from that GPU's capability mask and
   its columns stay null, never 0;
@@ -30,7 +30,7 @@ from collectors.schema import GpuInfo
 
 log = logging.getLogger("vigil.collector.nvml")
 
-# The GPU is gone until a reset or reboot (telemetry.md section 4).
+# The GPU is gone until a reset or reboot (docs/telemetry.md section 4).
 LOST_CODES = frozenset(
     {N.NVML_ERROR_GPU_IS_LOST, N.NVML_ERROR_RESET_REQUIRED, N.NVML_ERROR_GPU_NOT_FOUND}
 )
@@ -196,7 +196,7 @@ _FIELD_COLUMNS = {
 FIELD_IDS: tuple[int, ...] = (FIELD_MEM_TEMP, *_FIELD_COLUMNS, FIELD_PCIE_TX, FIELD_PCIE_RX)
 # PCIe throughput comes from the byte counters above, differenced between rounds, instead of
 # nvmlDeviceGetPcieThroughput, which blocks ~20 ms per call to sample (NVML API reference):
-# 2 calls x 8 GPUs would make one round take 320 ms against a 200 ms target (telemetry.md §3).
+# 2 calls x 8 GPUs would make one round take 320 ms against a 200 ms target (docs/telemetry.md §3).
 
 # GPM metric id -> column; GPM reports 0-100, the wire wants a 0-1 ratio (DCGM convention).
 GPM_METRICS: dict[int, str] = {

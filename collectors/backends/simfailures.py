@@ -1,11 +1,11 @@
 """Failure injection for the simulated jobs: a cause per failed job, and what it leaves behind.
 
 A simulated job that ends FAILED (collectors/backends/simjobs.py decides how many, at Acme's
-rates) gets one cause from failure-taxonomy.md, drawn with weights from Acme's failure table
-(Hu et al., NSDI '24, Table 3; reference/failure-taxonomy.md "Reference counts"): pretraining
+rates) gets one cause from docs/failure-taxonomy.md, drawn with weights from Acme's failure table
+(Hu et al., NSDI '24, Table 3; docs/failure-taxonomy.md "Reference counts"): pretraining
 runs mostly fail on infrastructure (NVLink, node failure, ECC, network), the other jobs mostly
 on script errors (TypeError, FileNotFoundError, KeyError, ImportError...) within minutes. The
-cause leaves the traces a real one does (failure-signatures.md):
+cause leaves the traces a real one does (docs/failure-signatures.md):
 
 - a GPU fault (Xid 79 / 74 / 48) is a GPU error event on one node, NCCL's 10-minute watchdog
   timeout (PyTorch's default) before the job dies, and then a watchdog window on EVERY node of
@@ -14,7 +14,7 @@ cause leaves the traces a real one does (failure-signatures.md):
   WARN, slurmstepd's OOM line), and watchdog/teardown lines from the other nodes of a
   multi-node job.
 
-The lines are shaped on the strings of failure-signatures.md, so the diagnosis engine
+The lines are shaped on the strings of docs/failure-signatures.md, so the diagnosis engine
 (webapp/failures/diagnosis/) finds the injected cause from them (tests/collectors/
 test_sim_failures.py checks it for every cause). Only a handful of ranks per node print, and
 each window is a few dozen lines: the demo's volume stays modest.
@@ -26,16 +26,16 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-NCCL_TIMEOUT_S = 600.0  # PyTorch's default NCCL timeout (failure-signatures.md section 2)
+NCCL_TIMEOUT_S = 600.0  # PyTorch's default NCCL timeout (docs/failure-signatures.md section 2)
 RANKS_SHOWN_PER_NODE = 2  # ranks whose lines appear in a node's window
 
 # (cause, weight for pretraining runs, weight for other jobs, Xid or None, exit code).
-# Weights: Acme Table 3 counts (failure-taxonomy.md): infrastructure NVLink 54, node failure
+# Weights: Acme Table 3 counts (docs/failure-taxonomy.md): infrastructure NVLink 54, node failure
 # 16, ECC 12, network 12, S3 10, NCCL timeout 6; framework 404 (OOM, dataloader, NaN,
 # library errors); script 1,890 (TypeError 620, FileNotFoundError 568, OSError 266, KeyError
 # 260, ImportError 111). Pretraining runs draw from infrastructure and framework only; the
 # other jobs from script, framework and the auxiliary-service failures (ConnectionError 147),
-# Kalos's evaluation jobs saw no GPU or NVLink fault (acme-workload.md section 7).
+# Kalos's evaluation jobs saw no GPU or NVLink fault (docs/acme-workload.md section 7).
 CAUSES: tuple[tuple[str, float, float, int | None, int], ...] = (
     ("gpu_nvlink", 54, 0, 74, -6),
     ("gpu_off_bus", 16, 0, 79, -6),
@@ -55,7 +55,7 @@ CAUSES: tuple[tuple[str, float, float, int | None, int], ...] = (
 HARDWARE_XID = {c: x for c, _, _, x, _ in CAUSES if x is not None}
 EXIT_CODE = {c: e for c, _, _, _, e in CAUSES}
 
-# Xid texts as the driver prints them (NVIDIA Xid catalog; failure-signatures.md section 1).
+# Xid texts as the driver prints them (NVIDIA Xid catalog; docs/failure-signatures.md section 1).
 XID_TEXT = {
     79: "GPU has fallen off the bus.",
     74: "NVLink: fatal error detected on link 3(0x10000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
@@ -114,7 +114,7 @@ def _progress(ctx: FailureContext, rank: int, n: int = 3) -> list[str]:
 
 
 def _watchdog(ctx: FailureContext, rank: int, seq: int, *, teardown: bool) -> list[str]:
-    """What PyTorch prints on one rank when NCCL's watchdog gives up (failure-signatures.md
+    """What PyTorch prints on one rank when NCCL's watchdog gives up (docs/failure-signatures.md
     section 2); the teardown lines are printed once per process group, here once per node."""
     ran = int(NCCL_TIMEOUT_S * 1000) + ctx.rng.randint(1, 999)
     work = (

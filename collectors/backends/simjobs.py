@@ -1,6 +1,6 @@
 """Simulated jobs for the simulated fleet: Acme's workload mix, scaled to a small cluster.
 
-Numbers from reference/acme-workload.md (Hu et al., NSDI '24, and AcmeTrace), sections 2-4:
+Numbers from docs/acme-workload.md (Hu et al., NSDI '24, and AcmeTrace), sections 2-4:
 evaluation jobs are most of the count and little of the GPU time, pretraining the opposite;
 about 40% of jobs fail (mostly at once: script errors), long pretraining runs end cancelled or
 failed far more often than completed; evaluation waits longest (low priority, submitted in

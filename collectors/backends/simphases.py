@@ -7,7 +7,7 @@ jitter). Nothing here keeps state: the level of a job at a time is drawn from a 
 job's key and the time, so every node agent that simulates one of the job's nodes, in this
 process or another, and every restart, computes the same phases for it.
 
-A straggler is the injected exception (failure-signatures.md section 8): one GPU of a
+A straggler is the injected exception (docs/failure-signatures.md section 8): one GPU of a
 multi-node job runs at reduced clocks from some point of the run to its end, as a GPU in
 hardware slowdown does, while its peers keep their pace; webapp/failures/stragglers.py should
 find it and only it.
@@ -28,7 +28,7 @@ SLOW_S, SLOW_WEIGHT = 600.0, 0.8
 FAST_S, FAST_WEIGHT = 60.0, 0.6
 
 # Share of multi-node job runs that get a straggler (our assumption: the OSDI'25 study in
-# failure-signatures.md section 8 finds 42.5% of jobs straggling for any reason; one slow GPU
+# docs/failure-signatures.md section 8 finds 42.5% of jobs straggling for any reason; one slow GPU
 # is one of several reasons, so we inject fewer).
 STRAGGLER_SHARE = 0.25
 # NVML's HwSlowdown reason "reduces the core clocks by a factor of 2 or more" (nvml.h,
@@ -36,7 +36,7 @@ STRAGGLER_SHARE = 0.25
 # the clock, because static and memory power stay (our assumption: 0.6 of its peers').
 STRAGGLER_CLOCK_RATIO = 0.5
 STRAGGLER_POWER_RATIO = 0.6
-HW_SLOWDOWN_REASON = 0x8  # clocks_event_reasons bit (telemetry.md section 2)
+HW_SLOWDOWN_REASON = 0x8  # clocks_event_reasons bit (docs/telemetry.md section 2)
 # The slowdown begins somewhere in the first part of the run and lasts to its end (a
 # fail-slow GPU stays slow until someone cordons it).
 STRAGGLER_ONSET = (0.1, 0.5)

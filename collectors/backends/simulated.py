@@ -73,7 +73,7 @@ POWER_LATENT_CORR = 0.95
 POWER_SALT = 0x9E37  # a job's power latent is drawn from its key with this mixed in
 
 SIM_NAMESPACE = uuid.UUID("7a1d9e52-3c4b-4f0e-9a8d-5b6c7d8e9f01")
-IDLE_REASON, POWER_CAP_REASON = 0x1, 0x4  # clocks_event_reasons bits (telemetry.md section 2)
+IDLE_REASON, POWER_CAP_REASON = 0x1, 0x4  # clocks_event_reasons bits (docs/telemetry.md section 2)
 CALIBRATION_FILE = "acme_calibration.json"
 
 

@@ -2,7 +2,7 @@
 types with their sizes, durations and final states, the mix per cluster, users and teams, and
 how a job's GPUs work over its life.
 
-Numbers from reference/acme-workload.md (Hu et al., NSDI '24, and AcmeTrace); values marked
+Numbers from docs/acme-workload.md (Hu et al., NSDI '24, and AcmeTrace); values marked
 "our assumption" have no published source.
 """
 
@@ -29,7 +29,7 @@ class TypeModel:
 
 
 # Pool types (everything but pretraining), Seren's. A type's share of GPU time over its share
-# of jobs fixes its GPU-seconds per job relative to evaluation's (acme-workload.md section 2:
+# of jobs fixes its GPU-seconds per job relative to evaluation's (docs/acme-workload.md section 2:
 # SFT 4.5x, MLLM 31x, debug 9.4x, other 5.4x); sizes and medians are our fit to that, with
 # evaluation under 4 GPUs and a few minutes (section 3: median job 2 min) and failed+cancelled
 # about 40-50% (section 4). Sigmas are kept moderate for the heavy types: a few dozen MLLM jobs
@@ -126,7 +126,7 @@ class SimJob:
     idle_gpus: int = 0  # the last `idle_gpus` of `held` never work
     idle_all: bool = False
     alloc: list[JobGpus] = field(default_factory=list)
-    cause: str | None = None  # of a FAILED job: a cause of failure-taxonomy.md
+    cause: str | None = None  # of a FAILED job: a cause of docs/failure-taxonomy.md
     culprit: int = 0  # the rank (position in `held`) the failure starts on
     # When the job really started. start_ts is what was reported, clipped to the simulator's
     # first round for the jobs already running then; the phases (loading, checkpoints) follow

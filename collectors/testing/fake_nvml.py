@@ -2,7 +2,7 @@
 
 pynvml resolves every C symbol through `pynvml._nvmlGetFunctionPointer(name)` and loads
 `libnvidia-ml.so.1` only while `pynvml.nvmlLib` is None (nvidia-ml-py 13.615.71; see
-reference/telemetry.md section 8). `FakeNvml.install()` sets `nvmlLib` to a dummy and swaps
+docs/telemetry.md section 8). `FakeNvml.install()` sets `nvmlLib` to a dummy and swaps
 the lookup for one returning the handlers below, which fill the ctypes `byref()` outputs from
 a fixture and return NVML status codes. So struct layouts, argument order and the mapping of
 status codes to `NVMLError_*` classes are exercised exactly as on a GPU host. These are

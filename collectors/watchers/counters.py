@@ -3,16 +3,16 @@
 No extra NVML call: the agent hands each round's wire rows to `observe()`, and an increase of
 an error counter since the GPU's previous row becomes one event with its `delta`:
 
-- `ecc_dbe_vol` -> ecc_dbe (uncorrectable: DCGM health FAIL, telemetry.md section 6);
+- `ecc_dbe_vol` -> ecc_dbe (uncorrectable: DCGM health FAIL, docs/telemetry.md section 6);
 - `ecc_sbe_vol` -> ecc_sbe (corrected: kept for the trend, Xid 92 is the driver's own alarm);
 - `remap_pending` / `remap_failure` flags going 0 -> 1 -> remap / remap_failure (a reset is
-  due / RMA candidate, telemetry.md section 5 "RMA rule");
+  due / RMA candidate, docs/telemetry.md section 5 "RMA rule");
 - `nvlink_replay` + `nvlink_recovery` increases -> nvlink; CRC flit/data counters only at
-  >= 100 errors/s (DCGM's NVLink health threshold, telemetry.md section 6: a few CRC errors
+  >= 100 errors/s (DCGM's NVLink health threshold, docs/telemetry.md section 6: a few CRC errors
   are normal link noise);
 - a GPU that had rows and has none now (the backend marks it lost) -> gpu_lost.
 
-A counter that goes down was reset (GPU reset clears volatile ECC counts, telemetry.md section
+A counter that goes down was reset (GPU reset clears volatile ECC counts, docs/telemetry.md section
 4): it becomes the new baseline, no event. The first row of a GPU is only a baseline, so a
 restarted agent does not report old errors again.
 """

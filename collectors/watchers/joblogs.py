@@ -65,7 +65,7 @@ LOCAL_SCAN_S = 2.0
 SLURMSTEPD_RE = re.compile(rb"^slurmstepd: \[(\d+)[.\]]")
 
 # Lowercase literals; a line containing one opens (or extends) a window. From the kinds of
-# line failure-signatures.md lists: Python, CUDA, NCCL, torchrun, kernel OOM, Slurm.
+# line docs/failure-signatures.md lists: Python, CUDA, NCCL, torchrun, kernel OOM, Slurm.
 TRIGGERS = (
     "traceback (most recent call last)",
     "error",
@@ -87,7 +87,7 @@ TRIGGERS = (
     "nvrm:",
 )
 # Prefixes lines carry before the message: [rank3]:, torchrun "[default0]:", srun --label
-# "3: ", host:pid:tid, and timestamps (failure-signatures.md: "allowing prefixes").
+# "3: ", host:pid:tid, and timestamps (docs/failure-signatures.md: "allowing prefixes").
 PREFIX_RE = re.compile(
     r"^(?:\s*(?:\[(?:rank\s*)?\d+\]:?|\[default\d+\]:|\d+:(?=\s)|[\w.-]+:\d+:\d+(?=\s)"
     r"|\[?\d{4}-\d\d-\d\d[ T][\d:.,]+\]?|\[[^\]]{0,40}\]))+\s?",

@@ -29,7 +29,7 @@ from collectors.schema import (
 
 log = logging.getLogger("vigil.collector.events")
 
-# failure-taxonomy.md "Ordering" step 2 and schema.GpuErrorEventIn: identical events within
+# docs/failure-taxonomy.md "Ordering" step 2 and schema.GpuErrorEventIn: identical events within
 # 5 s are one event with a count.
 COALESCE_S = 5.0
 

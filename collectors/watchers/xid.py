@@ -3,7 +3,7 @@
 At start every GPU the backend watches is registered for `nvmlEventTypeXidCriticalError` on one
 event set; each round drains the set with `nvmlEventSetWait_v2` (a short wait first, then
 none), so the sampling rhythm is kept. NVML only reports events that happen after
-registration, and Xids arriving between two waits may collapse into one (telemetry.md section
+registration, and Xids arriving between two waits may collapse into one (docs/telemetry.md section
 2, `xid` row): the kernel log (kernel.py) is the second, independent source. A GPU that cannot
 register (consumer boards, an old driver: NOT_SUPPORTED) is skipped with one log line; if no
 GPU can, the source turns itself off.
@@ -23,7 +23,7 @@ from collectors.watchers.nodeevents import NodeEvents
 log = logging.getLogger("vigil.collector.xid")
 
 # The driver queues events between waits, so a short wait only catches one in flight; kept
-# small because the whole round should stay under 200 ms for 8 GPUs (telemetry.md section 3).
+# small because the whole round should stay under 200 ms for 8 GPUs (docs/telemetry.md section 3).
 FIRST_WAIT_MS = 10
 MAX_EVENTS_PER_ROUND = 1000  # an Xid storm is read over several rounds, not in one
 
