@@ -402,7 +402,7 @@ LOGGING = {
 
 # --- Vigil ---------------------------------------------------------------------------------
 # Retention tiers (README "Storage and retention"). GPU and node samples, raw or compacted,
-# are kept this many days (telemetry.md section 9: raw 7-14 days); the 1-minute rollup about
+# are kept this many days (docs/telemetry.md section 9: raw 7-14 days); the 1-minute rollup about
 # a month, the hourly rollup three years (issue 17 item 6).
 VIGIL_RETENTION_DAYS = envint("VIGIL_RETENTION_DAYS", "14", minimum=1)
 VIGIL_ROLLUP_RETENTION_DAYS = envint("VIGIL_ROLLUP_RETENTION_DAYS", "35", minimum=1)
@@ -433,7 +433,7 @@ VIGIL_LLM_URL = os.environ.get("VIGIL_LLM_URL", "").strip()
 VIGIL_LLM_MODEL = os.environ.get("VIGIL_LLM_MODEL", "").strip() or "default"
 VIGIL_LLM_API_KEY = os.environ.get("VIGIL_LLM_API_KEY", "").strip()
 # Circuit breaker: automatic restarts of one job in a row before Vigil only notifies
-# (failure-taxonomy.md: 3).
+# (docs/failure-taxonomy.md: 3).
 VIGIL_MAX_AUTO_RESTARTS = envint("VIGIL_MAX_AUTO_RESTARTS", "3", minimum=0)
 # --- Recovery ------------------------------------------------------------------------------
 # Where the recovery worker writes health-check output and resubmission scripts. A health
@@ -485,7 +485,7 @@ VIGIL_EVAL_TRACK_S = envfloat("VIGIL_EVAL_TRACK_S", "10", minimum=0.1)
 # its source: webapp/failures/stragglers.py).
 VIGIL_STRAGGLER_MINUTES = envint("VIGIL_STRAGGLER_MINUTES", "10", minimum=1)
 # Seconds a checkpoint save stalls training (delta of the Young/Daly interval) when the
-# reliability page is not given one: failure-signatures.md section 9's worked example, 60 s.
+# reliability page is not given one: docs/failure-signatures.md section 9's worked example, 60 s.
 VIGIL_CHECKPOINT_WRITE_S = envfloat("VIGIL_CHECKPOINT_WRITE_S", "60", minimum=0)
 if VIGIL_CHECKPOINT_WRITE_S == 0:
     raise ImproperlyConfigured("VIGIL_CHECKPOINT_WRITE_S=0 is not a duration (use seconds > 0)")

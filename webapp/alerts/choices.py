@@ -77,7 +77,7 @@ class NotificationStatus(models.TextChoices):
 # States of an alert that is not over (one such alert per fingerprint).
 ACTIVE_STATES = (AlertState.PENDING, AlertState.FIRING)
 
-# Causes of the hardware: operators get these alerts (failure-taxonomy.md, infrastructure
+# Causes of the hardware: operators get these alerts (docs/failure-taxonomy.md, infrastructure
 # causes that point at a node or its GPUs).
 HARDWARE_CAUSES = frozenset(
     {"gpu_nvlink", "gpu_ecc", "gpu_off_bus", "gpu_firmware", "node_lost", "ib_link"}

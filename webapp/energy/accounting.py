@@ -1,5 +1,5 @@
 """GPU energy from NVML's cumulative counter, with power integration and a power model as
-fallbacks: pure functions over numpy arrays (no Django), reference energy-carbon.md §1.
+fallbacks: pure functions over numpy arrays (no Django), docs/energy-carbon.md §1.
 
 One GPU's samples become *intervals* (t_prev, t_now]: each interval gets an energy in joules
 and the method that produced it. The counter is trusted when it moved forward at a plausible

@@ -1,6 +1,6 @@
 """Carbon arithmetic: plain functions over plain numbers, no Django.
 
-Every constant cites `../shared/reference/energy-carbon.md` (the "reference") and the source
+Every constant cites `docs/energy-carbon.md` (the "reference") and the source
 it names. `METHOD_VERSION` is stamped on every figure built with these: bump it whenever a
 constant or a formula here changes, so old and new report rows can be told apart.
 """

@@ -33,7 +33,7 @@ class ClusterCarbonSettings(models.Model):
     # An Electricity Maps zone id ("FR", "DE", "SE-SE3", "US-CAL-CISO") or a row of the shipped
     # table ("US-CA"); blank: the fleet cluster's `grid_zone`.
     grid_zone = models.CharField(max_length=64, blank=True, default="")
-    # Per-site override (energy-carbon.md §4, first in the order of sources), e.g. a utility's
+    # Per-site override (docs/energy-carbon.md §4, first in the order of sources), e.g. a utility's
     # published factor for the site's supply contract area.
     intensity_override_g_per_kwh = models.FloatField(null=True, blank=True)
     intensity_override_source = models.CharField(max_length=200, blank=True, default="")
@@ -161,7 +161,7 @@ class NodePowerProfile(models.Model):
     """The non-GPU power of a cluster's nodes, for nodes that report no measured power.
 
     Matched by hostname prefix (longest wins; blank matches every node of the cluster). With
-    no CPU TDP the model falls back to server = 1.5 x GPU power (energy-carbon.md §2).
+    no CPU TDP the model falls back to server = 1.5 x GPU power (docs/energy-carbon.md §2).
     """
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="power_profiles")

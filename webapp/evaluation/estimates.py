@@ -1,7 +1,7 @@
 """Runtime estimates per dataset and phase: the default table for a first run, and learning
 from past runs. Plain functions over plain data (no Django), used by the planner's callers.
 
-The anchor is the paper's HumanEval profile (reference acme-workload.md §6) for a 7B model in
+The anchor is the paper's HumanEval profile (docs/acme-workload.md §6) for a 7B model in
 the coupled setting: loading (with preprocessing) "over 1 min", 29.5% of the evaluation's
 time; metric computation the last 42 s, 19.0%; the rest (51.5%) inference. So one trial is
 42 / 0.19 = 221 s: load 65.2 s, inference 113.8 s, metrics 42 s.
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-# HumanEval profile (acme-workload.md §6).
+# HumanEval profile (docs/acme-workload.md §6).
 HUMANEVAL_SAMPLES = 164
 HUMANEVAL_METRICS_S = 42.0
 HUMANEVAL_METRICS_SHARE = 0.19

@@ -4,7 +4,7 @@ Plain functions over plain data (no Django). A plan is a list of jobs with their
 predicted start and end, phases, datasets and dependencies; the executor submits exactly
 these jobs, and the page draws them as a Gantt chart.
 
-What the model assumes (reference acme-workload.md §6 and §9):
+What the model assumes (docs/acme-workload.md §6 and §9):
 - Baseline: one coupled job per dataset, submitted in the request's order; each holds one GPU
   while it loads the model (its estimate's `load_s`, measured with a node's GPUs all loading
   at once and so sharing the node NIC), infers and computes metrics. The scheduler starts
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from webapp.evaluation.estimates import Estimate
 
-# Node NIC loading checkpoints: about 25 Gb/s (acme-workload.md §1).
+# Node NIC loading checkpoints: about 25 Gb/s (docs/acme-workload.md §1).
 NIC_GBPS = 25.0
 # Host to GPU over PCIe 4.0 x16 (A100-SXM's host link): 31.5 GB/s per direction (PCI-SIG).
 PCIE_GB_S = 31.5

@@ -24,11 +24,11 @@ from webapp.fleet.models import Node
 from webapp.jobs.choices import JobState
 from webapp.jobs.models import Job, JobAllocation
 
-# The diagnosis window of failure-taxonomy.md step 1, widened by the engine for long NCCL
+# The diagnosis window of docs/failure-taxonomy.md step 1, widened by the engine for long NCCL
 # timeouts: kernel events this far before the end are handed to it (it keeps what fits).
 EVIDENCE_BEFORE = timedelta(minutes=45)
 EVIDENCE_AFTER = timedelta(seconds=engine.WINDOW_AFTER_S)
-# A node's Xids form one burst until 3 min of silence (telemetry.md section 5, NVIDIA Fleet
+# A node's Xids form one burst until 3 min of silence (docs/telemetry.md section 5, NVIDIA Fleet
 # Intelligence): one gpu_error failure per burst (node_events.py), diagnosed from its burst.
 BURST_SILENCE = timedelta(minutes=3)
 
@@ -77,7 +77,7 @@ def xid_line(e: GpuErrorEvent, hostname: str) -> str:
 
 
 def scheduler_end_line(job: Job, hostname: str | None) -> str:
-    """The line Slurm writes at the end of a job in this state (failure-signatures.md s7).
+    """The line Slurm writes at the end of a job in this state (docs/failure-signatures.md s7).
 
     `hostname`: the node the line is about; None when it is not known (a multi-node job's
     NODE_FAIL with no node down), so that the engine blames no node rather than a wrong one.

@@ -1,5 +1,5 @@
 """Optional LLM hook (off by default): an OpenAI-compatible chat completions endpoint picks a
-label from the closed set for a failure no rule explains (failure-signatures.md section 10).
+label from the closed set for a failure no rule explains (docs/failure-signatures.md section 10).
 
 Enabled by settings.VIGIL_LLM_URL (the full `.../v1/chat/completions` URL), with
 VIGIL_LLM_MODEL and VIGIL_LLM_API_KEY (services.py builds the LlmConfig from them). Only

@@ -26,7 +26,7 @@ from webapp.fleet.models import Gpu
 from webapp.fleet.services import node_authenticate
 from webapp.jobs.models import Job, JobAllocation
 
-# Counter kinds stand for the Xid the driver would log for them (telemetry.md section 5).
+# Counter kinds stand for the Xid the driver would log for them (docs/telemetry.md section 5).
 KIND_XID = {
     GpuErrorKind.ECC_DBE: 48,
     GpuErrorKind.REMAP_FAILURE: 64,

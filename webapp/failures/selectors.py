@@ -1,6 +1,6 @@
 """Reads of the failures app: the failure timeline, one failure in context, reliability.
 
-Reliability definitions (failure-signatures.md section 9): a failure is an unplanned
+Reliability definitions (docs/failure-signatures.md section 9): a failure is an unplanned
 interruption, so outcomes (cancelled, time limit, preemption) are left out. Counted: job
 failures, plus critical GPU errors on a node that no job failure within 15 min blames (a GPU
 error that killed a job is one failure, not two).

@@ -179,7 +179,7 @@ def _llm_consult(failure: FailureEvent) -> None:
             failure.alias = taxonomy.acme_alias(cause.name) or ""
             failure.confidence = answer.confidence
             failure.source = DiagnosisSource.LLM
-            # A suggestion never triggers cordon or restart (failure-signatures.md s10).
+            # A suggestion never triggers cordon or restart (docs/failure-signatures.md s10).
             failure.action = taxonomy.Action.NOTIFY.value
         failure.save(
             update_fields=["llm", "cause", "category", "alias", "confidence", "source", "action"]

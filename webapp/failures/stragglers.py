@@ -23,7 +23,7 @@ from webapp.jobs.models import Job, JobAllocation
 from webapp.telemetry.selectors import gpus_minute_grid
 
 # A GPU that runs at under 0.8x its job's median for settings.VIGIL_STRAGGLER_MINUTES
-# (default 10) straight minutes is a straggler: failure-signatures.md section 8 calls a rank a
+# (default 10) straight minutes is a straggler: docs/failure-signatures.md section 8 calls a rank a
 # straggler when its iteration time stays above 1.1-1.25x the baseline; 1 / 1.25 = 0.8 of the
 # peers' activity, power or clock. It is a performance event for operations, not a failure
 # label (no cause, not counted in MTBF).

@@ -1,8 +1,8 @@
 """The failure label set: causes, categories, actions, Acme aliases, ordering tiers and Xids.
 
 This module is the one home of the labels (STYLE.md, convention 1). Everything here is copied
-from `reference/failure-taxonomy.md` (binding: it wins on conflict), the Xid mapping from
-`reference/failure-signatures.md` section 1 and `reference/telemetry.md` section 5. Plain
+from `docs/failure-taxonomy.md` (binding: it wins on conflict), the Xid mapping from
+`docs/failure-signatures.md` section 1 and `docs/telemetry.md` section 5. Plain
 Python, no Django: the rule engine, the CLI and (later) the models' choices all read it.
 """
 
@@ -45,7 +45,7 @@ class Cause:
 
 _I, _F, _S, _O = Category.INFRASTRUCTURE, Category.FRAMEWORK, Category.SCRIPT, Category.OUTCOME
 
-# The table of failure-taxonomy.md, in its order.
+# The table of docs/failure-taxonomy.md, in its order.
 CAUSES: dict[str, Cause] = {
     c.name: c
     for c in (
@@ -122,7 +122,7 @@ EXCEPTION_ALIAS: dict[str, str] = {
 }
 
 # Which side of the framework/script split an exception falls on when no traceback frame is
-# available to decide (failure-taxonomy.md lists the names per cause).
+# available to decide (docs/failure-taxonomy.md lists the names per cause).
 EXCEPTION_DEFAULT_CAUSE: dict[str, str] = {
     alias: cause
     for cause in ("framework_exception", "user_exception")
@@ -142,19 +142,19 @@ def acme_alias(cause: str, detail: str | None = None) -> str | None:
     return aliases[0]
 
 
-# Ordering, failure-taxonomy.md step 3: "hardware (Xid, ECC, IB completion error) > CUDA fault
+# Ordering, docs/failure-taxonomy.md step 3: "hardware (Xid, ECC, IB completion error) > CUDA fault
 # > Python exception > network symptom > NCCL timeout / hang > scheduler outcome". Our
 # refinements, each placed where the taxonomy's reasoning puts it:
 # - node: a lost node, host OOM kill or storage stall explains every later error of the job,
 #   but a GPU Xid on that node explains the node loss, so node comes right after hardware.
 # - hardware_warning: Xid 63/92 (row remap pending, single-bit rate) let a job go on
-#   (failure-signatures.md "C (warn)"): they only decide when no exception explains the exit.
+#   (docs/failure-signatures.md "C (warn)"): they only decide when no exception explains the exit.
 # - weak: exit signals (SIGKILL, SIGBUS) and step cancels that the scheduler itself causes;
 #   they decide only when nothing else, not even a scheduler outcome, is there.
 # - reason: a scheduler record that names the reason (TIME LIMIT, PREEMPTION, JOB REQUEUE)
-#   outranks the exceptions and timeouts it caused on the ranks (failure-taxonomy.md step 3);
+#   outranks the exceptions and timeouts it caused on the ranks (docs/failure-taxonomy.md step 3);
 #   NODE FAILURE is a cause of the node tier already.
-# - native: "CUDA fault > native crash > Python exception" (failure-taxonomy.md step 3).
+# - native: "CUDA fault > native crash > Python exception" (docs/failure-taxonomy.md step 3).
 TIERS: tuple[str, ...] = (
     "hardware",
     "node",
@@ -194,11 +194,11 @@ def _xids(
     }
 
 
-# Xid table: failure-taxonomy.md names 48, 61-64, 74, 79, 92, 94, 95, 119, 120, 144-150;
-# failure-signatures.md proposes 140 -> gpu_ecc, 46/110/143/158 -> gpu_firmware, 167 ->
-# gpu_off_bus and 8/13/31/32/43/69/109 as evidence for cuda_fault; telemetry.md section 5
+# Xid table: docs/failure-taxonomy.md names 48, 61-64, 74, 79, 92, 94, 95, 119, 120, 144-150;
+# docs/failure-signatures.md proposes 140 -> gpu_ecc, 46/110/143/158 -> gpu_firmware, 167 ->
+# gpu_off_bus and 8/13/31/32/43/69/109 as evidence for cuda_fault; docs/telemetry.md section 5
 # says 156/157 behave like 63/64 and 168 (reduced memory capacity) like a memory fault.
-# `page`: telemetry.md section 5, "page" column (154 pages only with a recovery action > 0,
+# `page`: docs/telemetry.md section 5, "page" column (154 pages only with a recovery action > 0,
 # which a plain Xid event does not carry, so it does not page here).
 XIDS: dict[int, Xid] = {
     **_xids(
@@ -250,7 +250,7 @@ XIDS: dict[int, Xid] = {
         },
         page=frozenset({62, 119, 120, 143}),
     ),
-    # Application-class Xids never cordon a node by default (telemetry.md section 5).
+    # Application-class Xids never cordon a node by default (docs/telemetry.md section 5).
     **_xids(
         "cuda_fault",
         "cuda",

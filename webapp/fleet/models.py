@@ -9,7 +9,7 @@ class Cluster(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     # Grid zone for carbon intensity (an Electricity Maps / WattTime style zone name).
     grid_zone = models.CharField(max_length=64, blank=True, default="")
-    # PUE default: Uptime Institute Global Data Center Survey 2023, 1.58 (energy-carbon.md).
+    # PUE default: Uptime Institute Global Data Center Survey 2023, 1.58 (docs/energy-carbon.md).
     pue = models.FloatField(default=1.58)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -42,7 +42,7 @@ _FINAL_GROUP: dict[str, str] = {
 }
 
 # Histogram edges: durations 2^0..2^21 s and queueing 2^0..2^15 s, as the paper's CDFs
-# (reference/acme-workload.md section 8), extended to 2^24 s (194 days) so nothing overflows.
+# (docs/acme-workload.md section 8), extended to 2^24 s (194 days) so nothing overflows.
 LOG2_EDGES: tuple[float, ...] = tuple(float(2**k) for k in range(25))
 
 
@@ -554,7 +554,7 @@ def cluster_gpu_count(cluster: Cluster) -> int:
         return cur.fetchone()[0]
 
 
-# --- Evaluation jobs' GPU time by phase (reference acme-workload.md §6) ----------------------
+# --- Evaluation jobs' GPU time by phase (docs/acme-workload.md §6) ----------------------
 #
 # From the samples (raw or compacted; the 1-minute rollup once they are dropped) of the GPUs
 # that ended evaluation jobs held: loading is the time before the GPU's first busy sample, when its memory rose meanwhile (the model arriving) with SM
@@ -562,7 +562,7 @@ def cluster_gpu_count(cluster: Cluster) -> int:
 # time the GPU stayed held and idle after it. Held time with no busy sample, or before it
 # without memory rising, is idle. The paper's HumanEval profile: loading 29.5%, metrics 19%.
 
-# "Near zero": under 5% of SMs active (an idle A100 reads 0: acme-workload.md §5, p25 = 0).
+# "Near zero": under 5% of SMs active (an idle A100 reads 0: docs/acme-workload.md §5, p25 = 0).
 EVAL_BUSY_SM = 0.05
 # The model arriving: at least 1 GiB more framebuffer in use before inference than at first.
 EVAL_LOAD_RISE_BYTES = GIB

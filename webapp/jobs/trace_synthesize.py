@@ -2,7 +2,7 @@
 
 `synthesize` writes a file with exactly the schema webapp/jobs/acmetrace.py parses and the
 paper's workload mix (type shares by count, sizes, heavy-tailed durations, final states;
-reference/acme-workload.md).
+docs/acme-workload.md).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from webapp.jobs.acmetrace import KALOS_HEADER, SEREN_HEADER
 
-# Type shares of GPU jobs by count (reference/acme-workload.md section 2).
+# Type shares of GPU jobs by count (docs/acme-workload.md section 2).
 _MIX = {
     "seren": {"Eval": 64.9, "Pretrain": 0.9, "SFT": 14.9, "MLLM": 2.9, "Debug": 1.9, "Other": 14.6},
     "kalos": {"Eval": 92.8, "Pretrain": 3.2, "Debug": 2.7, "Other": 1.3},

@@ -33,7 +33,7 @@ class RecoveryPolicy(models.Model):
     executor = models.CharField(
         max_length=16, choices=ExecutorKind.choices, default=ExecutorKind.SLURM
     )
-    # Automatic restarts of one job in a row before Vigil only notifies (failure-taxonomy.md:
+    # Automatic restarts of one job in a row before Vigil only notifies (docs/failure-taxonomy.md:
     # 3, configurable); None takes settings.VIGIL_MAX_AUTO_RESTARTS.
     max_auto_restarts = models.PositiveSmallIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)

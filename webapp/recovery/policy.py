@@ -1,6 +1,6 @@
 """Recovery policy: a diagnosis in, the actions to take out. Plain data, no Django.
 
-Follows reference/failure-taxonomy.md: each cause's default action, then the circuit breaker
+Follows docs/failure-taxonomy.md: each cause's default action, then the circuit breaker
 (the same cause on the same node twice within 24 h turns a restart into a cordon; on other
 nodes it points to software and turns into a notification), then the restart limit (a job
 is never restarted automatically more than `max_restarts` times in a row). Script errors
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from webapp.failures.taxonomy import CAUSES, Action, Category
 
-# failure-taxonomy.md: "the same cause on the same node twice within 24 h".
+# docs/failure-taxonomy.md: "the same cause on the same node twice within 24 h".
 BREAKER_WINDOW_H = 24
 RESTARTING = frozenset({Action.RESTART, Action.RETRY})
 AUTO_RESTART_ACTIONS = frozenset(
@@ -31,7 +31,7 @@ AUTO_RESTART_ACTIONS = frozenset(
         Action.ROLLBACK_SKIP,
     }
 )
-# "restart (once), then notify" (failure-taxonomy.md, cuda_fault and native_crash).
+# "restart (once), then notify" (docs/failure-taxonomy.md, cuda_fault and native_crash).
 RESTART_ONCE_CAUSES = frozenset({"cuda_fault", "native_crash"})
 # Exponential backoff of `retry` (transient auxiliary services): 30 s, 60 s, 120 s, ... capped
 # at 10 min, the shape of Celery's own retry_backoff.
@@ -98,7 +98,7 @@ def breaker_apply(
     restarts_in_a_row: int = 0,
     max_restarts: int = 3,
 ) -> tuple[str, str, str]:
-    """The circuit breaker of failure-taxonomy.md over plain data: (action, rule, why).
+    """The circuit breaker of docs/failure-taxonomy.md over plain data: (action, rule, why).
 
     `same_cause_nodes`: blamed nodes of the earlier failures with this cause within 24 h.
     """

@@ -39,7 +39,7 @@ log = logging.getLogger("vigil.metrics")
 
 GPU_LABELS = ["cluster", "node", "gpu", "uuid", "model"]
 
-# NVML clocks event reasons (nvmlClocksEventReason*, reference/telemetry.md section 2):
+# NVML clocks event reasons (nvmlClocksEventReason*, docs/telemetry.md section 2):
 # SwThermalSlowdown 0x20 and HwThermalSlowdown 0x40 are the thermal ones.
 THERMAL_CLOCK_EVENTS = 0x20 | 0x40
 

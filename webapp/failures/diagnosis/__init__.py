@@ -1,6 +1,6 @@
 """Deterministic failure diagnosis: logs in, one Diagnosis out. Plain functions, no Django.
 
-Pipeline (failure-taxonomy.md "Ordering"), one module per step:
+Pipeline (docs/failure-taxonomy.md "Ordering"), one module per step:
 - catalogue.py: rules.yaml validated and compiled; the first rule a message matches;
 - lines.py: one line stripped of its prefixes (time, host, rank, program);
 - events.py: a matched line becomes an event (cause, tier, node, GPU, rank, time);

@@ -1,4 +1,4 @@
-"""The decision: what a scan found becomes one Diagnosis (failure-taxonomy.md "Ordering").
+"""The decision: what a scan found becomes one Diagnosis (docs/failure-taxonomy.md "Ordering").
 
 Keep the events inside the window [failure - 15 min, failure + 2 min], coalesce repeats of one
 (node, GPU, signature) within 5 s, take the highest-priority tier and the earliest event in it
@@ -23,13 +23,13 @@ from webapp.failures.diagnosis.lines import Stamp, folded, kernel_hint, parse_li
 from webapp.failures.diagnosis.scan import Scan
 
 EVIDENCE_LINES = 12  # evidence lines kept per diagnosis: the chosen event, then the others
-# Window: failure-taxonomy.md step 1 ([failure - 15 min, failure + 2 min]); widened to the
+# Window: docs/failure-taxonomy.md step 1 ([failure - 15 min, failure + 2 min]); widened to the
 # NCCL timeout + 5 min when the watchdog reports a longer timeout (PyTorch defaults to 10 min,
-# older code 30 min, failure-signatures.md section 2), so the cause of a long hang stays in.
+# older code 30 min, docs/failure-signatures.md section 2), so the cause of a long hang stays in.
 WINDOW_BEFORE_S = 15 * 60
 WINDOW_AFTER_S = 2 * 60
-COALESCE_S = 5.0  # failure-taxonomy.md step 2
-# Loss spike: failure-signatures.md section 4 (InternEvo alerts at > 1.5x the previous loss);
+COALESCE_S = 5.0  # docs/failure-taxonomy.md step 2
+# Loss spike: docs/failure-signatures.md section 4 (InternEvo alerts at > 1.5x the previous loss);
 # "no recovery in W steps" with W = 5 printed values, baseline = median of the 50 before.
 LOSS_SPIKE_FACTOR = 1.5
 LOSS_SPIKE_STEPS = 5

@@ -29,7 +29,7 @@ NAME_ONLY_CONFIDENCE = 0.6
 EXCEPTIONS_IGNORED = frozenset(
     {"KeyboardInterrupt", "SystemExit", "GeneratorExit", "StopIteration"}
 )
-# Innermost frame in one of these packages = framework (failure-taxonomy.md: "a frame in
+# Innermost frame in one of these packages = framework (docs/failure-taxonomy.md: "a frame in
 # site-packages (torch, megatron, deepspeed, transformers, ...) means framework"). Megatron and
 # InternEvo usually run from a git checkout, not site-packages, hence the package names.
 FRAMEWORK_PACKAGES = frozenset(
