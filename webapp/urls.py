@@ -17,6 +17,7 @@ urlpatterns = [
     path("", include("webapp.alerts.urls")),
     path("", include("webapp.energy.urls")),
     path("", include("webapp.evaluation.urls")),
+    path("", include("webapp.pages.urls")),
     # JSON and CSV: one prefix, one api_urls.py per app (namespaces <app>_api).
     path("api/v1/", include("webapp.telemetry.api_urls")),
     path("api/v1/", include("webapp.jobs.api_urls")),

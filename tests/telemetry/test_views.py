@@ -25,7 +25,7 @@ def _urls(fleet) -> list[str]:
     return [
         reverse("telemetry:overview"),
         reverse("telemetry_api:overview_csv"),
-        reverse("telemetry:node", args=[fleet.a01.id]),
+        reverse("pages:node", args=[fleet.a01.id]),
         reverse("telemetry_api:node_csv", args=[fleet.a01.id]),
         reverse("telemetry:gpu", args=[gpu.id]),
         reverse("telemetry_api:gpu_csv", args=[gpu.id]),
@@ -84,7 +84,7 @@ def test_overview_counts_busy_idle_erroring_stale_and_power(operator_client, sma
 def test_overview_json_has_one_cell_per_gpu_with_the_latest_values(operator_client, small_fleet):
     data = operator_client.get(reverse("telemetry_api:overview_json")).json()
     assert "gpus" not in data  # the page does not read the per-GPU list
-    assert data["node_url"] == reverse("telemetry:node", args=[0])
+    assert data["node_url"] == reverse("pages:node", args=[0])
 
     alpha = next(c for c in data["clusters"] if c["name"] == "alpha")
     grid = alpha["grid"]
@@ -105,7 +105,7 @@ def test_overview_json_lists_every_gpu_for_scripts_when_asked(operator_client, s
     cell = next(g for g in data["gpus"] if g["node"] == "gpu-a-01" and g["index"] == 0)
     assert cell["gpu_util"] == 95.0 and cell["power_w"] == 650.0
     assert cell["status"] == "busy" and cell["model"] == MODEL
-    assert cell["node_url"] == reverse("telemetry:node", args=[small_fleet.a01.id])
+    assert cell["node_url"] == reverse("pages:node", args=[small_fleet.a01.id])
 
 
 def test_overview_of_a_large_cluster_has_one_cell_per_node(small_fleet):
@@ -182,7 +182,7 @@ def _traces_with_points(figure: dict) -> list[dict]:
 
 
 def test_node_page_shows_each_gpu_and_its_last_hour(operator_client, small_fleet):
-    response = operator_client.get(reverse("telemetry:node", args=[small_fleet.a01.id]))
+    response = operator_client.get(reverse("pages:node", args=[small_fleet.a01.id]))
     assert response.status_code == 200
     html = response.content.decode()
     assert "Node gpu-a-01" in html and "GPU-alpha-gpu-a-01-07" in html
@@ -262,7 +262,7 @@ def node_history(fleet) -> dict:
 
 def test_node_page_says_which_job_holds_each_gpu_and_what_happened(operator_client, small_fleet):
     history = node_history(small_fleet)
-    response = operator_client.get(reverse("telemetry:node", args=[small_fleet.a01.id]))
+    response = operator_client.get(reverse("pages:node", args=[small_fleet.a01.id]))
     assert response.status_code == 200
     holders = {g.index: job for g, _, job in response.context["gpus"]}
     assert [holders[i].scheduler_id for i in range(4)] == ["77"] * 4
@@ -274,7 +274,7 @@ def test_node_page_says_which_job_holds_each_gpu_and_what_happened(operator_clie
     assert reverse("failures:detail", args=[history["failure"].pk]) in html
     assert "Drain node" in html and "Succeeded" in html and "node drained" in html
     # The other node has none of it.
-    other = operator_client.get(reverse("telemetry:node", args=[small_fleet.a02.id]))
+    other = operator_client.get(reverse("pages:node", args=[small_fleet.a02.id]))
     text = other.content.decode()
     assert "No GPU error." in text and "No failure." in text and "No recovery action." in text
 
@@ -282,7 +282,7 @@ def test_node_page_says_which_job_holds_each_gpu_and_what_happened(operator_clie
 def test_node_page_day_range_reads_only_the_rollup(operator_client, db):
     # Three hours ago: outside the last hour, inside the last day.
     node = seed_node("alpha", "gpu-a-09", utils=[70] * 2, t0=time.time() - 3 * 3600, intervals=6)
-    url = reverse("telemetry:node", args=[node.id])
+    url = reverse("pages:node", args=[node.id])
 
     hour = operator_client.get(url).context["figures"]["series"]
     assert _traces_with_points(hour) == []
@@ -308,7 +308,7 @@ def test_node_csv_lists_the_gpus_with_latest_values(operator_client, small_fleet
 
 
 def test_unknown_node_and_gpu_are_404(operator_client, db):
-    assert operator_client.get(reverse("telemetry:node", args=[999999])).status_code == 404
+    assert operator_client.get(reverse("pages:node", args=[999999])).status_code == 404
     assert operator_client.get(reverse("telemetry:gpu", args=[999999])).status_code == 404
 
 
@@ -368,7 +368,7 @@ def test_nodes_table_shows_state_last_seen_gpus_and_busy(operator_client, small_
     assert rows["gpu-a-02"].state == "stale"
     assert "Stale (not reporting)" in response.content.decode()
     html = response.content.decode()
-    assert reverse("telemetry:node", args=[small_fleet.a01.id]) in html
+    assert reverse("pages:node", args=[small_fleet.a01.id]) in html
     assert reverse("telemetry_api:nodes_csv", args=["alpha"]) in html
     assert "gpu-b-01" not in html  # another cluster's node
 

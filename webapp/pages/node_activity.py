@@ -1,4 +1,4 @@
-"""What a node page says beside its samples (issue 17): which job holds each GPU now, and the
+"""What a node page says beside its samples: which job holds each GPU now, and the
 node's recent GPU errors, failures and recovery actions.
 
 Reads of the jobs, failures and recovery apps' tables through their models and selectors (an

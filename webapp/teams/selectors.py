@@ -13,10 +13,11 @@ log lines; no page lists jobs by team.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q
 
-from webapp.jobs.models import Job
 from webapp.teams.models import Team, TeamRule
 from webapp.teams.rules import CompiledTeamRule, rules_compile, team_match
 
@@ -25,6 +26,16 @@ OPERATORS_GROUP = "operators"
 
 # What a page or export says in place of log lines its viewer may not read.
 LOG_LINES_HIDDEN = "Log lines are visible to the job's team and operators."
+
+
+class Job(Protocol):
+    """What a team rule reads of a job (a jobs.Job, or anything shaped like it): teams sit
+    below jobs, so they name the fields they match, not the model."""
+
+    user: str
+    team: str
+    partition: str
+    qos: str
 
 
 def user_is_operator(user: AbstractBaseUser | AnonymousUser) -> bool:

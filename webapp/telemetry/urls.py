@@ -10,6 +10,5 @@ app_name = "telemetry"
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("clusters/<slug:cluster>/nodes/", views.nodes, name="nodes"),
-    path("nodes/<int:node_id>/", views.node, name="node"),
     path("gpus/<int:gpu_id>/", views.gpu, name="gpu"),
 ]

@@ -17,18 +17,9 @@ from collectors.schema import GPU_FIELDS, Metric
 from webapp.core.charts import ERROR_COLOUR, NO_DATA_COLOUR, UTIL_COLOURSCALE
 from webapp.core.exports import csv_response
 from webapp.core.units import GIB, iso_utc, mj_to_kwh
-from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Cluster, Gpu, Node
-from webapp.fleet.selectors import node_state_now
 from webapp.telemetry import figures
 from webapp.telemetry.forms import RangeForm
-from webapp.telemetry.node_activity import (
-    RECENT_DAYS,
-    failures_recent,
-    gpu_errors_recent,
-    jobs_holding_gpus,
-    recovery_actions_recent,
-)
 from webapp.telemetry.overview import GPU_CELLS_MAX, gpus_list, overview_payload
 from webapp.telemetry.selectors import (
     RANGES,
@@ -63,7 +54,7 @@ def api_login_required(view: Callable) -> Callable:
 
 
 def _node_url_factory() -> Callable[[int], str]:
-    prefix = reverse("telemetry:node", args=[0]).removesuffix("0/")
+    prefix = reverse("pages:node", args=[0]).removesuffix("0/")
     return lambda node_id: f"{prefix}{node_id}/"
 
 
@@ -153,38 +144,6 @@ def _gpu_table_row(g: LatestGpu) -> list:
         g.value("power_w"),
         g.value("gpu_temp_c"),
     ]
-
-
-def node(request: HttpRequest, node_id: int) -> HttpResponse:
-    node = get_object_or_404(Node.objects.select_related("cluster"), id=node_id)
-    time_range = RangeForm(request.GET).time_range
-    gpus = gpus_latest(node_id=node.id)
-    until = timezone.now()
-    series = gpus_series([g.gpu_id for g in gpus], time_range, until=until)
-    holders = jobs_holding_gpus(node, until)
-    figure = figures.series_figure(
-        {f"GPU {g.index}": series[g.gpu_id] for g in gpus},
-        x_range=(until - timedelta(seconds=time_range.seconds), until),
-    )
-    return render(
-        request,
-        "telemetry/node.html",
-        {
-            "node": node,
-            "node_state": NodeState(node_state_now(node.state, node.last_seen, timezone.now())),
-            "gpus": [(g, figures.gpu_hover_values(g), holders.get(g.index)) for g in gpus],
-            "gpu_errors": gpu_errors_recent(node),
-            "failures": failures_recent(node, until),
-            "actions": recovery_actions_recent(node, until),
-            "recent_days": RECENT_DAYS,
-            "figures": {"series": figure},
-            "time_range": time_range,
-            "ranges": RANGES.values(),
-            "has_data": any(s.ts for s in series.values()),
-            "now": timezone.now(),
-            "stale_after_s": settings.VIGIL_STALE_AFTER_S,
-        },
-    )
 
 
 def node_csv(request: HttpRequest, node_id: int) -> HttpResponse:

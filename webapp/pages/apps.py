@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class PagesConfig(AppConfig):
+    name = "webapp.pages"
+    label = "pages"
+    verbose_name = "Composite pages"
