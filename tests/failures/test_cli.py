@@ -87,3 +87,74 @@ def test_an_operators_combined_capture_still_counts_its_kernel_lines(tmp_path):
         "infrastructure",
         "gpu-node-02",
     )
+
+
+# A job on gpu-a-001 prints an NCCL line with another host's "host:pid:tid" prefix.
+FOREIGN_IB = (
+    "victim-node-77:81234:81301 [2] transport/net_ib.cc:1712 NCCL WARN NET/IB : Got completion"
+    " from peer 10.20.1.17<59412> with status=12 opcode=0 len=0 vendor err 129 (Recv)\n"
+)
+
+
+def _manage_diagnose(tmp_path: Path, *argv: str) -> dict:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "VIGIL_DATA_DIR": str(tmp_path / "data"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "diagnose", *argv, "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_host_named_by_the_jobs_output_outside_its_nodes_is_never_blamed(tmp_path):
+    log = tmp_path / "job-77.out"
+    log.write_text("step 10 loss 2.01\n" + FOREIGN_IB)
+    # The job's one node printed the line: the cause stands, blamed on that node.
+    data = _manage_diagnose(tmp_path, str(log), "--nodes", "gpu-a-001")
+    assert (data["cause"], data["blamed_node"]) == ("ib_link", "gpu-a-001")
+    assert data["blame_evidence"] == "job_log"
+    # Two nodes, and nothing says which printed the line: nobody is blamed.
+    data = _manage_diagnose(tmp_path, str(log), "--nodes", "gpu-a-001,gpu-a-002")
+    assert (data["cause"], data["blamed_node"], data["blame_evidence"]) == ("ib_link", None, "")
+    # srun --label tags the line with task 1, which srun places on gpu-a-002.
+    labelled = tmp_path / "job-78.out"
+    labelled.write_text(
+        "1: " + FOREIGN_IB + "srun: error: gpu-a-002: task 1: Exited with exit code 1\n"
+    )
+    status, out, _ = _run(str(labelled), "--nodes", "gpu-a-001,gpu-a-002", "--json")
+    assert status == 0
+    assert json.loads(out)["blamed_node"] == "gpu-a-002"
+
+
+def test_a_peer_outside_the_jobs_nodes_is_never_blamed(tmp_path):
+    log = tmp_path / "job.out"
+    log.write_text(
+        "victim-node-77:200:200 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>\n"
+        "gpu-a-001:100:150 [0] misc/socket.cc:518 NCCL WARN Net : Call to recv from"
+        " 10.0.0.2<58355> failed : Connection reset by peer\n"
+    )
+    status, out, _ = _run(str(log), "--nodes", "gpu-a-001", "--json")
+    data = json.loads(out)
+    assert (data["cause"], data["blamed_node"]) == ("nccl_remote", None)
+    # Without the job's nodes, the log's own map still names the peer (operator's reading).
+    status, out, _ = _run(str(log), "--json")
+    assert json.loads(out)["blamed_node"] == "victim-node-77"
+
+
+def test_kernel_evidence_is_marked_as_the_node_agents(tmp_path):
+    kernel = tmp_path / "kern.log"
+    kernel.write_text("gpu-a-001 kernel: NVRM: Xid (PCI:0000:1a:00): 79, pid=1, fallen off\n")
+    log = tmp_path / "job.out"
+    log.write_text("[rank0]: RuntimeError: CUDA error: unspecified launch failure\n")
+    status, out, _ = _run(str(log), "--kernel-log", str(kernel), "--nodes", "gpu-a-001", "--json")
+    data = json.loads(out)
+    assert (data["cause"], data["blamed_node"]) == ("gpu_off_bus", "gpu-a-001")
+    assert data["blame_evidence"] == "node_agent"

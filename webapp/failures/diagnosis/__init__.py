@@ -30,6 +30,8 @@ from webapp.failures.diagnosis.catalogue import (
     grep_patterns,
 )
 from webapp.failures.diagnosis.decide import (
+    BLAME_JOB_LOG,
+    BLAME_NODE_AGENT,
     EVIDENCE_LINES,
     WINDOW_AFTER_S,
     WINDOW_BEFORE_S,
@@ -47,6 +49,8 @@ from webapp.failures.diagnosis.scan import (
 )
 
 __all__ = [
+    "BLAME_JOB_LOG",
+    "BLAME_NODE_AGENT",
     "EVIDENCE_LINES",
     "EVIDENCE_TEXT_CHARS",
     "NAME_ONLY_CONFIDENCE",
@@ -77,8 +81,8 @@ def diagnose_streams(
     """
     scan = Scan(catalogue or catalogue_load())
     for index, stream in enumerate(streams):
-        name, data, kernel_evidence = LogStream(*stream)
-        scan.scan(data, index, name, kernel_evidence)
+        name, data, kernel_evidence, host = LogStream(*stream)
+        scan.scan(data, index, name, kernel_evidence, host)
     return decide(scan, job_nodes)
 
 

@@ -71,6 +71,9 @@ MEGATRON_LOSS = "lm loss:"
 _SRUN_LABEL = re.compile(r"\s*\d{1,5}: ")
 # rules.yaml `last_only`: the event must be among the last lines of its file.
 LAST_ONLY_LINES = 3
+# Diagnosis.blame_evidence values.
+BLAME_NODE_AGENT = "node_agent"
+BLAME_JOB_LOG = "job_log"
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,10 @@ class Diagnosis:
     evidence: tuple[Evidence, ...]
     rule_id: str | None
     symptoms: tuple[str, ...] = ()
+    # What the blamed node rests on: BLAME_NODE_AGENT (a kernel or NVML line from a stream
+    # that may carry kernel evidence, never a job's own output), BLAME_JOB_LOG (text a job or
+    # its launcher printed, scheduler lines included: a user can forge it), "" (no node).
+    blame_evidence: str = ""
     bytes_scanned: int = 0
     lines_scanned: int = 0
     notes: tuple[str, ...] = field(default=())
@@ -104,6 +111,7 @@ class Diagnosis:
             "blamed_rank": self.blamed_rank,
             "confidence": self.confidence,
             "rule_id": self.rule_id,
+            "blame_evidence": self.blame_evidence,
             "evidence": [
                 {"file": e.file, "line": e.line, "text": e.text, "rule_id": e.rule_id}
                 for e in self.evidence
@@ -293,7 +301,7 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
     if not events:
         return _unknown(scan, notes)
     best = _pick(events)
-    return _diagnosis(best, events, scan, notes)
+    return _diagnosis(best, events, scan, notes, nodes)
 
 
 def _coalesce(events: list[Event]) -> list[Event]:
@@ -329,7 +337,9 @@ def _pick(events: list[Event]) -> Event:
     return min(tied, key=lambda e: e.seq)
 
 
-def _diagnosis(best: Event, events: list[Event], scan: Scan, notes: list[str]) -> Diagnosis:
+def _diagnosis(
+    best: Event, events: list[Event], scan: Scan, notes: list[str], nodes: set[str]
+) -> Diagnosis:
     cause = taxonomy.CAUSES[best.cause]
     node, gpu, rank = best.host, best.gpu, best.rank
     if best.rule.blame == "none":
@@ -368,6 +378,23 @@ def _diagnosis(best: Event, events: list[Event], scan: Scan, notes: list[str]) -
             # A GPU fault no line names a host for, pasted with the shell prompt of the one
             # node whose GPUs were inspected (rwth-i6/returnn#1486).
             node = next(iter(scan.inspected_hosts))
+    blame_evidence = ""
+    if node is not None:
+        agent = best.is_kernel and best.file_index in scan.kernel_files
+        blame_evidence = BLAME_NODE_AGENT if agent else BLAME_JOB_LOG
+        if nodes and node not in nodes and not agent:
+            # A host named in printed text (an NCCL "host:pid:tid" prefix, a peer, an srun
+            # line) that is not one of the job's nodes: any job can print any host's name, so
+            # it is never blamed. The job's node that printed the line takes its place where
+            # that is known; a peer is the other end, never the printer.
+            printer = _printing_node(best, scan, nodes) if best.rule.blame == "line" else None
+            notes.append(
+                "a host named in the job's output is not one of the job's nodes: not blamed"
+                + ("; blamed the job's node that printed the line" if printer else "")
+            )
+            node, gpu = printer, None
+            if node is None:
+                blame_evidence = ""
     action = best.action or cause.action.value
 
     confidence = best.confidence
@@ -404,11 +431,27 @@ def _diagnosis(best: Event, events: list[Event], scan: Scan, notes: list[str]) -
         confidence=confidence,
         evidence=tuple(Evidence(e.file, e.line_no, _counted(e), e.rule.id) for e in evidence),
         rule_id=best.rule.id,
+        blame_evidence=blame_evidence,
         symptoms=tuple(sorted({e.cause for e in events} - {best.cause})),
         bytes_scanned=scan.bytes_total,
         lines_scanned=scan.lines_total,
         notes=tuple(notes),
     )
+
+
+def _printing_node(e: Event, scan: Scan, nodes: set[str]) -> str | None:
+    """The job's node that printed the event's line, where that is known: the node whose
+    agent shipped the stream, the host the log maps the line's rank or srun task to (if one
+    of the job's nodes), or the job's only node."""
+    candidates = [scan.stream_host.get(e.file_index)]
+    if e.rank is not None:
+        candidates.append(scan.rank_host.get(e.rank))
+        if _SRUN_LABEL.match(e.text):
+            candidates.append(scan.task_host.get(e.rank))
+    for host in candidates:
+        if host in nodes:
+            return host
+    return next(iter(nodes)) if len(nodes) == 1 else None
 
 
 def _counted(e: Event) -> str:

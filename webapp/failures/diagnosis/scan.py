@@ -57,6 +57,9 @@ class LogStream(NamedTuple):
     name: str
     data: BinaryIO
     kernel_evidence: bool = True
+    # The node whose agent shipped this stream (a job log window), when known: the node that
+    # printed its lines, which a host named inside the text may not be (decide.py blame).
+    host: str | None = None
 
 
 @functools.cache
@@ -109,14 +112,27 @@ class Scan:
         # and the kernel-looking lines of streams that may not, which made no event.
         self.kernel_evidence = True
         self.kernel_lines_ignored = 0
+        # Per input (file index): whether it may carry kernel evidence, and the node it came
+        # from where known (LogStream).
+        self.kernel_files: set[int] = set()
+        self.stream_host: dict[int, str] = {}
 
     # Reading -------------------------------------------------------------------------------
 
     def scan(
-        self, stream: BinaryIO, file_index: int, name: str, kernel_evidence: bool = True
+        self,
+        stream: BinaryIO,
+        file_index: int,
+        name: str,
+        kernel_evidence: bool = True,
+        host: str | None = None,
     ) -> None:
         """Read one input to its end, recording the events of its lines."""
         self.kernel_evidence = kernel_evidence
+        if kernel_evidence:
+            self.kernel_files.add(file_index)
+        if host:
+            self.stream_host[file_index] = host
         line_no = 1  # number of the first line of the next piece
         carry = b""
         tail = b""
