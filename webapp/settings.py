@@ -145,7 +145,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    # Gzip pages and JSON (the overview's payload shrinks ~5x, issue 17); after WhiteNoise, which
+    # Gzip pages and JSON (the overview's payload is mostly repeated keys); after WhiteNoise, which
     # serves static files already compressed. BREACH: Django pads gzip output with random bytes
     # (since 4.2) and the JSON endpoints carry no secret.
     "django.middleware.gzip.GZipMiddleware",
@@ -403,7 +403,7 @@ LOGGING = {
 # --- Vigil ---------------------------------------------------------------------------------
 # Retention tiers (README "Storage and retention"). GPU and node samples, raw or compacted,
 # are kept this many days (docs/telemetry.md section 9: raw 7-14 days); the 1-minute rollup about
-# a month, the hourly rollup three years (issue 17 item 6).
+# a month, the hourly rollup three years.
 VIGIL_RETENTION_DAYS = envint("VIGIL_RETENTION_DAYS", "14", minimum=1)
 VIGIL_ROLLUP_RETENTION_DAYS = envint("VIGIL_ROLLUP_RETENTION_DAYS", "35", minimum=1)
 VIGIL_HOURLY_ROLLUP_RETENTION_DAYS = envint("VIGIL_HOURLY_ROLLUP_RETENTION_DAYS", "1096", minimum=1)

@@ -72,9 +72,9 @@ def _stragglers_grid(
     grid: dict[str, np.ndarray], ratio: float, busy_util_pct: float
 ) -> dict[int, dict[str, list[tuple[float, float]]]]:
     """The rule over one job's grid ({metric: [GPUs, minutes]}, NaN: no value): {row: {metric:
-    trail}}. Vectorized over the job's GPUs, a sort per minute and metric (issue 17: a Python
-    loop per GPU-minute cost most of a pass at 4,704 GPUs; building every other GPU's list
-    again was quadratic, 11-20 s a pass with jobs of 2,000 GPUs)."""
+    trail}}. Vectorized over the job's GPUs, a sort per minute and metric (a Python loop per
+    GPU-minute cost most of a pass at fleet scale; building every other GPU's list again was
+    quadratic in the job's GPUs)."""
     out: dict[int, dict[str, list[tuple[float, float]]]] = {}
     some = grid[STRAGGLER_METRICS[0]]
     if some.shape[0] < 2 or some.shape[1] < 1:

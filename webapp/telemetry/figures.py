@@ -72,7 +72,7 @@ def series_figure(
 
     The traces are written as the plain dicts `fig.to_json()` would give (the same keys in the
     same order, times as ISO strings): plotly's graph objects validate and deep-copy every
-    point, 1.3 s for a node's day (8 GPUs x 5 metrics x 1,440 minutes, issue 17). The layout,
+    point, slow for a node's day (8 GPUs x 5 metrics x 1,440 minutes). The layout,
     which does not depend on the data, is plotly's own, built once.
     """
     names = list(SERIES_AXES)

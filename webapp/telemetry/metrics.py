@@ -105,8 +105,8 @@ def gpu_families_text(gpus: Iterable[LatestGpu]) -> str:
     has no series.
 
     The labels are written once per GPU, and a cluster's, node's and model's escaped value
-    once per scrape (8 GPUs share a node): escaping 5 values per GPU was a third of the
-    families' time at 4,704 GPUs (issue 17).
+    once per scrape (8 GPUs share a node): escaping 5 values per GPU was a large share of
+    the families' time at fleet scale.
     """
     gauges = [
         (TextFamily(name, text), column, factor) for name, text, column, factor in _GPU_GAUGES

@@ -1,4 +1,4 @@
-"""The one reader of GPU samples, raw or compacted (issue 17 item 6).
+"""The one reader of GPU samples, raw or compacted.
 
 Raw rows live in `telemetry_gpusample`; hours older than VIGIL_COMPACT_AFTER_HOURS are packed,
 one row per GPU and hour, in `telemetry_gpusamplepacked` (`packing.py`). Two ways in:
@@ -169,9 +169,8 @@ def gpu_samples(
     NULL) and `.valid` None (no NULL) or a bool mask. Costs one indexed query on the raw table
     and one on the packed one, then the decoding: energy_mj and power_w come from each
     GPU-hour's small `hot` blob (other fields need its second blob too; columns not asked
-    for are skipped), about 46 us per packed GPU-hour all included (bench/scale.py: 17,408
-    GPU-hours in 0.8 s, against 1.7 s for the same samples raw), so a month of one GPU
-    (720 GPU-hours) reads in about 35 ms. Samples are kept
+    for are skipped), faster than the same samples raw (bench/scale.py measures both).
+    Samples are kept
     VIGIL_RETENTION_DAYS; longer spans read the rollups (energy_mj_min / _max per minute in
     telemetry_gpurollup1m, per hour in telemetry_gpurollup1h).
     """
@@ -244,8 +243,8 @@ def samples_relation(
 
     `fields`: the metric columns the reader uses (default: all). Only those are unpacked
     from packed hours, the others read NULL there: a reader's cost then follows what it
-    reads (bench/scale.py: one column of 17,408 packed GPU-hours, 4.2 M samples, in 5.3 s
-    against 1.8 s raw; all 34 columns took 26 s). `sample_pct` samples packed GPU-hours (for readers that
+    reads (bench/scale.py measures one column against all of them). `sample_pct` samples
+    packed GPU-hours (for readers that
     block-sample the raw table); `index` builds a (gpu_id, ts) index on the unpacked rows,
     for readers that look up cells one by one.
     """

@@ -99,8 +99,8 @@ def gpu_problems(values: dict) -> list[str]:
 
 
 # The sample's time travels as epoch seconds (float8 holds microseconds exactly at today's
-# epoch), made a datetime once per distinct value: parsing a timestamp per GPU was a third of
-# the overview's read at 47,040 GPUs (issue 17).
+# epoch), made a datetime once per distinct value: parsing a timestamp per GPU was a large
+# share of the overview's read at fleet scale.
 _LATEST_SQL = """
 SELECT g.id, g.index, g.uuid, g.model, n.id, n.hostname, c.id, c.name,
     extract(epoch FROM s.ts)::float8{fields}
@@ -298,7 +298,7 @@ class Series:
 
 # Times travel as epoch seconds, made a datetime once per distinct value (every GPU of a node
 # has the same buckets): psycopg parsing a timestamptz per row, and appending a row's values
-# one by one, were most of a node's day page (8 GPUs x 1,440 minutes, issue 17).
+# one by one, were most of a node's day page (8 GPUs x 1,440 minutes).
 _RAW_SERIES_SQL = f"""
 SELECT gpu_id, extract(epoch FROM ts)::float8, {", ".join(SERIES_METRICS)}
 FROM telemetry_gpusample s
@@ -397,7 +397,7 @@ def gpus_minute_grid(
 
     One query whose result is a handful of binary arrays (GPU row, minute column, one per
     metric), laid into the grid with NumPy: the straggler pass reads 10 minutes of every GPU
-    of the fleet, and a Python tuple and dict per GPU-minute cost most of its time (issue 17).
+    of the fleet, and a Python tuple and dict per GPU-minute cost most of its time.
     """
     from webapp.core.pgcopy import array_loader
     from webapp.telemetry.models import ROLLUP_METRICS

@@ -143,8 +143,8 @@ WHERE excluded.ts > l.ts
 
 # Recompute the rollup cells (gpu, minute) named by claimed RollupDirty rows from the raw
 # rows of those minutes: exact whatever was redelivered. A run's cost follows the cells it
-# claims, never the data the partitions hold (issue 17: a hash join over a whole day's
-# partition took 13-19 s a run):
+# claims, never the data the partitions hold (a hash join over a whole day's partition cost
+# seconds a run):
 #   - _ROLLUP_PICK chooses the dirty rows of one statement, oldest first, up to about
 #     ROLLUP_CELLS_PER_STATEMENT cells, and the time span they cover (rows of late samples,
 #     which may reach packed hours, are left to `_refresh_late`);
@@ -152,8 +152,7 @@ WHERE excluded.ts > l.ts
 #     (gpu_id, ts) (a LATERAL subquery: a nested loop over the cells, never a hash join
 #     over a partition), and the span's constant bounds let the planner drop every
 #     partition outside it. The cells are walked in key order, so that neighbouring lookups
-#     share index pages (bench/scale.py: 156-202 ms at 24 h of raw data in two runs, 161-222
-#     ms in hash order in four; 163 ms at 24 h as compaction leaves it, 114 ms at 1 h).
+#     share index pages (bench/scale.py measures a run).
 # Claim and recompute share one snapshot, and runs are serialized by an advisory lock, so a
 # batch committed later is simply picked up by the next run.
 _ROLLUP_PICK = """

@@ -55,7 +55,7 @@ def seconds(value: float | None) -> str:
 def json_script_fast(value: object, element_id: str) -> str:
     """Django's `json_script` (the same bytes: <, > and & as \\u escapes, so the JSON cannot
     end its script element), escaping with str.replace: json_script's str.translate looks up
-    every character in a dict, 60 ms for the megabytes of a node's day of figures (issue 17)."""
+    every character in a dict, slow for the megabytes of a node's day of figures."""
     text = (
         json.dumps(value, cls=DjangoJSONEncoder)
         .replace("<", "\\u003C")
