@@ -13,7 +13,7 @@ times:
   4. the characterization of the imported jobs: `jobs_characterize` with nothing cached
      (characterization_cold_s: the cluster's tallies), and the characterization page through
      Django's test client, the first request of the process with an empty cache (page_cold_s)
-     and again (page_warm_s, from the cache). Goals (issue 3): 100,000 rows/s, a page under
+     and again (page_warm_s, from the cache). Goals: 100,000 rows/s, a page under
      1 s cold.
 Last line: JSON with rows_per_s, pandas_rows_per_s, rows, seconds and those timings.
 """
@@ -131,7 +131,7 @@ def _pandas(trace: Path) -> float:
 
 def _characterization(cluster: str) -> dict:
     """Seconds for the characterization of the imported jobs: computed (no cache), then the
-    page, cold (empty cache) and warm. The page's goal (issue 3): under 1 s."""
+    page, cold (empty cache) and warm. The page's goal: under 1 s."""
     from django.contrib.auth import get_user_model
     from django.core.cache import cache
     from django.test import Client

@@ -1,4 +1,4 @@
-"""The 2,048-GPU job page in-process, at a job length of --hours (issue 17): its view's time,
+"""The 2,048-GPU job page in-process, at a job length of --hours: its view's time,
 and cProfile's top entries with --profile.
 
     .venv/bin/python bench/job_page.py [--hours 8] [--gpus 2048] [--profile]

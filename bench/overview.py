@@ -10,7 +10,7 @@ cluster are left stale and a few GPUs report ECC errors. The stale window is an 
 Django's test client (the whole middleware stack, gzip included):
   - after: GET /api/v1/overview.json with Accept-Encoding: gzip, the bytes sent and the time;
   - the page: GET / (the HTML with the first payload and the figures' look);
-  - baseline: the payload as it was before issue 17 (a plotly heatmap per cluster with the
+  - baseline: the payload as it was before the compact grid (a plotly heatmap per cluster with the
     hover text of every cell, and the per-GPU list), built from the same selectors here, sent
     without gzip as it was, and its size had it been gzipped.
 Times are medians of --repeat runs and include the selectors (the latest sample of every GPU).
@@ -168,7 +168,7 @@ def _measure(repeat: int) -> dict:
     }
 
 
-# --- The payload before issue 17 (webapp/telemetry/views.py and figures.py as they were) -------
+# --- The payload before the compact grid (webapp/telemetry/views.py and figures.py as they were) -------
 
 _HEATMAP_HOVER = (
     "<b>%{customdata[0]}</b> · GPU %{customdata[1]}<br>"

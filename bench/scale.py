@@ -1,4 +1,4 @@
-"""What "now" costs at a fleet's size, at 1 h of data and at --hours, in one run (issue 17).
+"""What "now" costs at a fleet's size, at 1 h of data and at --hours, in one run.
 
     .venv/bin/python bench/scale.py [--gpus 4704] [--hours 4] [--step-s 15]
 
@@ -35,7 +35,7 @@ packed, for the whole fleet), measured again. Each figure is the median of three
     for /api/v1/overview.json; node_day_ms, the straggler's node page over the last day
     (?range=1d, the rollup); job_page_ms, the page of the job of job_gpus (2,048) GPUs;
     metrics_ms, /metrics with its bearer key.
-Storage (issue 17 item 6): bytes_per_sample_raw (pg_total_relation_size of the raw
+Storage: bytes_per_sample_raw (pg_total_relation_size of the raw
 partitions over their rows, before compaction), bytes_per_gpu_hour_rollup (the same of the
 1-minute rollup, per 60 of its rows) and bytes_per_sample_compacted (the same of the packed
 table after compaction), with compaction's wall time and CPU per sample, and a read of
@@ -75,7 +75,7 @@ BIG_JOBS = (2048, 1024, 512)  # the rest of the fleet runs 64-GPU jobs
 SMALL_JOB = 64
 
 
-# The statements issue 17 replaced, timed on the same data as their replacements.
+# The statements the bounded reads replaced, timed on the same data as their replacements.
 def _old_latest_sql() -> str:
     from collectors.schema import GPU_FIELD_NAMES
 

@@ -1,7 +1,7 @@
 """Delivery: a group flushed into one Notification per recipient (routing, rate limits, the
 message rendered), each sent through its channel's transport.
 
-The path of a failure (issue 13 section 7: nothing waits on a poll):
+The path of a failure (nothing waits on a poll):
 `failure_diagnosed` (inside the diagnosis transaction) -> on commit, task `vigil.alerts.failure`
 -> `failure_alerts` raises the alert and plans its group's flush (group_wait, 1 s by default)
 -> task `vigil.alerts.flush` -> `group_flush` writes one Notification per recipient, each with

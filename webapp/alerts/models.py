@@ -54,7 +54,7 @@ class AlertRule(models.Model):
     # Xids; the migration's defaults show each.
     params = models.JSONField(default=dict, blank=True)
     # Alertmanager's route timers (its defaults are 30 s / 5 min / 4 h; Vigil's group_wait is
-    # short because a failure email must arrive within seconds, issue 13 section 7).
+    # short because a failure email must arrive within seconds).
     group_wait_s = models.PositiveIntegerField(default=1)
     group_interval_s = models.PositiveIntegerField(default=60)
     repeat_interval_s = models.PositiveIntegerField(default=4 * 3600)

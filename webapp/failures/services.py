@@ -39,7 +39,7 @@ from webapp.jobs.models import Job, JobAllocation
 
 log = logging.getLogger("vigil.failures")
 
-# Job end states that get a diagnosis (the brief of issue 4; the paper counts them as failed).
+# Job end states that get a diagnosis (the paper counts them as failed).
 FAILED_STATES = frozenset(
     {JobState.FAILED, JobState.TIMEOUT, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY}
 )

@@ -1,4 +1,4 @@
-"""Reads and plain arithmetic of the job page at any job size (issue 17): the job's telemetry as
+"""Reads and plain arithmetic of the job page at any job size: the job's telemetry as
 bands across its GPUs (min / median / max per time bucket) with the outlier GPUs named, the
 allocation per node over time, energy per node, and the job's events in words.
 

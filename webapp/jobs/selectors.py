@@ -90,7 +90,7 @@ SERIES_POINTS = 600
 SERIES_GPUS_MAX = 16
 
 
-# What one read of a job's telemetry may cost, in GPU-hours of the tier (issue 17): a job page
+# What one read of a job's telemetry may cost, in GPU-hours of the tier: a job page
 # reads every cell of the job's GPUs over its span, so a long or wide job reads a coarser tier
 # and the page's cost stays bounded whatever the job's length. Raw samples (every 10-15 s) up
 # to 1,024 GPU-hours (a 2,048-GPU job's first half hour, 16 GPUs for RAW_JOB_MAX); the

@@ -1,5 +1,5 @@
 """Compaction: raw GPU samples older than VIGIL_COMPACT_AFTER_HOURS become one packed row per
-GPU and hour (`packing.py`), losslessly, at about a sixth of their size (issue 17 item 6).
+GPU and hour (`packing.py`), losslessly, at about a sixth of their size.
 
 A beat task runs `samples_compact`, bounded per run. Each chunk (up to COMPACT_GPUS_PER_CHUNK
 GPUs of one hour) is one transaction: the raw rows are deleted and returned by one statement,

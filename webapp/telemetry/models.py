@@ -53,7 +53,7 @@ class GpuLatest(models.Model):
     transaction as the samples, only when a batch brings a newer ts.
 
     Pages, `/metrics` and the straggler pass read "now" here, so their cost depends on the
-    number of GPUs, never on how much raw data the sample partitions hold (issue 17). Kept
+    number of GPUs, never on how much raw data the sample partitions hold. Kept
     apart from the raw samples on purpose: compacting or dropping old raw partitions never
     touches it.
     """

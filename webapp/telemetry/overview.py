@@ -1,4 +1,4 @@
-"""The fleet overview's payload at any fleet size (issue 17): only what the page draws, once.
+"""The fleet overview's payload at any fleet size: only what the page draws, once.
 
 The page (static/telemetry/overview.js) draws one heatmap per cluster from a compact grid: the
 nodes in rows of `per_row`, and per cell the few numbers its colour and hover need, as flat
@@ -7,7 +7,7 @@ no string is sent once per cell, and nothing is sent that no cell shows (UUIDs, 
 
 Up to GPU_CELLS_MAX GPUs in a cluster there is one cell per GPU; above it one cell per node
 (its GPUs' mean utilization, and how many are busy, idle, erroring and stale), and a click on a
-node opens its page, where every GPU is. The 4,704-GPU fleet of issue 17 (two clusters of
+node opens its page, where every GPU is. A 4,704-GPU fleet (two clusters of
 2,352) stays per GPU; at 47,040 GPUs a cell per GPU is 23,520 cells of a few pixels each that
 no one can point at, and the payload is ten times larger.
 """

@@ -1,4 +1,4 @@
-"""Lossless packing of one GPU's samples of one hour into compressed blobs (issue 17).
+"""Lossless packing of one GPU's samples of one hour into compressed blobs.
 
 Plain functions over NumPy arrays; imports nothing from Django or any app. The compaction
 service (`compaction.py`) packs raw rows into `telemetry_gpusamplepacked`, one row per GPU

@@ -100,7 +100,7 @@ def partition_ensure(table: str, day: date) -> bool:
     return not exists
 
 
-# Retention is bounded per run (issue 17): the hourly beat task drops at most this many
+# Retention is bounded per run: the hourly beat task drops at most this many
 # partitions per table, oldest first, so a backlog (retention shortened, beat down for weeks)
 # is worked off over a few runs instead of one long run. 24 runs a day x 4 is far more than
 # the one partition per table that falls out of retention each day.

@@ -1,5 +1,5 @@
 """The hourly rollup (`telemetry_gpurollup1h`), folded from the 1-minute rollup, for views of
-months and years (issue 17 item 6): kept VIGIL_HOURLY_ROLLUP_RETENTION_DAYS (three years), where
+months and years: kept VIGIL_HOURLY_ROLLUP_RETENTION_DAYS (three years), where
 the 1-minute rollup is kept about a month.
 
 A beat task (every 5 minutes) recomputes every GPU's current hour (and the previous one in

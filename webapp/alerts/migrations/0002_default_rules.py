@@ -1,4 +1,4 @@
-"""The built-in alert rules with their defaults (issue 13 section 1); an operator tunes them in
+"""The built-in alert rules with their defaults; an operator tunes them in
 the admin. Limits and windows match deploy/prometheus/rules/vigil.rules.yml, so a site that
 alerts from its own Prometheus sees the same alerts."""
 

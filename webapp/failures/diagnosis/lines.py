@@ -106,7 +106,7 @@ _PREFIX_FOR: dict[str, tuple[re.Pattern[str], dict[int, tuple[int, int]], tuple[
     for c in map(chr, range(128))
 }
 _PREFIX_ANY = _alternation(tuple(range(len(_PREFIXES))))
-# Terminal noise around a message (issue 15: pasted real logs carry it): ANSI colour codes,
+# Terminal noise around a message (pasted real logs carry it): ANSI colour codes,
 # tqdm bars a message is glued to ("...| 11/56 [00:02<00:08,  5.02it/s]Segmentation fault",
 # Henry1iu/TNT-Trajectory-Prediction#33) and carriage returns of redrawn bars (the last
 # segment is what the terminal showed).

@@ -1,4 +1,4 @@
-"""The latest sample of each GPU, one row per GPU, kept by ingest (issue 17).
+"""The latest sample of each GPU, one row per GPU, kept by ingest.
 
 SQL, written out in full so the migration stays frozen: the columns have the sample table's
 types (real, not Django's double precision), so the latest values read exactly as the stored

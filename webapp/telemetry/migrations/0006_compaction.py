@@ -1,4 +1,4 @@
-"""Compacted GPU samples and the hourly rollup (issue 17 item 6), as SQL: Django cannot make
+"""Compacted GPU samples and the hourly rollup, as SQL: Django cannot make
 partitioned tables. Written out in full so the migration stays frozen.
 
 telemetry_gpusamplepacked holds one row per GPU and hour (webapp/telemetry/packing.py):
