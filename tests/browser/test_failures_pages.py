@@ -1,7 +1,7 @@
 """Failure pages in a real Chromium: the timeline draws, a click on a marker opens the failure
 page with its evidence and Xid history; the reliability page draws; no console errors, no CDN.
 
-Also issue 4's end-to-end acceptance (here, because it ends in the browser and Playwright's
+Also the end-to-end path of a failure (here, because it ends in the browser and Playwright's
 session browser lives in tests/browser/conftest.py): a job on the REAL Slurm writes an NCCL
 timeout to its log on a node whose kernel log gets an Xid 79 line; the collector's watchers
 (Slurm, kernel log file, job logs) publish through the real transport to a REAL worker; the

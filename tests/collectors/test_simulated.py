@@ -27,7 +27,7 @@ def run(backend: SimulatedBackend, rounds: int, step_s: float, t0: float = 1_700
 
 
 ACME_CLUSTERS = ("seren", "kalos")
-KS_MAX = 0.15  # issue 17: the simulator's distributions within 0.15 of Acme's (KS distance)
+KS_MAX = 0.15  # the simulator's distributions within 0.15 of Acme's (KS distance)
 
 
 def acme_cdf(metric: str) -> Callable[[float, bool], float]:

@@ -1,5 +1,5 @@
-"""GPU energy from the NVML counter with resets, gaps, duplicates and implausible jumps
-(issue 14 acceptance), and the fallbacks for GPUs without a counter. Pure: no Django."""
+"""GPU energy from the NVML counter with resets, gaps, duplicates and implausible jumps,
+and the fallbacks for GPUs without a counter. Pure: no Django."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The hourly energy rollup and the monthly report against figures computed independently
-from the samples the rig sent (issue 14 acceptance): jobs, teams, types, outcomes, idle,
+from the samples the rig sent: jobs, teams, types, outcomes, idle,
 wasted and lost energy, node IT energy, and parts that add up to the totals."""
 
 from __future__ import annotations

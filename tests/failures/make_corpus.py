@@ -601,7 +601,7 @@ def cases():  # noqa: C901 - a catalogue of cases
             *srun_tail("node-01", 0, cancel=False),
         ]
 
-    # failure-taxonomy.md (issue 15): a device-side assert is a CUDA fault whatever frame
+    # docs/failure-taxonomy.md: a device-side assert is a CUDA fault whatever frame
     # reports it; the case keeps its file name.
     @add("user_exception_5_device_assert", "cuda_fault", None)
     def _(r):

@@ -223,7 +223,7 @@ def test_same_diagnoses_without_re2s_private_match_binding(monkeypatch):
     assert {r.cause for r in slow} == {LABELS[name]["cause"] for name in names}
 
 
-# Blame from the rank-to-host maps launchers print (issue 15 "Blame"). Each blamed host is one
+# Blame from the rank-to-host maps launchers print. Each blamed host is one
 # the log itself names; line wordings are the real ones of the threads cited in rules.yaml.
 
 

@@ -27,7 +27,7 @@ HELDOUT_LABELS: dict[str, dict] = json.loads((HELDOUT / "labels.json").read_text
 SYNTHETIC = DATA / "failure_logs"
 SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").read_text())
 
-# Acceptance of issue 15 (the real corpus) and the synthetic corpus' own bar.
+# The bar for the real corpus and the synthetic corpus' own bar.
 REAL_CAUSE_MIN = 0.95
 REAL_CATEGORY_MIN = 0.97
 REAL_BLAME_MIN = 0.90

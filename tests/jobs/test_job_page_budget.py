@@ -1,4 +1,4 @@
-"""A job page's cost is bounded whatever the job's length (issue 17): a job whose span x GPUs
+"""A job page's cost is bounded whatever the job's length: a job whose span x GPUs
 exceeds a tier's budget is drawn from the next coarser tier (selectors.job_tiers), and the page
 says so; one whose hourly rollup is not folded yet still draws, from the 1-minute rollup.
 

@@ -1,4 +1,4 @@
-"""The series figure of the node, GPU and job pages: written as plain dicts (issue 17), it
+"""The series figure of the node, GPU and job pages: written as plain dicts, it
 must be what plotly's own graph objects give, or plotly.js would draw something else."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from webapp.telemetry.selectors import SERIES_METRICS, Series
 
 
 def _plotly_series_figure(series: dict[str, Series], x_range) -> dict:
-    """The figure as plotly builds it, trace by trace (series_figure before issue 17)."""
+    """The figure as plotly builds it, trace by trace (series_figure as it was before)."""
     names = list(SERIES_AXES)
     fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, vertical_spacing=0.03)
     for i, (label, s) in enumerate(series.items()):
