@@ -82,8 +82,8 @@ def client_for(broker_url: str) -> redis.Redis | None:
 
 
 def outbox_put(client: redis.Redis, batch_id: str, task: str, text: str) -> None:
-    """Store a batch for `task`. Zstandard level 1 makes a 92 KB batch 20 KB in 0.4 ms and
-    gives it back in 0.2 ms (zlib level 1: 26 KB, 1.0 and 0.45 ms)."""
+    """Store a batch for `task`, compressed with Zstandard level 1 (smaller and faster both
+    ways than zlib level 1 on a batch)."""
     pipe = client.pipeline(transaction=True)
     # HSETNX, not HSET: every node may write to the one hash (deploy/redis/README.md), and
     # must not be able to replace an entry another node stored. A re-sent batch has the same

@@ -103,8 +103,8 @@ class _ReusingRedisChannel(kombu_redis.Channel):
 
     kombu 5.x builds a new `redis.Redis` for every publish, delivery and ack
     (`Channel.conn_or_acquire`), and redis-py 8 copies its ~170 response callbacks into a
-    case-insensitive dict in every constructor: about 1.7 ms of CPU per client, 3-4 ms per
-    ingested batch on the worker, a tenth of its time. A client holds no connection of its
+    case-insensitive dict in every constructor, a noticeable share of the worker's time per
+    ingested batch. A client holds no connection of its
     own (each command borrows one from the pool), so one per pool serves every caller.
     """
 

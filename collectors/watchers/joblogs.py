@@ -56,7 +56,7 @@ MAX_WINDOWS_PER_FILE = 50  # a log that errs in a loop is cut off here (volume s
 STARTUP_BACKLOG_S = 300.0  # at start, files quiet longer than this are followed from their end
 SLURM_REFRESH_S = 60.0
 # The host's processes are scanned for new job steps at most this often: at 1 Hz rounds on a
-# node with 1,000 processes an every-round scan (about 10 ms) would cost as much CPU as the rest
+# node with 1,000 processes an every-round scan would cost as much CPU as the rest
 # of the agent's goal (1% of a core); a job that dies within 2 s of starting is not an LLM job.
 LOCAL_SCAN_S = 2.0
 # slurmstepd names itself after the step it runs: "slurmstepd: [1234.batch]", "[1234.0]",
@@ -248,8 +248,8 @@ def local_slurm_jobs(proc: Path = Path("/proc")) -> set[str]:
     """Ids of the jobs whose steps run on this host, from its slurmstepd processes.
 
     Reads each process's 15-byte `comm` and only a slurmstepd's `cmdline`: no call to
-    slurmctld, about 10 µs per process (0.66 ms for 64 processes measured here; a busy GPU node
-    with 1,000 processes pays about 10 ms a round). Empty where the agent cannot see the host's processes (a
+    slurmctld, a small cost per process that a busy GPU node with 1,000 processes pays each
+    round. Empty where the agent cannot see the host's processes (a
     container without the host's PID namespace): the minutely refresh then still finds jobs.
     """
     ids: set[str] = set()

@@ -3,8 +3,8 @@ streams, and one-dimensional arrays as parameters (server-side binding) or read 
 
 psycopg's own binary COPY (`copy.set_types`, `write_row`) adapts every value of every row in
 turn; a million-row trace import spends far less building the whole stream with a few NumPy
-operations per column. Likewise psycopg adapts a list parameter element by element (about
-1 us apiece), where a tally's arrays hold tens of thousands of values. The telemetry ingest's
+operations per column. Likewise psycopg adapts a list parameter element by element, where
+a tally's arrays hold tens of thousands of values. The telemetry ingest's
 GPU rows, which arrive as Python tuples, go through psycopg's `write_row` (nothing to gain
 here); their node samples and the job tallies travel as the arrays built here.
 

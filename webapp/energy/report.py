@@ -25,7 +25,7 @@ from webapp.energy.selectors import EnergyReport, month_report
 from webapp.energy.trends import Trends, energy_trends
 from webapp.fleet.models import Cluster
 
-# Seconds Chromium may take to print (start, lay out, draw six figures); it takes 1-3 s.
+# Seconds Chromium may take to print (start, lay out, draw six figures), with a wide margin.
 PDF_TIMEOUT_S = 60
 # Virtual time Chromium gives the page's scripts before it prints (ms): figures.js draws on
 # load, well within it.

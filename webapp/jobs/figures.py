@@ -3,7 +3,7 @@ drawn by the vendored plotly.js, like webapp/telemetry/figures.py.
 
 Written as the JSON plotly.js reads rather than through plotly's Python objects: those validate
 every property and copy the template into each figure, which cost the characterization page
-most of its time (0.3 s a view, 0.7 s for a new process). The look is the same: the traces and
+most of its time. The look is the same: the traces and
 layout are what plotly.graph_objects produced, with the same template (TEMPLATE) and the
 subplot geometry of plotly.subplots.make_subplots (tests/jobs/test_figures.py checks both).
 """

@@ -66,7 +66,7 @@ class Job(models.Model):
             models.UniqueConstraint(fields=["cluster", "scheduler_id"], name="job_unique_id"),
         ]
         # Every index is paid for by each imported row (a trace has a million; each index
-        # costs the import about 1.3 us a row, the heap row itself 3): none on (cluster, state)
+        # costs the import a good part of what the heap row does): none on (cluster, state)
         # or user, since the list walks (cluster, submit_at) newest first filtering by them
         # and counts the matches (a scan of the cluster's jobs either way); nothing else reads
         # jobs by state or user.

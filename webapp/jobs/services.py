@@ -418,7 +418,7 @@ def job_tallies_compact(cluster_id: int) -> int:
 
 
 # Delta rows a cluster may gather before the warm-up task merges them: the page sums them in
-# Python at about 3 us a row, so this many cost it about 30 ms.
+# Python, so this bounds what a view pays for them.
 TALLY_DELTAS_MAX = 10_000
 
 

@@ -185,7 +185,7 @@ class Tally:
 # --- Reading and writing tally rows ------------------------------------------------------
 #
 # A million jobs' tally holds about 90,000 distinct values; psycopg's list adaptation turns each
-# into a Python object (about 1 us apiece). Their float8[] and int8[] travel instead as
+# into a Python object. Their float8[] and int8[] travel instead as
 # PostgreSQL's binary arrays, built from and read into NumPy arrays by webapp/core/pgcopy.py.
 
 
@@ -231,9 +231,9 @@ def tally_fetch(connection: psycopg.Connection, sql: str, params: list) -> Tally
 # jobs_jobtally: one pass over the jobs with four grouping sets (a hash table each), then each
 # group's arrays. The expressions are those of the triggers (migration 0005).
 # work_mem for TALLY_SQL (4 MB, the default, would spill): over a million jobs, with 128 MB the
-# planner sorts two of the four grouping sets and the pass takes about 7 s; with 256 MB it
-# hashes more of them, about 3 s (the hash tables take some 60 MB, but PostgreSQL cannot
-# estimate how many distinct durations there are).
+# planner sorts two of the four grouping sets; with 256 MB it hashes more of them, and the
+# pass is much faster (the hash tables fit, but PostgreSQL cannot estimate how many distinct
+# durations there are).
 TALLY_WORK_MEM = "256MB"
 _WHERE = "/* where */"
 _D = "date_part('epoch', end_at - start_at)"

@@ -16,9 +16,9 @@ computed from the parsed columns (`tally_of_columns`) and stored in the same tra
 tally trigger, a call per row, is off for the import's own COPY. Imported jobs have source
 `acmetrace` and no allocations (the traces do not say which GPUs a job held).
 
-Where a million-row import's time goes (2 cores): PostgreSQL's heap and index work, about
-3 us a row for the heap and 1.3 us for each of the three indexes, is most of it, split over
-the writers; parsing and encoding with NumPy take about 3.5 us a row in the calling thread.
+Where a million-row import's time goes: PostgreSQL's heap and index work (the heap, then
+each of the three indexes) is most of it, split over the writers; parsing and encoding with
+NumPy run in the calling thread (bench/import.py measures both).
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ ON CONFLICT DO NOTHING
 # column (the schema refuses NaN, so a sample never is one) and as -1 in an int column (all
 # are counts, never negative); nullif() makes either NULL again. The first try inserts node
 # samples plainly, so a stored one raises as a stored GPU row does; the retry of a redelivered
-# batch skips them (ON CONFLICT costs PostgreSQL about 4 us a row, so only the retry pays it).
+# batch skips them (ON CONFLICT costs PostgreSQL work per row, so only the retry pays it).
 _MISSING = {"float": "'NaN'", "int": "-1"}
 _NODE_VALUES = ", ".join(f"nullif({m.name}, {_MISSING[m.kind]})" for m in NODE_FIELDS)
 _NODE_ARRAYS = ", ".join(f"%({m.name})s::{_PG_TYPE[m.kind]}[]" for m in NODE_FIELDS)
@@ -414,7 +414,7 @@ def _rest_params(
 
 
 # Node samples go as PostgreSQL binary arrays (webapp/core/pgcopy.py), one per column: psycopg
-# adapts a list element by element in Python (about 1 us apiece), and a text array costs a
+# adapts a list element by element in Python, and a text array costs a
 # repr() per float.
 _NAN = float("nan")
 
