@@ -24,9 +24,9 @@ Measured:
     recomputation's figures of the raw span (total, idle, each team, job type and outcome).
 Also timed: trends_s (`energy_trends`, 12 months ending with the built one), daily_csv_s
 (`energy_daily_rows`, the month's daily CSV rows) and metrics_totals_s (`energy_totals`, what
-/metrics' energy counters sum: every hour the rollup holds, here the one month). Last line: JSON with rollup_s, raw_s,
-raw_s_month_estimate, rebuild_s, trends_s, daily_csv_s, daily_csv_rows, max_rel_diff, gpus,
-rollup_rows, raw_rows, raw_hours. Goals: rollup_s < 1, max_rel_diff < 0.001.
+/metrics' energy counters sum: every hour the rollup holds, here the one month). Last line: JSON
+with rollup_s, raw_s, raw_s_month_estimate, rebuild_s, trends_s, daily_csv_s, daily_csv_rows,
+max_rel_diff, gpus, rollup_rows, raw_rows, raw_hours. Goals: rollup_s < 1, max_rel_diff < 0.001.
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 
     .venv/bin/python bench/overview.py [--gpus 4704] [--clusters 2] [--repeat 5]
 
-Starts its own embedded PostgreSQL and Redis in a temporary folder, migrates, then builds the
-fleet through Vigil's own services: a node token per node and one ingested batch per node
+Starts its own embedded PostgreSQL and Redis in a temporary folder, migrates, then builds the fleet
+through Vigil's own services: a node token per node and one ingested batch per node
 (`samples_ingest`, the worker's code path), 8 GPUs a node, a sample each; a few nodes of each
 cluster are left stale and a few GPUs report ECC errors. The stale window is an hour here
-(VIGIL_STALE_AFTER_S), so that the nodes built first still report when the pages are measured. Then, as a logged-in operator through
-Django's test client (the whole middleware stack, gzip included):
+(VIGIL_STALE_AFTER_S), so that the nodes built first still report when the pages are measured. Then,
+as a logged-in operator through Django's test client (the whole middleware stack, gzip included):
   - after: GET /api/v1/overview.json with Accept-Encoding: gzip, the bytes sent and the time;
   - the page: GET / (the HTML with the first payload and the figures' look);
   - baseline: the payload as it was before the compact grid (a plotly heatmap per cluster with the
@@ -168,7 +168,7 @@ def _measure(repeat: int) -> dict:
     }
 
 
-# --- The payload before the compact grid (webapp/telemetry/views.py and figures.py as they were) -------
+# --- The payload before the compact grid (webapp/telemetry/views.py and figures.py as they were) --
 
 _HEATMAP_HOVER = (
     "<b>%{customdata[0]}</b> · GPU %{customdata[1]}<br>"

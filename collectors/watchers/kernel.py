@@ -4,11 +4,11 @@ The driver prints every Xid with its text, e.g.
 
     NVRM: Xid (PCI:0000:3b:00): 79, pid=48213, name=python, GPU has fallen off the bus.
 
-(docs/telemetry.md sections 3-5, docs/failure-signatures.md section 1). The kernel names the GPU by PCI
-address (domain:bus:device, domain in 4 digits) where NVML says `00000000:3B:00.0`; both map to
-the same (domain, bus, device) and so to the GPU index and UUID of the backend's inventory.
-Newer drivers may print only "NVRM: The NVIDIA GPU <bdf> ... has fallen off the bus": that is
-a `gpu_lost` event.
+(docs/telemetry.md sections 3-5, docs/failure-signatures.md section 1). The kernel names the GPU by
+PCI address (domain:bus:device, domain in 4 digits) where NVML says `00000000:3B:00.0`; both map to
+the same (domain, bus, device) and so to the GPU index and UUID of the backend's inventory. Newer
+drivers may print only "NVRM: The NVIDIA GPU <bdf> ... has fallen off the bus": that is a `gpu_lost`
+event.
 
 Restart-safe: a file is followed from its saved inode and offset (tail.py); `/dev/kmsg` from
 the sequence number after the last record sent; journald from the cursor of the last entry

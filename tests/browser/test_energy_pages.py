@@ -85,7 +85,7 @@ def test_energy_page_draws_figures_and_tables(
     assert page.locator("#report-trends tbody tr").count() == TREND_MONTHS
     assert page.locator("#report-completeness").inner_text().endswith("%")
     page.emulate_media(media="print")
-    # Printed, each sheet fits its A4 page: no sheet taller than 273 mm (297 less the 12 mm margins).
+    # Printed, each sheet fits its A4 page: no sheet taller than 273 mm (297 less 12 mm margins).
     heights = page.evaluate(
         "Array.from(document.querySelectorAll('section.sheet')).map(s => s.scrollHeight)"
     )

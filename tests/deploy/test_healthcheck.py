@@ -439,7 +439,7 @@ def test_a_non_zero_exit_with_no_failing_test_fails_the_node():
     )
 
 
-# --- dcgmi diag: the driver, end to end with a fake srun and dcgmi ---------------------------------
+# --- dcgmi diag: the driver, end to end with a fake srun and dcgmi --------------------------------
 
 
 @pytest.fixture

@@ -129,9 +129,9 @@ bounded_decompression_install()
 
 
 def batches_finished(task: str, args: list[str]) -> None:
-    """Batches of `task` were finished (stored, or refused for good): their outbox entries
-    and delivery counts can go. A failure to say so is only logged: the entry stays, and its redelivery finds the
-    batch stored and changes nothing."""
+    """Batches of `task` were finished (stored, or refused for good): their outbox entries and
+    delivery counts can go. A failure to say so is only logged: the entry stays, and its redelivery
+    finds the batch stored and changes nothing."""
     client = broker_client()
     if client is None:
         return

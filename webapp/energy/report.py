@@ -222,8 +222,8 @@ CSV_HEADER = (
 
 
 def report_rows(r: EnergyReport, month: str) -> list[tuple]:
-    """The report as CSV rows: totals, then each breakdown (team, project, type, outcome, user, jobs)
-    and the idle GPUs; facility shares add up to 1 with the unattributed line."""
+    """The report as CSV rows: totals, then each breakdown (team, project, type, outcome, user,
+    jobs) and the idle GPUs; facility shares add up to 1 with the unattributed line."""
     name = r.cluster.name
     v = r.method_version
     rows = [

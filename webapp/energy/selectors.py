@@ -1,6 +1,7 @@
-"""Reads of the energy app (the 12-month trends are in trends.py, the daily CSV rows in daily.py): a cluster's energy, facility energy and CO2e over a period, with
-its breakdowns (team, job type, outcome, jobs), idle / wasted / lost energy and data
-completeness, all from the hourly rollups (never raw samples).
+"""Reads of the energy app (the 12-month trends are in trends.py, the daily CSV rows in daily.py): a
+cluster's energy, facility energy and CO2e over a period, with its breakdowns (team, job type,
+outcome, jobs), idle / wasted / lost energy and data completeness, all from the hourly rollups
+(never raw samples).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Pages of the energy app: a cluster's energy per month, the printable monthly report and
-its PDF; the request for the daily CSV export (built by a task; its download is in api_urls.py); the report email's
-unsubscribe link. CSV exports are in api_urls.py."""
+"""Pages of the energy app: a cluster's energy per month, the printable monthly report and its PDF;
+the request for the daily CSV export (built by a task; its download is in api_urls.py); the report
+email's unsubscribe link. CSV exports are in api_urls.py."""
 
 from django.urls import path
 

@@ -122,7 +122,9 @@ def _gpu_errors_store(node_id: int, batch: NodeEventBatch) -> list[GpuErrorEvent
 
 
 def pci_bdf(pci: str | None) -> str:
-    """PCI bus id in one spelling: lowercase, 4-digit domain ("00000000:3B:00.0" -> "0000:3b:00.0")."""
+    """PCI bus id in one spelling: lowercase, 4-digit domain.
+
+    "00000000:3B:00.0" -> "0000:3b:00.0"."""
     if not pci:
         return ""
     p = pci.strip().lower()

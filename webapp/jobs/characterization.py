@@ -5,13 +5,13 @@ states, telemetry CDFs, and a row in the columns of AcmeTrace's cluster_summary.
 Everything follows from the jobs' tally (webapp/jobs/tallies.py): per type and GPU / CPU job,
 the jobs and GPU time in each state, and the number of jobs with each distinct duration,
 queueing delay and GPU count, from which medians, means and CDFs follow exactly. A cluster's
-whole history (the page's default) reads the cluster's tally rows, kept by triggers and the
-trace import: a dozen rows however many jobs. A window counts its jobs in one hashed pass
-(tallies.TALLY_SQL); a job belongs to it when it was submitted in it (`submit_at`, served by
-the (cluster, submit_at) index). Telemetry CDFs read the 1-minute rollup (raw samples for
-windows under a day; the hourly rollup for windows older than the 1-minute rollup keeps). Like the paper, per-type and summary statistics are over GPU jobs
-(`gpus_requested > 0`); durations and queueing delays count only jobs that have them (started,
-resp. ended).
+whole history (the page's default) reads the cluster's tally rows, kept by triggers and the trace
+import: a dozen rows however many jobs. A window counts its jobs in one hashed pass
+(tallies.TALLY_SQL); a job belongs to it when it was submitted in it (`submit_at`, served by the
+(cluster, submit_at) index). Telemetry CDFs read the 1-minute rollup (raw samples for windows under
+a day; the hourly rollup for windows older than the 1-minute rollup keeps). Like the paper, per-type
+and summary statistics are over GPU jobs (`gpus_requested > 0`); durations and queueing delays count
+only jobs that have them (started, resp. ended).
 """
 
 from __future__ import annotations
@@ -556,11 +556,12 @@ def cluster_gpu_count(cluster: Cluster) -> int:
 
 # --- Evaluation jobs' GPU time by phase (docs/acme-workload.md §6) ----------------------
 #
-# From the samples (raw or compacted; the 1-minute rollup once they are dropped) of the GPUs
-# that ended evaluation jobs held: loading is the time before the GPU's first busy sample, when its memory rose meanwhile (the model arriving) with SM
-# activity near zero; inference runs from the first busy sample to the last; metrics are the
-# time the GPU stayed held and idle after it. Held time with no busy sample, or before it
-# without memory rising, is idle. The paper's HumanEval profile: loading 29.5%, metrics 19%.
+# From the samples (raw or compacted; the 1-minute rollup once they are dropped) of the GPUs that
+# ended evaluation jobs held: loading is the time before the GPU's first busy sample, when its
+# memory rose meanwhile (the model arriving) with SM activity near zero; inference runs from the
+# first busy sample to the last; metrics are the time the GPU stayed held and idle after it. Held
+# time with no busy sample, or before it without memory rising, is idle. The paper's HumanEval
+# profile: loading 29.5%, metrics 19%.
 
 # "Near zero": under 5% of SMs active (an idle A100 reads 0: docs/acme-workload.md §5, p25 = 0).
 EVAL_BUSY_SM = 0.05

@@ -227,9 +227,9 @@ def tally_fetch(connection: psycopg.Connection, sql: str, params: list) -> Tally
         return Tally.from_rows(cur.fetchall())
 
 
-# The tally of the jobs matching a condition (tally_sql), one row per (cluster, job_type, gpu) in the columns of
-# jobs_jobtally: one pass over the jobs with four grouping sets (a hash table each), then each
-# group's arrays. The expressions are those of the triggers (migration 0005).
+# The tally of the jobs matching a condition (tally_sql), one row per (cluster, job_type, gpu) in
+# the columns of jobs_jobtally: one pass over the jobs with four grouping sets (a hash table each),
+# then each group's arrays. The expressions are those of the triggers (migration 0005).
 # work_mem for TALLY_SQL (4 MB, the default, would spill): over a million jobs, with 128 MB the
 # planner sorts two of the four grouping sets; with 256 MB it hashes more of them, and the
 # pass is much faster (the hash tables fit, but PostgreSQL cannot estimate how many distinct

@@ -1,11 +1,11 @@
 """The telemetry app's families on `/metrics` (webapp/core/metrics.py): every GPU's latest
 sample, cluster aggregates, nodes and how fresh their data is, and the ingest counters.
 
-Cheap at fleet scale: one `gpus_latest()` query (the latest-values table, one row per GPU,
-see telemetry/selectors.py) feeds every per-GPU and per-cluster family, one query over the
-nodes feeds the node families, and no query is made per GPU or per node. A GPU without a sample in that window has no per-GPU series (it is
-counted under `vigil_gpus{status="stale"}`): Prometheus then marks its series stale, as it
-does for a target that stops reporting.
+Cheap at fleet scale: one `gpus_latest()` query (the latest-values table, one row per GPU, see
+telemetry/selectors.py) feeds every per-GPU and per-cluster family, one query over the nodes feeds
+the node families, and no query is made per GPU or per node. A GPU without a sample in that window
+has no per-GPU series (it is counted under `vigil_gpus{status="stale"}`): Prometheus then marks its
+series stale, as it does for a target that stops reporting.
 
 Units are Prometheus' base units (its naming guide): utilization and SM activity as ratios
 0-1 (dcgm-exporter's DCGM_FI_DEV_GPU_UTIL is in percent; Vigil's own names say `_ratio`),

@@ -15,12 +15,12 @@ timestamps, then one section per metric of `collectors.schema.GPU_FIELDS`, in wi
   - every value section is byte-shuffled (all first bytes, then all second bytes, ...), the
     transform of Blosc and HDF5's shuffle filter: the high bytes of a column barely change,
     so they become long runs the compressor removes, while the noisy low bytes stay together.
-The whole is compressed with Zstandard (RFC 8878). A GPU-hour is two such blobs
-(`pack_hour`): the timestamps with the few fields read over many GPU-hours (energy), and the
-other fields, so those readers fetch and decompress a small part of it. Integer deltas wrap modulo 2**64, so any
-int64 round-trips; floats are never converted, so every bit pattern (-0.0, subnormals)
-round-trips, NaN payloads included. NaN never reaches storage through ingest (the wire schema
-refuses it), so NaN in a float column read back means NULL; `Column.valid` says so exactly.
+The whole is compressed with Zstandard (RFC 8878). A GPU-hour is two such blobs (`pack_hour`): the
+timestamps with the few fields read over many GPU-hours (energy), and the other fields, so those
+readers fetch and decompress a small part of it. Integer deltas wrap modulo 2**64, so any int64
+round-trips; floats are never converted, so every bit pattern (-0.0, subnormals) round-trips, NaN
+payloads included. NaN never reaches storage through ingest (the wire schema refuses it), so NaN in
+a float column read back means NULL; `Column.valid` says so exactly.
 """
 
 from __future__ import annotations

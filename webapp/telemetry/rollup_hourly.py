@@ -2,11 +2,11 @@
 months and years: kept VIGIL_HOURLY_ROLLUP_RETENTION_DAYS (three years), where
 the 1-minute rollup is kept about a month.
 
-A beat task (every 5 minutes) recomputes every GPU's current hour (and the previous one in
-the first quarter of an hour), which the 1-minute refresh is still filling, plus the hours
-`Rollup1hDirty` names: those whose minutes changed later (late samples). Each cell is recomputed whole from its minutes (sums of sums,
-counts of counts, lowest of lows), so a rerun or an overlap changes nothing. Its cost per run
-is the minutes of an hour or two of the fleet, never the table's size.
+A beat task (every 5 minutes) recomputes every GPU's current hour (and the previous one in the first
+quarter of an hour), which the 1-minute refresh is still filling, plus the hours `Rollup1hDirty`
+names: those whose minutes changed later (late samples). Each cell is recomputed whole from its
+minutes (sums of sums, counts of counts, lowest of lows), so a rerun or an overlap changes nothing.
+Its cost per run is the minutes of an hour or two of the fleet, never the table's size.
 """
 
 from __future__ import annotations
