@@ -66,6 +66,22 @@ def test_a_silence_matches_every_field_it_names_while_in_force():
     assert not rules.silenced(alert, [other_cause], T0 + timedelta(minutes=5))
 
 
+def test_a_teams_silence_mutes_its_own_recipients_only_and_never_an_operators_alert():
+    alert = rules.AlertFacts(1, 7, "gpu_ecc", 5, "recovery_approval")
+    window = {"starts_at": T0, "ends_at": T0 + timedelta(hours=1)}
+    team5 = rules.SilenceFacts(cluster_id=None, node_id=None, cause="gpu_ecc", team_id=5, **window)
+    at = T0 + timedelta(minutes=5)
+    assert not rules.silenced(alert, [team5], at)  # not for everyone
+    assert rules.silencing_teams(alert, [team5], at) == {5}
+    assert rules.silencing_teams(alert, [team5], T0 + timedelta(hours=2)) == frozenset()
+    mutes = rules.team_silence_mutes
+    assert mutes({5}, {5, 9}, operator_alert=False, recipient_is_operator=False)
+    assert not mutes({5}, {9}, operator_alert=False, recipient_is_operator=False)
+    # An operator in team 5 still gets the approval, recovery and hardware alerts.
+    assert not mutes({5}, {5}, operator_alert=True, recipient_is_operator=True)
+    assert mutes({5}, {5}, operator_alert=False, recipient_is_operator=True)
+
+
 def test_node_down_inhibits_its_gpu_and_job_alerts_only():
     gpu = rules.AlertFacts(1, 7, "gpu_ecc", None, "gpu_hardware")
     elsewhere = rules.AlertFacts(1, 8, "gpu_ecc", None, "gpu_hardware")

@@ -228,10 +228,12 @@ def group_flush(group_id: int, now: datetime | None = None) -> list[Notification
             )
         ).select_related("rule", "cluster", "node", "job", "failure")
         firing, resolved = [], []
+        silencing: dict[int, frozenset[int]] = {}
         for alert in candidates.order_by("starts_at", "pk"):
             facts = sel.alert_facts(alert)
             if rules.silenced(facts, silences, now):
                 continue
+            silencing[alert.pk] = rules.silencing_teams(facts, silences, now)
             if alert.state == AlertState.RESOLVED:
                 if alert.rule.send_resolved:
                     resolved.append(alert)
@@ -246,10 +248,20 @@ def group_flush(group_id: int, now: datetime | None = None) -> list[Notification
             return []
         implicit = _implicit_for(firing + resolved)
         per_channel: dict[int, tuple[sel.Recipient, list[Alert], list[Alert]]] = {}
+        held: set[int] = set()  # muted for some recipient by a team's silence
+        told: set[int] = set()
         for alert in firing + resolved:
             for r in sel.alert_recipients(alert, implicit):
+                if r.muted(alert, silencing[alert.pk]):
+                    held.add(alert.pk)
+                    continue
+                told.add(alert.pk)
                 entry = per_channel.setdefault(r.channel.pk, (r, [], []))
                 (entry[1] if alert.state == AlertState.FIRING else entry[2]).append(alert)
+        # An alert every recipient of which is muted waits, as a silenced one does: it is
+        # sent once the team's silence ends (the beat's _groups_due plans it again).
+        firing = [a for a in firing if a.pk in told or a.pk not in held]
+        resolved = [a for a in resolved if a.pk in told or a.pk not in held]
         notes = [_notify(r, f, res, group, now) for r, f, res in per_channel.values()]
         Alert.objects.filter(pk__in=[a.pk for a in firing]).update(
             notified_at=Coalesce(F("notified_at"), now), last_notified_at=now

@@ -69,21 +69,45 @@ class SilenceFacts:
     ends_at: datetime
 
 
+def _matches(s: SilenceFacts, alert: AlertFacts, now: datetime) -> bool:
+    """The silence is in force and every field it names equals the alert's."""
+    return (
+        s.starts_at <= now < s.ends_at
+        and (s.cluster_id is None or s.cluster_id == alert.cluster_id)
+        and (s.node_id is None or s.node_id == alert.node_id)
+        and (not s.cause or s.cause == alert.cause)
+        and (s.team_id is None or s.team_id == alert.team_id)
+    )
+
+
 def silenced(alert: AlertFacts, silences: Iterable[SilenceFacts], now: datetime) -> bool:
-    """True if a silence in force matches: every field it names equals the alert's."""
-    for s in silences:
-        if not (s.starts_at <= now < s.ends_at):
-            continue
-        if s.cluster_id is not None and s.cluster_id != alert.cluster_id:
-            continue
-        if s.node_id is not None and s.node_id != alert.node_id:
-            continue
-        if s.cause and s.cause != alert.cause:
-            continue
-        if s.team_id is not None and s.team_id != alert.team_id:
-            continue
-        return True
-    return False
+    """True if a silence for everyone (one naming no team) in force matches the alert."""
+    return any(s.team_id is None and _matches(s, alert, now) for s in silences)
+
+
+def silencing_teams(
+    alert: AlertFacts, silences: Iterable[SilenceFacts], now: datetime
+) -> frozenset[int]:
+    """The teams whose own silence in force matches the alert: it mutes those teams'
+    recipients only (see `team_silence_mutes`)."""
+    return frozenset(
+        s.team_id for s in silences if s.team_id is not None and _matches(s, alert, now)
+    )
+
+
+def team_silence_mutes(
+    silencing: frozenset[int],
+    recipient_teams: frozenset[int],
+    *,
+    operator_alert: bool,
+    recipient_is_operator: bool,
+) -> bool:
+    """Does a team's silence keep this alert from this recipient? Only a recipient of a
+    silencing team (a member, or the team's own channel), and never an operator's alert about
+    the hardware or recovery: a team quiets its own inboxes, not the people who fix nodes."""
+    if recipient_is_operator and operator_alert:
+        return False
+    return not silencing.isdisjoint(recipient_teams)
 
 
 # Inhibition (Alertmanager's inhibit_rules): a node that is down explains its GPUs' and jobs'

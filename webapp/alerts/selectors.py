@@ -85,6 +85,24 @@ class Recipient:
             return True
         return user_is_operator(user) and alert_is_hardware(alert)
 
+    def muted(self, alert: Alert, silencing: frozenset[int]) -> bool:
+        """Is the alert kept from this recipient by a team's silence (`silencing`: the teams
+        whose silence matches it, rules.silencing_teams)?"""
+        if not silencing:
+            return False
+        if self.team_id is not None:
+            teams, operator = frozenset({self.team_id}), False
+        elif self.user is not None:
+            teams, operator = team_ids_of(self.user), user_is_operator(self.user)
+        else:
+            return False
+        return rules.team_silence_mutes(
+            silencing,
+            teams,
+            operator_alert=alert_is_hardware(alert),
+            recipient_is_operator=operator,
+        )
+
     def shows_logs(self, alert: Alert) -> bool:
         """May the email carry the failure's log lines (the evidence)?"""
         if self.team_id is not None:

@@ -6,7 +6,9 @@ Who sees what: every logged-in user sees the alerts and silences (a job's metada
 diagnosis are public inside Vigil, teams/selectors.py); a message's text may carry a job's log
 lines, so the delivery log lists only attempts to the viewer's own or their teams' channels and
 the outbox (whole messages) is for operators. Operators silence anything; a team member
-silences their own team's alerts only (a silence naming their team), and expires only those.
+silences their own team's alerts only (a silence naming their team, which mutes that team's
+recipients and never an operator's alert about the hardware or recovery). Only a silence's
+author or an operator expires it.
 """
 
 from __future__ import annotations
@@ -60,13 +62,15 @@ def _iso(value) -> str | None:
 # --- alerts ----------------------------------------------------------------------------------
 
 
-def _silence_link(alert: Alert) -> str:
-    """The silence form, pre-filled with what identifies this alert's incident."""
+def _silence_link(alert: Alert, *, operator: bool) -> str:
+    """The silence form, pre-filled with what identifies this alert's incident. A member's
+    names their team (it mutes that team's recipients only); an operator's names none, so it
+    mutes everyone."""
     fields = {
         "cluster": alert.cluster.name if alert.cluster else "",
         "node": alert.node.hostname if alert.node else "",
         "cause": alert.cause,
-        "team": alert.team_id or "",
+        "team": "" if operator else alert.team_id or "",
     }
     return reverse("alerts:silences") + "?" + urlencode({k: v for k, v in fields.items() if v})
 
@@ -79,7 +83,12 @@ def alert_list(request: HttpRequest) -> HttpResponse:
     operator = user_is_operator(request.user)
     teams = selectors.team_ids_of(request.user)
     rows = [
-        (a, _silence_link(a) if operator or (a.team_id and a.team_id in teams) else None)
+        (
+            a,
+            _silence_link(a, operator=operator)
+            if operator or (a.team_id and a.team_id in teams)
+            else None,
+        )
         for a in page
     ]
     return render(
@@ -157,8 +166,10 @@ def _silenceable_teams(user, operator: bool):
     return teams if operator else teams.filter(pk__in=selectors.team_ids_of(user))
 
 
-def _may_expire(silence: Silence, operator: bool, teams: frozenset[int]) -> bool:
-    return operator or (silence.team_id is not None and silence.team_id in teams)
+def _may_expire(silence: Silence, operator: bool, username: str) -> bool:
+    """Its author or an operator: a member cannot end a silence another member (or an
+    operator) set."""
+    return operator or silence.created_by == username
 
 
 def silence_list(request: HttpRequest) -> HttpResponse:
@@ -211,7 +222,11 @@ def silence_list(request: HttpRequest) -> HttpResponse:
             "may_create": may_create,
             "created": request.GET.get("created"),
             "rows": [
-                (s, s.starts_at <= now < s.ends_at, _may_expire(s, operator, team_ids))
+                (
+                    s,
+                    s.starts_at <= now < s.ends_at,
+                    _may_expire(s, operator, request.user.get_username()),
+                )
                 for s in silences
             ],
             "prefilled": any(k in request.GET for k in ("cluster", "node", "cause", "team")),
@@ -224,9 +239,9 @@ def silence_list(request: HttpRequest) -> HttpResponse:
 def silence_expire(request: HttpRequest, silence_id: int) -> HttpResponse:
     silence = get_object_or_404(Silence, pk=silence_id)
     operator = user_is_operator(request.user)
-    if not _may_expire(silence, operator, selectors.team_ids_of(request.user)):
+    if not _may_expire(silence, operator, request.user.get_username()):
         return HttpResponseForbidden(
-            "Only operators and the silenced team's members may expire this silence.",
+            "Only operators and the silence's author may expire it.",
             content_type="text/plain",
         )
     services.silence_expire(silence.pk, request.user.get_username())
