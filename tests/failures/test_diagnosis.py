@@ -259,7 +259,7 @@ def test_peer_address_resolves_through_the_logs_own_nccl_interface_lines():
     )
     got = diagnose_text(ib)
     assert (got.cause, got.blamed_node) == ("ib_link", "node-a")
-    assert "peer 10.0.0.2 = node-b" in got.detail
+    assert "completion error from peer 10.0.0.2 = node-b" in got.notes
     # An address no line of the log maps stays an address.
     got = diagnose_text(log.replace("OOB eth0:10.0.0.2<0>", "OOB eth0:10.0.0.9<0>"))
     assert got.blamed_node == "10.0.0.2"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -9,11 +10,13 @@ import pytest
 
 from webapp.failures import taxonomy
 from webapp.failures.diagnosis import (
+    EVIDENCE_TEXT_CHARS,
     RULES_PATH,
     RuleError,
     catalogue_load,
     catalogue_parse,
     classify,
+    diagnose_text,
 )
 
 
@@ -93,3 +96,41 @@ def test_grep_reads_every_pattern(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
+
+
+# What a log line can carry that nobody outside the job's team may see.
+SECRETS = ("/home/alice/.keys/prod-db.pem", "hf_Zq8vT3kLm9XwP2", "AKIAZ7Q3SECRET")
+
+
+def _with_secrets(example: str) -> list[str]:
+    """The example with the secrets put where a real line carries them: at its end, and in
+    place of its first path or quoted word (a rule's pattern may need the end as written)."""
+    planted = " ".join(SECRETS)
+    variants = [f"{example} {planted}", f"{example.rstrip('.')} at {planted}"]
+    for old in (r'"[^"]*"', r"'[^']*'", r"/[\w./-]+"):
+        if re.search(old, example):
+            variants.append(re.sub(old, lambda _: f'"{planted}"', example, count=1))
+    return variants
+
+
+def test_no_rules_detail_repeats_the_text_of_its_line():
+    """The detail is shown to every user (failure list, CSV, emails, webhooks): a rule-defined
+    label, never the matched line's paths or tokens (those stay in the evidence)."""
+    cat = catalogue_load()
+    covered = set()
+    for rule in cat.line_rules:
+        if rule.kind == "ignore":
+            continue
+        for example in rule.examples:
+            for text in _with_secrets(example):
+                got = diagnose_text(text)
+                if got.rule_id != rule.id:
+                    continue  # the planted text made another rule (or none) the answer
+                covered.add(rule.id)
+                assert got.detail, (rule.id, text)
+                for secret in SECRETS:
+                    assert secret not in got.detail, (rule.id, got.detail)
+                # The evidence keeps the line as printed.
+                assert got.evidence[0].text.startswith(text.strip()[: EVIDENCE_TEXT_CHARS - 8])
+    # Every rule of the catalogue that makes events was tried with secrets in its line.
+    assert covered == {r.id for r in cat.line_rules if r.kind != "ignore"}

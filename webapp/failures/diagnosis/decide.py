@@ -309,7 +309,7 @@ def _coalesce(events: list[Event]) -> list[Event]:
     out: list[Event] = []
     last: dict[tuple, Event] = {}
     for e in events:
-        key = (e.host, e.gpu, e.rule.id, e.cause, e.detail, e.rank)
+        key = (e.host, e.gpu, e.rule.id, e.cause, e.detail, e.signature, e.rank)
         prev = last.get(key)
         if prev is not None and (
             e.ts is None or prev.ts is None or abs(e.ts - prev.ts) <= COALESCE_S
@@ -417,8 +417,9 @@ def _diagnosis(
             evidence.append(e)
     detail = best.detail or ""
     if best.cause == "ib_link" and best.peer:
+        # The peer is text of the line: a note (shown with the evidence), not the detail.
         host = scan.ip_host.get(best.peer)
-        detail = f"{detail} (peer {best.peer}{f' = {host}' if host else ''})"
+        notes.append(f"completion error from peer {best.peer}{f' = {host}' if host else ''}")
     return Diagnosis(
         cause=cause.name,
         category=cause.category.value,

@@ -16,7 +16,11 @@ from webapp.failures.diagnosis.catalogue import Catalogue, Rule, catalogue_load,
 from webapp.failures.diagnosis.lines import Line, Stamp, folded, kernel_hint, parse_line
 
 EVIDENCE_TEXT_CHARS = 300  # an evidence line is cut here (the detail page shows it whole)
-DETAIL_CHARS = 120  # a detail is one line of the failure list
+# An event's signature (what repeats of one message share, for coalescing) is this much of
+# its message. The detail is not log text: the failure list, CSV, emails and webhooks show it
+# to everyone, and a log line can hold paths and tokens (the evidence, which keeps the text,
+# is shown behind the team rule).
+SIGNATURE_CHARS = 120
 # An Xid outside the hardware tier (13 graphics exception, 31 MMU fault, 43 stopped channel:
 # taxonomy.XIDS) is as often the job's own bug as the GPU's: capped at the confidence of a
 # cause told by a name alone (below).
@@ -89,6 +93,7 @@ class Event:
     last_completed: int | None = None
     timeout_ms: int | None = None
     count: int = 1
+    signature: str = ""  # the start of the message: repeats of one message share it
     ts: float | None = None  # resolved after the scan
     ts_style: str | None = None
 
@@ -145,7 +150,7 @@ _LAST_COMPLETED = _Find(
 )
 _TIMEOUT_MS = _Find(re.compile(r"Timeout\(ms\)=(\d+)", re.I), ("timeout(ms)=",))
 _CANCELLED_AT = re.compile(r"CANCELLED AT (\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")
-# Location noise at the start of a message, dropped from the detail: Slurm's "error: ",
+# Location noise at the start of a message, dropped from the signature: Slurm's "error: ",
 # NCCL's "[2] transport/net_ib.cc:1712 NCCL WARN ", torch's "[E socket.cpp:957] ".
 _DETAIL_NOISE = re.compile(
     r"^(?:error: |\[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:WARN|INFO) |\[[EWI] [\w./-]+:\d+\] )+"
@@ -218,7 +223,7 @@ def event_of(
         else:
             cause = "framework_exception" if library else "user_exception"
     if detail is None:
-        detail = _DETAIL_NOISE.sub("", msg.strip())[:DETAIL_CHARS]
+        detail = rule_label(rule)
     low = folded(msg)
     if gpu is None:
         bm = _NVRM_BDF.search(msg, low)
@@ -259,8 +264,14 @@ def event_of(
         action=action,
         last_completed=int(lc.group(1)) if lc else None,
         timeout_ms=int(tm.group(1)) if tm else None,
+        signature=_DETAIL_NOISE.sub("", msg.strip())[:SIGNATURE_CHARS],
     )
     return event
+
+
+def rule_label(rule: Rule) -> str:
+    """The rule's own short description (rules.yaml `detail`), else its id in words."""
+    return rule.detail or rule.id.replace("-", " ")
 
 
 def _innermost_frame(exc: Line, before: Callable[[], list[str]]) -> bool | None:
