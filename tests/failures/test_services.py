@@ -12,6 +12,7 @@ import pytest
 from tests.failures.conftest import nccl_window, xid_event
 from webapp.failures.models import FailureEvent
 from webapp.failures.node_events import node_events_ingest
+from webapp.failures.selectors import failure_inputs
 from webapp.failures.services import failure_diagnose
 
 pytestmark = pytest.mark.django_db
@@ -186,7 +187,7 @@ def test_a_job_printing_an_xid_line_gets_no_hardware_diagnosis_and_trips_no_brea
     assert first.action not in ("cordon_restart", "drain")
     # The log's last lines are shown as context of an unknown, but no rule took them.
     assert not [e for e in first.evidence if e["rule_id"]]
-    assert any("kernel-looking line(s)" in n for n in first.inputs["notes"])
+    assert any("kernel-looking line(s)" in n for n in failure_inputs(first)["notes"])
     # Printed twice on the same node within 24 h: still no cordon (the breaker sees no cause).
     second = _printed_xid_job(fleet, "901", now - 3600)
     assert (second.cause, second.breaker, second.blamed_node) == ("unknown", "", None)

@@ -9,6 +9,8 @@ import re
 import time
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from tests.failures.conftest import nccl_window, xid_event
 from webapp.failures.models import FailureEvent
@@ -19,7 +21,8 @@ pytestmark = pytest.mark.django_db
 
 
 def _rows(response) -> list[dict]:
-    return list(csv.DictReader(io.StringIO(response.content.decode())))
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    return list(csv.DictReader(io.StringIO(body.decode())))
 
 
 @pytest.fixture
@@ -242,8 +245,9 @@ def test_outsider_sees_the_timeline_and_its_csv(outsider_client, diagnosed):
 def test_failure_page_query_count_stays_flat_for_a_teammate(
     teammate_client, diagnosed, django_assert_max_num_queries
 ):
-    # The access check adds three (operators group, rules, membership) to the operator's page.
-    with django_assert_max_num_queries(8):
+    # The access check adds three (operators group, rules, membership) to the operator's page,
+    # and one reads what the engine read (kept apart from the failure row).
+    with django_assert_max_num_queries(9):
         teammate_client.get(f"/failures/{diagnosed.pk}/")
 
 
@@ -283,3 +287,68 @@ def test_replayed_failures_are_marked_and_left_out_of_time_to_detect(operator_cl
     detect = time_to_detect_live(list(FailureEvent.objects.all()))
     assert detect["detect_replayed"] == 1 and detect["detect_live"] == others.count()
     assert detect["detect_median_s"] == 30.0
+
+
+# --- What the engine read is stored apart and never loaded by a list --------------------------
+
+
+@pytest.fixture
+def big_failure(fleet, diagnosed) -> FailureEvent:
+    """A failed job whose log windows add up to several MB, diagnosed (the engine keeps what it
+    read for the failure page's "in context" view)."""
+    end = float(int(time.time())) - 300
+    fleet.run_job("300", end - 3600, None, nodes=("gpu-node-01",), user="bob")
+    filler = "x" * 3000
+    windows = [
+        {
+            "job_id": "300",
+            "ts": end - 60 + i,
+            "path": "/logs/300.out",
+            "first_line_no": 1 + 400 * i,
+            "lines": [f"step {400 * i + n} loss 2.31 {filler}" for n in range(400)],
+        }
+        for i in range(3)
+    ]
+    windows[-1]["lines"][-3:] = [
+        "Traceback (most recent call last):",
+        '  File "/home/bob/train.py", line 3, in <module>',
+        "NameError: name 'foo' is not defined",
+    ]
+    node_events_ingest(fleet.node_batch("gpu-node-01", log_windows=windows))
+    fleet.run_job("300", end - 3600, end, nodes=("gpu-node-01",), user="bob")
+    failure = FailureEvent.objects.get(job__scheduler_id="300")
+    failure_diagnose(failure.pk)
+    return failure
+
+
+def _sql_reading_inputs(ctx: CaptureQueriesContext) -> list[str]:
+    return [q["sql"][:200] for q in ctx.captured_queries if "inputs" in q["sql"]]
+
+
+def test_timeline_and_csv_never_load_what_the_engine_read(operator_client, big_failure):
+    with CaptureQueriesContext(connection) as ctx:
+        page = operator_client.get("/failures/")
+    assert page.status_code == 200
+    assert big_failure in page.context["failures"]
+    assert _sql_reading_inputs(ctx) == []
+    with CaptureQueriesContext(connection) as ctx:
+        rows = _rows(operator_client.get("/api/v1/failures.csv"))
+    assert "300" in {r["job"] for r in rows}
+    assert _sql_reading_inputs(ctx) == []
+    # The failure page still shows the evidence in its context, read from the stored inputs.
+    detail = operator_client.get(f"/failures/{big_failure.pk}/")
+    hits = [text for b in detail.context["context"] for _, text, hit in b.lines if hit]
+    assert any("NameError: name 'foo' is not defined" in t for t in hits)
+
+
+def test_failures_csv_streams_every_row(operator_client, diagnosed):
+    response = operator_client.get("/api/v1/failures.csv")
+    assert response.status_code == 200
+    assert response.streaming  # written as it is read, never whole in memory
+    assert response["Content-Type"].startswith("text/csv")
+    assert 'filename="failures.csv"' in response["Content-Disposition"]
+    rows = _rows(response)
+    assert sorted(int(r["id"]) for r in rows) == sorted(
+        FailureEvent.objects.values_list("id", flat=True)
+    )
+    assert {r["job"]: r["cause"] for r in rows}["200"] == "gpu_off_bus"

@@ -126,8 +126,6 @@ class FailureEvent(models.Model):
     blamed_host = models.CharField(max_length=128, blank=True, default="")
     blamed_gpu_label = models.CharField(max_length=64, blank=True, default="")
     gpu_hours_lost = models.FloatField(null=True, blank=True)
-    # What the engine read (its input, for the failure page's "in context" view).
-    inputs = models.JSONField(default=dict, blank=True)
     # Suggestion of the LLM hook, shown beside the rules' answer; never acted upon.
     llm = models.JSONField(default=dict, blank=True)
 
@@ -148,6 +146,25 @@ class FailureEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.cause or 'pending'} at {self.occurred_at:%Y-%m-%d %H:%M:%S}"
+
+
+class FailureInputs(models.Model):
+    """What the engine read for one failure: its streams of lines, the job's nodes, the
+    engine's notes and symptoms (for the failure page's "in context" view).
+
+    A table of its own, not a column of FailureEvent: a crafted job's windows come to tens of
+    MB, and every list of failures (the timeline, its CSV, alerts, recovery) reads FailureEvent
+    rows, so no list query can load them by accident. Pruned after
+    VIGIL_FAILURE_INPUTS_RETENTION_DAYS (the failure and its evidence lines stay)."""
+
+    failure = models.OneToOneField(
+        FailureEvent, on_delete=models.CASCADE, primary_key=True, related_name="stored_inputs"
+    )
+    data = models.JSONField(default=dict, blank=True)
+    stored_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"inputs of failure {self.failure_id} ({self.stored_at:%Y-%m-%d %H:%M:%S})"
 
 
 class ProposedRule(models.Model):

@@ -24,6 +24,7 @@ from webapp.failures import taxonomy
 from webapp.failures.models import (
     CheckpointSeen,
     FailureEvent,
+    FailureInputs,
     FailureKind,
     GpuErrorEvent,
 )
@@ -163,8 +164,22 @@ class ContextBlock:
     lines: list[tuple[int, str, bool]]  # (line number as in the file, text, is evidence)
 
 
-def evidence_in_context(failure: FailureEvent, around: int = CONTEXT_LINES) -> list[ContextBlock]:
-    streams = {name: lines for name, lines in (failure.inputs or {}).get("streams", [])}
+def failure_inputs(failure: FailureEvent, *, streams: bool = True) -> dict:
+    """What the engine read for a failure ({} before its diagnosis). Without `streams`, only
+    its notes and symptoms: the lines themselves (up to tens of MB) stay in the database."""
+    rows = FailureInputs.objects.filter(failure_id=failure.pk)
+    if streams:
+        return rows.values_list("data", flat=True).first() or {}
+    row = rows.values("data__notes", "data__symptoms").first() or {}
+    return {"notes": row.get("data__notes") or [], "symptoms": row.get("data__symptoms") or []}
+
+
+def evidence_in_context(
+    failure: FailureEvent, around: int = CONTEXT_LINES, inputs: dict | None = None
+) -> list[ContextBlock]:
+    """The lines around each evidence line, from `inputs` (failure_inputs, read if not given)."""
+    inputs = failure_inputs(failure) if inputs is None else inputs
+    streams = {name: lines for name, lines in inputs.get("streams", [])}
     wanted: dict[str, set[int]] = defaultdict(set)
     for e in failure.evidence or []:
         if e.get("file") in streams and e.get("line"):

@@ -4,9 +4,9 @@
   from the Job post_save signal, see signals.py); diagnosis runs in a Celery task after commit.
 - `failure_diagnose(pk)`: feeds the deterministic engine (diagnosis/) what evidence.py reads
   for the failure (the job's log windows, the kernel Xid events of its nodes, the scheduler's
-  end line); computes the GPU-hours lost; sends `failure_diagnosed` (the recovery app plans
-  from it, applying the circuit breaker); asks the optional LLM hook when no rule explains
-  the failure.
+  end line), kept apart in FailureInputs; computes the GPU-hours lost; sends
+  `failure_diagnosed` (the recovery app plans from it, applying the circuit breaker); asks the
+  optional LLM hook when no rule explains the failure.
 
 The other writes live with their concern: node-event ingest in node_events.py, stragglers
 in stragglers.py. Follow-up tasks are sent by name (dispatch.py), so no write imports tasks.py.
@@ -28,6 +28,7 @@ from webapp.failures.evidence import failure_evidence
 from webapp.failures.models import (
     DiagnosisSource,
     FailureEvent,
+    FailureInputs,
     FailureKind,
     JobLogWindow,
     ProposedRule,
@@ -127,12 +128,15 @@ def failure_diagnose(pk: int) -> FailureEvent | None:
             {"file": e.file, "line": e.line, "text": e.text, "rule_id": e.rule_id}
             for e in result.evidence
         ]
-        failure.inputs = {
+        stored = {
             "streams": [(s.name, s.lines) for s in inputs.streams],
             "job_nodes": inputs.job_nodes,
             "notes": list(result.notes),
             "symptoms": list(result.symptoms),
         }
+        FailureInputs.objects.update_or_create(
+            failure=failure, defaults={"data": stored, "stored_at": timezone.now()}
+        )
         _blame(failure, result.blamed_node, result.blamed_gpu)
         failure.default_action = result.action
         # The recovery app's policy (circuit breaker, restart limit) decides the final action
@@ -146,11 +150,11 @@ def failure_diagnose(pk: int) -> FailureEvent | None:
         failure.save()
         failure_diagnosed.send(sender=FailureEvent, failure=failure)
     if result.cause == "unknown":
-        _llm_consult(failure)
+        _llm_consult(failure, stored["streams"])
     return failure
 
 
-def _llm_consult(failure: FailureEvent) -> None:
+def _llm_consult(failure: FailureEvent, streams: list[tuple[str, list[str]]]) -> None:
     """Ask the optional LLM hook about a failure no rule explains (off by default)."""
     from webapp.failures import llm
 
@@ -162,7 +166,7 @@ def _llm_consult(failure: FailureEvent) -> None:
         api_key=settings.VIGIL_LLM_API_KEY,
     )
     lines = [e["text"] for e in failure.evidence] or [
-        line for _, lines in failure.inputs.get("streams", []) for line in lines[-20:]
+        line for _, lines in streams for line in lines[-20:]
     ]
     try:
         answer = llm.classify(config, lines)

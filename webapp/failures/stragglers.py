@@ -16,7 +16,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from webapp.failures import diagnosis as engine
-from webapp.failures.models import DiagnosisSource, FailureEvent, FailureKind
+from webapp.failures.models import DiagnosisSource, FailureEvent, FailureInputs, FailureKind
 from webapp.fleet.models import Gpu
 from webapp.jobs.choices import JobState
 from webapp.jobs.models import Job, JobAllocation
@@ -193,7 +193,7 @@ def stragglers_detect(now: datetime | None = None) -> int:
         first_metric, trail = next(iter(metrics.items()))
         share = statistics.fmean(v / m for v, m in trail if v is not None)
         now_ts = timezone.now()
-        FailureEvent.objects.create(
+        failure = FailureEvent.objects.create(
             cluster_id=job.cluster_id,
             kind=FailureKind.PERFORMANCE,
             job_id=job_id,
@@ -214,7 +214,11 @@ def stragglers_detect(now: datetime | None = None) -> int:
             blamed_host=gpu.node.hostname,
             blamed_gpu_label=str(gpu.index),
             confidence=STRAGGLER_CONFIDENCE,
-            inputs={"metrics": {m: t for m, t in metrics.items()}, "first": first_metric},
+        )
+        FailureInputs.objects.create(
+            failure=failure,
+            data={"metrics": {m: t for m, t in metrics.items()}, "first": first_metric},
+            stored_at=now_ts,
         )
         opened += 1
     return opened

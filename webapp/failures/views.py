@@ -6,12 +6,18 @@ from __future__ import annotations
 from datetime import timedelta
 from urllib.parse import urlencode
 
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseForbidden,
+    StreamingHttpResponse,
+)
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 
-from webapp.core.exports import csv_response
+from webapp.core.exports import csv_response, csv_stream
 from webapp.core.windows import Window
 from webapp.failures import figures, taxonomy
 from webapp.failures.choices import FailureKind
@@ -22,6 +28,7 @@ from webapp.failures.selectors import (
     Reliability,
     detected_live,
     evidence_in_context,
+    failure_inputs,
     failure_lane,
     failures_filter,
     job_hosts_for,
@@ -103,11 +110,12 @@ FAILURE_CSV_HEADER = (
 )
 
 
-def timeline_csv(request: HttpRequest) -> HttpResponse:
+def timeline_csv(request: HttpRequest) -> StreamingHttpResponse:
     f = TimelineForm(request.GET).failure_filter(timezone.now())
 
     def rows():
-        for e in failures_filter(f)[:CSV_MAX_ROWS]:
+        # A server-side cursor: rows are read as the response is written, not all at once.
+        for e in failures_filter(f)[:CSV_MAX_ROWS].iterator(chunk_size=2000):
             yield (
                 e.pk,
                 e.cluster.name,
@@ -134,7 +142,7 @@ def timeline_csv(request: HttpRequest) -> HttpResponse:
                 e.gpu_hours_lost,
             )
 
-    return csv_response("failures.csv", FAILURE_CSV_HEADER, rows())
+    return csv_stream("failures.csv", FAILURE_CSV_HEADER, rows())
 
 
 def _failure(failure_id: int) -> FailureEvent:
@@ -153,6 +161,8 @@ def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
     xids = node_xid_history(node, days=XID_HISTORY_DAYS)
     cause = taxonomy.CAUSES.get(failure.cause) if failure.cause else None
     logs_visible = job_logs_visible(request.user, failure.job)
+    # The lines the engine read only for those who may see them; notes for everyone.
+    inputs = failure_inputs(failure, streams=logs_visible)
     return render(
         request,
         "failures/detail.html",
@@ -162,11 +172,11 @@ def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
             "cause": cause,
             "history_node": node,
             "xids": [(e, xid_meaning(e.xid) if e.xid else e.kind) for e in xids],
-            "context": evidence_in_context(failure) if logs_visible else [],
+            "context": evidence_in_context(failure, inputs=inputs) if logs_visible else [],
             # The note shown in place of the evidence, for a viewer not in the job's team.
             "logs_hidden": None if logs_visible else LOG_LINES_HIDDEN,
-            "notes": (failure.inputs or {}).get("notes", []),
-            "symptoms": (failure.inputs or {}).get("symptoms", []),
+            "notes": inputs.get("notes", []),
+            "symptoms": inputs.get("symptoms", []),
             "figures": {
                 "xids": figures.xid_history_figure(
                     # Half a day of margin: a marker at "now" is drawn whole.
