@@ -24,3 +24,20 @@ def test_no_inline_script_or_style(template):
     text = template.read_text()
     found = [what for what, pattern in INLINE.items() if pattern.search(text)]
     assert found == []
+
+
+# A quantity in seconds rendered as a bare number: the header beside it says the unit, and
+# nothing ties the two together (a "GPU-h" column once showed GPU-seconds). Seconds go through
+# the unit filters of webapp/core/templatetags/vigil.py: |seconds (a duration for people),
+# |hms (H:MM:SS) or |hours.
+RAW_SECONDS = re.compile(r"\{\{\s*[\w.]+_s\s*\|\s*(floatformat|intcomma|stringformat)\b")
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: str(p.relative_to(p.parents[1])))
+def test_seconds_reach_the_page_through_a_unit_filter(template):
+    lines = [
+        f"{n}: {line.strip()[:120]}"
+        for n, line in enumerate(template.read_text().splitlines(), 1)
+        if RAW_SECONDS.search(line)
+    ]
+    assert lines == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -446,3 +447,24 @@ def test_a_2048_gpu_job_page_is_bands_outliers_and_nodes_not_gpus_squared(
     # Events in words, not a Python dict.
     assert "Reported by slurm via big-000; 2,048 GPUs on 256 nodes: big-000 (GPU 0-7)" in html
     assert "and 252 more nodes" in html and "{&#x27;" not in html
+
+
+def test_characterization_per_type_gpu_hours_read_back_against_the_jobs(operator_client, many_jobs):
+    """The "GPU-h" column says GPU-hours: each type's figure on the page is its GPU jobs'
+    GPUs x (end - start) summed from the jobs table, in hours (it once showed GPU-seconds)."""
+    html = operator_client.get("/jobs/characterization/", {"cluster": "acme"}).content.decode()
+    rows = re.findall(
+        r'<tr data-type="(\w+)"><td>[^<]*</td><td class="num">\d+</td>\s*'
+        r'<td class="num">([\d,.]+)</td>',
+        html,
+    )
+    assert rows
+    expected: dict[str, float] = {}
+    for j in many_jobs:
+        if j.cluster.name == "acme" and j.gpus_requested and j.start_at and j.end_at:
+            seconds = (j.end_at - j.start_at).total_seconds() * j.gpus_requested
+            expected[j.job_type] = expected.get(j.job_type, 0.0) + seconds
+    for job_type, shown in rows:
+        assert float(shown.replace(",", "")) == pytest.approx(
+            expected.get(job_type, 0.0) / 3600, abs=0.05
+        ), job_type

@@ -52,6 +52,35 @@ def seconds(value: float | None) -> str:
 
 
 @register.filter
+def hms(value: float | None) -> str:
+    """A duration as a Slurm admin reads it (sacct's Elapsed): 0:04:05, 27:03:00; '–' when
+    unknown. Days stay in the hours, so a column sorts and compares at a glance."""
+    if value is None:
+        return "–"
+    h, rest = divmod(max(0, round(float(value))), 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+@register.filter
+def elapsed_hms(start: datetime | None, now: datetime | None = None) -> str:
+    """How long a running thing has run, as |hms shows a finished one's duration."""
+    if start is None:
+        return "–"
+    return hms(((now or timezone.now()) - start).total_seconds())
+
+
+@register.filter
+def hours(value: float | None, digits: int = 1) -> str:
+    """Seconds shown as hours ('GPU-h', 'node-h' columns): 89,184 s -> '24.8'; '–' when
+    unknown. The one way a template turns a `_s` quantity into hours, so a column headed in
+    hours cannot show seconds."""
+    if value is None:
+        return "–"
+    return f"{float(value) / 3600:,.{int(digits)}f}"
+
+
+@register.filter
 def json_script_fast(value: object, element_id: str) -> str:
     """Django's `json_script` (the same bytes: <, > and & as \\u escapes, so the JSON cannot
     end its script element), escaping with str.replace: json_script's str.translate looks up
