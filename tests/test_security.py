@@ -64,3 +64,40 @@ def test_pages_carry_a_content_security_policy_of_vigils_own_files(operator_clie
 
 def test_the_login_page_carries_it_too(client):
     assert "default-src 'self'" in client.get("/login/")["Content-Security-Policy"]
+
+
+# Behind the TLS proxy the README recommends, every request's REMOTE_ADDR is the proxy's.
+PROXY = "10.0.0.1"
+
+
+def via_proxy(client: Client, username: str, password: str, forwarded_for: str):
+    """A login as the proxy passes it on: from the proxy's address, with the X-Forwarded-For
+    it built (a client's own header, then the address the proxy saw)."""
+    return client.post(
+        "/login/",
+        {"username": username, "password": password},
+        REMOTE_ADDR=PROXY,
+        HTTP_X_FORWARDED_FOR=forwarded_for,
+    )
+
+
+def test_behind_a_trusted_proxy_two_clients_are_locked_apart(operator, settings):
+    settings.VIGIL_TRUSTED_PROXY_COUNT = 1
+    guesser = Client()
+    for _ in range(5):
+        via_proxy(guesser, "operator", "wrong-guess", "198.51.100.9")
+    assert via_proxy(guesser, "operator", PASSWORD, "198.51.100.9").status_code == 429
+    # The guesser cannot get out by sending a header of its own: the proxy's entry counts.
+    spoofed = via_proxy(Client(), "operator", PASSWORD, "192.0.2.50, 198.51.100.9")
+    assert spoofed.status_code == 429
+    # The real operator, at another address behind the same proxy, logs in.
+    assert via_proxy(Client(), "operator", PASSWORD, "203.0.113.4").status_code == 302
+
+
+def test_without_a_trusted_proxy_the_header_is_ignored(operator, settings):
+    assert settings.VIGIL_TRUSTED_PROXY_COUNT == 0  # the default: no proxy trusted
+    guesser = Client()
+    for _ in range(5):
+        via_proxy(guesser, "operator", "wrong-guess", "198.51.100.9")
+    # A header a client writes itself does not make it another client.
+    assert via_proxy(Client(), "operator", PASSWORD, "203.0.113.4").status_code == 429

@@ -158,3 +158,13 @@ def test_failure_settings_refuse_what_would_break_diagnosis():
     result = _load_settings(VIGIL_CHECKPOINT_WRITE_S="0")
     assert result.returncode != 0
     assert "VIGIL_CHECKPOINT_WRITE_S=0 is not a duration" in result.stderr
+
+
+def test_trusted_proxy_count_is_off_by_default_and_checked():
+    assert _load_settings(show="VIGIL_TRUSTED_PROXY_COUNT").stdout.strip() == "0"
+    shown = _load_settings(show="VIGIL_TRUSTED_PROXY_COUNT", VIGIL_TRUSTED_PROXY_COUNT="2")
+    assert shown.stdout.strip() == "2"
+    bad = _load_settings(VIGIL_TRUSTED_PROXY_COUNT="-1")
+    assert bad.returncode != 0 and "VIGIL_TRUSTED_PROXY_COUNT=-1 is below its minimum 0" in (
+        bad.stderr
+    )

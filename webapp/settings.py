@@ -7,6 +7,7 @@ message naming the variable, instead of being guessed at.
 from __future__ import annotations
 
 import getpass
+import ipaddress
 import os
 import re
 from datetime import timedelta
@@ -335,8 +336,32 @@ AXES_FAILURE_LIMIT = envint("VIGIL_LOGIN_FAILURE_LIMIT", "5", minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=envint("VIGIL_LOGIN_LOCKOUT_MINUTES", "15", minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-# The client address is REMOTE_ADDR (no django-ipware): behind a proxy, the proxy must set it
-# (gunicorn --forwarded-allow-ips) rather than Vigil trusting a header any client can send.
+# Behind a reverse proxy every request's REMOTE_ADDR is the proxy's, so N failures would lock
+# that username out for everyone. VIGIL_TRUSTED_PROXY_COUNT: how many proxies in front of
+# Vigil append to X-Forwarded-For (0, the default: none, the header is ignored, since any
+# client can send one). With N, the client is the Nth entry from the right: the address the
+# outermost trusted proxy saw, which a client cannot write (what it sends comes before).
+VIGIL_TRUSTED_PROXY_COUNT = envint("VIGIL_TRUSTED_PROXY_COUNT", "0", minimum=0)
+
+
+def client_ip(request) -> str | None:
+    """The login's client address for django-axes (AXES_CLIENT_IP_CALLABLE)."""
+    from django.conf import settings as live  # read per request: tests change it
+
+    remote = request.META.get("REMOTE_ADDR")
+    count = live.VIGIL_TRUSTED_PROXY_COUNT
+    if not count:
+        return remote
+    hops = [h.strip() for h in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+    if len(hops) < count:
+        return remote  # not through every trusted proxy: nothing in the header is trusted
+    try:
+        return str(ipaddress.ip_address(hops[-count]))
+    except ValueError:
+        return remote
+
+
+AXES_CLIENT_IP_CALLABLE = client_ip
 
 # Content-Security-Policy (django-csp): scripts, styles, images and fetches from Vigil itself
 # only. Pages have no inline scripts (their data comes in json_script tags, which are data,
