@@ -4,7 +4,7 @@
 import os
 import sys
 
-OFFLINE_COMMANDS = {"diagnose", "eval_plan"}
+OFFLINE_COMMANDS = {"diagnose", "eval_plan", "xid_catalog_refresh"}
 
 
 def main() -> None:

@@ -256,3 +256,17 @@ def test_a_recipient_over_its_hourly_limit_gets_no_more_and_the_log_says_why(
     assert len(smtp.to("alice@example.org")) == 1
     skipped = Notification.objects.get(status=NotificationStatus.SKIPPED)
     assert "rate limit" in skipped.error
+
+
+def test_a_deactivated_user_receives_no_alert(fleet, smtp, owner, operator, outsider, broker):
+    for user in (owner, operator, outsider):
+        with_email(user)
+        services.subscription_create(user)  # every cluster, every severity
+    for user in (operator, outsider):
+        user.is_active = False  # left the company: the account stays, the emails stop
+        user.save(update_fields=["is_active"])
+    _node_down(fleet, 20)
+    evaluate.alerts_evaluate(timezone.now())
+    deliver(later(2))
+    [msg] = smtp.all()
+    assert msg["To"] == "alice@example.org"

@@ -15,13 +15,13 @@ import pytest
 from django.utils import timezone
 
 from tests.alertmanager import alertmanager  # noqa: F401 (fixture)
-from tests.alerts.conftest import deliver, later
+from tests.alerts.conftest import deliver, later, with_email
 from tests.helpers import wait_for
 from webapp.alerts import evaluate, services
 from webapp.alerts.choices import ChannelKind, NotificationStatus
 from webapp.alerts.models import Channel, Notification
 from webapp.alerts.transports import SIGNATURE_HEADER
-from webapp.fleet.models import Node
+from webapp.fleet.models import Cluster, Node
 
 pytestmark = pytest.mark.django_db
 
@@ -110,3 +110,44 @@ def test_a_webhook_that_answers_4xx_disables_its_channel(fleet, operator, webhoo
     channel.refresh_from_db()
     assert channel.disabled
     assert "HTTP 410" in channel.last_error
+
+
+def test_the_alertmanager_refresh_posts_only_what_routing_lets_through(
+    fleet, smtp, operator, webhook, broker
+):
+    """The refresh re-posts firing alerts so that Alertmanager keeps them: only those the
+    channel's subscription asks for, not silenced, and not for a deactivated subscriber."""
+    hook, url = webhook
+    with_email(operator)
+    channel = Channel.objects.create(
+        kind=ChannelKind.ALERTMANAGER, config={"url": url.removesuffix("/hook")}
+    )
+    sub = services.subscription_create(operator, channel=channel, severities=["critical"])
+    _node_down(20)
+    evaluate.alerts_evaluate(timezone.now())
+    deliver(later(2))
+    assert len(smtp.to("operator@example.org")) == 1  # node-down (warning) was told by email
+    evaluate.alertmanager_refresh(later(120))
+    deliver(later(121))
+    assert hook.received == []  # the channel asked for critical alerts only
+    sub.severities = []
+    sub.save()
+    silence = services.silence_create(
+        user="operator",
+        comment="rack 4",
+        ends_at=later(3600),
+        cluster=Cluster.objects.get(name="testcluster"),
+    )
+    evaluate.alertmanager_refresh(later(240))
+    deliver(later(241))
+    assert hook.received == []  # silenced
+    services.silence_expire(silence.pk, "operator")
+    evaluate.alertmanager_refresh(later(360))
+    deliver(later(361))
+    [(_, body)] = hook.received
+    assert [a["labels"]["alertname"] for a in json.loads(body)] == ["node-down"]
+    operator.is_active = False
+    operator.save(update_fields=["is_active"])
+    evaluate.alertmanager_refresh(later(480))
+    deliver(later(481))
+    assert len(hook.received) == 1  # nothing more for a deactivated subscriber

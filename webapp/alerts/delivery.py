@@ -387,9 +387,31 @@ def notifications_sweep(now: datetime | None = None) -> int:
     return len(pks)
 
 
+def _routed_to(channel: Channel, alerts: list[Alert], now: datetime) -> list[Alert]:
+    """The firing alerts a flush would send to this channel now: not silenced or inhibited,
+    and routed to it by an active subscription (its clusters, severities, job rules, team
+    silences and an active subscriber), as group_flush decides."""
+    silences = sel.silences_in_force(now)
+    down = sel.nodes_down()
+    out = []
+    for alert in alerts:
+        facts = sel.alert_facts(alert)
+        if rules.silenced(facts, silences, now) or rules.inhibited(facts, down):
+            continue
+        silencing = rules.silencing_teams(facts, silences, now)
+        if any(
+            r.channel.pk == channel.pk and not r.muted(alert, silencing)
+            for r in sel.alert_recipients(alert, {})
+        ):
+            out.append(alert)
+    return out
+
+
 def alertmanager_refresh(now: datetime | None = None) -> int:
     """Post the firing alerts again to each Alertmanager channel, so that they stay there
-    (see ALERTMANAGER_REFRESH_S). One Notification row per post, as for every attempt."""
+    (see ALERTMANAGER_REFRESH_S): only those its subscriptions route to it now, so that a
+    silence, a filter or a deactivated subscriber takes effect there too (Alertmanager drops
+    what is no longer posted). One Notification row per post, as for every attempt."""
     now = now or timezone.now()
     posted = 0
     channels = Channel.objects.filter(kind=ChannelKind.ALERTMANAGER, disabled=False)
@@ -402,13 +424,12 @@ def alertmanager_refresh(now: datetime | None = None) -> int:
         subs = list(channel.subscriptions.filter(active=True).select_related("user"))
         if not subs:
             continue
-        firing = [
-            a
-            for a in Alert.objects.filter(state=AlertState.FIRING, notified_at__isnull=False)
-            .select_related("rule", "job")
+        notified = (
+            Alert.objects.filter(state=AlertState.FIRING, notified_at__isnull=False)
+            .select_related("rule", "job", "cluster")
             .order_by("pk")
-            if any(sel.Recipient(channel, s, s.user, s.team_id).may_see_job(a) for s in subs)
-        ]
+        )
+        firing = _routed_to(channel, list(notified), now)
         if not firing:
             continue
         with transaction.atomic():

@@ -124,7 +124,7 @@ def operators() -> QuerySet:
 def cluster_subscriptions(alert: Alert) -> QuerySet:
     qs = Subscription.objects.filter(
         active=True, scope=SubscriptionScope.CLUSTERS, channel__disabled=False
-    ).select_related("channel", "user")
+    ).select_related("channel", "channel__user", "user")
     if alert.cluster_id is not None:
         qs = qs.annotate(n_clusters=Count("clusters")).filter(
             Q(n_clusters=0) | Q(clusters=alert.cluster_id)
@@ -141,6 +141,10 @@ def alert_recipients(alert: Alert, implicit: dict) -> list[Recipient]:
     def add(r: Recipient) -> None:
         if r.channel.disabled or r.channel.pk in found or not r.may_see_job(alert):
             return
+        # A deactivated account keeps its rows but hears nothing, whatever the route.
+        for user in (r.user, r.channel.user):
+            if user is not None and not user.is_active:
+                return
         found[r.channel.pk] = r
 
     job = alert.job
