@@ -2,14 +2,17 @@
 
 This module is the one home of the labels (STYLE.md, convention 1). Everything here is copied
 from `docs/failure-taxonomy.md` (binding: it wins on conflict), the Xid mapping from
-`docs/failure-signatures.md` section 1 and `docs/telemetry.md` section 5. Plain
-Python, no Django: the rule engine, the CLI and (later) the models' choices all read it.
+`docs/failure-signatures.md` section 1 and `docs/telemetry.md` section 5; each Xid's NVIDIA
+resolutions from the Xid catalog file (`xid_catalog.py`, docs/xid-catalog.md). Plain Python, no
+Django: the rule engine, the CLI and (later) the models' choices all read it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
+
+from webapp.failures.xid_catalog import catalog_load
 
 
 class Category(StrEnum):
@@ -179,6 +182,14 @@ class Xid:
     tier: str  # one of TIERS; "ignore" for trailing / informational codes
     action: Action | None = None  # per-code override of the cause's default action
     page: bool = False  # page someone: a critical GPU error opens a gpu_error failure at once
+    # From NVIDIA's Xid catalog (xid_catalog.py). `immediate` / `investigatory`: its resolution
+    # buckets (RESTART_APP, RESET_GPU, ...; "" where the catalog gives none); None for a code
+    # the catalog file does not list, whose resolution is unknown.
+    mnemonic: str = ""
+    description: str = ""
+    immediate: str | None = None
+    investigatory: str | None = None
+    applies_to: tuple[str, ...] = ()
 
 
 def _xids(
@@ -200,7 +211,7 @@ def _xids(
 # says 156/157 behave like 63/64 and 168 (reduced memory capacity) like a memory fault.
 # `page`: docs/telemetry.md section 5, "page" column (154 pages only with a recovery action > 0,
 # which a plain Xid event does not carry, so it does not page here).
-XIDS: dict[int, Xid] = {
+_MAPPED: dict[int, Xid] = {
     **_xids(
         "gpu_ecc",
         "hardware",
@@ -281,8 +292,32 @@ XIDS: dict[int, Xid] = {
 }
 
 
+def _with_catalog(mapped: dict[int, Xid]) -> dict[int, Xid]:
+    """Every Xid of the catalog file, with its resolutions; a code mapped above keeps its cause,
+    tier, action and page, and one the catalog does not list (61, unused since Ampere) stays as
+    mapped, with no resolution. A catalog code with no mapping is evidence only (no cause)."""
+    out: dict[int, Xid] = {}
+    for code, entry in catalog_load().items():
+        base = mapped.get(code) or Xid(code, entry.description, None, "ignore")
+        out[code] = replace(
+            base,
+            mnemonic=entry.mnemonic,
+            description=entry.description,
+            immediate=entry.immediate,
+            investigatory=entry.investigatory,
+            applies_to=entry.applies_to,
+        )
+    for code, xid in mapped.items():
+        out.setdefault(code, xid)
+    return dict(sorted(out.items()))
+
+
+XIDS: dict[int, Xid] = _with_catalog(_MAPPED)
+
+
 def xid_info(code: int) -> Xid:
-    """The table row for an Xid; codes the table does not list are kept as evidence only."""
+    """The table row for an Xid. A code neither the catalog file nor the mapping lists (a newer
+    driver's) is kept as evidence only: no cause, resolution None (unknown), never an error."""
     return XIDS.get(code) or Xid(code, "Xid not in the catalogue", None, "ignore")
 
 
