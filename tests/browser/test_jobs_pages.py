@@ -127,3 +127,18 @@ def test_a_2048_gpu_job_page_fits_in_three_screens(
     page.screenshot(path=screenshot_dir / "job-2048-full.png", full_page=True)
     assert page_log.errors == []
     assert page_log.foreign_requests == []
+
+
+def test_the_job_search_finds_a_job_by_its_slurm_id(
+    page, live_server, live_jobs, operator_login, screenshot_dir, page_log
+):
+    operator_login("/jobs/")
+    page.fill("#job-id-search", live_jobs.scheduler_id)
+    page.press("#job-id-search", "Enter")
+    page.wait_for_url(f"**/jobs/{live_jobs.id}/")
+    assert "eval-humaneval" in page.content()
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{live_server.url}/jobs/?cluster=acme&sort=gpus")
+    page.screenshot(path=screenshot_dir / "jobs-list.png", full_page=False)
+    assert page.locator("#job-table tbody tr").count() > 0
+    assert page_log.errors == []

@@ -468,3 +468,78 @@ def test_characterization_per_type_gpu_hours_read_back_against_the_jobs(operator
         assert float(shown.replace(",", "")) == pytest.approx(
             expected.get(job_type, 0.0) / 3600, abs=0.05
         ), job_type
+
+
+def test_a_slurm_job_id_finds_its_job(operator_client, many_jobs):
+    job = next(j for j in many_jobs if j.cluster.name == "acme")
+    response = operator_client.get("/jobs/", {"id": job.scheduler_id})
+    assert response.status_code == 302 and response["Location"] == f"/jobs/{job.id}/"
+    # The URL an admin builds from squeue's JOBID leads to the same page.
+    response = operator_client.get(f"/jobs/id/{job.scheduler_id}/", follow=True)
+    assert response.redirect_chain[-1][0] == f"/jobs/{job.id}/"
+    assert response.status_code == 200
+    # An id no job has lists nothing, and says so.
+    response = operator_client.get("/jobs/", {"id": "424242"})
+    assert response.status_code == 200 and response.context["page"].paginator.count == 0
+    assert "No job matches." in response.content.decode()
+
+
+def test_job_list_filters_by_submission_date_and_sorts(operator_client, many_jobs):
+    acme = [j for j in many_jobs if j.cluster.name == "acme"]
+    day = sorted(j.submit_at for j in acme)[len(acme) // 2].date()
+    response = operator_client.get(
+        "/jobs/", {"cluster": "acme", "since": day.isoformat(), "until": day.isoformat()}
+    )
+    assert response.status_code == 200
+    expected = {j.id for j in acme if j.submit_at.date() == day}
+    assert expected and {j.id for j in response.context["page"]} == expected
+    response = operator_client.get("/jobs/", {"cluster": "acme", "sort": "gpus"})
+    gpus = [j.gpus_requested for j in response.context["page"]]
+    assert gpus == sorted(gpus, reverse=True) and gpus[0] == max(j.gpus_requested for j in acme)
+    response = operator_client.get("/jobs/", {"cluster": "acme", "sort": "oldest"})
+    assert response.context["page"][0].submit_at == min(j.submit_at for j in acme)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"type": "bogus"}, "type: unknown value"),
+        ({"state": "exploded"}, "state: unknown value"),
+        ({"cluster": "nope"}, "cluster: unknown cluster"),
+        ({"since": "March"}, "since: Enter a valid date"),
+        ({"since": "2026-03-02", "until": "2026-03-01"}, "until: before since"),
+        ({"sort": "random"}, "sort: Select a valid choice"),
+    ],
+)
+def test_job_list_refuses_a_filter_no_job_can_match(operator_client, many_jobs, params, message):
+    response = operator_client.get("/jobs/", params)
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    csv_response = operator_client.get("/api/v1/jobs.csv", params)
+    assert csv_response.status_code == 400 and message in csv_response.content.decode()
+
+
+def test_job_list_shows_durations_as_hms_and_running_jobs_elapsed(operator_client, db):
+    acme = Cluster.objects.create(name="acme")
+    now = datetime.now(UTC)
+    Job.objects.create(
+        cluster=acme,
+        scheduler_id="1",
+        state="completed",
+        gpus_requested=1,
+        submit_at=now - timedelta(hours=30),
+        start_at=now - timedelta(hours=27, seconds=5),
+        end_at=now,
+    )
+    Job.objects.create(
+        cluster=acme,
+        scheduler_id="2",
+        state="running",
+        gpus_requested=1,
+        submit_at=now - timedelta(hours=3),
+        start_at=now - timedelta(hours=2),
+    )
+    html = operator_client.get("/jobs/", {"cluster": "acme"}).content.decode()
+    assert '<td class="num">27:00:05</td>' in html  # a finished job's duration
+    assert '<td class="num">2:59:55</td>' in html  # its queue time
+    assert re.search(r'title="running">2:00:0\d</span>', html)  # a running job's elapsed

@@ -31,20 +31,37 @@ from webapp.telemetry.selectors import SERIES_METRICS, Series
 
 
 def jobs_filter(
-    *, cluster: str = "", job_type: str = "", state: str = "", user: str = ""
+    *,
+    cluster: Cluster | str = "",
+    scheduler_id: str = "",
+    job_type: str = "",
+    state: str = "",
+    user: str = "",
+    submitted_from: datetime | None = None,
+    submitted_before: datetime | None = None,
+    order_by: str = "-submit_at",
 ) -> QuerySet[Job]:
-    """Jobs matching the list page's filters (empty = any), newest submission first."""
-    qs = Job.objects.select_related("cluster").order_by("-submit_at")  # (cluster, submit_at) index
-    if cluster:
+    """Jobs matching the list page's filters (empty = any), newest submission first unless
+    `order_by` says otherwise."""
+    qs = Job.objects.select_related("cluster").order_by(order_by)  # newest: (cluster, submit_at)
+    if isinstance(cluster, Cluster):
+        qs = qs.filter(cluster_id=cluster.id)
+    elif cluster:
         # By id, not by a join on the name: the planner then walks (cluster, submit_at).
         cluster_id = Cluster.objects.filter(name=cluster).values_list("id", flat=True).first()
         qs = qs.filter(cluster_id=cluster_id) if cluster_id else qs.none()
+    if scheduler_id:
+        qs = qs.filter(scheduler_id=scheduler_id)
     if job_type:
         qs = qs.filter(job_type=job_type)
     if state:
         qs = qs.filter(state=state)
     if user:
         qs = qs.filter(user=user)
+    if submitted_from:
+        qs = qs.filter(submit_at__gte=submitted_from)
+    if submitted_before:
+        qs = qs.filter(submit_at__lt=submitted_before)
     return qs
 
 

@@ -4,11 +4,12 @@ and figure has a CSV export."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
@@ -24,7 +25,7 @@ from webapp.jobs.characterization import (
 )
 from webapp.jobs.choices import JobState, JobType
 from webapp.jobs.data.reference import reference_cdfs, reference_summary_rows, summary_columns
-from webapp.jobs.forms import CharacterizationForm, JobListForm, WastedForm
+from webapp.jobs.forms import JOB_SORTS, CharacterizationForm, JobListForm, WastedForm
 from webapp.jobs.job_page import (
     allocation_by_node,
     energy_by_node,
@@ -229,8 +230,16 @@ def characterization_csv(request: HttpRequest, name: str) -> HttpResponse:
 
 def job_list(request: HttpRequest) -> HttpResponse:
     form = JobListForm(request.GET)
+    error = form.error
     filters = form.filters
-    page = Paginator(jobs_filter(**filters), JOBS_PER_PAGE).get_page(form.values["page"])
+    jobs = jobs_filter(**filters)
+    if filters["scheduler_id"] and not error:
+        # A Slurm admin types a job id: one job with it goes straight to its page (the same id
+        # on several clusters lists them).
+        found = list(jobs[:2])
+        if len(found) == 1:
+            return redirect("jobs:detail", found[0].id)
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(form.values["page"])
     params = request.GET.copy()
     params.pop("page", None)
     return render(
@@ -238,13 +247,22 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "jobs/list.html",
         {
             "page": page,
+            "form": form,
+            "error": error,
             "filters": filters,
             "query": params.urlencode(),
             "clusters": Cluster.objects.order_by("name").values_list("name", flat=True),
             "types": JobType.choices,
             "states": JobState.choices,
+            "sorts": [(k, label) for k, (_, label) in JOB_SORTS.items()],
         },
+        status=400 if error else 200,
     )
+
+
+def job_by_scheduler_id(request: HttpRequest, scheduler_id: str) -> HttpResponse:
+    """`/jobs/id/<scheduler id>/`: the URL a Slurm admin builds from `squeue`'s JOBID."""
+    return redirect(f"{reverse('jobs:list')}?{urlencode({'id': scheduler_id})}")
 
 
 _LIST_HEADER = [
@@ -268,7 +286,10 @@ _LIST_HEADER = [
 
 
 def job_list_csv(request: HttpRequest) -> HttpResponse:
-    qs = jobs_filter(**JobListForm(request.GET).filters)[:CSV_MAX_ROWS]
+    form = JobListForm(request.GET)
+    if form.error:
+        return HttpResponse(form.error, status=400, content_type="text/plain")
+    qs = jobs_filter(**form.filters)[:CSV_MAX_ROWS]
     return csv_response(
         "vigil-jobs.csv",
         _LIST_HEADER,
