@@ -20,7 +20,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-# The shared folder beside the repository (see the README of ../shared/acmetrace).
+# AcmeTrace's utilization CDFs (docs/acme-workload.md section 11), kept beside the repository.
 DEFAULT_CSV = (
     Path(__file__).resolve().parent.parent.parent
     / "shared"
@@ -64,7 +64,7 @@ SOURCES: dict[str, dict[str, tuple[str, str]]] = {
     },
 }
 BORROWED = {"kalos": ("seren", ("ib_send_mb_s", "ib_receive_mb_s", "server_power_w"))}
-# Kalos CPU values reach 238.9 (acmetrace/README.md: unit unclear); the wire's cpu_util is a
+# Kalos CPU values reach 238.9 (AcmeTrace's README: unit unclear); the wire's cpu_util is a
 # percent of all cores, so the simulator caps it at 100.
 CAPS = {"node_cpu_util": 100.0}
 

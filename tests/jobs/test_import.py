@@ -34,7 +34,7 @@ GROUP = {
 }
 
 SEREN_HEADER = ",".join(COMMON_COLUMNS)
-# The example rows of the AcmeTrace README (shared/acmetrace/README.md).
+# The example rows of the AcmeTrace README (https://github.com/InternLM/AcmeTrace).
 SEREN_EXAMPLE = (
     "5778469,u5907,1,8,128,Other,COMPLETED,2023-03-01 00:23:58+08:00,"
     "2023-03-01 00:24:11+08:00,2023-03-01 01:09:04+08:00,2693,13,21544.0"

@@ -1,9 +1,9 @@
 """AcmeTrace job traces (Hu et al., NSDI'24; InternLM/AcmeTrace): the row parser.
 
-Schema (shared/acmetrace/README.md): `job_id, user, node_num, gpu_num, cpu_num, type, state,
-submit_time, start_time, end_time, duration, queue, gpu_time`; Kalos adds `mem_per_pod_GB,
-shared_mem_per_pod, fail_time, stop_time`. Times are ISO strings with an offset
-(`2023-03-01 00:23:58+08:00`). Columns are found by name, so either file's order works.
+Schema (AcmeTrace's README, https://github.com/InternLM/AcmeTrace): `job_id, user, node_num,
+gpu_num, cpu_num, type, state, submit_time, start_time, end_time, duration, queue, gpu_time`; Kalos
+adds `mem_per_pod_GB, shared_mem_per_pod, fail_time, stop_time`. Times are ISO strings with an
+offset (`2023-03-01 00:23:58+08:00`). Columns are found by name, so either file's order works.
 
 `block_parse` is the import's hot path (a million rows per trace): it reads a block of lines as
 one NumPy byte array (field boundaries from the positions of commas and newlines, times and
