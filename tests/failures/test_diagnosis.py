@@ -278,3 +278,35 @@ def test_torchrun_failure_record_blames_the_failed_ranks_host():
     )
     got = diagnose_text(log)
     assert (got.cause, got.blamed_node, got.blamed_rank) == ("native_crash", "yotta-B200-232", 0)
+
+
+def test_what_one_diagnosis_parses_is_capped_and_the_end_is_still_read(monkeypatch):
+    from webapp.failures.diagnosis import scan
+
+    monkeypatch.setattr(scan, "MAX_PARSED_LINES", 50)
+    noise = "".join(f"step {i}: warning: retrying after error {i}\n" for i in range(2000))
+    middle = "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    end = "srun: error: gpu-node-07: task 0: Exited with exit code 1\n"
+    # The failure at the end of the log: read, though the caps were reached long before.
+    got = diagnose_text(noise + middle + end)
+    assert got.cause == "cuda_fault"
+    assert any("not parsed" in n for n in got.notes), got.notes
+    assert got.lines_scanned == 2002
+    # Past the caps and before the last 256 KiB, a line is counted, not parsed.
+    got = diagnose_text(noise + middle + noise * 5)
+    assert (got.cause, got.lines_scanned) == ("unknown", 2000 * 6 + 1)
+    # A second input read after the caps are spent is still read where it ends.
+    kernel = "gpu-node-07 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, fallen off the bus\n"
+    got = diagnose_text(noise, kernel_log=kernel)
+    assert (got.cause, got.blamed_node) == ("gpu_off_bus", "gpu-node-07")
+
+
+def test_a_line_is_cut_at_max_line_bytes():
+    from webapp.failures.diagnosis.scan import MAX_LINE_BYTES
+
+    # A phrase past the cut is not read: what a line can cost is bounded.
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB "
+    got = diagnose_text("x" * MAX_LINE_BYTES + oom + "\n")
+    assert got.cause == "unknown"
+    got = diagnose_text(oom + "x" * MAX_LINE_BYTES + "\n")
+    assert got.cause == "gpu_oom"

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import pytest
+import re2
 
 from webapp.failures import taxonomy
 from webapp.failures.diagnosis import (
@@ -134,3 +135,15 @@ def test_no_rules_detail_repeats_the_text_of_its_line():
                 assert got.evidence[0].text.startswith(text.strip()[: EVIDENCE_TEXT_CHARS - 8])
     # Every rule of the catalogue that makes events was tried with secrets in its line.
     assert covered == {r.id for r in cat.line_rules if r.kind != "ignore"}
+
+
+def test_every_rule_runs_on_a_linear_time_engine():
+    """A job chooses its lines: a rule's ".*" under re's backtracking search costs time
+    quadratic in a line's length (a 4 KB line of "mlx5_core " repeated: tens of ms per rule),
+    RE2's is linear. Every compiled pattern of the catalogue is RE2's."""
+    cat = catalogue_load()
+    for rule in cat.rules:
+        engines = {type(rule.regex), *(type(rx) for _, rx in rule.checks)}
+        assert engines == {re2._Regexp}, (rule.id, engines)
+    crafted = "mlx5_core " * 400 + "error"
+    assert next((r.id for r in cat.line_rules if r.regex.search(crafted)), None) is None

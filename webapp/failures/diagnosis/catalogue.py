@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import re2
 import yaml
 
 from webapp.failures import taxonomy
@@ -32,10 +33,12 @@ class Rule:
     kind: str  # cause | symptom | outcome | ignore
     tier: str  # a taxonomy tier or "by_xid"
     patterns: tuple[str, ...]
-    regex: re.Pattern[str]
+    # RE2 (google-re2), not re: a rule's ".*" or two stars in a row make re's search
+    # quadratic in the line's length, and a job chooses its lines; RE2's is linear.
+    regex: Any
     # (literal every match must contain, lowercased, or "" if none; compiled pattern) pairs:
     # an `in` test on the lowercased message skips most patterns before any regex runs.
-    checks: tuple[tuple[str, re.Pattern[str]], ...]
+    checks: tuple[tuple[str, Any], ...]
     at_start: bool
     blame: str  # line | peer | none
     confidence: float
@@ -80,8 +83,11 @@ def _rule(raw: dict[str, Any]) -> Rule:
     blame = need("blame", lambda v: v in BLAMES, "one of " + ", ".join(BLAMES))
     confidence = need("confidence", lambda v: isinstance(v, int | float) and 0 <= v <= 1, "0..1")
     try:
-        regex = re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
-    except re.error as exc:
+        for p in patterns:
+            re.compile(p)  # re's message names the position of a syntax error
+        regex = _re2("|".join(f"(?:{p})" for p in patterns))
+        checks = tuple((required_literal(p), _re2(p)) for p in patterns)
+    except (re.error, re2.error) as exc:
         raise RuleError(f"rule {rid}: bad pattern: {exc}") from exc
     return Rule(
         id=rid,
@@ -90,7 +96,7 @@ def _rule(raw: dict[str, Any]) -> Rule:
         tier=tier,
         patterns=tuple(patterns),
         regex=regex,
-        checks=tuple((required_literal(p), re.compile(p, re.IGNORECASE)) for p in patterns),
+        checks=checks,
         at_start=bool(raw.get("at_start", False)),
         blame=blame,
         confidence=float(confidence),
@@ -100,6 +106,14 @@ def _rule(raw: dict[str, Any]) -> Rule:
         source=str(raw.get("source", "")),
         examples=tuple(raw.get("examples") or ()),
     )
+
+
+def _re2(pattern: str) -> Any:
+    """`pattern` compiled by RE2, case-insensitive (the rules' flag)."""
+    options = re2.Options()
+    options.case_sensitive = False
+    options.log_errors = False  # the RuleError says what is wrong
+    return re2.compile(pattern, options)
 
 
 def required_literal(pattern: str) -> str:
@@ -150,7 +164,7 @@ def required_literal(pattern: str) -> str:
     return max(runs, key=len).lower()
 
 
-def _matches(rule: Rule, msg: str, low: str) -> re.Match[str] | None:
+def _matches(rule: Rule, msg: str, low: str) -> Any:
     for literal, regex in rule.checks:
         if literal and literal not in low:
             continue

@@ -1,6 +1,11 @@
 """One log line: its prefixes stripped (timestamps, host, rank, program), what is left is the
 message the rules read.
 
+Every pattern here runs in time linear in the line's length (no two quantifiers that can
+share characters in a row), so a crafted line costs what a normal one of its size does;
+tests/failures/test_diagnosis.py and bench/diagnose_hostile.py hold them to it. The scan cuts
+lines at scan.MAX_LINE_BYTES before they get here.
+
 Kernel, scheduler and rank lines go through the same parser whichever file they come from;
 whether a stream may carry kernel evidence at all is the scan's business (scan.py).
 """
@@ -73,7 +78,10 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
     # Ray's worker prefix "(RayWorkerVllm pid=7046) ", with ", ip=10.0.0.3" on other nodes
     # (vllm-project/vllm#4108, wandb/wandb#6038): the ip is the worker's node.
     ("ray", r"\([\w.-]+ pid=\d+(?:, ip=([\d.]+))?\) ?", r"\(", False),
-    ("host", r"([a-z][a-z0-9.-]*[0-9][a-z0-9.-]*|[a-z][a-z0-9]*-[a-z0-9.-]+): ", "[a-z]", True),
+    # A host name holds a digit or a dash. "[a-z.-]*" before the first digit (not
+    # "[a-z0-9.-]*", the same names) keeps the match linear: two stars over one class let re
+    # try every split of a long run of letters and digits (quadratic in the line's length).
+    ("host", r"([a-z][a-z.-]*[0-9][a-z0-9.-]*|[a-z][a-z0-9]*-[a-z0-9.-]+): ", "[a-z]", True),
     # pdsh-style launchers (DeepSpeed's multi-node runner) prefix each line with the host
     # they ran it on, often an address: "192.168.13.81: [rank19]:..." (hiyouga/LlamaFactory#8871).
     ("ip_host", r"(\d{1,3}(?:\.\d{1,3}){3}): ", "[0-9]", False),
@@ -111,7 +119,9 @@ _PREFIX_ANY = _alternation(tuple(range(len(_PREFIXES))))
 # Henry1iu/TNT-Trajectory-Prediction#33) and carriage returns of redrawn bars (the last
 # segment is what the terminal showed).
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_TQDM = re.compile(r"^.*?\d{1,3}%\|[^|]*\|[^\]]*\]\s*")
+# Each candidate bar is read up to its second "|" at most ("[^\]|]", not "[^\]]"): a line of
+# many "1%|" and no "]" then costs one pass, not one pass per "%|".
+_TQDM = re.compile(r"^.*?\d{1,3}%\|[^|]*\|[^\]|]*\]\s*")
 _RANK_IN_MSG = re.compile(r"\[(?:PG \d+ )?Rank (\d+)\]|\bRank (\d+):", re.I)
 
 # A time without a year ("May 07 03:12:44", torch's "E0507 03:12:44"): resolved after the scan

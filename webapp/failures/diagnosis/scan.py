@@ -32,7 +32,17 @@ from webapp.failures.diagnosis.lines import Line, is_kernel_line, parse_line
 
 CHUNK_BYTES = 8 << 20  # read size; large enough that per-chunk overhead is negligible
 TAIL_BYTES = 256 << 10  # end of the log kept for the loss curve and the failure time
-MAX_LINE_BYTES = 8192  # a longer line is cut before decoding (binary junk, base64 blobs)
+# What one diagnosis reads is bounded, whatever a job prints: parsing a line costs time
+# linear in its length (lines.py, RE2 rules), and these caps bound the lines and bytes parsed.
+# A longer line is cut before decoding (binary junk, base64 blobs, crafted lines): prefixes
+# and rule phrases sit at the start of a line.
+MAX_LINE_BYTES = 8192
+# Lines parsed per diagnosis (verbatim repeats included) and their bytes, all inputs together:
+# a few times what a 100 MB failed-job log holds (the 10 MB bench log parses 27,000 lines,
+# 6 MB). Past either cap, lines are counted but not parsed until each input's last TAIL_BYTES,
+# which are parsed whatever the caps: a failure is told at the end of its log.
+MAX_PARSED_LINES = 500_000
+MAX_PARSED_BYTES = 64 << 20
 MAX_EVENTS_PER_RULE = 200  # first occurrences kept per rule: the earliest decide
 # Parsed lines remembered per diagnosis for verbatim repeats (then all forgotten at once);
 # only short ones, so that the memory stays small (a few MB) whatever the log.
@@ -116,6 +126,12 @@ class Scan:
         # from where known (LogStream).
         self.kernel_files: set[int] = set()
         self.stream_host: dict[int, str] = {}
+        # What is left of the parse caps, and the first line of the input being read that the
+        # caps left unparsed (read again from its tail at the end of the input).
+        self.lines_left = MAX_PARSED_LINES
+        self.bytes_left = MAX_PARSED_BYTES
+        self.unparsed_from: int | None = None
+        self.lines_unparsed = 0
 
     # Reading -------------------------------------------------------------------------------
 
@@ -134,6 +150,7 @@ class Scan:
         if host:
             self.stream_host[file_index] = host
         line_no = 1  # number of the first line of the next piece
+        bytes_before = self.bytes_total
         carry = b""
         tail = b""
         context = b""  # end of the previous piece, for traceback look-back across chunks
@@ -161,8 +178,35 @@ class Scan:
             if not binary:
                 tail = (tail + piece[max(0, end - TAIL_BYTES) : end])[-TAIL_BYTES:]
                 context = piece[max(0, end - FRAME_LOOKBACK_BYTES) : end]
+        if self.unparsed_from is not None:
+            whole = self.bytes_total - bytes_before <= len(tail)
+            self._tail_parse(tail, line_no - 1, file_index, name, whole)
         self.lines_total += line_no - 1
         self.tails.append((file_index, name, line_no - 1, tail))
+
+    def _tail_parse(
+        self, tail: bytes, last_line: int, file_index: int, name: str, whole: bool
+    ) -> None:
+        """Parse the lines of the tail that the caps left unparsed (whatever the caps)."""
+        # The first line may be cut unless the tail is the whole input; the last piece is the
+        # empty one after the final newline.
+        lines = tail.split(b"\n")[0 if whole else 1 : -1]
+        first = last_line - len(lines) + 1
+        skip = max(0, self.unparsed_from - first)
+        self.unparsed_from = None
+        if skip >= len(lines):
+            return
+        piece = b"\n".join(lines[skip:]) + b"\n"
+        lines_left, bytes_left = self.lines_left, self.bytes_left
+        self.lines_left, self.bytes_left = len(lines), len(piece)
+        self._piece(piece, len(piece), first + skip, file_index, name, b"")
+        self.lines_left, self.bytes_left = lines_left, bytes_left
+        self.notes.append(
+            f"{name}: {self.lines_unparsed} line(s) before its last {len(piece)} bytes were not "
+            f"parsed (over the {MAX_PARSED_LINES} lines / {MAX_PARSED_BYTES >> 20} MiB a "
+            "diagnosis parses)"
+        )
+        self.lines_unparsed = 0
 
     def _binary(self, piece: bytes, end: int | None = None) -> bool:
         end = len(piece) if end is None else end
@@ -196,7 +240,15 @@ class Scan:
         cat, seen, rank_host = self.cat, self.seen, self.rank_host
         line_no, counted = first_line, 0
         for start, stop in _spans(self.line_rx, piece, end):
-            text = piece[start : min(stop, start + MAX_LINE_BYTES)].decode("utf-8", "replace")
+            stop = min(stop, start + MAX_LINE_BYTES)
+            if self.lines_left <= 0 or self.bytes_left < stop - start:
+                if self.unparsed_from is None:
+                    self.unparsed_from = line_no + _newlines(piece, counted, start)
+                self.lines_unparsed += 1
+                continue
+            self.lines_left -= 1
+            self.bytes_left -= stop - start
+            text = piece[start:stop].decode("utf-8", "replace")
             text = text.rstrip("\r")
             known = seen.get(text)
             if known is None:
