@@ -17,6 +17,7 @@ from collectors.watchers.slurm import SlurmWatcher
 from tests.evaluation.conftest import estimates_set, fleet_make
 from tests.realparts import missing
 from tests.slurm import SlurmCluster, slurm_missing_reason
+from webapp.evaluation import slurm as slurm_argv
 from webapp.evaluation.models import EvaluationRun, RuntimeEstimate, SchedulerLatency
 from webapp.evaluation.services import evaluation_request
 from webapp.fleet import services as fleet_services
@@ -202,3 +203,12 @@ def test_a_failed_trial_is_retried_once_then_reported_without_blocking_others(ri
     assert {j.status for j in of("fail-always-b", "metrics")} == {"cancelled"}
     assert {j.status for j in of("ok-c", "infer") + of("ok-c", "metrics")} == {"completed"}
     assert "did not complete" in run.error and "infer-" in run.error
+
+
+def test_an_evaluation_job_is_submitted_with_none_of_the_workers_environment(tmp_path):
+    argv = slurm_argv.sbatch_argv(
+        run_id=3, key="infer-0", kind="infer", node="n1", after=[], workdir=tmp_path,
+        script=tmp_path / "infer-0.1.sh",
+    )  # fmt: skip
+    # The script names the program and its arguments in full: it needs nothing exported.
+    assert argv[0] == "sbatch" and "--export=NONE" in argv

@@ -8,3 +8,5 @@ for node in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do
     echo "VIGIL-HEALTH $node PASS"
   fi
 done
+# What the check's job was given: a test reads that none of Vigil's settings reached it.
+env | sed 's/^/ENV /'

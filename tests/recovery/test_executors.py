@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from webapp.recovery.executors import CommandResult, Target, executor_for
-from webapp.recovery.executors.base import UnsupportedAction
+from webapp.recovery.executors.base import UnsupportedAction, command_run
 from webapp.recovery.executors.slurm import healthcheck_verdicts, show_fields
 
 
@@ -30,22 +30,31 @@ def test_slurm_requeues_then_makes_the_job_eligible_at_once():
     ]
 
 
-def test_rollback_skip_resubmits_with_the_documented_environment(settings, tmp_path):
-    settings.VIGIL_RECOVERY_WORKDIR = str(tmp_path)
-    params = {
-        "resume_checkpoint": "1000",
-        "skip_steps": "1001-1200",
-        "sbatch_args": ["--job-name=pretrain-7b", "--nodes=2", "--gres=gpu:8"],
-    }
-    write, submit = executor_for("slurm").commands(target("resubmit", job="77", params=params))
-    assert write == ["scontrol", "write", "batch_script", "77", str(tmp_path / "resubmit-7.sh")]
-    assert submit[:4] == [
-        "sbatch",
-        "--parsable",
-        "--export=ALL,VIGIL_RESUME_CHECKPOINT=1000,VIGIL_SKIP_STEPS=1001-1200",
-        "--comment=vigil-action-7",
-    ]
-    assert submit[4:] == [*params["sbatch_args"], str(tmp_path / "resubmit-7.sh")]
+def test_rollback_skip_requeues_the_users_own_job_with_the_resume_point_in_its_comment():
+    params = {"resume_checkpoint": "1000", "skip_steps": "1001-1200"}
+    commands = executor_for("slurm").commands(target("resubmit", job="77", params=params))
+    # The user's job runs again as the user, with the environment it was submitted with;
+    # nothing of Vigil's is written, submitted or exported.
+    assert commands == [
+        ["scontrol", "requeue", "77"],
+        [
+            "scontrol", "update", "JobId=77",
+            "Comment=vigil-resume:checkpoint=1000,skip=1001-1200", "StartTime=now",
+        ],
+    ]  # fmt: skip
+
+
+def test_scheduler_commands_run_with_none_of_vigils_settings(monkeypatch):
+    monkeypatch.setenv("SECRET_KEY", "do-not-leak")
+    monkeypatch.setenv("DATABASE_URL", "postgres://vigil:pw@db/vigil")
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis://:pw@broker:6379/0")
+    monkeypatch.setenv("VIGIL_SMTP_PASSWORD", "do-not-leak")
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/cluster-a.conf")
+    result = command_run(["env"])
+    names = {line.partition("=")[0] for line in result.stdout.splitlines()}
+    assert result.ok and {"PATH", "SLURM_CONF"} <= names
+    assert not names & {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "VIGIL_SMTP_PASSWORD"}
+    assert "do-not-leak" not in result.stdout
 
 
 def test_the_health_check_is_one_batch_job_over_the_nodes(settings, tmp_path):
@@ -55,7 +64,7 @@ def test_the_health_check_is_one_batch_job_over_the_nodes(settings, tmp_path):
     settings.VIGIL_HEALTHCHECK_TIMEOUT_S = 300
     (argv,) = executor_for("slurm").commands(target("health_check", params={"hosts": ["a", "b"]}))
     assert argv == [
-        "sbatch", "--wait", "--parsable", "--nodes=2", "--nodelist=a,b", "--exclusive",
+        "sbatch", "--wait", "--parsable", "--export=NONE", "--nodes=2", "--nodelist=a,b", "--exclusive",
         "--time=5", "--job-name=vigil-healthcheck-7", f"--output={tmp_path}/healthcheck-7.out",
         "/opt/vigil/deploy/healthcheck/nccl_pairwise.py", "--size-mb", "256",
         "--gpus-per-node", "8",

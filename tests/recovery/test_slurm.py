@@ -344,10 +344,14 @@ def test_a_scheduler_command_that_fails_ends_the_action_with_slurms_reason(rig):
 
 
 LOSS_SPIKE = """\
-import os, time
-if os.environ.get("VIGIL_RESUME_CHECKPOINT"):
-    print("resumed from", os.environ["VIGIL_RESUME_CHECKPOINT"], "skipping",
-          os.environ["VIGIL_SKIP_STEPS"], flush=True)
+import os, subprocess, time
+# The resume contract (README, recovery): a requeued run reads the resume point from its
+# own comment.
+comment = subprocess.run(["squeue", "-h", "-j", os.environ["SLURM_JOB_ID"], "-o", "%k"],
+                         capture_output=True, text=True).stdout.strip()
+if comment.startswith("vigil-resume:"):
+    print("resumed:", comment, flush=True)
+    print("settings:", ",".join(sorted(os.environ)), flush=True)
     time.sleep(300)
 for it, loss in ((1198, "2.309113E+00"), (1199, "2.305271E+00"), (1200, "nan")):
     print(f" iteration {it:8d}/    5000 | consumed samples: {it * 1024:12d} | "
@@ -355,23 +359,52 @@ for it, loss in ((1198, "2.309113E+00"), (1199, "2.305271E+00"), (1200, "nan")):
     time.sleep(0.5)
 raise RuntimeError("loss is nan at iteration 1200")
 """
+# Settings only the recovery worker holds: none may reach a job the worker acts on.
+WORKER_SECRETS = {"SECRET_KEY": "worker-secret-key", "VIGIL_TEST_SECRET": "worker-secret"}
+VIGILS = {*WORKER_SECRETS, "DATABASE_URL", "CELERY_BROKER_URL", "VIGIL_RECOVERY_WORKDIR"}
 
 
-def test_a_loss_spike_resubmits_from_a_checkpoint_skipping_the_bad_steps(rig):
+def test_a_loss_spike_requeues_the_users_job_from_a_checkpoint_once_approved(rig):
     rig.vigil(mode="auto")
-    rig.start()
+    rig.start(**WORKER_SECRETS)
     job = _python_job(rig, "pretrain-spike", LOSS_SPIKE)
-    (plan,) = _plans_of(job, 1)
-    assert (plan.cause, plan.action) == ("loss_nan", "rollback_skip")
+    plan = _plan_for_cause(rig, job, "loss_nan")
+    assert plan.action == "rollback_skip"
+    resubmit = wait_for(lambda: plan.actions.exclude(status="cancelled").first())
+    # Rolling back is not automatic by default, even in auto mode: an operator approves it.
+    time.sleep(2)
+    resubmit.refresh_from_db()
+    assert (resubmit.kind, resubmit.status) == ("resubmit", "awaiting_approval")
+    assert rig.job(job)["Restarts"] == "0"
+
+    services.action_approve(resubmit.pk, "olivia")
+    _settled(plan)
     (resubmit,) = plan.actions.exclude(status="cancelled")
-    assert (resubmit.kind, resubmit.status) == ("resubmit", "succeeded")
-    assert resubmit.params["skip_steps"] == "1200-1200"
-    new_job = resubmit.steps[-1]["stdout"].strip().split(";")[0]
-    assert new_job and new_job != job
-    out = rig.slurm.workdir / f"slurm-{new_job}.out"
-    wait_for(lambda: out.exists() and "skipping" in out.read_text(), timeout=60)
-    assert out.read_text().strip() == "resumed from previous skipping 1200-1200"
-    assert rig.job(new_job)["Comment"] == f"vigil-action-{resubmit.pk}"
+    assert resubmit.status == "succeeded" and resubmit.params["skip_steps"] == "1200-1200"
+    rig.wait_running(job, restarts=1)  # the user's own job, under its own id
+    out = rig.slurm.workdir / f"{job}.out"  # overwritten by the new run
+    wait_for(lambda: out.exists() and "settings:" in out.read_text(), timeout=60)
+    lines = out.read_text().splitlines()
+    assert lines[0] == "resumed: vigil-resume:checkpoint=previous,skip=1200-1200"
+    settings_seen = set(lines[1].removeprefix("settings: ").split(","))
+    assert "SLURM_JOB_ID" in settings_seen and not settings_seen & set(WORKER_SECRETS)
+    assert "worker-secret" not in out.read_text()
+
+
+def test_a_health_check_job_holds_none_of_vigils_settings(rig, settings):
+    rig.settings_apply(settings)
+    rig.vigil(mode="auto")
+    rig.start(**WORKER_SECRETS)
+    vn2 = rig.slurm.nodes[1]
+    rig.slurm.run("scontrol", "update", f"NodeName={vn2}", "State=DRAIN", "Reason=bad dimm")
+    plan = services.node_return_to_service(Node.objects.get(hostname=vn2), "olivia")
+    check, resume = _settled(plan)
+    assert (check.status, resume.status) == ("succeeded", "succeeded")
+    out = (rig.slurm.workdir / f"healthcheck-{check.pk}.out").read_text()
+    seen = {line[4:].partition("=")[0] for line in out.splitlines() if line.startswith("ENV ")}
+    assert "SLURM_JOB_ID" in seen  # the check's job did report what it was given
+    assert not seen & VIGILS
+    assert "worker-secret" not in out
 
 
 def test_return_to_service_checks_the_node_then_resumes_it(rig, settings):

@@ -82,6 +82,9 @@ def sbatch_argv(
     argv = [
         "sbatch",
         "--parsable",
+        # The script names the program and its arguments in full: nothing of the worker's
+        # environment (Vigil's settings and secrets) is exported to the job.
+        "--export=NONE",
         f"--job-name={job_name(run_id, key)}",
         f"--comment=vigil-eval-{run_id}",
         f"--chdir={workdir}",

@@ -23,7 +23,7 @@ from webapp.recovery.choices import (
 )
 from webapp.recovery.executors import Target, executor_for
 from webapp.recovery.executors.base import UnsupportedAction
-from webapp.recovery.models import RecoveryAction, RecoveryPlan
+from webapp.recovery.models import RecoveryAction, RecoveryPlan, RecoveryPolicy
 
 log = logging.getLogger("vigil.recovery")
 
@@ -56,12 +56,13 @@ def actions_create(
             cluster_id=plan.cluster_id, hostname__in=[s.host for s in steps]
         )
     }
+    rollback_auto = RecoveryPolicy.objects.filter(
+        cluster_id=plan.cluster_id, rollback_auto=True
+    ).exists()
     created = []
     for step, seq in zip(steps, _seqs(steps, first_seq), strict=True):
         job = jobs.get(step.job)
         params = dict(step.params)
-        if step.kind == ActionKind.RESUBMIT and job is not None:
-            params["sbatch_args"] = _sbatch_args(job)
         action = RecoveryAction(
             plan=plan,
             cluster_id=plan.cluster_id,
@@ -80,7 +81,7 @@ def actions_create(
             approved_by=approved_by,
             approved_at=timezone.now() if approved_by else None,
         )
-        action.status = _first_status(plan.mode, step.kind)
+        action.status = _first_status(plan.mode, step.kind, rollback_auto)
         action.save()
         _commands_build(action)
         created.append(action)
@@ -97,28 +98,16 @@ def actions_create(
     return created
 
 
-def _first_status(mode: str, kind: str) -> str:
+def _first_status(mode: str, kind: str, rollback_auto: bool = False) -> str:
     if mode == Mode.DRY_RUN:
         return ActionStatus.DRY_RUN
     if kind == ActionKind.NOTIFY:
         # Telling people changes nothing in the scheduler: it needs no approval. The alerts
         # app delivers it (delivered_at); the action itself is done once recorded.
         return ActionStatus.SUCCEEDED
+    if kind == ActionKind.RESUBMIT and not rollback_auto:
+        return ActionStatus.AWAITING_APPROVAL  # RecoveryPolicy.rollback_auto
     return ActionStatus.READY if mode == Mode.AUTO else ActionStatus.AWAITING_APPROVAL
-
-
-def _sbatch_args(job: Job) -> list[str]:
-    """What a resubmission keeps of the job: its name, size and partition."""
-    args = [f"--job-name={job.name or job.scheduler_id}"]
-    if job.nodes_requested:
-        args.append(f"--nodes={job.nodes_requested}")
-        if job.gpus_requested:
-            args.append(f"--gres=gpu:{max(1, job.gpus_requested // job.nodes_requested)}")
-    elif job.gpus_requested:
-        args.append(f"--gres=gpu:{job.gpus_requested}")
-    if job.partition:
-        args.append(f"--partition={job.partition}")
-    return args
 
 
 def action_target(action: RecoveryAction) -> Target:

@@ -36,6 +36,9 @@ class RecoveryPolicy(models.Model):
     # Automatic restarts of one job in a row before Vigil only notifies (docs/failure-taxonomy.md:
     # 3, configurable); None takes settings.VIGIL_MAX_AUTO_RESTARTS.
     max_auto_restarts = models.PositiveSmallIntegerField(null=True, blank=True)
+    # A rollback (rollback_skip: requeue from an earlier checkpoint, skipping data) changes
+    # what a job trains on: it waits for an operator's approval unless this is set.
+    rollback_auto = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.CharField(max_length=150, blank=True, default="")
 

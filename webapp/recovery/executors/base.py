@@ -17,6 +17,12 @@ from django.conf import settings
 
 # What the audit keeps of a command's stdout and stderr (their ends).
 OUTPUT_MAX_CHARS = 8000
+# The only variables of the worker's environment a scheduler's tool is given: where it finds
+# programs, its locale and home, and the cluster's configuration. Vigil's own settings (its
+# secret key, database and broker URLs, VIGIL_*) never reach a tool, nor a job it submits.
+PASSED_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "SLURM_CONF", "KUBECONFIG",
+)  # fmt: skip
 
 
 class UnsupportedAction(ValueError):
@@ -55,10 +61,16 @@ class CommandResult:
         }
 
 
+def command_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a scheduler command: `PASSED_ENV` of the worker's, and `extra`."""
+    return {k: os.environ[k] for k in PASSED_ENV if k in os.environ} | (extra or {})
+
+
 def command_run(
     argv: Sequence[str], *, timeout_s: float | None = None, env: dict | None = None
 ) -> CommandResult:
-    """Run argv (no shell); a missing program or a timeout is an exit status, not an exception."""
+    """Run argv (no shell) with `command_env(env)`; a missing program or a timeout is an exit
+    status, not an exception."""
     timeout_s = timeout_s or settings.VIGIL_SCHEDULER_TIMEOUT_S
     try:
         proc = subprocess.run(
@@ -67,7 +79,7 @@ def command_run(
             text=True,
             timeout=timeout_s,
             check=False,
-            env={**os.environ, **(env or {})},
+            env=command_env(env),
         )
     except FileNotFoundError as exc:
         return CommandResult(tuple(argv), 127, "", f"{argv[0]}: not found ({exc.strerror})")

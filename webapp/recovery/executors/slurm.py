@@ -1,4 +1,4 @@
-"""Slurm: drain, requeue, resubmit, health-check and resume through its CLI.
+"""Slurm: drain, requeue, roll back, health-check and resume through its CLI.
 
 The commands are the ones an operator would type (`scontrol update NodeName=n1 State=DRAIN
 Reason="vigil: gpu_off_bus failure 123"`, `scontrol requeue 4242`), run on the host of the
@@ -7,8 +7,12 @@ per-cluster recovery worker (queue `recovery.<cluster>`), which has the CLI and 
 are not on PATH.
 
 After a crash, `done` asks Slurm whether an interrupted command took effect: a drain shows
-its reason in `sinfo`, a requeue raised the job's `Restarts` count (read before the command),
-a resubmission left a job carrying the action's comment, a resume left the node undrained.
+its reason in `sinfo`, a requeue (or a rollback, which is a requeue with a resume point)
+raised the job's `Restarts` count (read before the command), a resume left the node
+undrained.
+
+Vigil never runs a user's code as itself: a rollback requeues the user's own job, and the
+jobs Vigil submits (the health check) get `--export=NONE`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ from pathlib import Path
 
 from django.conf import settings
 
-from webapp.recovery.executors.base import CommandResult, Executor, Target, command_run
+from webapp.recovery.executors.base import (
+    CommandResult,
+    Executor,
+    Target,
+    UnsupportedAction,
+    command_run,
+)
 
 # Wording of slurmctld being unreachable or busy (src/common/slurm_errno.c): retrying helps.
 TRANSIENT = re.compile(
@@ -31,6 +41,8 @@ TRANSIENT = re.compile(
     r"Slurm temporarily unable to accept job|Communication connection failure",
     re.IGNORECASE,
 )
+# Both restart the user's own job in place (a rollback also sets its resume point).
+RESTARTS = ("requeue", "resubmit")
 VERDICT = re.compile(r"^VIGIL-HEALTH\s+(\S+)\s+(PASS|FAIL)\b\s*(.*)$")
 
 
@@ -59,6 +71,15 @@ def healthcheck_verdicts(text: str, hosts: Sequence[str]) -> dict[str, tuple[boo
             if m.group(1) not in seen or not passed:
                 seen[m.group(1)] = (passed, m.group(3).strip()[:200])
     return {h: seen.get(h, (False, "no verdict")) for h in hosts}
+
+
+def resume_comment(params: dict) -> str:
+    """`vigil-resume:checkpoint=<step|previous>,skip=<first>-<last>` (skip may be empty)."""
+    checkpoint = str(params.get("resume_checkpoint") or "previous")
+    skip = str(params.get("skip_steps") or "")
+    if not re.fullmatch(r"previous|\d+", checkpoint) or not re.fullmatch(r"(\d+-\d+)?", skip):
+        raise UnsupportedAction(f"rollback: bad resume point {checkpoint!r}, skip {skip!r}")
+    return f"vigil-resume:checkpoint={checkpoint},skip={skip}"
 
 
 def show_fields(text: str) -> dict[str, str]:
@@ -112,23 +133,22 @@ class SlurmExecutor(Executor):
         return False
 
     def _resubmit(self, t: Target) -> list[list[str]]:
-        script = Path(settings.VIGIL_RECOVERY_WORKDIR) / f"resubmit-{t.action_id}.sh"
-        export = (
-            "--export=ALL,"
-            f"VIGIL_RESUME_CHECKPOINT={t.params.get('resume_checkpoint', 'previous')},"
-            f"VIGIL_SKIP_STEPS={t.params.get('skip_steps', '')}"
-        )
+        """Roll back: requeue the user's own job with the resume point in its comment.
+
+        The job runs again as its owner, with the environment it was submitted with: Vigil
+        never submits, nor runs, a user's script itself. The contract for training code
+        (README, "Recovery"): a run whose comment reads
+        `vigil-resume:checkpoint=<step|previous>,skip=<first>-<last>` (`squeue -h -j
+        $SLURM_JOB_ID -o %k`) resumes from that checkpoint and skips those steps' data.
+        The comment and the start are set in one update, before the held job may start.
+        """
         return [
-            ["scontrol", "write", "batch_script", t.job, str(script)],
+            ["scontrol", "requeue", t.job],
             [
-                "sbatch",
-                "--parsable",
-                export,
-                f"--comment=vigil-action-{t.action_id}",
-                *t.params.get("sbatch_args", []),
-                str(script),
+                "scontrol", "update", f"JobId={t.job}", f"Comment={resume_comment(t.params)}",
+                "StartTime=now",
             ],
-        ]
+        ]  # fmt: skip
 
     def _health_check(self, t: Target) -> list[list[str]]:
         hosts = list(t.params.get("hosts", []))
@@ -156,6 +176,8 @@ class SlurmExecutor(Executor):
                 "sbatch",
                 "--wait",
                 "--parsable",
+                # Nothing of the worker's environment (Vigil's settings) reaches the check.
+                "--export=NONE",
                 f"--nodes={len(hosts)}",
                 f"--nodelist={','.join(hosts)}",
                 "--exclusive",
@@ -175,24 +197,17 @@ class SlurmExecutor(Executor):
         return super().timeout_s(target)
 
     def run(self, argv: Sequence[str], target: Target) -> CommandResult:
-        if target.kind == "requeue" and "StartTime=now" in argv:
+        if target.kind in RESTARTS and "StartTime=now" in argv:
             self._wait_requeued(target.job)
         if target.kind == "health_check":
             healthcheck_output(target).parent.mkdir(parents=True, exist_ok=True)
-        if target.kind == "resubmit" and "write" in argv:
-            Path(argv[-1]).parent.mkdir(parents=True, exist_ok=True)
         argv = list(argv)
-        if target.kind == "resubmit" and argv[0] == "sbatch":
-            # The new job runs where the old one did (its output files land beside it).
-            workdir = self._job(target.job).get("WorkDir")
-            if workdir and not any(a.startswith("--chdir=") for a in argv):
-                argv.insert(1, f"--chdir={workdir}")
         # The recorded command names the tool as an operator types it; the recovery worker's
         # host decides where it lives.
         return super().run([self.tool(argv[0]), *argv[1:]], target)
 
     def before(self, argv: Sequence[str], target: Target) -> dict:
-        if target.kind == "requeue":
+        if target.kind in RESTARTS:
             info = self._job(target.job)
             return {"restarts": info.get("Restarts"), "job_state": info.get("JobState")}
         return {}
@@ -203,14 +218,11 @@ class SlurmExecutor(Executor):
         if target.kind == "resume":
             state = self._node(target.host, "%T")
             return bool(state) and "drain" not in state
-        if target.kind == "requeue" and "StartTime=now" in argv:
+        if target.kind in RESTARTS and "StartTime=now" in argv:
             return False  # idempotent: run it again
-        if target.kind == "requeue":
+        if target.kind in RESTARTS:
             now, then = self._job(target.job).get("Restarts"), before.get("restarts")
             return now is not None and then is not None and int(now) > int(then)
-        if target.kind == "resubmit" and argv[0].endswith("sbatch"):
-            found = command_run([self.tool("squeue"), "-h", "-o", "%k"])
-            return f"vigil-action-{target.action_id}" in found.stdout.split()
         return False
 
     def transient(self, result: CommandResult) -> bool:
