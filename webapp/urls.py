@@ -4,6 +4,8 @@ from django.urls import include, path
 
 from webapp.core import health, metrics
 
+handler404 = "webapp.core.pages.not_found"
+
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -543,3 +543,20 @@ def test_job_list_shows_durations_as_hms_and_running_jobs_elapsed(operator_clien
     assert '<td class="num">27:00:05</td>' in html  # a finished job's duration
     assert '<td class="num">2:59:55</td>' in html  # its queue time
     assert re.search(r'title="running">2:00:0\d</span>', html)  # a running job's elapsed
+
+
+def test_a_missing_job_is_a_branded_page_that_offers_the_scheduler_id_search(
+    operator_client, many_jobs
+):
+    response = operator_client.get("/jobs/999999/")
+    assert response.status_code == 404
+    html = response.content.decode()
+    assert 'id="not-found"' in html and "Vigil has no job 999999" in html
+    assert 'href="/jobs/?id=999999"' in html  # what a Slurm admin likely meant
+
+
+def test_an_address_that_matches_no_page_gets_the_branded_page(operator_client, settings):
+    settings.DEBUG = False
+    response = operator_client.get("/no-such-page/")
+    assert response.status_code == 404
+    assert 'id="not-found"' in response.content.decode()

@@ -9,11 +9,12 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from webapp.core.exports import csv_response
+from webapp.core.pages import not_found
 from webapp.core.units import iso_utc
 from webapp.fleet.models import Cluster
 from webapp.jobs import figures
@@ -329,7 +330,16 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     """One job at any size: a job of up to SERIES_GPUS_MAX GPUs draws a line per GPU; a larger
     one draws bands across its GPUs with the outliers named, and its allocation and energy
     per node (the per-GPU energy folded away until asked for)."""
-    job = get_object_or_404(Job.objects.select_related("cluster"), id=job_id)
+    job = Job.objects.select_related("cluster").filter(id=job_id).first()
+    if job is None:
+        # A Slurm admin types the scheduler's JOBID where Vigil's own id goes.
+        search = f"{reverse('jobs:list')}?{urlencode({'id': job_id})}"
+        return not_found(
+            request,
+            reason=f"Vigil has no job {job_id} (this address takes Vigil's own job number).",
+            hint=f"Search for scheduler job id {job_id}",
+            hint_url=search,
+        )
     now = timezone.now()
     allocations = job_allocations_for(job)
     energy = job_energy(job, allocations, now=now)
