@@ -7,11 +7,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import socket
 import threading
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from tests.alertmanager import alertmanager  # noqa: F401 (fixture)
@@ -151,3 +153,158 @@ def test_the_alertmanager_refresh_posts_only_what_routing_lets_through(
     evaluate.alertmanager_refresh(later(480))
     deliver(later(481))
     assert len(hook.received) == 1  # nothing more for a deactivated subscriber
+
+
+# --- what a channel may point at -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "config", "problem"),
+    [
+        (ChannelKind.WEBHOOK, {"url": "file:///etc/passwd"}, "https"),
+        (ChannelKind.WEBHOOK, {"url": "http://hooks.example.org/x"}, "https"),
+        (ChannelKind.ALERTMANAGER, {"url": "gopher://am.example.org"}, "https"),
+        (ChannelKind.WEBHOOK, {"url": "https:///no-host"}, "host"),
+        (ChannelKind.WEBHOOK, {"url": "https://h.example.org", "secret_env": "SECRET_KEY"}, ""),
+    ],
+)
+def test_a_channel_pointing_anywhere_but_https_or_localhost_is_refused(
+    fleet, kind, config, problem
+):
+    channel = Channel(kind=kind, config=config)
+    with pytest.raises(ValidationError) as refused:
+        channel.full_clean()
+    message = " ".join(refused.value.messages)
+    assert "config" in refused.value.message_dict
+    if config.get("secret_env"):
+        assert "secret_env: 'SECRET_KEY'" in message and "VIGIL_CHANNEL_SECRET_" in message
+    else:
+        assert problem in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://hooks.example.org/services/T0/B0/abc",
+        "http://localhost:9093",
+        "http://127.0.0.1:8080/hook",
+        "http://[::1]:9093/",
+    ],
+)
+def test_https_and_plain_http_to_this_host_are_accepted(fleet, url):
+    config = {"url": url, "secret_env": "VIGIL_CHANNEL_SECRET_OPS"}
+    Channel(kind=ChannelKind.WEBHOOK, config=config).full_clean()
+
+
+def test_the_admin_refuses_a_file_url(fleet, admin_client):
+    page = admin_client.post(
+        "/admin/alerts/channel/add/",
+        {"kind": "webhook", "name": "x", "config": '{"url": "file:///etc/shadow"}'},
+    )
+    assert page.status_code == 200  # the form again, with the problem
+    assert "file" in page.content.decode() and not Channel.objects.exists()
+
+
+def test_a_stored_channel_to_a_file_or_plain_http_is_never_sent_to(fleet, operator, broker):
+    """A row written before the check (or by hand) is refused when sent, and disabled."""
+    for url in ("file:///etc/passwd", "http://hooks.example.org/x"):
+        channel = Channel.objects.create(kind=ChannelKind.WEBHOOK, config={"url": url})
+        services.subscription_create(operator, channel=channel)
+    _node_down(20)
+    evaluate.alerts_evaluate(timezone.now())
+    deliver(later(2))
+    for channel in Channel.objects.filter(kind=ChannelKind.WEBHOOK):
+        assert channel.disabled and "https" in channel.last_error
+        assert Notification.objects.get(channel=channel).status == NotificationStatus.FAILED
+
+
+class _Redirect(BaseHTTPRequestHandler):
+    location = ""
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.send_response(307)
+        self.send_header("Location", type(self).location)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_webhook_redirect_is_not_followed(fleet, operator, webhook, broker):
+    hook, url = webhook
+    _Redirect.location = url  # a 307 keeps the POST and its body
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        channel = Channel.objects.create(
+            kind=ChannelKind.WEBHOOK,
+            config={"url": f"http://127.0.0.1:{server.server_address[1]}/moved"},
+        )
+        services.subscription_create(operator, channel=channel)
+        _node_down(20)
+        evaluate.alerts_evaluate(timezone.now())
+        deliver(later(2))
+    finally:
+        server.shutdown()
+    assert hook.received == []  # the redirect's target got nothing
+    note = Notification.objects.get(channel=channel)
+    assert note.status == NotificationStatus.FAILED and "redirect" in note.error
+
+
+def test_secret_env_names_only_channel_secrets(
+    fleet, operator, webhook, settings, broker, monkeypatch
+):
+    hook, url = webhook
+    settings.VIGIL_WEBHOOK_SECRET = ""
+    monkeypatch.setenv("VIGIL_CHANNEL_SECRET_OPS", "ops-hook-key")
+    leaky = Channel.objects.create(
+        kind=ChannelKind.WEBHOOK, config={"url": url + "/a", "secret_env": "SECRET_KEY"}
+    )
+    good = Channel.objects.create(
+        kind=ChannelKind.WEBHOOK,
+        config={"url": url + "/b", "secret_env": "VIGIL_CHANNEL_SECRET_OPS"},
+    )
+    for channel in (leaky, good):
+        services.subscription_create(operator, channel=channel)
+    _node_down(20)
+    evaluate.alerts_evaluate(timezone.now())
+    deliver(later(2))
+    [(headers, body)] = hook.received  # the good one only
+    assert headers[SIGNATURE_HEADER] == (
+        "sha256=" + hmac.new(b"ops-hook-key", body, hashlib.sha256).hexdigest()
+    )
+    refused = Notification.objects.get(channel=leaky)
+    assert refused.status == NotificationStatus.FAILED
+    assert "secret_env: 'SECRET_KEY'" in refused.error and "VIGIL_CHANNEL_SECRET_" in refused.error
+
+
+def test_a_webhook_url_is_shown_and_logged_without_its_path(
+    fleet, operator, operator_client, broker, caplog
+):
+    with socket.socket() as s:  # a port nothing listens on: the send fails and is logged
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    secret_path = "/services/T024/B0LD/Xq9secretTOKENz"
+    channel = Channel.objects.create(
+        kind=ChannelKind.WEBHOOK, config={"url": f"http://127.0.0.1:{port}{secret_path}"}
+    )
+    services.subscription_create(operator, channel=channel)
+    _node_down(20)
+    evaluate.alerts_evaluate(timezone.now())
+    with caplog.at_level("WARNING"):
+        deliver(later(2))
+    note = Notification.objects.get(channel=channel)
+    assert note.status == NotificationStatus.RETRY and note.error
+    shown = [
+        operator_client.get("/alerts/channels/").content.decode(),
+        operator_client.get("/alerts/deliveries/").content.decode(),
+        operator_client.get("/api/v1/alerts/channels.csv").content.decode(),
+        operator_client.get("/api/v1/alerts/deliveries.csv").content.decode(),
+        caplog.text,
+        note.error,
+        note.to,
+        str(channel),
+    ]
+    assert f"http://127.0.0.1:{port}/..." in shown[0] and f"http://127.0.0.1:{port}/..." in shown[4]
+    for text in shown:
+        assert "Xq9secretTOKENz" not in text

@@ -173,11 +173,11 @@ def _notify(
             n.status = NotificationStatus.SKIPPED
             n.error = f"rate limit: {limit} notifications to this address in the last hour"
     elif channel.kind == ChannelKind.WEBHOOK:
-        n.to = channel.config.get("url", "")
+        n.to = channel.target  # the transport reads the URL from the channel
         n.subject = title
         n.payload = _webhook_payload(items, alerts, kind, title)
     else:
-        n.to = channel.config.get("url", "")
+        n.to = channel.target
         n.subject = title
         n.payload = {"alerts": [_am_alert(a, now) for a in alerts]}
     n.save()
@@ -437,7 +437,7 @@ def alertmanager_refresh(now: datetime | None = None) -> int:
                 channel=channel,
                 subscription=subs[0],
                 kind=NotificationKind.FIRING,
-                to=channel.config.get("url", ""),
+                to=channel.target,
                 subject="refresh",
                 payload={"alerts": [_am_alert(a, now) for a in firing]},
             )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from webapp.alerts.choices import (
@@ -28,6 +29,7 @@ from webapp.alerts.choices import (
     Severity,
     SubscriptionScope,
 )
+from webapp.alerts.destinations import DestinationError, config_check, url_redacted
 from webapp.failures.models import FailureEvent
 from webapp.fleet.models import Cluster, Gpu, Node
 from webapp.jobs.models import Job
@@ -186,7 +188,8 @@ class Channel(models.Model):
     kind = models.CharField(max_length=16, choices=ChannelKind.choices)
     name = models.CharField(max_length=128, blank=True, default="")
     # email: {"address"}; webhook: {"url", "secret_env"} (the HMAC secret is read from that
-    # environment variable, or from settings.VIGIL_WEBHOOK_SECRET); alertmanager: {"url"}.
+    # environment variable, VIGIL_CHANNEL_SECRET_<NAME>, or from settings.VIGIL_WEBHOOK_SECRET);
+    # alertmanager: {"url"}. URLs: https, or http to localhost (destinations.py).
     config = models.JSONField(default=dict, blank=True)
     # A user's own address (made on demand from User.email) or a team's channel.
     user = models.ForeignKey(
@@ -212,8 +215,18 @@ class Channel(models.Model):
 
     @property
     def target(self) -> str:
-        """Where it delivers, for pages and logs (never the secret)."""
-        return str(self.config.get("address") or self.config.get("url") or "")
+        """Where it delivers, for pages and logs: an address, or a URL without its path
+        (a webhook's path is often its secret)."""
+        if self.config.get("address"):
+            return str(self.config["address"])
+        url = self.config.get("url")
+        return url_redacted(str(url)) if url else ""
+
+    def clean(self) -> None:
+        try:
+            config_check(self.kind, self.config)
+        except DestinationError as exc:
+            raise ValidationError({"config": str(exc)}) from None
 
 
 class Subscription(models.Model):

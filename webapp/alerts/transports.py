@@ -21,6 +21,12 @@ from django.conf import settings
 from django.core.mail import EmailMultiAlternatives, get_connection
 
 from webapp.alerts.choices import ChannelKind
+from webapp.alerts.destinations import (
+    DestinationError,
+    secret_env_check,
+    url_check,
+    url_redacted,
+)
 from webapp.alerts.models import Notification
 
 SIGNATURE_HEADER = "X-Vigil-Signature"
@@ -92,26 +98,62 @@ def _text(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def _opener() -> urllib.request.OpenerDirector:
+    """http(s) only, and no redirect handler: a 3xx is answered as an error, never followed
+    (the channel names its server; a redirect could send the signed body anywhere), and no
+    file://, ftp:// or data: handler whatever a URL says."""
+    opener = urllib.request.OpenerDirector()
+    for handler in (
+        urllib.request.ProxyHandler(),
+        urllib.request.HTTPHandler(),
+        urllib.request.HTTPSHandler(),
+        urllib.request.HTTPDefaultErrorHandler(),
+        urllib.request.HTTPErrorProcessor(),
+    ):
+        opener.add_handler(handler)
+    return opener
+
+
+_OPENER = _opener()
+
+
 def _post_json(url: str, body: bytes, headers: dict[str, str], what: str) -> None:
+    try:
+        url_check(url)
+    except DestinationError as exc:
+        raise PermanentError(f"{what}: {exc}") from None
     request = urllib.request.Request(
         url, data=body, headers={"Content-Type": "application/json", **headers}, method="POST"
     )
     try:
-        with urllib.request.urlopen(request, timeout=settings.VIGIL_ALERTS_SEND_TIMEOUT_S):
+        with _OPENER.open(request, timeout=settings.VIGIL_ALERTS_SEND_TIMEOUT_S):
             return
     except urllib.error.HTTPError as exc:
         reply = f"HTTP {exc.code} {exc.reason}"
+        if 300 <= exc.code < 400:
+            raise PermanentError(
+                f"{what} answered {reply}: redirects are not followed (set the final URL)"
+            ) from None
         if 400 <= exc.code < 500 and exc.code not in (408, 429):
             raise PermanentError(f"{what} refused the notification: {reply}") from None
         raise TransientError(f"{what} answered {reply}") from None
     except (urllib.error.URLError, OSError) as exc:
-        raise TransientError(f"could not reach {what}: {exc}") from None
+        raise TransientError(f"could not reach {what}: {_reason(exc, url)}") from None
+
+
+def _reason(exc: Exception, url: str) -> str:
+    """The error's words without the URL (urllib may repeat it)."""
+    text = str(getattr(exc, "reason", exc))
+    return text.replace(url, url_redacted(url))
 
 
 def webhook_secret(config: dict) -> str:
-    """The channel's HMAC key: from the environment variable its config names, or
-    VIGIL_WEBHOOK_SECRET. Never stored in the database, never logged."""
-    name = config.get("secret_env")
+    """The channel's HMAC key: from the environment variable its config names (only a
+    VIGIL_CHANNEL_SECRET_* one), or VIGIL_WEBHOOK_SECRET. Never stored, never logged."""
+    try:
+        name = secret_env_check(config.get("secret_env"))
+    except DestinationError as exc:
+        raise PermanentError(str(exc)) from None
     return (os.environ.get(name, "") if name else "") or settings.VIGIL_WEBHOOK_SECRET
 
 
@@ -130,7 +172,7 @@ class WebhookTransport(Transport):
         secret = webhook_secret(self.channel.config)
         if secret:
             headers[SIGNATURE_HEADER] = signature(secret, body)
-        _post_json(url, body, headers, f"the webhook {url}")
+        _post_json(url, body, headers, f"the webhook {url_redacted(url)}")
 
 
 class AlertmanagerTransport(Transport):
@@ -139,7 +181,7 @@ class AlertmanagerTransport(Transport):
         if not base:
             raise PermanentError("the alertmanager channel has no url in its config")
         body = json.dumps(self.n.payload.get("alerts", [])).encode()
-        _post_json(f"{base}/api/v2/alerts", body, {}, f"Alertmanager {base}")
+        _post_json(f"{base}/api/v2/alerts", body, {}, f"Alertmanager {url_redacted(base)}")
 
 
 TRANSPORTS: dict[str, type[Transport]] = {
