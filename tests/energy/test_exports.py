@@ -24,8 +24,9 @@ from webapp.energy.selectors import month_report
 from webapp.energy.services import (
     EXPORT_STALE,
     EXPORT_UNSENT,
+    energy_rollups_rebuild,
     export_build,
-    export_csv,
+    export_file,
     export_request,
     exports_resend,
 )
@@ -47,7 +48,7 @@ def test_daily_csv_rows_add_up_to_the_report(
     done = export_build(export.pk)
     assert done.status == "done" and done.emailed_to == "ops@example.org"
     assert export_build(export.pk) is None  # claimed: a redelivered task builds nothing
-    rows = _rows(export_csv(done))
+    rows = _rows(export_file(done))
     assert list(rows[0]) == list(DAILY_COLUMNS) and len(rows) == done.rows
     keys = [(x["day"], x["team"], x["project"], x["job_type"]) for x in rows]
     assert len(keys) == len(set(keys))
@@ -92,7 +93,7 @@ def test_daily_csv_rows_add_up_to_the_report(
         r"http://vigil.example.org(/api/v1/energy/exports/\d+\.csv)", text_of(msg)
     ).group(1)
     response = operator_client.get(url)
-    assert response.status_code == 200 and response.content == export_csv(done)
+    assert response.status_code == 200 and response.content == export_file(done)
     assert "attachment" in response["Content-Disposition"]
 
 
@@ -106,7 +107,7 @@ def test_an_export_left_running_by_a_dead_worker_is_built_when_its_task_comes_ag
     )
     assert export_build(busy.pk) is None  # another worker is building it now
     done = export_build(lost.pk)
-    assert done.status == "done" and done.rows > 0 and _rows(export_csv(done))
+    assert done.status == "done" and done.rows > 0 and _rows(export_file(done))
 
 
 def test_an_export_whose_task_was_lost_is_built_when_the_sweep_sends_it_again(
@@ -165,3 +166,26 @@ def test_the_page_asks_a_worker_for_the_csv_and_links_it(
     assert len(rows) == EnergyExport.objects.get().rows > 0
     client.logout()
     assert client.get(link).status_code == 302  # a login first
+
+
+def test_asking_again_for_a_months_csv_reuses_its_export_until_the_data_changes(
+    built, operator, operator_client
+):
+    def ask(month: str = built["month"]) -> None:
+        response = operator_client.post(
+            reverse("energy:export_create"), {"cluster": rig.CLUSTER, "month": month}
+        )
+        assert response.status_code == 302
+
+    ask()
+    ask()
+    assert EnergyExport.objects.count() == 1  # the pending one is the answer to both
+    export_build(EnergyExport.objects.get().pk)
+    ask()
+    assert EnergyExport.objects.count() == 1  # built from the same data: the same file
+    # The month's rollup is rewritten: the next ask builds a new file.
+    energy_rollups_rebuild(built["cluster"].id, built["lo"], built["hi"])
+    ask()
+    assert EnergyExport.objects.count() == 2
+    ask("2001-01")  # another month is another file
+    assert EnergyExport.objects.count() == 3

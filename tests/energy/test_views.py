@@ -12,9 +12,17 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from tests.energy.conftest import build_rig
+from tests.helpers import wait_for
+from webapp.energy.carbon_services import pue_set
+from webapp.energy.models import EnergyExport
 from webapp.energy.selectors import month_report
+from webapp.energy.services import energy_rollups_rebuild
+from webapp.fleet.models import Gpu
 
 
 def _csv(response) -> list[dict]:
@@ -123,19 +131,64 @@ def test_command_prints_csv_and_json_and_refuses_an_empty_month(built, capsys):
         call_command("energy_report", cluster="nope", month=built["month"])
 
 
-def test_pdf_has_the_reports_four_a4_pages(operator_client, built, tmp_path):
-    response = operator_client.get(
-        reverse("energy:report_pdf"), {"cluster": "watt", "month": built["month"]}
+def test_pdf_is_printed_by_a_worker_and_served_once_made(
+    transactional_db, worker_factory, operator_client, tmp_path
+):
+    built = build_rig()
+    q = {"cluster": "watt", "month": built["month"]}
+    # No Chromium in the web worker: the page says the PDF is being made and polls.
+    first = operator_client.get(reverse("energy:report_pdf"), q)
+    assert first.status_code == 202 and "being made" in first.content.decode()
+    assert 'http-equiv="refresh"' in first.content.decode()
+    assert operator_client.get(reverse("energy:report_pdf"), q).status_code == 202
+    assert EnergyExport.objects.filter(kind="report_pdf").count() == 1  # asked twice, made once
+    worker_factory()
+    assert wait_for(
+        lambda: EnergyExport.objects.get(kind="report_pdf").status == "done", timeout=90
     )
+    response = operator_client.get(reverse("energy:report_pdf"), q)
     assert response.status_code == 200 and response["Content-Type"] == "application/pdf"
     assert pdf_pages(response.content, tmp_path) == 4
     info = subprocess.run(
         ["pdfinfo", "-"], input=response.content, capture_output=True, check=True
     ).stdout.decode()
     assert "595 x 842" in info or "594.96 x 841.92" in info  # A4 in points
+    assert EnergyExport.objects.filter(kind="report_pdf").count() == 1
     out = tmp_path / "cli.pdf"
     call_command("energy_report", cluster="watt", month=built["month"], format="pdf", output=out)
     assert out.read_bytes().startswith(b"%PDF")
+
+
+def _page_report(client, built):
+    response = client.get(reverse("energy:cluster"), {"cluster": "watt", "month": built["month"]})
+    assert response.status_code == 200
+    return response.context["r"]
+
+
+def test_the_months_report_is_reused_until_its_rollup_or_carbon_inputs_change(
+    operator_client, built
+):
+    q = {"cluster": "watt", "month": built["month"]}
+    first = _page_report(operator_client, built)
+    with CaptureQueriesContext(connection) as ctx:
+        again = _page_report(operator_client, built)
+        teams = _csv(operator_client.get(reverse("energy_api:csv", args=["teams"]), q))
+    assert again.gpu_kwh == first.gpu_kwh
+    assert sum(float(t["gpu_kwh"]) for t in teams) == pytest.approx(first.gpu_kwh)
+    assert [x["sql"][:80] for x in ctx.captured_queries if "energyhour" in x["sql"]] == []
+    # One GPU's samples are taken out and the month's rollup rebuilt: the page follows.
+    gpu = Gpu.objects.filter(node__cluster=built["cluster"]).order_by("id").first()
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM telemetry_gpusample WHERE gpu_id = %s", [gpu.id])
+    energy_rollups_rebuild(built["cluster"].id, built["lo"], built["hi"])
+    fewer = _page_report(operator_client, built)
+    assert fewer.gpu_kwh < first.gpu_kwh
+    assert fewer.gpu_kwh == pytest.approx(month_report(built["cluster"], built["month"])[0].gpu_kwh)
+    # A measured PUE from the month's start: the facility energy follows at once.
+    pue_set(built["cluster"], built["lo"], 2.0, "measured", "test meter")
+    r = _page_report(operator_client, built)
+    assert r.facility_kwh == pytest.approx(2.0 * r.it_kwh)
+    assert r.facility_kwh != pytest.approx(fewer.facility_kwh)
 
 
 def test_job_page_shows_facility_energy_and_co2e_beside_gpu_energy(operator_client, built):

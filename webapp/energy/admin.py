@@ -102,10 +102,19 @@ class EnergyReportDeliveryAdmin(admin.ModelAdmin):
 
 @admin.register(EnergyExport)
 class EnergyExportAdmin(admin.ModelAdmin):
-    list_display = ("created_at", "cluster", "month", "requested_by", "status", "rows", "error")
-    list_filter = ("status", "cluster")
-    exclude = ("csv_gz",)
-    readonly_fields = [f.name for f in EnergyExport._meta.fields if f.name != "csv_gz"]
+    list_display = (
+        "created_at",
+        "cluster",
+        "month",
+        "kind",
+        "requested_by",
+        "status",
+        "rows",
+        "error",
+    )
+    list_filter = ("status", "kind", "cluster")
+    exclude = ("file_gz",)
+    readonly_fields = [f.name for f in EnergyExport._meta.fields if f.name != "file_gz"]
 
     def has_add_permission(self, request):
         return False  # asked for on the energy page, built by a task

@@ -8,6 +8,7 @@ class EnergyConfig(AppConfig):
 
     def ready(self) -> None:
         from webapp.core import metrics
+        from webapp.energy import signals  # noqa: F401 (connects the receivers)
         from webapp.energy.metrics import EnergyCollector
 
         metrics.register(EnergyCollector)

@@ -386,10 +386,31 @@ class EnergyReportDelivery(models.Model):
         return f"{self.month} {self.cluster_id} to {self.to}: {self.status}"
 
 
+class EnergyMonthVersion(models.Model):
+    """How many times the rollup has rewritten hours of a cluster's month (bumped in the
+    transaction that rewrites them): what is computed from the month (its cached report, its
+    exports) is current while the version it was computed from is."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    month = models.CharField(max_length=7)  # YYYY-MM (UTC)
+    version = models.PositiveBigIntegerField(default=0)
+    changed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "month"], name="energymonthversion_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.month}: version {self.version}"
+
+
 class EnergyExport(models.Model):
-    """A month's CSV of reference §8 (one row per day x team x project x job type), built by
-    a Celery task (webapp/energy/tasks.py build_export) and delivered as a link: the run
-    record (who asked, when, status, error) and the file, gzip-compressed."""
+    """A month's file built by a Celery task (webapp/energy/tasks.py build_export): the CSV of
+    reference §8 (one row per day x team x project x job type), delivered as a link, or the
+    printed monthly report (the PDF: Chromium runs in a worker, never in a web request). The
+    run record (who asked, when, status, error) and the file, gzip-compressed. One build per
+    month, kind and data: asking again returns the pending or finished one."""
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
@@ -397,16 +418,24 @@ class EnergyExport(models.Model):
         DONE = "done", "Done"
         FAILED = "failed", "Failed"
 
+    class Kind(models.TextChoices):
+        DAILY_CSV = "daily_csv", "Daily CSV"
+        REPORT_PDF = "report_pdf", "Report PDF"
+
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
     month = models.CharField(max_length=7)  # YYYY-MM (UTC)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.DAILY_CSV)
+    # The data it is built from (selectors.data_version): a finished export of the same
+    # version is the same file.
+    data_version = models.CharField(max_length=256, blank=True, default="")
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     error = models.CharField(max_length=1024, blank=True, default="")
     rows = models.PositiveIntegerField(default=0)
-    csv_gz = models.BinaryField(null=True, blank=True, editable=False)
-    csv_bytes = models.PositiveIntegerField(default=0)  # uncompressed
+    file_gz = models.BinaryField(null=True, blank=True, editable=False)
+    file_bytes = models.PositiveIntegerField(default=0)  # uncompressed
     emailed_to = models.CharField(max_length=254, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -414,11 +443,22 @@ class EnergyExport(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["cluster", "-created_at"], name="energyexport_recent")]
+        indexes = [
+            models.Index(fields=["cluster", "-created_at"], name="energyexport_recent"),
+            models.Index(fields=["cluster", "month", "kind"], name="energyexport_month"),
+        ]
 
     def __str__(self) -> str:
-        return f"energy CSV {self.cluster_id} {self.month}: {self.status}"
+        return f"energy {self.kind} {self.cluster_id} {self.month}: {self.status}"
 
     @property
     def filename(self) -> str:
+        if self.kind == self.Kind.REPORT_PDF:
+            return f"vigil-energy-{self.cluster.name}-{self.month}.pdf"
         return f"vigil-energy-{self.cluster.name}-{self.month}-daily.csv"
+
+    @property
+    def content_type(self) -> str:
+        if self.kind == self.Kind.REPORT_PDF:
+            return "application/pdf"
+        return "text/csv; charset=utf-8"

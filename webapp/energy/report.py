@@ -21,8 +21,8 @@ from django.template.loader import render_to_string
 from django.templatetags.static import static
 
 from webapp.energy import figures
-from webapp.energy.selectors import EnergyReport, month_report
-from webapp.energy.trends import Trends, energy_trends
+from webapp.energy.selectors import EnergyReport, month_report_cached
+from webapp.energy.trends import Trends, energy_trends_cached
 from webapp.fleet.models import Cluster
 
 # Seconds Chromium may take to print (start, lay out, draw six figures), with a wide margin.
@@ -120,8 +120,8 @@ def _height(figure: dict, px: int) -> dict:
 
 def report_context(cluster: Cluster, month: str) -> dict:
     """Everything the printable report shows; NoEnergyData / ValueError on a bad month."""
-    r, p = month_report(cluster, month)
-    trends = energy_trends(cluster, month)
+    r, p = month_report_cached(cluster, month)
+    trends = energy_trends_cached(cluster, month)
     return {
         "cluster": cluster,
         "month": month,

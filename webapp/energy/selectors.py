@@ -2,15 +2,25 @@
 cluster's energy, facility energy and CO2e over a period, with its breakdowns (team, job type,
 outcome, jobs), idle / wasted / lost energy and data completeness, all from the hourly rollups
 (never raw samples).
+
+The pages read a month's report through `month_report_cached`: computed once per version of
+the data it comes from (`data_version`: the months' rollup versions, the carbon inputs'
+version and the settings the arithmetic reads), not on every page and CSV.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 import numpy as np
+from django.conf import settings as django_settings
+from django.core.cache import cache
 from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
@@ -18,7 +28,7 @@ from django.utils import timezone
 from webapp.energy import attribution
 from webapp.energy.carbon import METHOD_VERSION, embodied_kg, intensity_hourly, pue_periods
 from webapp.energy.formulas import SERVER_PER_GPU_POWER
-from webapp.energy.models import MarketFactorPeriod
+from webapp.energy.models import EnergyMonthVersion, MarketFactorPeriod
 from webapp.failures.services import gpu_hours_lost
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobState
@@ -486,6 +496,92 @@ def month_report(cluster: Cluster, month: str, now: datetime | None = None):
     except NoEnergyData:
         previous = None
     return report, previous
+
+
+# --- The version of a month's data, and the cached report ------------------------------------
+
+# A month that has not ended is read at a moving "now" (the GPU-hours its GPUs should have
+# sampled so far): its report is kept for one energy rollup refresh (the beat's 300 s). A
+# closed month's report changes only with its rollup or the carbon inputs, which change its
+# key; the lifetime bounds what neither tracks (a job moved to another team).
+REPORT_CACHE_OPEN_S = 300
+REPORT_CACHE_CLOSED_S = 3600
+INPUTS_VERSION_KEY = "vigil:energy:inputs-version"
+# Bumped when what is cached changes shape: entries of an older code are never read.
+CACHE_FORMAT = "1"
+
+T = TypeVar("T")
+
+
+def month_key(t: datetime) -> str:
+    return f"{t.astimezone(UTC):%Y-%m}"
+
+
+def months_ending(month: str, count: int) -> list[str]:
+    """The `count` months ending with `month`, oldest first (ValueError on a bad month)."""
+    lo, _hi = month_bounds(month)
+    out = [lo]
+    for _ in range(count - 1):
+        out.insert(0, month_before(out[0])[0])
+    return [month_key(t) for t in out]
+
+
+def inputs_version() -> int:
+    """The version of the report inputs outside the rollup (PUE, market factors, intensity,
+    grid zones, power profiles): a fresh value when the cache lost it, never an old one."""
+    version = cache.get(INPUTS_VERSION_KEY)
+    if version is None:
+        cache.add(INPUTS_VERSION_KEY, time.time_ns(), None)
+        version = cache.get(INPUTS_VERSION_KEY)
+    return int(version or 0)
+
+
+def data_version(cluster: Cluster, months: list[str]) -> str:
+    """A digest of everything a figure of `months` is computed from: each month's rollup
+    version (EnergyMonthVersion, bumped when the rollup rewrites an hour of it), the carbon
+    inputs' version, the settings the arithmetic reads and the method."""
+    versions = dict(
+        EnergyMonthVersion.objects.filter(cluster=cluster, month__in=months).values_list(
+            "month", "version"
+        )
+    )
+    parts = [
+        CACHE_FORMAT,
+        METHOD_VERSION,
+        str(cluster.pk),
+        *(f"{m}={versions.get(m, 0)}" for m in months),
+        str(inputs_version()),
+        repr(django_settings.VIGIL_BUSY_UTIL_PCT),
+        repr(django_settings.VIGIL_ENERGY_TARIFF_PER_KWH),
+        repr(django_settings.VIGIL_ENERGY_CURRENCY),
+    ]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:40]
+
+
+def cache_lifetime_s(month: str, now: datetime | None = None) -> int:
+    _lo, hi = month_bounds(month)
+    if hi > (now or timezone.now()):
+        return REPORT_CACHE_OPEN_S
+    return int(getattr(django_settings, "VIGIL_ENERGY_REPORT_CACHE_S", REPORT_CACHE_CLOSED_S))
+
+
+def cached_for_months(
+    name: str, cluster: Cluster, months: list[str], compute: Callable[[], T]
+) -> T:
+    """compute() once per version of the months' data (the last month sets the lifetime);
+    what it raises (NoEnergyData) is not kept."""
+    key = f"vigil:energy:{name}:{data_version(cluster, months)}"
+    value = cache.get(key)
+    if value is None:
+        value = compute()
+        cache.set(key, value, cache_lifetime_s(months[-1]))
+    return value
+
+
+def month_report_cached(cluster: Cluster, month: str):
+    """month_report for the pages, CSVs and the report: computed once per data version."""
+    months = months_ending(month, 2)
+    return cached_for_months("report", cluster, months, lambda: month_report(cluster, month))
 
 
 @dataclass(frozen=True)

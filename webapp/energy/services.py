@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import smtplib
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import numpy as np
 from django.conf import settings
 from django.core import signing
+from django.core.cache import cache
 from django.core.mail import EmailMultiAlternatives, get_connection
 from django.db import connection, transaction
 from django.db.models import Q
@@ -46,7 +48,15 @@ from webapp.energy.models import (
     EnergyReportSubscription,
     default_timezone,
 )
-from webapp.energy.selectors import NoEnergyData, month_bounds
+from webapp.energy.selectors import (
+    INPUTS_VERSION_KEY,
+    REPORT_CACHE_OPEN_S,
+    NoEnergyData,
+    data_version,
+    month_bounds,
+    month_key,
+    months_ending,
+)
 from webapp.energy.sources import gpu_series, node_series
 from webapp.fleet.models import Cluster, Node
 
@@ -95,6 +105,15 @@ SELECT cluster_id, hour, job_id, count(DISTINCT gpu_id), sum(counter_j), sum(int
     sum(model_j), sum(covered_s), sum(idle_j), sum(idle_s)
 FROM energy_gpuenergyhour WHERE cluster_id = %(cluster)s AND hour = %(hour)s
 GROUP BY cluster_id, hour, job_id
+"""
+
+# The month's version moves with the rows (same transaction): a report or export computed from
+# the month is current while its version is (selectors.data_version).
+_MONTH_VERSION_SQL = """
+INSERT INTO energy_energymonthversion (cluster_id, month, version, changed_at)
+VALUES (%(cluster)s, %(month)s, 1, now())
+ON CONFLICT (cluster_id, month) DO UPDATE
+SET version = energy_energymonthversion.version + 1, changed_at = excluded.changed_at
 """
 
 _ALLOC_SQL = """
@@ -311,6 +330,7 @@ def gpu_hours_recompute(hour: datetime, gpu_ids: list[int]) -> int:
         _copy_rows(cur.cursor, "energy_nodeenergyhour", _NODE_COLUMNS, node_rows)
         for cluster_id in sorted({where[g][1] for g in ids}):
             cur.execute(_JOB_HOUR_SQL, {"cluster": cluster_id, "hour": hour})
+            cur.execute(_MONTH_VERSION_SQL, {"cluster": cluster_id, "month": month_key(hour)})
     return len(rows)
 
 
@@ -578,10 +598,75 @@ def energy_reports_due(now: datetime | None = None) -> dict | None:
 # --- The daily CSV export (reference §8: built in a background task, delivered as a link) -----
 
 
-def export_request(cluster: Cluster, month: str, user=None) -> EnergyExport:
-    """A pending export row; the worker builds it once this transaction commits."""
+def report_inputs_changed() -> None:
+    """A report input outside the rollup changed (PUE, market factor, intensity, grid zone,
+    power profile): every cached report is stale, now (for a reader in this transaction) and
+    once it commits (a reader who computed from the old rows meanwhile stored them under the
+    version of now)."""
+
+    def bump() -> None:
+        cache.set(INPUTS_VERSION_KEY, time.time_ns(), None)
+
+    bump()
+    transaction.on_commit(bump, robust=True)
+
+
+def export_months(month: str, kind: str) -> list[str]:
+    """The months an export's file is computed from: the daily CSV its month; the report PDF
+    its trends' twelve (the previous month, for the comparisons, among them)."""
+    from webapp.energy.trends import TREND_MONTHS
+
+    if kind == EnergyExport.Kind.REPORT_PDF:
+        return months_ending(month, TREND_MONTHS)
+    return [month]
+
+
+# A failed build is the answer for this long (Chromium missing, a month without data): the
+# page polling a failed PDF does not start a build on every poll.
+EXPORT_RETRY_AFTER = timedelta(minutes=2)
+
+
+def _export_current(cluster: Cluster, month: str, kind: str, now: datetime) -> EnergyExport | None:
+    """The export that already answers a request: one pending or being built (it reads the
+    data when it runs), one built from the data as it is now, or one that failed moments ago."""
+    _lo, hi = month_bounds(month)
+    version = data_version(cluster, export_months(month, kind))
+    built = Q(status=EnergyExport.Status.DONE, data_version=version)
+    if hi > now:
+        # The month is still going: its "so far" figures move with the clock as well.
+        built &= Q(finished_at__gte=now - timedelta(seconds=REPORT_CACHE_OPEN_S))
+    recent_failure = Q(status=EnergyExport.Status.FAILED, finished_at__gte=now - EXPORT_RETRY_AFTER)
+    return (
+        EnergyExport.objects.filter(cluster=cluster, month=month, kind=kind)
+        .filter(
+            Q(status__in=[EnergyExport.Status.PENDING, EnergyExport.Status.RUNNING])
+            | built
+            | recent_failure
+        )
+        .defer("file_gz")
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+def export_request(
+    cluster: Cluster, month: str, user=None, kind: str = EnergyExport.Kind.DAILY_CSV
+) -> EnergyExport:
+    """The month's export of this kind: the one already pending, built from today's data or
+    just failed; else a new pending row, which the worker builds once this transaction
+    commits. Asking again never builds another file from the same data."""
     month_bounds(month)  # ValueError on a bad month, before anything is written
-    export = EnergyExport.objects.create(cluster=cluster, month=month, requested_by=user)
+    if kind not in EnergyExport.Kind.values:
+        raise ValueError(f"kind must be one of {', '.join(EnergyExport.Kind.values)}, got {kind!r}")
+    with transaction.atomic():
+        # Two requests at once: the second waits here and finds the first one's row.
+        Cluster.objects.select_for_update().filter(pk=cluster.pk).first()
+        current = _export_current(cluster, month, kind, timezone.now())
+        if current is not None:
+            return current
+        export = EnergyExport.objects.create(
+            cluster=cluster, month=month, kind=kind, requested_by=user
+        )
     transaction.on_commit(lambda: app.send_task(BUILD_EXPORT_TASK, args=[export.pk]), robust=True)
     return export
 
@@ -625,14 +710,15 @@ def export_download_url(export: EnergyExport) -> str:
 
 def export_build(export_id: int) -> EnergyExport | None:
     """Build a pending export: claimed by a conditional UPDATE (two workers given the same
-    id build it once), the rows written as gzip-compressed CSV, and the link emailed to the
-    requester when they have an address. None: not pending (done, or another worker's
-    build in progress)."""
-    from webapp.energy.daily import DAILY_COLUMNS, energy_daily_rows
+    id build it once), the file (the daily CSV, or the report printed by Chromium) stored
+    gzip-compressed, and a CSV's link emailed to the requester when they have an address.
+    None: not pending (done, or another worker's build in progress)."""
+    from webapp.energy.report import ReportError
 
     now = timezone.now()
-    # Pending, or left running by a worker that died (its task is redelivered): a month's
-    # build takes under a second (bench/energy_report.py daily_csv_s), so EXPORT_STALE means lost.
+    # Pending, or left running by a worker that died (its task is redelivered): a month's CSV
+    # takes under a second (bench/energy_report.py daily_csv_s) and Chromium is stopped after
+    # report.PDF_TIMEOUT_S, so EXPORT_STALE means lost.
     claimable = Q(status=EnergyExport.Status.PENDING) | _export_lost_running(now)
     claimed = EnergyExport.objects.filter(claimable, pk=export_id).update(
         status=EnergyExport.Status.RUNNING, started_at=now
@@ -640,24 +726,41 @@ def export_build(export_id: int) -> EnergyExport | None:
     if not claimed:
         return None
     export = EnergyExport.objects.select_related("cluster", "requested_by").get(pk=export_id)
+    # Read before the data: a change while building leaves an older version on the row, and
+    # the next request builds again (never the other way round).
+    export.data_version = data_version(export.cluster, export_months(export.month, export.kind))
     try:
-        rows = energy_daily_rows(export.cluster, *month_bounds(export.month))
-    except NoEnergyData as exc:
+        data, rows = _export_file(export)
+    except (NoEnergyData, ReportError) as exc:
         export.status, export.error = EnergyExport.Status.FAILED, str(exc)[:1024]
         export.finished_at = timezone.now()
-        export.save(update_fields=["status", "error", "finished_at"])
+        export.save(update_fields=["status", "error", "finished_at", "data_version"])
         return export
+    export.file_gz, export.file_bytes, export.rows = gzip.compress(data), len(data), rows
+    export.status, export.finished_at = EnergyExport.Status.DONE, timezone.now()
+    export.save(
+        update_fields=["file_gz", "file_bytes", "rows", "status", "finished_at", "data_version"]
+    )
+    user = export.requested_by
+    # The PDF is served to the page that polls for it; the CSV's link is also emailed.
+    if export.kind == EnergyExport.Kind.DAILY_CSV and user is not None and user.email:
+        _export_email(export, user.email)
+    return export
+
+
+def _export_file(export: EnergyExport) -> tuple[bytes, int]:
+    """The export's file and its rows (0 for the PDF); NoEnergyData, ReportError."""
+    from webapp.energy.daily import DAILY_COLUMNS, energy_daily_rows
+    from webapp.energy.report import report_pdf
+
+    if export.kind == EnergyExport.Kind.REPORT_PDF:
+        return report_pdf(export.cluster, export.month), 0
+    rows = energy_daily_rows(export.cluster, *month_bounds(export.month))
     # The core CSV writer (its formula-injection guard included), kept as bytes.
     data = csv_response(
         export.filename, DAILY_COLUMNS, ([row[c] for c in DAILY_COLUMNS] for row in rows)
     ).content
-    export.csv_gz, export.csv_bytes, export.rows = gzip.compress(data), len(data), len(rows)
-    export.status, export.finished_at = EnergyExport.Status.DONE, timezone.now()
-    export.save(update_fields=["csv_gz", "csv_bytes", "rows", "status", "finished_at"])
-    user = export.requested_by
-    if user is not None and user.email:
-        _export_email(export, user.email)
-    return export
+    return data, len(rows)
 
 
 def _export_email(export: EnergyExport, to: str) -> None:
@@ -685,5 +788,6 @@ def _export_email(export: EnergyExport, to: str) -> None:
     export.save(update_fields=["emailed_to"])
 
 
-def export_csv(export: EnergyExport) -> bytes:
-    return gzip.decompress(bytes(export.csv_gz)) if export.csv_gz else b""
+def export_file(export: EnergyExport) -> bytes:
+    """The built file, uncompressed (b"" before it is built)."""
+    return gzip.decompress(bytes(export.file_gz)) if export.file_gz else b""

@@ -14,9 +14,11 @@ from webapp.energy.carbon import METHOD_VERSION
 from webapp.energy.selectors import (
     HOUR,
     J_PER_KWH,
+    cached_for_months,
     hourly_inputs,
     month_before,
     month_bounds,
+    months_ending,
     rows_fetch,
 )
 from webapp.fleet.models import Cluster
@@ -144,3 +146,10 @@ def energy_trends(cluster: Cluster, month: str, months: int = TREND_MONTHS) -> T
 # Reference §8's CSV: one row per day x team x project x job type, the rollup row's columns.
 # Jobs carry no project (the wire schema has team, partition, qos, comment; no Slurm
 # account), so `project` is empty until they do.
+
+
+def energy_trends_cached(cluster: Cluster, month: str) -> Trends:
+    """energy_trends for the pages and the report: computed once per version of the span's
+    data (selectors.cached_for_months)."""
+    months = months_ending(month, TREND_MONTHS)
+    return cached_for_months("trends", cluster, months, lambda: energy_trends(cluster, month))

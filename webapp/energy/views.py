@@ -1,5 +1,6 @@
 """Energy pages: a cluster's month (figures, breakdowns, waste, method), the printable
-monthly report and its PDF, CSV of every table, and the report email's unsubscribe link.
+monthly report and its PDF (printed by a worker), CSV of every table, and the report email's
+unsubscribe link. The month's report and trends are read from the cache (selectors).
 
 Everyone logged in reads (the figures are the cluster's, as on the jobs pages); a month with
 no data says so plainly, a bad month or cluster is a 400 naming the field.
@@ -18,8 +19,8 @@ from webapp.core.exports import csv_response
 from webapp.energy import figures, report, services
 from webapp.energy.forms import EnergyForm
 from webapp.energy.models import EnergyExport
-from webapp.energy.selectors import NoEnergyData, month_report
-from webapp.energy.trends import energy_trends
+from webapp.energy.selectors import NoEnergyData, month_report_cached
+from webapp.energy.trends import energy_trends_cached
 from webapp.fleet.models import Cluster
 
 
@@ -43,11 +44,11 @@ def energy_page(request: HttpRequest) -> HttpResponse:
     }
     if cluster is not None and error is None:
         try:
-            r, p = month_report(cluster, month)
+            r, p = month_report_cached(cluster, month)
         except NoEnergyData as exc:
             context["no_data"] = str(exc)
         else:
-            trends = energy_trends(cluster, month)
+            trends = energy_trends_cached(cluster, month)
             context.update(
                 r=r,
                 p=p,
@@ -56,9 +57,11 @@ def energy_page(request: HttpRequest) -> HttpResponse:
                 footnote=report.method_footnote(r),
                 figures=figures.page_figures(r, trends),
                 query=f"cluster={cluster.name}&month={month}",
-                exports=EnergyExport.objects.filter(cluster=cluster, month=month)
+                exports=EnergyExport.objects.filter(
+                    cluster=cluster, month=month, kind=EnergyExport.Kind.DAILY_CSV
+                )
                 .select_related("requested_by")
-                .defer("csv_gz")[:5],
+                .defer("file_gz")[:5],
             )
     return render(request, "energy/cluster.html", context, status=400 if error else 200)
 
@@ -94,7 +97,7 @@ def energy_csv(request: HttpRequest, table: str) -> HttpResponse:
             error or "cluster: no cluster yet", status=400, content_type="text/plain"
         )
     try:
-        r, p = month_report(cluster, month)
+        r, p = month_report_cached(cluster, month)
     except NoEnergyData as exc:
         return HttpResponse(str(exc), status=404, content_type="text/plain")
     name = f"vigil-energy-{cluster.name}-{month}-{table}.csv"
@@ -116,7 +119,7 @@ def energy_csv(request: HttpRequest, table: str) -> HttpResponse:
     if table == "report":
         return csv_response(name, report.CSV_HEADER, report.report_rows(r, month))
     if table == "trends":
-        trends = energy_trends(cluster, month)
+        trends = energy_trends_cached(cluster, month)
         return csv_response(name, report.TRENDS_CSV_HEADER, report.trend_rows(cluster, trends))
     lines = getattr(r, _TABLES[table])
     if table == "teams" and r.idle_line:
@@ -148,17 +151,43 @@ def report_page(request: HttpRequest) -> HttpResponse:
     return HttpResponse(report.report_html(context, for_pdf=False))
 
 
+# Seconds between two reloads of the page waiting for a PDF (Chromium prints in 1-3 s).
+PDF_POLL_S = 3
+
+
 def report_pdf(request: HttpRequest) -> HttpResponse:
-    context, problem = _report_or_error(request)
-    if problem:
-        return problem
+    """The month's report as a PDF, printed by a worker (Chromium never runs in a web
+    request): served once made; until then a page that says so and reloads. Asking again, by
+    anyone, waits for the same print; a new one is printed only when the data changed."""
+    _form, cluster, month, error = _parse(request)
+    if error or cluster is None:
+        return HttpResponse(
+            error or "cluster: no cluster yet", status=400, content_type="text/plain"
+        )
     try:
-        pdf = report.html_to_pdf(report.report_html(context, for_pdf=True))
-    except report.ReportError as exc:
-        return HttpResponse(str(exc), status=503, content_type="text/plain")
-    response = HttpResponse(pdf, content_type="application/pdf")
-    name = f"vigil-energy-{context['cluster'].name}-{context['month']}.pdf"
-    response["Content-Disposition"] = f'inline; filename="{name}"'
+        month_report_cached(cluster, month)
+    except NoEnergyData as exc:
+        return HttpResponse(str(exc), status=404, content_type="text/plain")
+    export = services.export_request(
+        cluster, month, request.user, kind=EnergyExport.Kind.REPORT_PDF
+    )
+    if export.status == EnergyExport.Status.DONE:
+        # The request found it without its file (list queries defer it): read it now.
+        built = EnergyExport.objects.select_related("cluster").get(pk=export.pk)
+        return _export_file_response(built, inline=True)
+    if export.status == EnergyExport.Status.FAILED:
+        return HttpResponse(
+            f"the PDF could not be made: {export.error}", status=503, content_type="text/plain"
+        )
+    return render(
+        request, "energy/pdf_wait.html", {"export": export, "poll_s": PDF_POLL_S}, status=202
+    )
+
+
+def _export_file_response(export: EnergyExport, *, inline: bool = False) -> HttpResponse:
+    response = HttpResponse(services.export_file(export), content_type=export.content_type)
+    how = "inline" if inline else "attachment"
+    response["Content-Disposition"] = f'{how}; filename="{export.filename}"'
     return response
 
 
@@ -185,9 +214,7 @@ def export_download(request: HttpRequest, pk: int) -> HttpResponse:
             status=409 if export.status != EnergyExport.Status.FAILED else 404,
             content_type="text/plain",
         )
-    response = HttpResponse(services.export_csv(export), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{export.filename}"'
-    return response
+    return _export_file_response(export, inline=export.kind == EnergyExport.Kind.REPORT_PDF)
 
 
 @login_not_required
