@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import time
 
 import pytest
 from django.db import connection
 from django.urls import reverse
 
+from collectors.schema import GPU_FIELD_NAMES
 from tests.telemetry.conftest import MODEL, seed_node
+from webapp.telemetry.selectors import gpu_sample_latest
 
 
 def _csv(response) -> list[dict[str, str]]:
@@ -312,6 +315,29 @@ def test_unknown_node_and_gpu_are_404(operator_client, db):
     assert operator_client.get(reverse("telemetry:gpu", args=[999999])).status_code == 404
 
 
+def _latest(response) -> dict[str, str]:
+    return {r.field: r.text for _, rows in response.context["latest"] for r in rows}
+
+
+def test_gpu_page_names_and_decodes_every_latest_value(operator_client, small_fleet):
+    """No raw field value reaches a person: a state reads P0, a link Gen 4 x16, the clock
+    event mask its reasons, the energy counter in kWh under its name; no scroll box."""
+    gpu = small_fleet.gpu(small_fleet.a01, 0)
+    response = operator_client.get(reverse("telemetry:gpu", args=[gpu.id]))
+    latest = _latest(response)
+    assert set(latest) == set(GPU_FIELD_NAMES)  # every field, once
+    values = gpu_sample_latest(gpu.id)[1]
+    if values.get("pstate") is not None:
+        assert latest["pstate"] == f"P{int(values['pstate'])}"
+    if values.get("pcie_gen") is not None:
+        assert latest["pcie_gen"] == f"Gen {int(values['pcie_gen'])}"
+        assert latest["pcie_width"] == f"x{int(values['pcie_width'])}"
+    assert not re.search(r"\b0x[0-9a-f]+\b", latest["clocks_event_reasons"])
+    html = response.content.decode()
+    assert "Energy since driver load" in html and "latest-wrap" not in html
+    assert " P<" not in html and " gen<" not in html
+
+
 def test_gpu_page_shows_identity_latest_values_and_unsupported_metrics(
     operator_client, small_fleet
 ):
@@ -322,11 +348,11 @@ def test_gpu_page_shows_identity_latest_values_and_unsupported_metrics(
     assert gpu.uuid in html and MODEL in html
     assert response.context["status"] == "erroring"
     assert "1 double-bit ECC error since the last reset" in html
-    latest = {m.name: text for m, text in response.context["latest"]}
+    latest = _latest(response)
     assert latest["gpu_util"] == "85.0 %"
     assert latest["power_w"] == "630.0 W"
     assert latest["fb_used_bytes"] == "40.0 GiB"
-    assert latest["ecc_dbe_vol"] == "1 count"
+    assert latest["ecc_dbe_vol"] == "1"
     # NULL means the GPU does not support it: never shown as 0.
     assert latest["tensor_active"] == f"n/a (not supported on {MODEL})"
     assert latest["nvlink_replay"] == f"n/a (not supported on {MODEL})"
@@ -338,7 +364,7 @@ def test_stale_gpu_page_says_so_and_shows_the_last_values(operator_client, small
     response = operator_client.get(reverse("telemetry:gpu", args=[gpu.id]))
     assert response.context["status"] == "stale"
     assert b"No sample from this GPU in the last 120 seconds" in response.content
-    assert dict((m.name, t) for m, t in response.context["latest"])["gpu_util"] == "50.0 %"
+    assert _latest(response)["gpu_util"] == "50.0 %"
 
 
 def test_gpu_csv_exports_the_series_of_the_range(operator_client, small_fleet):

@@ -13,14 +13,14 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 
-from collectors.schema import GPU_FIELDS, Metric
 from webapp.core.charts import ERROR_COLOUR, NO_DATA_COLOUR, UTIL_COLOURSCALE
 from webapp.core.exports import csv_response
-from webapp.core.units import GIB, iso_utc, mj_to_kwh
+from webapp.core.units import GIB, iso_utc
 from webapp.fleet.models import Cluster, Gpu, Node
 from webapp.telemetry import figures
 from webapp.telemetry.forms import RangeForm
 from webapp.telemetry.overview import GPU_CELLS_MAX, gpus_list, overview_payload
+from webapp.telemetry.readings import readings_grouped
 from webapp.telemetry.selectors import (
     RANGES,
     SERIES_METRICS,
@@ -156,38 +156,13 @@ def node_csv(request: HttpRequest, node_id: int) -> HttpResponse:
     )
 
 
-def _format_metric(metric: Metric, value: float | int | None, model: str) -> str:
-    """A latest value for people: units, grouping; NULL means the GPU does not support it."""
-    if value is None:
-        return f"n/a (not supported on {model or 'this model'})"
-    unit = metric.unit
-    if unit == "ratio":
-        return f"{value * 100:.1f} %"
-    if unit == "B":
-        return f"{value / GIB:,.1f} GiB"
-    if unit == "B/s":
-        return f"{value / 1e6:,.1f} MB/s"
-    if unit == "mJ":
-        return f"{mj_to_kwh(value):,.3f} kWh"
-    if unit == "bitmask":
-        return f"0x{int(value):x}"
-    if unit == "flag":
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:,.1f} {unit}"
-    return f"{value:,} {unit}"
-
-
 def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
     gpu = get_object_or_404(Gpu.objects.select_related("node__cluster"), id=gpu_id)
     time_range = RangeForm(request.GET).time_range
     ts, values = gpu_sample_latest(gpu.id)
     until = timezone.now()
     series = gpus_series([gpu.id], time_range, until=until)[gpu.id]
-    latest = [
-        (m, _format_metric(m, values.get(m.name), gpu.model) if ts else "no sample")
-        for m in GPU_FIELDS
-    ]
+    latest = readings_grouped(values if ts else None, gpu.model)
     age_s = (timezone.now() - ts).total_seconds() if ts else None
     stale = age_s is None or age_s > settings.VIGIL_STALE_AFTER_S
     return render(
