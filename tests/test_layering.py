@@ -60,10 +60,6 @@ PRIVATE_IMPORTS_LEFT = {
     ("webapp.jobs.characterization", "webapp.telemetry.samples"),
     ("webapp.jobs.figures", "webapp.telemetry.figures"),
     ("webapp.jobs.job_page", "webapp.telemetry.figures"),
-    ("webapp.jobs.job_page", "webapp.telemetry.tiers"),
-    ("webapp.jobs.job_page", "webapp.telemetry.samples"),
-    ("webapp.jobs.selectors", "webapp.telemetry.tiers"),
-    ("webapp.jobs.selectors", "webapp.telemetry.samples"),
     ("webapp.jobs.views", "webapp.telemetry.figures"),
 }
 

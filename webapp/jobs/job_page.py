@@ -11,19 +11,21 @@ whatever the job's size, and the page's size grows with the job's nodes, never w
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import connection
-
 from webapp.jobs.models import Job
-from webapp.jobs.selectors import AllocationRow, JobEnergy, job_span, job_tiers
-from webapp.telemetry import tiers
+from webapp.jobs.selectors import (
+    AllocationRow,
+    JobCounterEnergy,
+    allocation_intervals,
+    job_read_budget,
+    job_span,
+    means_label,
+)
 from webapp.telemetry.figures import SERIES_AXES
-from webapp.telemetry.samples import samples_source
-from webapp.telemetry.selectors import SERIES_METRICS
+from webapp.telemetry.selectors import SERIES_METRICS, Band, intervals_bands, intervals_series
 
 # Points per band line: enough to show a checkpoint stall of a few minutes in a day-long job.
 BAND_POINTS = 240
@@ -53,58 +55,6 @@ ALLOCATION_BUCKETS = 120
 
 # --- Telemetry bands ---------------------------------------------------------------------------
 
-_RAW_PER_GPU = f"""
-SELECT a.id AS alloc_id,
-    date_bin(%(bucket)s * interval '1 second', s.ts, timestamptz '2000-01-01') AS bucket,
-    {", ".join(f"avg(s.{m}) AS {m}" for m in SERIES_METRICS)}
-FROM jobs_joballocation a
-LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
-JOIN telemetry_gpusample s ON s.gpu_id = coalesce(a.gpu_id, g.id)
-    AND s.ts >= a.start AND s.ts <= coalesce(a."end", %(now)s)
-WHERE a.job_id = %(job)s AND s.ts >= %(start)s AND s.ts <= %(end)s {{only}}
-GROUP BY 1, 2
-"""
-
-_ROLLUP_PER_GPU = f"""
-SELECT a.id AS alloc_id,
-    date_bin(%(bucket)s * interval '1 second', r.minute, timestamptz '2000-01-01') AS bucket,
-    {", ".join(f"sum(r.{m}_sum) / nullif(sum(r.{m}_cnt), 0) AS {m}" for m in SERIES_METRICS)}
-FROM jobs_joballocation a
-LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
-JOIN telemetry_gpurollup1m r ON r.gpu_id = coalesce(a.gpu_id, g.id)
-    AND r.minute >= date_trunc('minute', a.start) AND r.minute <= coalesce(a."end", %(now)s)
-WHERE a.job_id = %(job)s AND r.minute >= %(start)s AND r.minute <= %(end)s {{only}}
-GROUP BY 1, 2
-"""
-
-# One pass over the per-GPU bucket means gives both the bands (per bucket, across GPUs) and
-# each GPU's mean over the job (per GPU, across buckets): a "mean" row carries it in the
-# median column.
-_BANDS_SQL = """
-WITH per_gpu AS MATERIALIZED ({per_gpu})
-SELECT 'band', bucket, NULL::bigint, count(*), {bands} FROM per_gpu GROUP BY bucket
-UNION ALL
-SELECT 'mean', NULL, alloc_id, count(*), {means} FROM per_gpu GROUP BY alloc_id
-"""
-
-
-def _bands_sql(per_gpu: str) -> str:
-    bands = ", ".join(
-        f"min({m}), percentile_cont(0.5) WITHIN GROUP (ORDER BY {m}), max({m})"
-        for m in SERIES_METRICS
-    )
-    means = ", ".join(f"NULL::float, avg({m}), NULL::float" for m in SERIES_METRICS)
-    return _BANDS_SQL.format(per_gpu=per_gpu.format(only=""), bands=bands, means=means)
-
-
-@dataclass
-class Band:
-    """One metric across the job's GPUs per bucket: lowest, median and highest GPU mean."""
-
-    lo: list[float | None] = field(default_factory=list)
-    median: list[float | None] = field(default_factory=list)
-    hi: list[float | None] = field(default_factory=list)
-
 
 @dataclass(frozen=True)
 class Outlier:
@@ -133,15 +83,6 @@ class JobBands:
         return bool(self.ts)
 
 
-def band_bucket_s(span: timedelta, raw: bool, step_s: int = 60) -> int:
-    """Bucket width giving at most BAND_POINTS points over `span` (whole cells of `step_s`
-    seconds on a rollup: 60 for the 1-minute one, 3600 for the hourly one)."""
-    seconds = max(span.total_seconds(), 1.0)
-    if raw:
-        return max(RAW_BUCKET_MIN_S, math.ceil(seconds / BAND_POINTS))
-    return step_s * max(1, math.ceil(seconds / step_s / BAND_POINTS))
-
-
 def gpu_outliers(
     means: dict[int, dict[str, float | None]], metric: str, *, limit: int = OUTLIERS_MAX
 ) -> list[tuple[int, float, float]]:
@@ -167,81 +108,55 @@ def outlier_rows(outliers: list[Outlier]) -> list[tuple[Outlier, str, str, str]]
     return rows
 
 
-def _bands_plan(
-    job: Job, tier: tiers.Tier, start: datetime, end: datetime, now: datetime
-) -> tuple[JobBands, str, dict]:
-    """The empty result (named after its tier and bucket), per-GPU query and parameters of
-    the job's bands read from `tier`."""
-    raw = tier is tiers.SAMPLES
-    bucket_s = band_bucket_s(end - start, raw, tier.step_s or 60)
-    if raw:
-        source = f"raw samples, {bucket_s}-s means per GPU"
-        per_gpu = _RAW_PER_GPU
-    else:
-        cells = bucket_s // tier.step_s
-        unit = "minute" if tier is tiers.MINUTE else "hour"
-        source = tier.label + (f", {cells}-{unit} means per GPU" if cells > 1 else "")
-        per_gpu = tiers.rollup_sql(_ROLLUP_PER_GPU, tier)
-    params = {
-        "bucket": bucket_s,
-        "now": now,
-        "job": job.id,
-        "start": start if raw else start - timedelta(seconds=tier.step_s),
-        "end": end,
-    }
-    return JobBands(source=source, bucket_s=bucket_s), per_gpu, params
-
-
 def job_bands(job: Job, allocations: list[AllocationRow], *, now: datetime) -> JobBands:
     """The job's SERIES_METRICS as bands across its GPUs, its outlier GPUs and their lines
-    (two queries, whatever the job's size): from the finest tier that the job's span x GPUs
-    fits (selectors.job_tiers: raw samples for a short or small job, the 1-minute rollup,
-    then the hourly rollup, so the cost is bounded whatever the job's length), the next
-    coarser tier (webapp/telemetry/tiers.py) once the job is older than that tier keeps, or
+    (two queries, whatever the job's size): telemetry's intervals_bands reads the finest
+    tier that the job's span x GPUs fits (job_read_budget: raw samples for a short or small
+    job, the 1-minute rollup, then the hourly rollup, so the cost is bounded whatever the
+    job's length), the next coarser tier once the job is older than that tier keeps, or
     another when it holds none of the job's telemetry."""
     start, end = job_span(job, allocations, now)
-    candidates = job_tiers(start, end, len(allocations), now)
-    out, per_gpu, params = _bands_plan(job, candidates[0], start, end, now)
-    rows: list = []
-    for tier in candidates if allocations else []:
-        out, per_gpu, params = _bands_plan(job, tier, start, end, now)
-        if tier is tiers.SAMPLES:  # raw or compacted samples (webapp/telemetry/samples.py)
-            gpus = [a.gpu_id for a in allocations if a.gpu_id is not None]
-            source = samples_source(gpus, params["start"], end, SERIES_METRICS)
-            per_gpu = per_gpu.replace("telemetry_gpusample s", f"{source} s")
-        with connection.cursor() as cur:
-            cur.execute(_bands_sql(per_gpu), params)
-            rows = cur.fetchall()
-        if rows:
-            break
-    bands = sorted((r for r in rows if r[0] == "band"), key=lambda r: r[1])
-    for _, bucket, _, gpus, *values in bands:
-        out.ts.append(bucket)
-        out.gpus.append(gpus)
-        for i, m in enumerate(SERIES_METRICS):
-            band = out.bands[m]
-            band.lo.append(values[3 * i])
-            band.median.append(values[3 * i + 1])
-            band.hi.append(values[3 * i + 2])
-    for _, _, alloc_id, _, *values in (r for r in rows if r[0] == "mean"):
-        out.means[alloc_id] = {m: values[3 * i + 1] for i, m in enumerate(SERIES_METRICS)}
-    if not rows:
+    intervals = allocation_intervals(allocations, now)
+    read = intervals_bands(
+        intervals,
+        SERIES_METRICS,
+        lo=start,
+        hi=end,
+        now=now,
+        budget=job_read_budget(),
+        points=BAND_POINTS,
+        min_bucket_s=RAW_BUCKET_MIN_S,
+    )
+    resolution = read.resolution
+    out = JobBands(
+        source=means_label(resolution, " per GPU"),
+        bucket_s=resolution.bucket_s or RAW_BUCKET_MIN_S,
+        ts=read.ts,
+        gpus=read.gpus,
+        bands=read.bands,
+        means=read.means,
+    )
+    if not read.ts and not read.means:
         return out
 
     by_id = {a.id: a for a in allocations}
     for m in SERIES_METRICS:
         for alloc_id, mean, median in gpu_outliers(out.means, m):
             out.outliers.append(Outlier(m, by_id[alloc_id], mean, median))
-    wanted = sorted({o.allocation.id for o in out.outliers})
+    wanted = {o.allocation.id for o in out.outliers}
     if wanted:
-        only = "AND a.id = ANY(%(only)s)"
-        with connection.cursor() as cur:
-            cur.execute(per_gpu.format(only=only) + " ORDER BY 1, 2", {**params, "only": wanted})
-            for alloc_id, bucket, *values in cur.fetchall():
-                ts, series = out.lines.setdefault(alloc_id, ([], {m: [] for m in SERIES_METRICS}))
-                ts.append(bucket)
-                for m, v in zip(SERIES_METRICS, values, strict=True):
-                    series[m].append(v)
+        _, lines = intervals_series(
+            [i for i in intervals if i.key in wanted],
+            SERIES_METRICS,
+            lo=start,
+            hi=end,
+            now=now,
+            at=resolution,
+        )
+        for alloc_id in sorted(wanted):
+            line = lines[alloc_id]
+            if line.ts:
+                out.lines[alloc_id] = (line.ts, line.values)
     return out
 
 
@@ -306,7 +221,7 @@ class NodeEnergy:
     gpus: list[tuple[int, float, int]] = field(default_factory=list)
 
 
-def energy_by_node(energy: JobEnergy) -> list[NodeEnergy]:
+def energy_by_node(energy: JobCounterEnergy) -> list[NodeEnergy]:
     """The job's per-GPU energy summed per node (hostname order), each GPU kept for detail."""
     nodes: dict[int, NodeEnergy] = {}
     for e in energy.per_gpu:

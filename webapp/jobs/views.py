@@ -39,7 +39,7 @@ from webapp.jobs.selectors import (
     SERIES_GPUS_MAX,
     characterization_cached,
     job_allocations_for,
-    job_energy,
+    job_counter_energy,
     job_series,
     job_span,
     jobs_filter,
@@ -342,7 +342,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         )
     now = timezone.now()
     allocations = job_allocations_for(job)
-    energy = job_energy(job, allocations, now=now)
+    energy = job_counter_energy(job, allocations, now=now)
     start, end = job_span(job, allocations, now)
     small = len(allocations) <= SERIES_GPUS_MAX
     context: dict = {

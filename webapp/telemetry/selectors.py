@@ -26,9 +26,31 @@ from collectors.schema import GPU_FIELD_NAMES
 from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Cluster, Node
 from webapp.fleet.selectors import node_state_now
+from webapp.telemetry import reads
 from webapp.telemetry.choices import GPU_STATUSES, GpuStatus
 from webapp.telemetry.partitions import oldest_kept
 from webapp.telemetry.samples import RAW, samples_source
+
+# The read API over (GPU, interval) lists that the apps above telemetry use (reads.py):
+# samples and energy, raw, compacted or rolled up, whichever holds the span.
+GpuInterval = reads.GpuInterval
+ReadBudget = reads.ReadBudget
+Resolution = reads.Resolution
+IntervalSeries = reads.IntervalSeries
+Band = reads.Band
+Bands = reads.Bands
+CounterEnergy = reads.CounterEnergy
+Activity = reads.Activity
+Idle = reads.Idle
+Distribution = reads.Distribution
+intervals_series = reads.intervals_series
+intervals_bands = reads.intervals_bands
+intervals_energy = reads.intervals_energy
+intervals_activity = reads.intervals_activity
+intervals_idle = reads.intervals_idle
+cluster_distribution = reads.cluster_distribution
+KeptSince = reads.KeptSince
+telemetry_kept_since = reads.telemetry_kept_since
 
 # Metrics the live pages show, with the unit the figures use.
 SERIES_METRICS: tuple[str, ...] = (
