@@ -56,8 +56,6 @@ PRIVATE_IMPORTS_LEFT = {
     ("webapp.evaluation.tasks", "webapp.recovery.actions"),
     ("webapp.evaluation.views", "webapp.jobs.characterization"),
     ("webapp.evaluation.views", "webapp.jobs.forms"),
-    ("webapp.jobs.characterization", "webapp.telemetry.tiers"),
-    ("webapp.jobs.characterization", "webapp.telemetry.samples"),
     ("webapp.jobs.figures", "webapp.telemetry.figures"),
     ("webapp.jobs.job_page", "webapp.telemetry.figures"),
     ("webapp.jobs.views", "webapp.telemetry.figures"),

@@ -17,7 +17,6 @@ only jobs that have them (started, resp. ended).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -30,8 +29,12 @@ from webapp.core.windows import Window
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobState, JobType
 from webapp.jobs.tallies import TALLY_COLUMNS, TALLY_WORK_MEM, Tally, tally_fetch, tally_sql
-from webapp.telemetry import tiers
-from webapp.telemetry.samples import samples_source
+from webapp.telemetry.selectors import (
+    GpuInterval,
+    cluster_distribution,
+    intervals_activity,
+    telemetry_kept_since,
+)
 
 FINAL_GROUPS: tuple[str, ...] = ("completed", "cancelled", "failed")
 # States a job is still in; everything else is final and falls in a JobState.final_group.
@@ -395,34 +398,20 @@ def _fill_cdfs(result: Characterization, rows: list[tuple]) -> None:
 
 # --- Telemetry distributions -----------------------------------------------------------------
 
-# Metric -> (SQL over the rollup's sums and counts, SQL over raw samples), in display units:
-# GPU util %, SM active % (stored as a ratio), memory used GiB, power W.
-TELEMETRY_METRICS: dict[str, tuple[str, str]] = {
-    "gpu_util": ("r.gpu_util_sum / nullif(r.gpu_util_cnt, 0)", "s.gpu_util"),
-    "sm_active": ("100.0 * r.sm_active_sum / nullif(r.sm_active_cnt, 0)", "100.0 * s.sm_active"),
-    "mem_used": (
-        f"r.fb_used_bytes_sum / nullif(r.fb_used_bytes_cnt, 0) / {GIB}",
-        f"s.fb_used_bytes / {GIB}::float8",
-    ),
-    "power_w": ("r.power_w_sum / nullif(r.power_w_cnt, 0)", "s.power_w"),
+# Metric -> (the rolled-up GPU metric it reads, the factor to its display unit): GPU util %,
+# SM active % (stored as a ratio), memory used GiB (a power of two: exact), power W.
+TELEMETRY_METRICS: dict[str, tuple[str, float]] = {
+    "gpu_util": ("gpu_util", 1.0),
+    "sm_active": ("sm_active", 100.0),
+    "mem_used": ("fb_used_bytes", 1.0 / GIB),
+    "power_w": ("power_w", 1.0),
 }
 PERCENTILES: tuple[float, ...] = tuple(i / 100 for i in range(101))
 # Rows one telemetry CDF reads at most: above it the table is sampled by blocks (TABLESAMPLE
 # SYSTEM), which keeps a 1 % resolution CDF within about 0.3 % (binomial error at 100k rows).
 TELEMETRY_ROW_BUDGET = 300_000
-# Windows shorter than this read raw samples; longer ones the 1-minute rollup (DESIGN.md).
-RAW_WINDOW_MAX = timedelta(days=1)
 # With no start given, the telemetry window is the last week before its end.
 DEFAULT_TELEMETRY_SPAN = timedelta(days=7)
-RAW_STEP_S = 15  # assumed sample interval when estimating raw rows (the paper's 15 s)
-
-_TELEMETRY_SQL = """
-SELECT count(*), {aggs}
-FROM {table} {sample}
-JOIN fleet_gpu g ON g.id = {alias}.gpu_id
-JOIN fleet_node n ON n.id = g.node_id
-WHERE n.cluster_id = %s AND {alias}.{ts} >= %s AND {alias}.{ts} < %s
-"""
 
 
 @dataclass
@@ -441,117 +430,38 @@ def telemetry_cdfs(
 ) -> TelemetryCdfs:
     """CDFs of GPU util, SM activity, memory used and power over every GPU of the cluster.
 
-    Windows of a day or more read per-minute means from the 1-minute rollup, shorter ones
-    raw samples; a window that begins before a tier's retention reads the next coarser tier
-    whole (webapp/telemetry/tiers.py: per-hour means from the hourly rollup for a quarter), so
-    every GPU-cell of it weighs the same. Above TELEMETRY_ROW_BUDGET rows the table is
+    Telemetry's cluster_distribution chooses the data: per-minute means from the 1-minute
+    rollup for windows of a day or more, samples for shorter ones, the next coarser tier
+    whole for a window that begins before a tier's retention (per-hour means for a quarter),
+    so every GPU-cell of it weighs the same. Above TELEMETRY_ROW_BUDGET rows the table is
     block-sampled, so the cost stays bounded.
     """
     until = until or timezone.now()
     since = since or until - DEFAULT_TELEMETRY_SPAN
-    finest = tiers.SAMPLES if (until - since) < RAW_WINDOW_MAX else tiers.MINUTE
-    result = TelemetryCdfs(since, until, "", 0, None)
-    for tier in tiers.tiers_for(since, finest):
-        result = _telemetry_cdfs(cluster, since, until, tier)
-        # A block sample can miss every row of a sparse tier: that tier still has data.
-        if result.rows or (result.sampled_pct and _rollup_has_cells(cluster, since, until, tier)):
-            break
-    return result
-
-
-def _rollup_has_cells(cluster: Cluster, since: datetime, until: datetime, tier: tiers.Tier) -> bool:
-    """Whether `tier`'s rollup holds a cell of the cluster's GPUs in the window (samples: no,
-    the 1-minute rollup holds the same data)."""
-    if tier is tiers.SAMPLES:
-        return False
-    sql = tiers.rollup_sql(
-        "SELECT EXISTS (SELECT 1 FROM telemetry_gpurollup1m r JOIN fleet_gpu g ON g.id = r.gpu_id "
-        "JOIN fleet_node n ON n.id = g.node_id "
-        "WHERE n.cluster_id = %s AND r.minute >= %s AND r.minute < %s)",
-        tier,
+    read = cluster_distribution(
+        cluster.id,
+        since,
+        until,
+        [column for column, _ in TELEMETRY_METRICS.values()],
+        PERCENTILES,
+        row_budget=TELEMETRY_ROW_BUDGET,
     )
-    with connection.cursor() as cur:
-        cur.execute(sql, [cluster.id, since, until])
-        return cur.fetchone()[0]
-
-
-def _telemetry_cdfs(
-    cluster: Cluster, since: datetime, until: datetime, tier: tiers.Tier
-) -> TelemetryCdfs:
-    gpus = cluster_gpu_count(cluster)
-    span_s = max((until - since).total_seconds(), 0.0)
-    use_raw = tier is tiers.SAMPLES
-    estimate = gpus * span_s / (tier.step_s or RAW_STEP_S)
-    pct = 100.0 * TELEMETRY_ROW_BUDGET / estimate if estimate > TELEMETRY_ROW_BUDGET else None
-    col = 1 if use_raw else 0
-    aggs = ", ".join(
-        f"percentile_cont(%s::float8[]) WITHIN GROUP (ORDER BY {exprs[col]})"
-        for exprs in TELEMETRY_METRICS.values()
-    )
-    # REPEATABLE: the same window draws the same blocks, so a reload shows the same curve.
-    sample = f"TABLESAMPLE SYSTEM ({pct:.6f}) REPEATABLE (42)" if pct else ""
-    table = (
-        "telemetry_gpusample s" if use_raw else tiers.rollup_sql("telemetry_gpurollup1m r", tier)
-    )
-    if use_raw:  # raw or compacted samples (webapp/telemetry/samples.py)
-        columns = [
-            c for _, raw in TELEMETRY_METRICS.values() for c in re.findall(r"\bs\.(\w+)", raw)
-        ]
-        source = samples_source(cluster_gpu_ids(cluster), since, until, columns, sample_pct=pct)
-        if source != "telemetry_gpusample":  # packed GPU-hours are sampled as they unpack
-            table = source.replace(" UNION ALL", f" {sample} UNION ALL") + " s"
-            sample = ""
-    sql = _TELEMETRY_SQL.format(
-        aggs=aggs,
-        table=table,
-        alias="s" if use_raw else "r",
-        ts="ts" if use_raw else ("minute" if tier is tiers.MINUTE else "hour"),
-        sample=sample,
-    )
-    params = [list(PERCENTILES)] * len(TELEMETRY_METRICS) + [cluster.id, since, until]
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
-        rows, *quantiles = cur.fetchone()
     curves = {}
-    for metric, values in zip(TELEMETRY_METRICS, quantiles, strict=True):
+    for metric, (column, factor) in TELEMETRY_METRICS.items():
+        values = read.quantiles.get(column)
         curves[metric] = (
-            [(v, p) for v, p in zip(values, PERCENTILES, strict=True) if v is not None]
+            [(v * factor, p) for v, p in zip(values, PERCENTILES, strict=True) if v is not None]
             if values
             else []
         )
-    per = {
-        tiers.SAMPLES: "",
-        tiers.MINUTE: " (per-minute means)",
-        tiers.HOURLY: " (per-hour means)",
-    }
     return TelemetryCdfs(
         since=since,
         until=until,
-        source=tier.label + per[tier],
-        rows=rows,
-        sampled_pct=pct,
+        source=read.source,
+        rows=read.rows,
+        sampled_pct=read.sampled_pct,
         curves=curves,
     )
-
-
-def cluster_gpu_ids(cluster: Cluster) -> list[int]:
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT g.id FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id "
-            "WHERE n.cluster_id = %s",
-            [cluster.id],
-        )
-        return [r[0] for r in cur.fetchall()]
-
-
-def cluster_gpu_count(cluster: Cluster) -> int:
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT count(*) FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id "
-            "WHERE n.cluster_id = %s",
-            [cluster.id],
-        )
-        return cur.fetchone()[0]
 
 
 # --- Evaluation jobs' GPU time by phase (docs/acme-workload.md §6) ----------------------
@@ -583,50 +493,6 @@ _EVAL_ALLOC = """
     LIMIT %s
 """
 
-_EVAL_SQL = """
-WITH alloc AS ({alloc}), marks AS (
-    SELECT al.job_id, al.gpu_id, al.start, al.stop,
-           min(s.ts) FILTER (WHERE s.sm_active >= %s) AS first_busy,
-           max(s.ts) FILTER (WHERE s.sm_active >= %s) AS last_busy
-    FROM alloc al
-    JOIN telemetry_gpusample s ON s.gpu_id = al.gpu_id AND s.ts >= al.start AND s.ts < al.stop
-    GROUP BY 1, 2, 3, 4
-)
-SELECT m.job_id,
-       date_part('epoch', m.stop - m.start),
-       date_part('epoch', m.first_busy - m.start),
-       date_part('epoch', m.last_busy - m.first_busy),
-       date_part('epoch', m.stop - m.last_busy),
-       (SELECT max(s.fb_used_bytes) - min(s.fb_used_bytes) FROM telemetry_gpusample s
-         WHERE s.gpu_id = m.gpu_id AND s.ts >= m.start AND s.ts < coalesce(m.first_busy, m.stop))
-FROM marks m
-"""
-
-# The same from the 1-minute rollup, for allocations older than samples are kept: a minute is
-# busy when any of its samples was (sm_active_max), so inference runs from the first busy
-# minute's start to the last one's end (clamped to the allocation), to the minute.
-_EVAL_ROLLUP_SQL = """
-WITH alloc AS ({alloc}), marks AS (
-    SELECT al.job_id, al.gpu_id, al.start, al.stop,
-           greatest(min(r.minute) FILTER (WHERE r.sm_active_max >= %s), al.start) AS first_busy,
-           least(max(r.minute) FILTER (WHERE r.sm_active_max >= %s) + interval '1 minute',
-                 al.stop) AS last_busy
-    FROM alloc al
-    JOIN telemetry_gpurollup1m r ON r.gpu_id = al.gpu_id
-        AND r.minute >= date_trunc('minute', al.start) AND r.minute < al.stop
-    GROUP BY 1, 2, 3, 4
-)
-SELECT m.job_id,
-       date_part('epoch', m.stop - m.start),
-       date_part('epoch', m.first_busy - m.start),
-       date_part('epoch', m.last_busy - m.first_busy),
-       date_part('epoch', m.stop - m.last_busy),
-       (SELECT max(r.fb_used_bytes_max) - min(r.fb_used_bytes_min) FROM telemetry_gpurollup1m r
-         WHERE r.gpu_id = m.gpu_id AND r.minute >= date_trunc('minute', m.start)
-           AND r.minute < coalesce(m.first_busy, m.stop))
-FROM marks m
-"""
-
 
 @dataclass
 class EvalPhases:
@@ -641,6 +507,21 @@ class EvalPhases:
     @property
     def gpu_h(self) -> dict[str, float]:
         return {k: v / 3600 for k, v in self.gpu_s.items()}
+
+
+def _eval_spans(
+    start: datetime, stop: datetime, first_busy: datetime | None, last_busy: datetime | None
+) -> tuple[float, float | None, float | None, float | None]:
+    """Held, before-busy, busy and after-busy seconds of one allocation (None: never busy)."""
+    held = (stop - start).total_seconds()
+    if first_busy is None or last_busy is None:
+        return held, None, None, None
+    return (
+        held,
+        (first_busy - start).total_seconds(),
+        (last_busy - first_busy).total_seconds(),
+        (stop - last_busy).total_seconds(),
+    )
 
 
 def eval_phase_split(
@@ -661,42 +542,41 @@ def eval_phase_split(
 def eval_phases(window: Window, now: datetime | None = None) -> EvalPhases:
     """GPU time by phase of the window's ended evaluation jobs: from their samples (raw or
     compacted), and from the 1-minute rollup for allocations older than samples are kept
-    (webapp/telemetry/tiers.py). Older than the 1-minute rollup keeps, phases of jobs that
-    last minutes cannot be told apart in hourly cells: those allocations are left out."""
+    (telemetry's intervals_activity). Older than the 1-minute rollup keeps, phases of jobs
+    that last minutes cannot be told apart in hourly cells: those allocations are left out."""
     now = now or timezone.now()
     where, params = window.where("j.submit_at")
     where = where.replace("cluster_id", "j.cluster_id", 1)
     alloc = _EVAL_ALLOC.format(where=where)
-    samples_since = tiers.SAMPLES.kept_since(now)
-    minute_since = tiers.MINUTE.kept_since(now)
+    kept = telemetry_kept_since(now)
     far_future = now + timedelta(days=36500)
-    with connection.cursor() as cur:
-        # Samples: the GPUs and span of the newest allocations, for the one reader.
-        cur.execute(
-            f"SELECT array_agg(DISTINCT gpu_id), min(start), max(stop) FROM ({alloc}) x",
-            [*params, samples_since, far_future, EVAL_ALLOCATIONS_MAX],
-        )
-        gpu_ids, lo, hi = cur.fetchone()
-        rows = []
-        if gpu_ids:
-            wanted = ["sm_active", "fb_used_bytes"]
-            source = samples_source([g for g in gpu_ids if g], lo, hi, wanted, index=True)
-            cur.execute(
-                _EVAL_SQL.format(alloc=alloc).replace("telemetry_gpusample s", f"{source} s"),
-                [*params, samples_since, far_future, EVAL_ALLOCATIONS_MAX]
-                + [EVAL_BUSY_SM, EVAL_BUSY_SM],
-            )
-            rows = cur.fetchall()
+    rows: list[tuple] = []
+    from_rollup = 0
+    # The newest allocations with samples first, then older ones up to the same limit.
+    for lo, hi in ((kept.samples, far_future), (kept.minute, kept.samples)):
         left = EVAL_ALLOCATIONS_MAX - len(rows)
-        from_rollup = 0
-        if left > 0:
-            cur.execute(
-                _EVAL_ROLLUP_SQL.format(alloc=alloc),
-                [*params, minute_since, samples_since, left, EVAL_BUSY_SM, EVAL_BUSY_SM],
+        if left <= 0:
+            break
+        with connection.cursor() as cur:
+            cur.execute(alloc, [*params, lo, hi, left])
+            # An allocation is its (job, GPU, start, end): a repeated one counts once.
+            held = list(dict.fromkeys(r for r in cur.fetchall() if r[1] is not None))
+        read = intervals_activity(
+            [
+                GpuInterval(n, gpu_id, start, stop)
+                for n, (_, gpu_id, start, stop) in enumerate(held)
+            ],
+            busy="sm_active",
+            busy_at=EVAL_BUSY_SM,
+            rise="fb_used_bytes",
+            now=now,
+        )
+        for n, act in read.items():
+            job_id, _, start, stop = held[n]
+            rows.append(
+                (job_id, *_eval_spans(start, stop, act.first_busy, act.last_busy), act.rise)
             )
-            older = cur.fetchall()
-            from_rollup = len(older)
-            rows += older
+            from_rollup += act.tier != "samples"
     gpu_s = dict.fromkeys(EVAL_PHASES, 0.0)
     for _job, held, pre, busy, post, rise in rows:
         for phase, seconds in eval_phase_split(held, pre, busy, post, rise or 0).items():
