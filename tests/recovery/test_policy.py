@@ -29,6 +29,7 @@ def test_a_gpu_off_the_bus_drains_the_node_then_requeues_its_jobs():
         cause="gpu_off_bus",
         action="cordon_restart",
         error_host="n1",
+        node_evidence=True,
         jobs_on_host=(JobFacts("10", hosts=("n1",)), JobFacts("11", hosts=("n1", "n2"))),
     )
     d = decide(facts)
@@ -59,10 +60,11 @@ def test_the_restart_limit_turns_a_restart_into_a_notification():
 def test_the_breaker_cordons_the_node_on_the_second_same_cause_failure():
     d = decide(
         Facts(cause="cuda_fault", action="restart", blamed_host="n1", job=JOB,
-              same_cause_hosts=("n1",))
+              same_cause_hosts=("n1",), node_evidence=True)
     )  # fmt: skip
     assert (d.action, d.rule) == ("cordon_restart", "breaker_same_node")
     assert kinds(d) == [("drain", "n1"), ("requeue", "4242")]
+    assert not d.steps[0].needs_approval
 
 
 def test_cuda_faults_restart_once_then_notify():
@@ -115,3 +117,23 @@ def test_at_the_restart_limit_a_node_that_failed_twice_is_still_drained():
     )  # fmt: skip
     assert (d.action, d.rule) == ("notify", "restart_limit")
     assert kinds(d) == [("drain", "n1"), ("notify", "4242")]
+
+
+def test_a_host_the_jobs_log_blames_outside_its_nodes_is_never_acted_on():
+    d = decide(Facts(cause="ib_link", action="cordon_restart", blamed_host="victim-77", job=JOB))
+    assert (d.action, d.rule) == ("locate_restart", "blamed_outside_job")
+    assert kinds(d) == [("health_check", ""), ("requeue", "4242")]
+    assert d.steps[0].params == {"hosts": ["n1", "n2"]}
+    assert all(
+        s.host != "victim-77" and "victim-77" not in s.params.get("hosts", []) for s in d.steps
+    )
+
+
+def test_a_drain_on_the_jobs_log_alone_waits_for_an_operator():
+    facts = Facts(cause="ib_link", action="cordon_restart", blamed_host="n2", job=JOB)
+    drain, requeue = decide(facts).steps
+    assert (drain.kind, drain.host, drain.needs_approval) == ("drain", "n2", True)
+    assert not requeue.needs_approval
+    trusted = decide(Facts(cause="ib_link", action="cordon_restart", blamed_host="n2", job=JOB,
+                           node_evidence=True))  # fmt: skip
+    assert not trusted.steps[0].needs_approval

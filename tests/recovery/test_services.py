@@ -6,13 +6,18 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.db import transaction
 
+from tests.failures.conftest import NODES, xid_event
 from tests.recovery.conftest import policy
 from webapp.failures.models import FailureEvent
 from webapp.failures.node_events import node_events_ingest
 from webapp.failures.services import failure_diagnose
+from webapp.recovery import policy as policy_module
 from webapp.recovery import services
+from webapp.recovery.actions import actions_create
 from webapp.recovery.models import RecoveryAction, RecoveryPlan
+from webapp.recovery.planning import failure_recovery_plan
 
 
 def _now() -> float:
@@ -45,20 +50,49 @@ def _cuda_fault_job(fleet, job_id: str, node: str, end: float) -> FailureEvent:
     return failure
 
 
+def _xid_job(fleet, job_id: str, node: str, end: float, xid: int = 13) -> FailureEvent:
+    """A job that died of a GPU fault its node's agent reported (kernel log, NVML)."""
+    fleet.run_job(job_id, end - 3600, None, nodes=(node,))
+    node_no = NODES.index(node) + 1
+    node_events_ingest(
+        fleet.node_batch(node, gpu_events=[xid_event(end - 5, xid, node_no=node_no)])
+    )
+    fleet.run_job(job_id, end - 3600, end, nodes=(node,))
+    failure = FailureEvent.objects.get(job__scheduler_id=job_id)
+    failure_diagnose(failure.pk)
+    failure.refresh_from_db()
+    return failure
+
+
 @pytest.mark.django_db
 def test_circuit_breaker_same_node_twice_cordons_and_other_nodes_notify(fleet):
+    policy("auto")
     now = _now()
-    first = _cuda_fault_job(fleet, "500", "gpu-node-01", now - 5 * 3600)
+    first = _xid_job(fleet, "500", "gpu-node-01", now - 5 * 3600)
     assert (first.cause, first.action, first.breaker) == ("cuda_fault", "restart", "")
-    second = _cuda_fault_job(fleet, "501", "gpu-node-01", now - 3 * 3600)
+    assert first.evidence[0]["file"] == "kernel"
+    second = _xid_job(fleet, "501", "gpu-node-01", now - 3 * 3600)
     assert second.action == "cordon_restart"
     assert second.default_action == "restart"
     assert "gpu-node-01 twice within 24 h" in second.breaker
-    kinds = list(second.recovery_plan.actions.values_list("kind", "host", "job_scheduler_id"))
-    assert kinds == [("drain", "gpu-node-01", ""), ("requeue", "", "501")]
-    third = _cuda_fault_job(fleet, "502", "gpu-node-02", now - 1 * 3600)
+    actions = second.recovery_plan.actions.order_by("seq")
+    kinds = list(actions.values_list("kind", "host", "job_scheduler_id", "status"))
+    # Node-agent evidence: the drain runs without waiting for anyone.
+    assert kinds == [("drain", "gpu-node-01", "", "ready"), ("requeue", "", "501", "ready")]
+    third = _xid_job(fleet, "502", "gpu-node-02", now - 1 * 3600)
     assert third.action == "notify"
     assert "other nodes" in third.breaker
+
+
+@pytest.mark.django_db
+def test_a_jobs_own_log_never_trips_the_breaker(fleet):
+    # Two jobs print a CUDA fault on the same node: text a user's code can print, so the
+    # node is not drained for it; each job is only restarted.
+    now = _now()
+    first = _cuda_fault_job(fleet, "510", "gpu-node-01", now - 5 * 3600)
+    second = _cuda_fault_job(fleet, "511", "gpu-node-01", now - 3 * 3600)
+    assert (first.action, second.action, second.breaker) == ("restart", "restart", "")
+    assert list(second.recovery_plan.actions.values_list("kind", flat=True)) == ["requeue"]
 
 
 @pytest.mark.django_db
@@ -112,8 +146,8 @@ def test_approving_twice_is_refused_with_the_reason_and_changes_nothing(fleet):
 def test_rejecting_the_drain_cancels_the_requeue_after_it(fleet):
     policy("approve")
     now = _now()
-    _cuda_fault_job(fleet, "730", "gpu-node-01", now - 3 * 3600)
-    second = _cuda_fault_job(fleet, "731", "gpu-node-01", now - 60)
+    _xid_job(fleet, "730", "gpu-node-01", now - 3 * 3600)
+    second = _xid_job(fleet, "731", "gpu-node-01", now - 60)
     drain, requeue = second.recovery_plan.actions.order_by("seq")
     services.action_reject(drain.pk, "olivia", "node under maintenance")
     requeue.refresh_from_db()
@@ -158,3 +192,75 @@ def test_a_new_diagnosis_replaces_the_plan_until_it_has_acted(fleet):
     statuses = sorted(plan.actions.values_list("kind", "status", "result"))
     assert statuses[0][:2] == ("notify", "cancelled") and "superseded" in statuses[0][2]
     assert statuses[1][:2] == ("notify", "succeeded")
+
+
+IB_FROM_ELSEWHERE = (
+    "{host}:81234:81301 [2] NCCL INFO NET/IB : Got completion from peer 10.0.0.12<41839> "
+    "with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.0.0.11"
+)
+
+
+def _blamed_from_the_log(fleet, job_id: str, blamed: str) -> FailureEvent:
+    """A job on gpu-node-01 whose own log blames `blamed` for a link failure."""
+    end = _now() - 60
+    fleet.run_job(job_id, end - 3600, None, nodes=("gpu-node-01",))
+    window = {
+        "job_id": job_id,
+        "ts": end - 5,
+        "path": f"/logs/{job_id}.out",
+        "first_line_no": 1,
+        "lines": [IB_FROM_ELSEWHERE.format(host=blamed)],
+    }
+    node_events_ingest(fleet.node_batch("gpu-node-01", log_windows=[window]))
+    fleet.run_job(job_id, end - 3600, end, nodes=("gpu-node-01",))
+    failure = FailureEvent.objects.get(job__scheduler_id=job_id)
+    failure_diagnose(failure.pk)
+    # Whatever the diagnosis made of the line, recovery is planned as if it blamed that host
+    # for a cordon (as the diagnosis did before it kept blame inside the job's nodes).
+    RecoveryPlan.objects.filter(failure=failure).delete()
+    FailureEvent.objects.filter(pk=failure.pk).update(
+        cause="ib_link", category="infrastructure", default_action="cordon_restart",
+        action="cordon_restart", blamed_host=blamed,
+        evidence=[{"file": f"gpu-node-01:/logs/{job_id}.out:1", "line": 1, "text": "", "rule_id": ""}],
+    )  # fmt: skip
+    failure.refresh_from_db()
+    with transaction.atomic():
+        failure_recovery_plan(failure)
+    return failure
+
+
+@pytest.mark.django_db
+def test_a_job_log_naming_another_node_never_acts_on_that_node(fleet):
+    policy("auto")
+    failure = _blamed_from_the_log(fleet, "800", "gpu-node-02")
+    plan = failure.recovery_plan
+    assert (plan.action, plan.rule) == ("locate_restart", "blamed_outside_job")
+    actions = list(plan.actions.order_by("seq"))
+    assert [(a.kind, a.status) for a in actions] == [
+        ("health_check", "ready"),
+        ("requeue", "ready"),
+    ]
+    assert actions[0].params["hosts"] == ["gpu-node-01"]  # the job's own node, located first
+    assert "gpu-node-02" not in str([a.commands for a in actions])
+
+
+@pytest.mark.django_db
+def test_a_drain_on_the_jobs_log_alone_is_only_proposed(fleet):
+    policy("auto")
+    failure = _blamed_from_the_log(fleet, "810", "gpu-node-01")
+    drain, requeue = failure.recovery_plan.actions.order_by("seq")
+    assert (drain.kind, drain.host, drain.status) == ("drain", "gpu-node-01", "awaiting_approval")
+    assert "from the job's log only: proposed for approval" in drain.reason
+    assert requeue.status == "ready"  # it waits for the drain: approved, or rejected and cancelled
+
+
+@pytest.mark.django_db
+def test_no_command_is_built_for_a_host_that_is_not_a_node_of_the_cluster(fleet):
+    policy("auto")
+    failure = _xid_job(fleet, "820", "gpu-node-01", _now() - 60)
+    plan = failure.recovery_plan
+    steps = (policy_module.Step("drain", host="db-server-01", reason="test"),)
+    with transaction.atomic():
+        (drain,) = actions_create(plan, steps, {}, 10)
+    assert (drain.status, drain.commands) == ("failed", [])
+    assert drain.result == "failed: db-server-01: not a registered node of this cluster"

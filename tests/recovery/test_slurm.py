@@ -201,7 +201,9 @@ def _plans_of(job: str, n: int, timeout: float = 90) -> list[RecoveryPlan]:
     return wait_for(settled, timeout=timeout, interval=0.3)
 
 
-def test_the_breaker_drains_the_node_on_its_second_same_cause_failure(rig):
+def test_a_cuda_fault_the_job_prints_restarts_it_once_and_never_drains_the_node(rig):
+    # The job's own log is text its user's code prints: it never trips the breaker (which
+    # would drain the node); the job is restarted once, then its owner decides.
     rig.vigil(mode="auto")
     rig.start()
     vn1 = rig.agent_node
@@ -211,17 +213,13 @@ def test_the_breaker_drains_the_node_on_its_second_same_cause_failure(rig):
     assert list(first.actions.exclude(status="cancelled").values_list("kind", flat=True)) == [
         "requeue"
     ]
-    assert (second.cause, second.action, second.rule) == (
-        "cuda_fault",
-        "cordon_restart",
-        "breaker_same_node",
-    )
-    live = second.actions.exclude(status="cancelled").order_by("seq")
-    kinds = list(live.values_list("kind", "host", "status"))
-    assert kinds == [("drain", vn1, "succeeded"), ("requeue", "", "succeeded")]
-    assert rig.slurm.drain_reason(vn1) == f"vigil: cuda_fault failure {second.failure_id}"
-    assert second.failure.breaker.startswith(f"same cause on {vn1} twice within 24 h")
-    assert rig.job(job)["Restarts"] == "2"
+    assert (second.cause, second.action, second.rule) == ("cuda_fault", "notify", "restart_once")
+    assert list(second.actions.exclude(status="cancelled").values_list("kind", flat=True)) == [
+        "notify"
+    ]
+    assert second.failure.breaker == ""
+    assert rig.slurm.drain_reason(vn1) == ""
+    assert rig.job(job)["Restarts"] == "1"
 
 
 def test_the_restart_limit_stops_restarting_and_tells_the_owner(rig):
@@ -233,8 +231,8 @@ def test_the_restart_limit_stops_restarting_and_tells_the_owner(rig):
     assert (second.action, second.rule) == ("notify", "restart_limit")
     assert "1 times in a row (limit 1)" in second.reason
     live = second.actions.exclude(status="cancelled")
-    # At the limit the node is still drained (second same-cause failure), but not restarted.
-    assert sorted(live.values_list("kind", flat=True)) == ["drain", "notify"]
+    # Not restarted; the node is not drained either (the job's own log is the only evidence).
+    assert sorted(live.values_list("kind", flat=True)) == ["notify"]
     time.sleep(3)
     info = rig.job(job)
     assert (info["JobState"], info["Restarts"]) == ("FAILED", "1")

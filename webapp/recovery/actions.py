@@ -50,11 +50,9 @@ def actions_create(
     *,
     approved_by: str = "",
 ) -> list[RecoveryAction]:
+    named = {h for s in steps for h in [s.host, *s.params.get("hosts", [])] if h}
     nodes = {
-        n.hostname: n
-        for n in Node.objects.filter(
-            cluster_id=plan.cluster_id, hostname__in=[s.host for s in steps]
-        )
+        n.hostname: n for n in Node.objects.filter(cluster_id=plan.cluster_id, hostname__in=named)
     }
     rollback_auto = RecoveryPolicy.objects.filter(
         cluster_id=plan.cluster_id, rollback_auto=True
@@ -82,8 +80,14 @@ def actions_create(
             approved_at=timezone.now() if approved_by else None,
         )
         action.status = _first_status(plan.mode, step.kind, rollback_auto)
+        if step.needs_approval and action.status == ActionStatus.READY:
+            action.status = ActionStatus.AWAITING_APPROVAL
         action.save()
-        _commands_build(action)
+        strangers = _unregistered(step, nodes)
+        if strangers:
+            _refuse(action, f"{', '.join(strangers)}: not a registered node of this cluster")
+        else:
+            _commands_build(action)
         created.append(action)
     settle = 0.0
     if plan.failure_id and plan.failure.kind == FailureKind.JOB_FAILURE:
@@ -108,6 +112,21 @@ def _first_status(mode: str, kind: str, rollback_auto: bool = False) -> str:
     if kind == ActionKind.RESUBMIT and not rollback_auto:
         return ActionStatus.AWAITING_APPROVAL  # RecoveryPolicy.rollback_auto
     return ActionStatus.READY if mode == Mode.AUTO else ActionStatus.AWAITING_APPROVAL
+
+
+def _unregistered(step: policy.Step, nodes: dict[str, Node]) -> list[str]:
+    """The hosts a step names that are not nodes of the plan's cluster in the fleet."""
+    named = [step.host, *step.params.get("hosts", [])]
+    return sorted({h for h in named if h and h not in nodes})
+
+
+def _refuse(action: RecoveryAction, why: str) -> None:
+    """No command is built: the action fails with the reason (what follows is cancelled)."""
+    action.status = ActionStatus.FAILED
+    action.error = why
+    action.result = f"failed: {why}"[:512]
+    action.ended_at = timezone.now()
+    action.save(update_fields=["status", "error", "result", "ended_at"])
 
 
 def action_target(action: RecoveryAction) -> Target:

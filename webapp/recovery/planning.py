@@ -142,6 +142,26 @@ def _host_of(failure: FailureEvent) -> str | None:
     return None
 
 
+# Evidence streams the job's user cannot write (webapp/failures/evidence.py): the node agent's
+# kernel log and NVML events, and the scheduler's own record of the job's end.
+NODE_AGENT_STREAMS = ("kernel", "scheduler")
+
+
+def _node_evidence(failure: FailureEvent) -> bool:
+    """Whether the failure was blamed on node-agent evidence: a GPU error (kernel log, NVML,
+    counters), or a job failure whose deciding line (the first of its evidence) came from
+    the kernel or the scheduler stream rather than the job's own log."""
+    if failure.kind == FailureKind.GPU_ERROR:
+        return True
+    first = failure.evidence[0] if failure.evidence else {}
+    return isinstance(first, dict) and first.get("file") in NODE_AGENT_STREAMS
+
+
+def _by_node_evidence() -> Q:
+    """`_node_evidence` as a filter over the failures on record."""
+    return Q(kind=FailureKind.GPU_ERROR) | Q(evidence__0__file__in=NODE_AGENT_STREAMS)
+
+
 def _facts(failure: FailureEvent, max_restarts: int) -> tuple[policy.Facts, dict[str, Job]]:
     since = failure.occurred_at - timedelta(hours=policy.BREAKER_WINDOW_H)
     earlier = (
@@ -152,6 +172,7 @@ def _facts(failure: FailureEvent, max_restarts: int) -> tuple[policy.Facts, dict
             occurred_at__gte=since,
             occurred_at__lt=failure.occurred_at,
         )
+        .filter(_by_node_evidence())  # a job's own log cannot trip the breaker
         .exclude(pk=failure.pk)
         .select_related("node")
     )
@@ -170,6 +191,7 @@ def _facts(failure: FailureEvent, max_restarts: int) -> tuple[policy.Facts, dict
         action=failure.default_action or failure.action,
         category=failure.category,
         blamed_host=_host_of(failure),
+        node_evidence=_node_evidence(failure),
         error_host=failure.node.hostname if failure.node else None,
         job=job_facts,
         jobs_on_host=on_host,

@@ -8,6 +8,13 @@ is never restarted automatically more than `max_restarts` times in a row). Scrip
 fix them, so the owner is told instead. CUDA faults and native crashes restart once, then
 notify ("restart (once), then notify").
 
+Only hardware evidence makes Vigil act on a node by itself. A host blamed from the job's own
+log (text the user's code can print) must be one of the job's nodes, or the node is located
+by a health check of the job's nodes instead; a drain on such evidence alone waits for an
+operator's approval. Node-agent evidence (kernel log, NVML, the scheduler's own report) and a
+failed health check drain at once; the breaker counts only failures blamed on node-agent
+evidence (planning.py gives it only those).
+
 `decide(facts)` returns a `Decision`: the action chosen, the id of the rule that chose it, a
 sentence of why, and the steps to run in order. The services turn steps into audited rows.
 """
@@ -58,6 +65,9 @@ class Facts:
     action: str  # the diagnosis's default action
     category: str = ""
     blamed_host: str | None = None
+    # Whether the failure was blamed on node-agent evidence (kernel log, NVML, counters, the
+    # scheduler's report) rather than on the job's own log, which its user writes.
+    node_evidence: bool = False
     # The node a GPU error happened on (a gpu_error failure has no job).
     error_host: str | None = None
     job: JobFacts | None = None
@@ -81,6 +91,8 @@ class Step:
     audience: str = ""
     params: dict = field(default_factory=dict)
     reason: str = ""
+    # Planned as a proposal: it waits for an operator even in auto mode.
+    needs_approval: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,11 @@ def decide(facts: Facts) -> Decision:
         return _notify(facts, "script_error", f"{facts.cause} is the job's own error: no restart")
     host = facts.blamed_host or facts.error_host
     job = facts.job
+    outsider = None
+    if host and not facts.node_evidence and (job is None or host not in job.hosts):
+        # A job's log may print any host's name: only the job's own nodes can be blamed
+        # from it (then located by a health check, below).
+        outsider, host = host, None
     restarts = job.restarts_in_a_row if job else 0
     # The breaker first, without the limit: a node that failed twice is drained even when
     # the job may not be restarted again.
@@ -162,7 +179,13 @@ def decide(facts: Facts) -> Decision:
         return _notify(facts, rule, why, escalate=action == Action.ESCALATE, action=action)
     jobs = _jobs(facts)
     if action == Action.CORDON_RESTART and not host:
-        if job and job.hosts:
+        if job and job.hosts and outsider:
+            action, rule = Action.LOCATE_RESTART.value, "blamed_outside_job"
+            why = (
+                f"the job's log blames {outsider}, not one of its nodes: health-check the "
+                "job's nodes first"
+            )
+        elif job and job.hosts:
             action, rule = Action.LOCATE_RESTART.value, "cordon_without_node"
             why = f"{facts.cause} names no node: health-check the job's nodes first"
         else:
@@ -200,6 +223,9 @@ def _jobs(facts: Facts) -> tuple[JobFacts, ...]:
 def _drain(facts: Facts, host: str | None) -> list[Step]:
     if not host or host in facts.hosts_drained:
         return []
+    if not facts.node_evidence:
+        why = f"{facts.cause} on {host}, from the job's log only: proposed for approval"
+        return [Step("drain", host=host, reason=why, needs_approval=True)]
     return [Step("drain", host=host, reason=f"{facts.cause} on {host}")]
 
 
