@@ -1,7 +1,9 @@
-"""Selectors: GPU status rules, the latest sample per GPU, summaries, and series sources."""
+"""Selectors: GPU status rules, the latest sample per GPU, summaries, series sources, and the
+read API over (GPU, interval) lists (energy across counter resets, series, refused metrics)."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -10,11 +12,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from collectors.schema import GPU_FIELD_NAMES
+from tests.helpers import make_batch
 from tests.telemetry.conftest import partitions_of, plan_scans, seed_node
-from webapp.fleet.models import Cluster
+from webapp.fleet import services as fleet_services
+from webapp.fleet.models import Cluster, Gpu
 from webapp.telemetry import selectors
 from webapp.telemetry.choices import GpuStatus
 from webapp.telemetry.partitions import partition_name, partitions_maintain
+from webapp.telemetry.services import samples_ingest
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -183,3 +189,75 @@ def test_series_read_only_the_partitions_of_their_window(db, key, table):
     assert partition_name(table, (until - timedelta(days=2)).date()) not in scanned
     assert partition_name(table, (until + timedelta(days=1)).date()) not in scanned
     assert series.ts and (key == "1d" or series.values["gpu_util"][-1] == 77.0)
+
+
+# --- The read API over (GPU, interval) lists ---------------------------------------------------
+
+
+def _one_gpu_with_a_counter_reset(cluster: str) -> tuple[int, datetime]:
+    """One GPU sampled every 10 s for 200 s (21 samples); its energy counter rises 1e6 mJ a
+    sample and restarts from zero before sample 15 (reading 5e5 there)."""
+    t0 = float(int(time.time()) - 600)
+    token = fleet_services.node_token_issue(cluster, "e1")
+    batch = make_batch(cluster, "e1", token, t0=t0, intervals=21, step_s=10.0, gpus=1)
+    col = 2 + GPU_FIELD_NAMES.index("energy_mj")
+    for k, row in enumerate(batch["samples"]):
+        row[col] = k * 1_000_000 if k < 15 else (k - 15) * 1_000_000 + 500_000
+    samples_ingest(json.dumps(batch))
+    gpu = Gpu.objects.get(node__cluster__name=cluster, node__hostname="e1", index=0)
+    return gpu.id, datetime.fromtimestamp(t0, UTC)
+
+
+BUDGET = selectors.ReadBudget(timedelta(hours=3), 1024.0, 4096.0)
+
+
+def test_two_intervals_of_one_gpu_each_get_their_own_energy_across_a_counter_reset(db):
+    gpu_id, t0 = _one_gpu_with_a_counter_reset("energy-api")
+    at = lambda k: t0 + timedelta(seconds=10 * k)  # noqa: E731
+    first = selectors.GpuInterval("first", gpu_id, at(0), at(9))
+    second = selectors.GpuInterval("second", gpu_id, at(10), at(20))
+    method, energy = selectors.intervals_energy(
+        [first, second], lo=at(0), hi=at(20), now=timezone.now(), budget=BUDGET
+    )
+    assert "from raw samples" in method and "counter reset" in method
+    assert energy["first"] == selectors.CounterEnergy(10, 9_000_000.0, 0)
+    # 10 -> 14 (4e6), the reset (the reading after it, 5e5), then 15 -> 20 (5e6).
+    assert energy["second"] == selectors.CounterEnergy(11, 9_500_000.0, 1)
+    # A GPU nobody sampled reads nothing rather than zero.
+    _, none = selectors.intervals_energy(
+        [selectors.GpuInterval("x", gpu_id + 10_000, at(0), at(20))],
+        lo=at(0),
+        hi=at(20),
+        now=timezone.now(),
+        budget=BUDGET,
+    )
+    assert none == {}
+
+
+def test_a_series_of_an_interval_holds_only_its_samples_and_says_where_they_came_from(db):
+    gpu_id, t0 = _one_gpu_with_a_counter_reset("series-api")
+    lo, hi = t0 + timedelta(seconds=50), t0 + timedelta(seconds=100)
+    resolution, series = selectors.intervals_series(
+        [selectors.GpuInterval(7, gpu_id, lo, hi)],
+        ["power_w", "energy_mj"],
+        lo=lo,
+        hi=hi,
+        now=timezone.now(),
+        budget=BUDGET,
+    )
+    assert resolution.label == "raw samples" and resolution.bucket_s is None
+    assert series[7].ts == [lo + timedelta(seconds=10 * k) for k in range(6)]
+    assert series[7].values["energy_mj"][0] == 5_000_000
+
+
+def test_a_read_of_an_unknown_metric_is_refused_by_name(db):
+    gpu_id, t0 = _one_gpu_with_a_counter_reset("bad-api")
+    with pytest.raises(ValueError, match="gpu_utilisation"):
+        selectors.intervals_series(
+            [selectors.GpuInterval(1, gpu_id, t0, t0 + timedelta(seconds=60))],
+            ["gpu_utilisation"],
+            lo=t0,
+            hi=t0 + timedelta(seconds=60),
+            now=timezone.now(),
+            budget=BUDGET,
+        )

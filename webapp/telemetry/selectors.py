@@ -29,7 +29,7 @@ from webapp.fleet.selectors import node_state_now
 from webapp.telemetry import reads
 from webapp.telemetry.choices import GPU_STATUSES, GpuStatus
 from webapp.telemetry.partitions import oldest_kept
-from webapp.telemetry.samples import RAW, samples_source
+from webapp.telemetry.samples import samples_source
 
 # The read API over (GPU, interval) lists that the apps above telemetry use (reads.py):
 # samples and energy, raw, compacted or rolled up, whichever holds the span.
@@ -323,7 +323,7 @@ class Series:
 # one by one, were most of a node's day page (8 GPUs x 1,440 minutes).
 _RAW_SERIES_SQL = f"""
 SELECT gpu_id, extract(epoch FROM ts)::float8, {", ".join(SERIES_METRICS)}
-FROM telemetry_gpusample s
+FROM {{samples}} s
 WHERE gpu_id = ANY(%s) AND ts > %s AND ts <= %s
 ORDER BY gpu_id, ts
 """
@@ -375,7 +375,7 @@ def gpus_series(
     with connection.cursor() as cur:
         if time_range.bucket_s is None:
             source = samples_source(gpu_ids, since, until, SERIES_METRICS)
-            cur.execute(_RAW_SERIES_SQL.replace(RAW, source), [list(gpu_ids), since, until])
+            cur.execute(_RAW_SERIES_SQL.format(samples=source), [list(gpu_ids), since, until])
         elif not time_range.hourly and time_range.bucket_s == 60:
             cur.execute(_MINUTE_SERIES_SQL, [list(gpu_ids), since, until])
         else:

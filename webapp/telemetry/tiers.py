@@ -12,7 +12,7 @@ dropped early, a retention shortened) tries the next instead of drawing an empty
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from webapp.telemetry.partitions import oldest_kept
 
@@ -50,23 +50,3 @@ def tiers_for(lo: datetime, finest: Tier = SAMPLES, now: datetime | None = None)
 def tier_for(lo: datetime, finest: Tier = SAMPLES, now: datetime | None = None) -> Tier:
     """The best tier for a span starting at `lo` (the first of `tiers_for`)."""
     return tiers_for(lo, finest, now)[0]
-
-
-def cells_of(step_s: int, span: timedelta, points: int) -> int:
-    """Cells of `step_s` seconds averaged per point so that `span` draws at most `points`."""
-    return max(1, -(-int(max(span.total_seconds(), 1.0)) // (step_s * points)))
-
-
-def rollup_sql(sql: str, tier: Tier) -> str:
-    """A query written for the 1-minute rollup (`telemetry_gpurollup1m r`, its `r.minute`,
-    `date_trunc('minute', ...)`) made to read `tier`'s rollup instead: both rollups have the
-    same columns (sums, counts, lows and highs per cell), only the cell differs."""
-    if tier is MINUTE:
-        return sql
-    if tier is not HOURLY:
-        raise ValueError(f"not a rollup tier: {tier.key}")
-    return (
-        sql.replace("telemetry_gpurollup1m", "telemetry_gpurollup1h")
-        .replace("r.minute", "r.hour")
-        .replace("date_trunc('minute'", "date_trunc('hour'")
-    )
