@@ -4,11 +4,13 @@ in test_slurm.py); Kubernetes is tested only through its command lines, as no cl
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from webapp.recovery.executors import CommandResult, Target, executor_for
 from webapp.recovery.executors.base import UnsupportedAction, command_run
-from webapp.recovery.executors.slurm import healthcheck_verdicts, show_fields
+from webapp.recovery.executors.slurm import healthcheck_verdicts, squeue_job
 
 
 def target(kind: str, **kw) -> Target:
@@ -99,13 +101,18 @@ def test_slurm_tells_an_unreachable_controller_from_a_wrong_request():
     assert slurm.transient(CommandResult(("scontrol",), 124, "", "timed out after 60 s"))
 
 
-def test_scontrol_show_output_reads_as_fields():
-    fields = show_fields("JobId=4242 JobName=train JobState=PENDING Reason=BeginTime Restarts=1")
-    assert (fields["JobState"], fields["Restarts"], fields["Reason"]) == (
-        "PENDING",
-        "1",
-        "BeginTime",
-    )
+def test_squeue_json_reads_as_the_jobs_state_and_restarts():
+    jobs = [
+        {"job_id": 4241, "job_state": "RUNNING", "restart_cnt": 0, "name": "other"},
+        {"job_id": 4242, "job_state": "PENDING", "restart_cnt": 1,
+         "name": "t JobState=COMPLETED Restarts=9"},
+        {"job_id": 4250, "array_job_id": 4249, "array_task_id": 3, "job_state": ["FAILED"],
+         "restart_cnt": {"set": True, "number": 2}},
+    ]  # fmt: skip
+    text = json.dumps({"jobs": jobs})
+    assert squeue_job(text, "4242") == {"JobState": "PENDING", "Restarts": "1"}
+    assert squeue_job(text, "4249_3") == {"JobState": "FAILED", "Restarts": "2"}
+    assert squeue_job(text, "4243") == {} and squeue_job("not json", "4242") == {}
 
 
 def test_kubernetes_cordons_annotates_and_deletes_the_pod(settings):

@@ -16,6 +16,8 @@ from webapp.fleet import services as fleet_services
 from webapp.fleet.models import Node
 from webapp.jobs.models import JobEvent
 from webapp.recovery import services
+from webapp.recovery.executors import Target
+from webapp.recovery.executors.slurm import SlurmExecutor
 from webapp.recovery.models import RecoveryAction, RecoveryPlan
 
 pytestmark = pytest.mark.integration
@@ -436,3 +438,24 @@ def test_return_to_service_checks_the_node_then_resumes_it(rig, settings):
     assert (resume.approved_by, plan.requested_by) == ("olivia", "olivia")
     assert rig.slurm.node_state(vn2) == "idle"
     wait_for(lambda: Node.objects.get(pk=node.pk).state in ("up", "registered"), timeout=30)
+
+
+# A job name holding the fields a Key=Value reader of `scontrol show job` would take first.
+FORGING_NAME = "t JobState=COMPLETED Restarts=7 WorkDir=/etc Account=root StdOut=/etc/shadow"
+
+
+def test_a_job_name_cannot_forge_what_recovery_reads_of_the_job(slurm_two_nodes, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("SLURM_CONF", str(slurm_two_nodes.conf))
+    job = slurm_two_nodes.sbatch("--gres=gpu:1", "-J", FORGING_NAME, "--wrap", "sleep 60")
+    try:
+        wait_for(lambda: slurm_two_nodes.job_state(job) == "RUNNING", timeout=60)
+        executor = SlurmExecutor()
+        requeue = Target(action_id=1, kind="requeue", job=job)
+        before = executor.before(["scontrol", "requeue", job], requeue)
+        assert before == {"restarts": "0", "job_state": "RUNNING"}
+        # After a crash, a requeue that did not happen is not taken for done.
+        assert not executor.done(["scontrol", "requeue", job], requeue, {"restarts": "0"})
+        slurm_two_nodes.run("scontrol", "requeue", job)
+        wait_for(lambda: executor.done(["scontrol", "requeue", job], requeue, before), timeout=30)
+    finally:
+        slurm_two_nodes.cancel_all()

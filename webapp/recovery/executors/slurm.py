@@ -17,6 +17,7 @@ jobs Vigil submits (the health check) get `--export=NONE`.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shlex
@@ -82,14 +83,46 @@ def resume_comment(params: dict) -> str:
     return f"vigil-resume:checkpoint={checkpoint},skip={skip}"
 
 
-def show_fields(text: str) -> dict[str, str]:
-    """`scontrol show ... -o` output (Key=Value separated by spaces) as a dict."""
-    out: dict[str, str] = {}
-    for token in text.split():
-        key, sep, value = token.partition("=")
-        if sep:
-            out.setdefault(key, value)
-    return out
+def _number(value: object) -> int | None:
+    """A number of squeue's JSON: plain in Slurm 22.05, {"set", "number"} from 23.02."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def squeue_job(text: str, job: str) -> dict[str, str]:
+    """The job's state and restart count from `squeue --json` output ({} if it is not there).
+
+    JSON, not `scontrol show job`: there a job's name comes first and may hold `JobState=`
+    or `WorkDir=` of its own, which a Key=Value reader takes for the job's. (22.05 lists
+    every job whatever `--jobs` says: the job is picked here.)"""
+    try:
+        jobs = json.loads(text).get("jobs", [])
+    except (ValueError, AttributeError):
+        return {}
+    main, sep, sub = job.replace("+", "_").partition("_")
+    if not main.isdigit() or not (sub.isdigit() or not sep):
+        return {}
+    for record in jobs if isinstance(jobs, list) else []:
+        if not isinstance(record, dict):
+            continue
+        if "+" in job:
+            found = (_number(record.get("het_job_id")), _number(record.get("het_job_offset")))
+        elif sep:
+            found = (_number(record.get("array_job_id")), _number(record.get("array_task_id")))
+        else:
+            found = (_number(record.get("job_id")), None)
+        if found != (int(main), int(sub) if sep else None):
+            continue
+        state = record.get("job_state")
+        if isinstance(state, list):  # 23.02 and later: the base state and its flags
+            state = state[0] if state else ""
+        restarts = _number(record.get("restart_cnt"))
+        return {
+            "JobState": str(state or ""),
+            "Restarts": "" if restarts is None else str(restarts),
+        }
+    return {}
 
 
 class SlurmExecutor(Executor):
@@ -222,7 +255,7 @@ class SlurmExecutor(Executor):
             return False  # idempotent: run it again
         if target.kind in RESTARTS:
             now, then = self._job(target.job).get("Restarts"), before.get("restarts")
-            return now is not None and then is not None and int(now) > int(then)
+            return bool(now and then) and int(now) > int(then)
         return False
 
     def transient(self, result: CommandResult) -> bool:
@@ -258,5 +291,7 @@ class SlurmExecutor(Executor):
             time.sleep(0.05)
 
     def _job(self, job: str) -> dict[str, str]:
-        result = command_run([self.tool("scontrol"), "show", "job", "-o", job])
-        return show_fields(result.stdout) if result.ok else {}
+        """The job's `JobState` and `Restarts`, as Slurm has them ({} when it has none)."""
+        argv = [self.tool("squeue"), "--json", "--states=all", f"--jobs={job}"]
+        result = command_run(argv)
+        return squeue_job(result.stdout, job) if result.ok else {}
