@@ -73,6 +73,21 @@ app.conf.beat_schedule = {
         "task": "vigil.energy.resend_exports",
         "schedule": 60.0,
     },
+    # Rows kept a number of days, then deleted once a day: what the engine read for a failure
+    # (VIGIL_FAILURE_INPUTS_RETENTION_DAYS), built exports (VIGIL_ENERGY_EXPORT_RETENTION_DAYS),
+    # finished notifications and outbox emails (VIGIL_ALERTS_NOTIFICATION_RETENTION_DAYS).
+    "failures-prune-inputs": {
+        "task": "vigil.failures.prune_inputs",
+        "schedule": crontab(hour=3, minute=41),
+    },
+    "energy-prune-exports": {
+        "task": "vigil.energy.prune_exports",
+        "schedule": crontab(hour=3, minute=43),
+    },
+    "alerts-prune-notifications": {
+        "task": "vigil.alerts.prune_notifications",
+        "schedule": crontab(hour=3, minute=47),
+    },
     "fleet-node-states": {
         "task": "vigil.fleet.mark_stale_nodes",
         "schedule": 30.0,

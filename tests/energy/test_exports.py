@@ -189,3 +189,19 @@ def test_asking_again_for_a_months_csv_reuses_its_export_until_the_data_changes(
     assert EnergyExport.objects.count() == 2
     ask("2001-01")  # another month is another file
     assert EnergyExport.objects.count() == 3
+
+
+def test_exports_older_than_their_retention_are_pruned(built, operator_client, settings):
+    from webapp.celery import app
+    from webapp.energy.tasks import prune_exports
+
+    settings.VIGIL_ENERGY_EXPORT_RETENTION_DAYS = 30
+    old = EnergyExport.objects.create(cluster=built["cluster"], month=built["month"])
+    export_build(old.pk)
+    EnergyExport.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=31))
+    recent = EnergyExport.objects.create(cluster=built["cluster"], month="2001-01")
+    assert prune_exports() == {"pruned": 1}
+    assert list(EnergyExport.objects.values_list("pk", flat=True)) == [recent.pk]
+    gone = operator_client.get(reverse("energy_api:export_download", args=[old.pk]))
+    assert gone.status_code == 404
+    assert "vigil.energy.prune_exports" in {e["task"] for e in app.conf.beat_schedule.values()}

@@ -7,10 +7,12 @@ import csv
 import io
 import re
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from tests.failures.conftest import nccl_window, xid_event
 from webapp.failures.models import FailureEvent
@@ -352,3 +354,25 @@ def test_failures_csv_streams_every_row(operator_client, diagnosed):
         FailureEvent.objects.values_list("id", flat=True)
     )
     assert {r["job"]: r["cause"] for r in rows}["200"] == "gpu_off_bus"
+
+
+def test_what_the_engine_read_is_pruned_after_its_retention(operator_client, diagnosed, settings):
+    from webapp.celery import app
+    from webapp.failures.models import FailureInputs
+    from webapp.failures.tasks import prune_inputs
+
+    settings.VIGIL_FAILURE_INPUTS_RETENTION_DAYS = 30
+    other = FailureEvent.objects.get(job__scheduler_id="201")
+    FailureInputs.objects.filter(failure=diagnosed).update(
+        stored_at=timezone.now() - timedelta(days=31)
+    )
+    assert prune_inputs() == {"pruned": 1}
+    page = operator_client.get(f"/failures/{diagnosed.pk}/")
+    assert page.status_code == 200 and page.context["context"] == []
+    # The failure, its diagnosis and its evidence lines stay; only the lines around them go.
+    assert "gpu_off_bus" in page.content.decode()
+    assert LOG_LINE in page.content.decode()
+    kept = operator_client.get(f"/failures/{other.pk}/").context["context"]
+    assert any("NameError" in text for b in kept for _, text, _ in b.lines)
+    assert prune_inputs() == {"pruned": 0}
+    assert "vigil.failures.prune_inputs" in {e["task"] for e in app.conf.beat_schedule.values()}

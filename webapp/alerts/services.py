@@ -198,3 +198,30 @@ def implicit_subscription(user: AbstractBaseUser, scope: str) -> Subscription | 
         )
     sub, _ = Subscription.objects.get_or_create(user=user, channel=channel, scope=scope)
     return sub
+
+
+# Days a finished notification (sent, failed, skipped) and a demo outbox email are kept.
+NOTIFICATION_RETENTION_DAYS = 90
+
+
+def notifications_prune(now: datetime | None = None) -> int:
+    """Delete finished notifications and outbox emails older than
+    VIGIL_ALERTS_NOTIFICATION_RETENTION_DAYS, a chunk at a time (one still to be sent or
+    retried stays); how many rows were deleted."""
+    from webapp.alerts.choices import NotificationStatus
+    from webapp.alerts.models import Notification, OutboxMessage
+    from webapp.failures.services import PRUNE_CHUNK, retention_days
+
+    days = retention_days("VIGIL_ALERTS_NOTIFICATION_RETENTION_DAYS", NOTIFICATION_RETENTION_DAYS)
+    before = (now or timezone.now()) - timedelta(days=days)
+    unfinished = [NotificationStatus.PENDING, NotificationStatus.SENDING, NotificationStatus.RETRY]
+    deleted = 0
+    for old in (
+        Notification.objects.filter(created_at__lt=before).exclude(status__in=unfinished),
+        OutboxMessage.objects.filter(created_at__lt=before),
+    ):
+        while ids := list(old.values_list("pk", flat=True)[:PRUNE_CHUNK]):
+            deleted += (
+                old.model.objects.filter(pk__in=ids).delete()[1].get(old.model._meta.label, 0)
+            )
+    return deleted

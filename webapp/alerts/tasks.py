@@ -45,3 +45,11 @@ def send(self, notification_id: int) -> dict:
 def evaluate() -> dict:
     """Condition rules, expiry, due groups and stale deliveries (from beat)."""
     return alerts_evaluate()
+
+
+@shared_task(name="vigil.alerts.prune_notifications", ignore_result=True)
+def prune_notifications() -> dict:
+    """Delete finished notifications and outbox emails past their retention (daily, beat)."""
+    from webapp.alerts.services import notifications_prune
+
+    return {"pruned": notifications_prune()}

@@ -58,6 +58,7 @@ from webapp.energy.selectors import (
     months_ending,
 )
 from webapp.energy.sources import gpu_series, node_series
+from webapp.failures.services import retention_days
 from webapp.fleet.models import Cluster, Node
 
 HOUR = timedelta(hours=1)
@@ -702,6 +703,23 @@ def exports_resend(now: datetime | None = None) -> int:
     for export_id in ids:
         app.send_task(BUILD_EXPORT_TASK, args=[export_id])
     return len(ids)
+
+
+# Days a built export is kept: its file can be built again from the rollups at any time.
+# VIGIL_ENERGY_EXPORT_RETENTION_DAYS.
+EXPORT_RETENTION_DAYS = 30
+PRUNE_CHUNK = 200  # exports deleted per statement (each holds its file)
+
+
+def exports_prune(now: datetime | None = None) -> int:
+    """Delete the exports asked for longer ago than the retention, whatever their state, a
+    chunk at a time; how many were deleted."""
+    days = retention_days("VIGIL_ENERGY_EXPORT_RETENTION_DAYS", EXPORT_RETENTION_DAYS)
+    old = EnergyExport.objects.filter(created_at__lt=(now or timezone.now()) - timedelta(days=days))
+    deleted = 0
+    while ids := list(old.values_list("pk", flat=True)[:PRUNE_CHUNK]):
+        deleted += EnergyExport.objects.filter(pk__in=ids).delete()[0]
+    return deleted
 
 
 def export_download_url(export: EnergyExport) -> str:

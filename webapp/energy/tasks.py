@@ -11,6 +11,7 @@ from webapp.energy.services import (
     energy_reports_due,
     energy_rollups_refresh,
     export_build,
+    exports_prune,
     exports_resend,
 )
 
@@ -36,3 +37,9 @@ def build_export(export_id: int) -> str | None:
 def resend_exports() -> int:
     """Exports whose build task was lost are sent again (beat, every minute)."""
     return exports_resend()
+
+
+@shared_task(name="vigil.energy.prune_exports", ignore_result=True)
+def prune_exports() -> dict:
+    """Delete exports past their retention (daily, from the beat schedule)."""
+    return {"pruned": exports_prune()}

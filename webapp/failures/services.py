@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -205,6 +206,32 @@ def failure_action_record(failure: FailureEvent, action: str, why: str = "") -> 
     circuit breaker, the restart limit); shown on the failure pages."""
     failure.action, failure.breaker = action, why[:256]
     FailureEvent.objects.filter(pk=failure.pk).update(action=action, breaker=why[:256])
+
+
+# Days what the engine read for a failure is kept (the page's "in context" view); the failure,
+# its diagnosis and its evidence lines stay. VIGIL_FAILURE_INPUTS_RETENTION_DAYS.
+INPUTS_RETENTION_DAYS = 90
+PRUNE_CHUNK = 1000  # rows deleted per statement: each transaction stays short
+
+
+def retention_days(name: str, default: int) -> int:
+    """A retention setting in days (a positive integer), read with its default."""
+    days = getattr(settings, name, default)
+    if isinstance(days, bool) or not isinstance(days, int) or days < 1:
+        raise ValueError(f"{name} must be a whole number of days of at least 1, got {days!r}")
+    return days
+
+
+def failure_inputs_prune(now: datetime | None = None) -> int:
+    """Delete what the engine read for failures diagnosed longer ago than the retention, a
+    chunk at a time; how many were deleted."""
+    days = retention_days("VIGIL_FAILURE_INPUTS_RETENTION_DAYS", INPUTS_RETENTION_DAYS)
+    before = (now or timezone.now()) - timedelta(days=days)
+    old = FailureInputs.objects.filter(stored_at__lt=before)
+    deleted = 0
+    while ids := list(old.values_list("pk", flat=True)[:PRUNE_CHUNK]):
+        deleted += FailureInputs.objects.filter(pk__in=ids).delete()[0]
+    return deleted
 
 
 def proposed_rules_review(ids: Iterable[int], status: str, reviewer: str) -> int:

@@ -8,7 +8,7 @@ from collectors.schema import NODE_EVENTS_TASK
 from webapp.core.ingest import DB_DOWN, DURABLE_TASK, batch_run, db_down
 from webapp.failures.dispatch import DIAGNOSE_TASK
 from webapp.failures.node_events import node_events_ingest
-from webapp.failures.services import failure_diagnose
+from webapp.failures.services import failure_diagnose, failure_inputs_prune
 from webapp.failures.stragglers import stragglers_detect
 
 
@@ -44,3 +44,9 @@ def diagnose(self, failure_id: int) -> dict:
 def detect_stragglers() -> dict:
     """Look for straggling GPUs of running jobs (every minute, from the beat schedule)."""
     return {"opened": stragglers_detect()}
+
+
+@shared_task(name="vigil.failures.prune_inputs", ignore_result=True)
+def prune_inputs() -> dict:
+    """Delete the engine's inputs past their retention (daily, from the beat schedule)."""
+    return {"pruned": failure_inputs_prune()}
