@@ -13,8 +13,12 @@ GPUs keep a state over time):
 - a GPU no job holds (or every GPU, with jobs off) mixes a slow node latent and a faster GPU
   latent, both AR(1) processes with stationary N(0, 1): z = sqrt(a) z_node + sqrt(1-a) z_gpu
   is N(0, 1) at every instant;
-- each metric is its calibrated quantile function at Phi(z) (plus a little noise for power and
-  temperatures), so a GPU at the top of the latent is at 100% util, high power, warm;
+- each metric is its calibrated quantile function at Phi(z) (plus a little noise for power),
+  so a GPU at the top of the latent is at 100% util and high power;
+- the board's physics bound that (docs/telemetry.md section 8): power is capped at the
+  enforced limit (brief excursions at most, with SwPowerCap and lower clocks), idle power has
+  its floor, and core and HBM temperatures follow the power over the node's inlet air through
+  the heatsink's thermal lag, so a GPU is never cooler than its air and cools for minutes;
 - the energy counter integrates power x dt, like NVML's;
 - with jobs on (the default), collectors/backends/simjobs.py decides which GPUs work: a GPU
   nobody holds, or one its job leaves idle, draws from the idle part of the calibrated
@@ -29,6 +33,7 @@ Acme used A100-SXM4-80GB boards (Hu et al., NSDI '24, section 2), hence the fixe
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import random
@@ -46,17 +51,76 @@ DEFAULT_CLUSTERS = ("seren", "kalos")
 DEFAULT_NODES_PER_CLUSTER = 16
 DEFAULT_GPUS_PER_NODE = 8
 
+
+# What the simulator knows of a board: its datasheet, what NVML shows of it idle, and how
+# warm it runs over the air that cools it. Only the A100 SXM4 80GB is simulated: Acme's boards
+# (Hu et al., NSDI '24, section 2), on which the calibration was measured.
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    fb_total_bytes: int
+    power_limit_w: float  # the enforced limit NVML reports by default
+    idle_power_w: float  # the least a board draws in P0 with nothing running
+    sm_clock_busy_mhz: float
+    sm_clock_idle_mhz: float
+    mem_clock_mhz: float
+    pcie_gen: int
+    pcie_width: int
+    # The least steady-state rise over the air at a power: core_c_per_w x power for the core,
+    # hbm_offset_c + hbm_c_per_w x power for HBM (docs/telemetry.md section 8).
+    core_c_per_w: float
+    hbm_offset_c: float
+    hbm_c_per_w: float
+
+
 # NVIDIA A100 SXM4 80GB datasheet: 400 W TDP, 1410 MHz boost clock, HBM2e at 1593 MHz, PCIe
-# Gen4 x16; NVML reports 81920 MiB of framebuffer. 210 MHz is the idle SM clock NVML shows.
-GPU_NAME = "NVIDIA A100-SXM4-80GB"
-FB_TOTAL_BYTES = 81920 * 2**20
+# Gen4 x16; NVML reports 81920 MiB of framebuffer. 210 MHz is the idle SM clock NVML shows;
+# idle boards read 54-65 W in published nvidia-smi output (e.g. 61 W / 400 W at 26 °C in
+# github.com/ModelCloud/GPTQModel/issues/1626), and Acme's idle GPUs 62-66 W (calibration).
+# The thermal slopes are fitted to Acme's calibration: median idle GPU 29 °C core / 44 °C HBM
+# at 64 W, the busiest tenth 62 °C / 64 °C at 405 W, over a ~23 °C inlet.
+A100_SXM4_80GB = GpuModel(
+    name="NVIDIA A100-SXM4-80GB",
+    fb_total_bytes=81920 * 2**20,
+    power_limit_w=400.0,
+    idle_power_w=50.0,
+    sm_clock_busy_mhz=1410.0,
+    sm_clock_idle_mhz=210.0,
+    mem_clock_mhz=1593.0,
+    pcie_gen=4,
+    pcie_width=16,
+    core_c_per_w=0.097,
+    hbm_offset_c=17.0,
+    hbm_c_per_w=0.059,
+)
+MODEL = A100_SXM4_80GB
+FB_TOTAL_BYTES = MODEL.fb_total_bytes
 FB_SCALE_BYTES = 80 * 2**30  # AcmeTrace's memory metric is FB_USED / 80 GiB
-POWER_LIMIT_W = 400.0
-SM_CLOCK_BUSY_MHZ = 1410.0
-SM_CLOCK_IDLE_MHZ = 210.0
-MEM_CLOCK_MHZ = 1593.0
-PCIE_GEN, PCIE_WIDTH = 4, 16
 PCIE_PEAK_BYTES_S = 25e9  # ~Gen4 x16 usable bandwidth per direction
+SM_CLOCK_STEP_MHZ = 15.0  # A100 SM clocks move in 15 MHz steps (nvidia-smi -q -d SUPPORTED_CLOCKS)
+
+# Power capping: the board's controller holds its 1 s average at the enforced limit; a load
+# step can read over it for the one sample in which the controller catches up (our
+# assumption: at most 3%), after which it reads just under the limit at reduced clocks.
+CAP_OVERSHOOT = 0.03
+CAP_SETTLE = 0.02  # a capped board reads within 2% under its limit
+# Dynamic power goes roughly with f x V^2 and V with f, so a board capped from P to the limit
+# L runs its SM clock at about (L / P)^(1/3) of boost (our assumption).
+CAP_CLOCK_EXPONENT = 1 / 3
+
+# Inlet air: ASHRAE TC 9.9's recommended envelope for data centers is 18-27 °C; each simulated
+# node draws its inlet from this range (a cold aisle, our assumption), and each GPU a preheat
+# of 0-2 °C from the air that crossed the boards before it (our assumption).
+INLET_C = (20.0, 25.0)
+PREHEAT_C = (0.0, 2.0)
+# The air Acme's calibrated temperatures are taken to be over (unpublished: our assumption, the
+# mean of the two ranges above).
+ACME_AIR_C = 23.5
+# Thermal inertia: core and HBM approach their steady state through the heatsink, a first-
+# order lag. An SXM heatsink of about 1 kg of copper and aluminium (~0.6-1 kJ/K) behind
+# ~0.1 K/W to the air gives R x C of 1-2 minutes (our estimate); 120 s.
+THERMAL_TAU_S = 120.0
+TEMP_NOISE_C = 0.3
 
 # Persistence of the latents (seconds). Acme's GPU time is dominated by long pretraining jobs
 # (median job 2 min, but most GPU-hours in jobs of hours), so node state changes slowly.
@@ -97,6 +161,18 @@ class Quantiles:
         lo = self.values[i]
         return lo + (self.values[i + 1] - lo) * (x - i)
 
+    def rank(self, x: float) -> float:
+        """The CDF at x, the inverse of __call__ (the middle of a flat stretch)."""
+        v = self.values
+        lo, hi = bisect.bisect_left(v, x), bisect.bisect_right(v, x)
+        if lo < hi:
+            return (lo + hi - 1) / 2 / self.last
+        if lo == 0:
+            return 0.0
+        if lo > self.last:
+            return 1.0
+        return (lo - 1 + (x - v[lo - 1]) / (v[lo] - v[lo - 1])) / self.last
+
 
 def _phi(z: float) -> float:
     return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
@@ -124,6 +200,10 @@ class _SimGpu:
     jitter: _Ar1
     energy_mj: float
     ecc_sbe_agg: int
+    preheat_c: float  # warmer air than the node's inlet, from the boards upstream
+    core_c: float | None = None  # the lagged temperatures; None before the first reading
+    hbm_c: float | None = None
+    capped: bool = False  # the power controller held it at its limit at the last reading
 
 
 @dataclass
@@ -132,6 +212,7 @@ class _SimNode:
     node: str
     index: int  # position in its cluster (0-based)
     idle_share: float  # calibrated share of samples at ~0% utilization
+    inlet_c: float  # the cold-aisle air the node takes in
     q: dict[str, Quantiles]
     latent: _Ar1
     mem_latent: _Ar1
@@ -158,7 +239,10 @@ class SimulatedBackend:
         calibration: dict[str, Any] | None = None,
         jobs: bool = True,
         failures: bool = True,
+        inlet_c: tuple[float, float] = INLET_C,
     ) -> None:
+        if not inlet_c[0] <= inlet_c[1]:
+            raise ValueError(f"inlet_c {inlet_c!r}: the low end is above the high end")
         calib = calibration or load_calibration()
         self._rng = random.Random(seed)
         rng = self._rng
@@ -178,7 +262,7 @@ class SimulatedBackend:
                     info = GpuInfo(
                         index=i,
                         uuid=f"GPU-{gid}",
-                        name=GPU_NAME,
+                        name=MODEL.name,
                         memory_total_bytes=FB_TOTAL_BYTES,
                         pci_bus_id=f"00000000:{0x07 + 0x10 * i:02X}:00.0",
                         serial=f"1{gid.int % 10**12:012d}",
@@ -191,6 +275,7 @@ class SimulatedBackend:
                             # Counter since driver load: up to ~30 days at ~200 W average.
                             energy_mj=rng.uniform(0, 30 * 86400 * 200 * 1000),
                             ecc_sbe_agg=rng.choice((0, 0, 0, 0, 2, 16)),
+                            preheat_c=rng.uniform(*PREHEAT_C),
                         )
                     )
                 self.nodes.append(
@@ -199,6 +284,7 @@ class SimulatedBackend:
                         node=name,
                         index=n - 1,
                         idle_share=shares["gpu_util_le_1pct"],
+                        inlet_c=rng.uniform(*inlet_c),
                         q=q,
                         latent=_Ar1(rng, NODE_TAU_S),
                         mem_latent=_Ar1(rng, NODE_TAU_S),
@@ -251,6 +337,41 @@ class SimulatedBackend:
         p = node.idle_share
         return p + (1.0 - p) * u if busy else p * u
 
+    def _capped(self, gpu: _SimGpu, demand: float) -> tuple[float, bool]:
+        """What NVML reads of a board asking for `demand` watts under its enforced limit, and
+        whether the controller is holding it there: at most CAP_OVERSHOOT over the limit in
+        the sample where it reaches the cap, then just under it."""
+        limit = MODEL.power_limit_w
+        was_capped, gpu.capped = gpu.capped, demand > limit
+        if not gpu.capped:
+            return demand, False
+        if not was_capped:
+            return min(demand, limit * (1.0 + self._rng.uniform(0.0, CAP_OVERSHOOT))), True
+        return limit * (1.0 - self._rng.uniform(0.0, CAP_SETTLE)), True
+
+    def _temperatures(
+        self, node: _SimNode, gpu: _SimGpu, power: float, dt: float
+    ) -> tuple[float, float]:
+        """Core and HBM temperatures: each moves toward its steady state at this power over
+        the node's inlet air with the heatsink's time constant (THERMAL_TAU_S)."""
+        air = node.inlet_c + gpu.preheat_c
+        # Acme's temperatures at the rank of this power in Acme's powers (a GPU at its 90th
+        # percentile of power sits at its 90th of temperature), over our air instead of
+        # Acme's; never under the board's linear rise at this power.
+        rank = node.q["gpu_power_w"].rank(power)
+        core_ss = air + max(MODEL.core_c_per_w * power, node.q["gpu_temp_c"](rank) - ACME_AIR_C)
+        hbm_ss = air + max(
+            MODEL.hbm_offset_c + MODEL.hbm_c_per_w * power,
+            node.q["mem_temp_c"](rank) - ACME_AIR_C,
+        )
+        if gpu.core_c is None or gpu.hbm_c is None:
+            gpu.core_c, gpu.hbm_c = core_ss, hbm_ss  # a board found in its steady state
+        else:
+            k = 1.0 - math.exp(-dt / THERMAL_TAU_S)
+            gpu.core_c += (core_ss - gpu.core_c) * k
+            gpu.hbm_c += (hbm_ss - gpu.hbm_c) * k
+        return gpu.core_c, gpu.hbm_c
+
     def _read_node(self, node: _SimNode, ts: float, dt: float) -> NodeReading:
         rng = self._rng
         q = node.q
@@ -283,11 +404,13 @@ class SimulatedBackend:
             up = self._state(_phi(zp), node, busy)
             # Utilization is coarse ("a kernel ran", in whole percent): equal across the job.
             util = round(q["gpu_util"](u))
-            power = q["gpu_power_w"](up) * spread * (1.0 + rng.gauss(0.0, 0.01))
+            demand = q["gpu_power_w"](up) * spread * (1.0 + rng.gauss(0.0, 0.01))
             if slow:
-                power *= simphases.STRAGGLER_POWER_RATIO
-            power = round(max(power, 1.0), 3)  # mW resolution, as NVML reports
+                demand *= simphases.STRAGGLER_POWER_RATIO
+            power, capped = self._capped(gpu, max(demand, MODEL.idle_power_w))
+            power = round(power, 3)  # mW resolution, as NVML reports
             gpu.energy_mj += power * dt * 1000.0
+            core, hbm = self._temperatures(node, gpu, power, dt)
             sm = min(1.0, q["sm_active_pct"](u) / 100.0 * spread)
             tensor = min(1.0, q["tensor_active_pct"](u) / 100.0 * spread)
             row = [gpu.info.index, ts, *([None] * len(GPU_FIELD_NAMES))]
@@ -304,19 +427,23 @@ class SimulatedBackend:
             row[GPU_POS["fb_used_bytes"]] = min(fb_used, FB_TOTAL_BYTES)
             row[GPU_POS["fb_total_bytes"]] = FB_TOTAL_BYTES
             row[GPU_POS["power_w"]] = power
-            row[GPU_POS["power_limit_w"]] = POWER_LIMIT_W
+            row[GPU_POS["power_limit_w"]] = MODEL.power_limit_w
             row[GPU_POS["energy_mj"]] = int(gpu.energy_mj)
-            row[GPU_POS["gpu_temp_c"]] = round(q["gpu_temp_c"](up) + rng.gauss(0.0, 0.3), 1)
-            row[GPU_POS["mem_temp_c"]] = round(q["mem_temp_c"](up) + rng.gauss(0.0, 0.3), 1)
-            clock = SM_CLOCK_BUSY_MHZ if util > 0 else SM_CLOCK_IDLE_MHZ
+            # Whole degrees, as NVML reports them.
+            row[GPU_POS["gpu_temp_c"]] = float(round(core + rng.gauss(0.0, TEMP_NOISE_C)))
+            row[GPU_POS["mem_temp_c"]] = float(round(hbm + rng.gauss(0.0, TEMP_NOISE_C)))
+            clock = MODEL.sm_clock_busy_mhz if util > 0 else MODEL.sm_clock_idle_mhz
+            if capped and util > 0:
+                ratio = (MODEL.power_limit_w / demand) ** CAP_CLOCK_EXPONENT
+                clock = SM_CLOCK_STEP_MHZ * math.floor(clock * ratio / SM_CLOCK_STEP_MHZ)
             if slow:
                 clock = round(clock * simphases.STRAGGLER_CLOCK_RATIO)
             row[GPU_POS["sm_clock_mhz"]] = clock
-            row[GPU_POS["mem_clock_mhz"]] = MEM_CLOCK_MHZ
+            row[GPU_POS["mem_clock_mhz"]] = MODEL.mem_clock_mhz
             reasons = IDLE_REASON if util == 0 else 0
             if slow:
                 reasons |= simphases.HW_SLOWDOWN_REASON
-            if power >= 0.97 * POWER_LIMIT_W:
+            if capped:
                 reasons |= POWER_CAP_REASON
             row[GPU_POS["clocks_event_reasons"]] = reasons
             for name in ("ecc_sbe_vol", "ecc_dbe_vol", "ecc_dbe_agg"):
@@ -329,8 +456,8 @@ class SimulatedBackend:
             row[GPU_POS["pcie_tx_bytes_s"]] = round(PCIE_PEAK_BYTES_S * 0.02 * sm * _phi(zj), 1)
             row[GPU_POS["pcie_rx_bytes_s"]] = round(PCIE_PEAK_BYTES_S * 0.03 * sm * _phi(zj), 1)
             row[GPU_POS["pcie_replay"]] = 0
-            row[GPU_POS["pcie_gen"]] = PCIE_GEN
-            row[GPU_POS["pcie_width"]] = PCIE_WIDTH
+            row[GPU_POS["pcie_gen"]] = MODEL.pcie_gen
+            row[GPU_POS["pcie_width"]] = MODEL.pcie_width
             row[GPU_POS["pstate"]] = 0
             rows.append(row)
         node_busy = None if jobs is None else jobs.node_busy(node.cluster, node.index, ts)

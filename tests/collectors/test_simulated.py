@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -210,3 +211,103 @@ def test_a_bad_history_step_is_refused_with_one_line_naming_it(flags, message, c
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+# --- Physics: power limits, inlet temperature, thermal inertia -------------------------------
+
+STEP_S = 15.0  # Acme's sampling interval (docs/acme-workload.md section 1)
+# A board may read a few percent over its enforced limit for a sample while its power
+# controller catches a load step (NVML's reading is a 1 s average), never for long.
+EXCURSION = 0.05
+EXCURSION_SAMPLES = 2
+
+
+@pytest.fixture(scope="module")
+def an_hour():
+    """One simulated hour of the default fleet at Acme's 15 s, and the backend (its nodes'
+    inlet temperatures); rows by GPU in time order."""
+    backend = SimulatedBackend(seed=11)
+    by_gpu: dict[tuple[str, int], list] = {}
+    for readings in run(backend, 240, STEP_S):
+        for r in readings:
+            for row in r.gpu_rows:
+                by_gpu.setdefault((r.node, row[0]), []).append(row)
+    inlet = {n.node: n.inlet_c for n in backend.nodes}
+    return by_gpu, inlet
+
+
+def test_power_stays_within_the_enforced_limit(an_hour):
+    """An A100-SXM4-80GB capped at 400 W does not draw 600 W: over an hour, a busy GPU reads
+    at most a few percent over its limit, and never for more than a sample or two in a row;
+    a capped GPU says so (SwPowerCap) and runs its SM clock below boost."""
+    by_gpu, _inlet = an_hour
+    capped = 0
+    for rows in by_gpu.values():
+        run_over = 0
+        for row in rows:
+            power, limit = row[GPU_POS["power_w"]], row[GPU_POS["power_limit_w"]]
+            assert limit == 400.0
+            assert 0 < power <= limit * (1 + EXCURSION), power
+            run_over = run_over + 1 if power > limit else 0
+            assert run_over <= EXCURSION_SAMPLES
+            if row[GPU_POS["clocks_event_reasons"]] & 0x4:  # SwPowerCap
+                capped += 1
+                assert power >= 0.97 * limit
+                assert row[GPU_POS["sm_clock_mhz"]] < 1410
+    # Busy pretraining GPUs do reach the limit (Acme's busiest tenth asks 400 W and more).
+    assert capped > 1000
+
+
+def test_an_idle_gpu_sits_some_degrees_above_its_inlet():
+    """Whatever the air coming in, an idle GPU is warmer than it: about 5-10 °C above inlet at
+    ~60 W, not 22-24 °C under every inlet."""
+    for inlet in (18.0, 32.0):
+        backend = SimulatedBackend(["seren"], 4, 8, seed=2, jobs=False, inlet_c=(inlet, inlet))
+        idle = [
+            row[GPU_POS["gpu_temp_c"]]
+            for readings in run(backend, 40, STEP_S)
+            for r in readings
+            for row in r.gpu_rows
+            if row[GPU_POS["power_w"]] < 80
+        ]
+        assert len(idle) > 100
+        assert min(idle) >= inlet + 3
+        assert statistics.median(idle) <= inlet + 12
+
+
+def test_a_gpu_cools_slowly_after_its_load_stops(an_hour):
+    """Thermal inertia: a GPU that stops working at 55 °C or more is still well above its idle
+    temperature two minutes later (a heatsink's time constant is minutes), and has not risen."""
+    by_gpu, inlet = an_hour
+    checked = 0
+    lag = int(120 / STEP_S)
+    for (node, _index), rows in by_gpu.items():
+        temps = [row[GPU_POS["gpu_temp_c"]] for row in rows]
+        utils = [row[GPU_POS["gpu_util"]] for row in rows]
+        for k in range(1, len(rows) - lag):
+            hot = temps[k - 1]
+            if utils[k - 1] < 90 or hot < 55 or any(u > 0 for u in utils[k : k + lag + 1]):
+                continue
+            later = temps[k + lag]
+            assert later <= hot
+            # With the GPU's idle level some 5-10 °C over inlet, over a quarter of the way down
+            # is still to go after two minutes (a first-order lag with a time constant of 2
+            # minutes keeps e^-1, 37%).
+            assert later - inlet[node] >= 0.25 * (hot - inlet[node]), (node, hot, later)
+            checked += 1
+    assert checked >= 20
+
+
+def test_every_value_stays_in_its_physical_range(an_hour):
+    by_gpu, inlet = an_hour
+    for (node, _index), rows in by_gpu.items():
+        for row in rows:
+            assert 0 <= row[GPU_POS["gpu_util"]] <= 100
+            assert 0 <= row[GPU_POS["mem_copy_util"]] <= 100
+            for ratio in ("sm_active", "sm_occupancy", "tensor_active", "dram_active"):
+                assert 0 <= row[GPU_POS[ratio]] <= 1
+            assert 0 < row[GPU_POS["power_w"]] <= row[GPU_POS["power_limit_w"]] * 1.05
+            assert inlet[node] < row[GPU_POS["gpu_temp_c"]] <= 90
+            assert inlet[node] < row[GPU_POS["mem_temp_c"]] <= 95
+            assert 0 <= row[GPU_POS["fb_used_bytes"]] <= row[GPU_POS["fb_total_bytes"]]
+            assert 0 < row[GPU_POS["sm_clock_mhz"]] <= 1410
