@@ -696,9 +696,12 @@ def cases():  # noqa: C901 - a catalogue of cases
             "[2024-05-07 03:10:44] training process exited",
         ]
 
+    # A bare "Killed" is the shell's report of a SIGKILL, host_oom through the exit table
+    # (diagnosis/exits.py); SIGTERM says nothing of a cause (launchers send it to every
+    # surviving rank), so a bare "Terminated" stays unknown.
     @add("unknown_2", "unknown", None)
     def _(r):
-        return ["done. exiting with status 3", "Killed"]
+        return ["done. exiting with status 3", "Terminated"]
 
     return C
 

@@ -310,3 +310,51 @@ def test_a_line_is_cut_at_max_line_bytes():
     assert got.cause == "unknown"
     got = diagnose_text(oom + "x" * MAX_LINE_BYTES + "\n")
     assert got.cause == "gpu_oom"
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        # Each launcher's or shell's verdict names the signal; the exit table gives its meaning.
+        (
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0"
+            " (pid: 2410412) of binary: /opt/conda/bin/python",
+            "host_oom",
+        ),
+        (
+            "[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['python', 'main.py']"
+            " exits with return code = -9",
+            "host_oom",
+        ),
+        (
+            "mpirun noticed that process rank 0 with PID 21183 on node host01 exited on signal 9"
+            " (Killed).",
+            "host_oom",
+        ),
+        ("Exception: process 1 terminated with signal SIGKILL", "host_oom"),
+        (
+            "model_train_demo.sh: line 5:  1921 Killed                  hector feature_stats",
+            "host_oom",
+        ),
+        ("Killed", "host_oom"),
+        ("srun: error: gpu-3: task 0: Exited with exit code 137", "host_oom"),
+        (
+            "mpirun noticed that process rank 0 with PID 6 on node fl98 exited on signal 11"
+            " (Segmentation fault)",
+            "native_crash",
+        ),
+        ("  exitcode  : -6 (pid: 3304209)", "native_crash"),
+        ("srun: error: node-05: task 40: Bus error", "filesystem"),
+        # The process's own report of the signal it caught is a native crash, SIGBUS included.
+        (
+            "[09677202c889:5283 :0:5704] Caught signal 7 (Bus error: nonexistent physical address)",
+            "native_crash",
+        ),
+        # SIGTERM is what launchers send the surviving ranks: no verdict.
+        ("Terminated", "unknown"),
+        ("srun: error: gpu-3: task 0: Exited with exit code 1", "unknown"),
+    ],
+)
+def test_exit_verdicts_decide_through_the_exit_table(line, cause):
+    got = diagnose_text(line + "\n")
+    assert got.cause == cause, (line, got.rule_id)

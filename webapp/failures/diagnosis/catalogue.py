@@ -29,7 +29,7 @@ class RuleError(ValueError):
 @dataclass(frozen=True)
 class Rule:
     id: str
-    cause: str  # a taxonomy cause, "by_xid" or "by_exception"
+    cause: str  # a taxonomy cause, "by_xid", "by_exception" or "by_exit" (exits.py decides)
     kind: str  # cause | symptom | outcome | ignore
     tier: str  # a taxonomy tier or "by_xid"
     patterns: tuple[str, ...]
@@ -60,6 +60,9 @@ class Catalogue:
 
 
 KINDS = ("cause", "symptom", "outcome", "ignore")
+# A rule with one of these causes defers to a table: the Xid table (taxonomy.XIDS), the
+# innermost traceback frame, the exit table (exits.SIGNALS).
+DEFERRED_CAUSES = ("by_xid", "by_exception", "by_exit")
 BLAMES = ("line", "peer", "none")
 
 
@@ -74,9 +77,7 @@ def _rule(raw: dict[str, Any]) -> Rule:
             raise RuleError(f"rule {rid}: {key} must be {what}, got {value!r}")
         return value
 
-    cause = need(
-        "cause", lambda v: v in taxonomy.CAUSES or v in ("by_xid", "by_exception"), "a cause"
-    )
+    cause = need("cause", lambda v: v in taxonomy.CAUSES or v in DEFERRED_CAUSES, "a cause")
     kind = need("kind", lambda v: v in KINDS, "one of " + ", ".join(KINDS))
     tier = need("tier", lambda v: v in taxonomy.TIER_RANK or v == "by_xid", "a tier")
     patterns = need("patterns", lambda v: isinstance(v, list) and v, "a non-empty list")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from webapp.failures import taxonomy
+from webapp.failures.diagnosis import exits
 from webapp.failures.diagnosis.catalogue import Catalogue, Rule, catalogue_load, first_rule
 from webapp.failures.diagnosis.lines import Line, Stamp, folded, kernel_hint, parse_line
 
@@ -133,10 +134,12 @@ _PEER = _Find(
     ),
     ("peer", "call to recv from", "connect to"),
 )
+# The host a scheduler or launcher line names (Open MPI's "... on node gpu-07 exited on signal
+# 9" included: the host of the failed rank).
 _SLURM_NODE = _Find(
     re.compile(
         r"Node failure on ([\w.-]+)|srun: error: ([\w.-]+): task|Nodes? ([\w.-]+) not responding|"
-        r"^error: ([\w.-]+): task|, node: ([\w.-]+)",
+        r"^error: ([\w.-]+): task|, node: ([\w.-]+)|on node ([\w.-]+) exited",
         re.I,
     ),
     ("node", "error: "),
@@ -209,6 +212,18 @@ def event_of(
         action = xid.action.value if xid.action else None
         if xid.tier != "hardware":
             confidence = min(confidence, NON_HARDWARE_XID_CONFIDENCE)
+    elif cause == "by_exit":
+        if rule.kind == "cause":  # the process's own crash report
+            meaning = exits.exit_meaning(exits.crash_signal(msg))
+            if meaning is None or meaning.crash_cause is None:
+                return None
+            cause = meaning.crash_cause
+        else:  # a parent's verdict: weak, with the table's confidence for the signal
+            meaning = exits.exit_meaning(exits.verdict_signal(msg))
+            if meaning is None:
+                return None
+            cause, confidence = meaning.verdict_cause, meaning.verdict_confidence
+        detail = meaning.label
     elif cause == "by_exception":
         name = _EXC_NAME.match(msg).group(1)  # at_start matched, so this matches too
         if name in EXCEPTIONS_IGNORED:

@@ -1,0 +1,141 @@
+"""Exit semantics: what a process's end, as its parent reports it, says about the cause.
+
+A launcher (torchrun / torch.distributed.elastic, the DeepSpeed launcher, torch.multiprocessing),
+a scheduler step (srun), an MPI launcher (mpirun / mpiexec) or a shell reports how a process
+ended: an exit status, or the signal that ended it. The same signal means the same thing
+whichever of them reports it, so the meaning lives in one table (SIGNALS) and each launcher's
+wording is only parsed (verdict_signal). rules.yaml's `by_exit` rules hand their lines here, as
+`by_xid` rules hand theirs to the Xid table.
+
+Two readings of one signal:
+- a *verdict*, reported by the parent after the fact: weak evidence (tier "weak"), since the
+  parent only saw the end. SIGKILL is the kernel's OOM killer far more often than anything
+  else on a training node (docs/failure-taxonomy.md host_oom, docs/failure-signatures.md s2
+  "exitcode : -9 ... Signal 9 (SIGKILL) -> host_oom / preempted / cancelled"); a scheduler's
+  time limit, preemption or cancel prints its own reason line, which outranks the verdict.
+- a *crash report*, printed by the dying process itself (UCX's "Caught signal 7 (Bus error:
+  ...)", glibc's "*** SIGSEGV", gdb's "received signal SIGSEGV"): the process crashed in
+  native code, native_crash (docs/failure-taxonomy.md "native crash": "Segmentation fault,
+  SIGABRT"), in the native tier.
+
+Signal numbers are Linux x86-64's (signal(7), https://man7.org/linux/man-pages/man7/signal.7.html);
+a shell reports a signal-killed child as status 128 + n (bash(1), "EXIT STATUS",
+https://www.gnu.org/software/bash/manual/bash.html#Exit-Status); Python's subprocess and
+torch.distributed.elastic report it as a negative return code -n
+(https://docs.python.org/3/library/subprocess.html#subprocess.CompletedProcess.returncode).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ExitMeaning:
+    signal: int
+    name: str
+    verdict_cause: str  # what a parent's report of this signal points at (tier "weak")
+    verdict_confidence: float
+    crash_cause: str | None  # the process's own crash report of it (tier "native"), if any
+    label: str  # the diagnosis detail
+
+
+# The signals a training job dies of. SIGBUS as a verdict: docs/failure-signatures.md s7
+# ("srun: error: <node>: task <n>: Bus error" -> dataloader_killed with DataLoader lines, else
+# filesystem: a file mapped from a failed mount); printed by the process itself it is a crash.
+# SIGABRT and SIGSEGV as verdicts stay weak: the NCCL watchdog aborts the ranks it times out
+# (docs/failure-signatures.md s2), so a launcher's -6 often follows a timeout the log names.
+# SIGTERM is what launchers send the surviving ranks after one failed (torchrun's "Sending
+# process N closing signal SIGTERM"): not a verdict on the failed one, so it is not listed.
+SIGNALS: dict[int, ExitMeaning] = {
+    m.signal: m
+    for m in (
+        ExitMeaning(9, "SIGKILL", "host_oom", 0.4, None, "process killed (SIGKILL)"),
+        ExitMeaning(11, "SIGSEGV", "native_crash", 0.35, "native_crash", "segmentation fault"),
+        ExitMeaning(6, "SIGABRT", "native_crash", 0.35, "native_crash", "process aborted"),
+        ExitMeaning(4, "SIGILL", "native_crash", 0.35, "native_crash", "illegal instruction"),
+        ExitMeaning(8, "SIGFPE", "native_crash", 0.35, "native_crash", "floating-point exception"),
+        ExitMeaning(7, "SIGBUS", "filesystem", 0.4, "native_crash", "bus error (SIGBUS)"),
+    )
+}
+# The names launchers and shells print for a signal (strsignal(3) and Open MPI's wording).
+_SIGNAL_WORDS: dict[str, int] = {
+    "killed": 9,
+    "sigkill": 9,
+    "segmentation fault": 11,
+    "sigsegv": 11,
+    "aborted": 6,
+    "sigabrt": 6,
+    "illegal instruction": 4,
+    "sigill": 4,
+    "floating point exception": 8,
+    "sigfpe": 8,
+    "bus error": 7,
+    "sigbus": 7,
+}
+# Shell status 128 + n: only the ones that can only be a signal (a program may exit 1..127).
+_SHELL_STATUS = {128 + n: n for n in SIGNALS}
+
+# Each launcher's wording of "rank/task/process X ended by signal or status Y", the number or
+# name in group 1 (a negative return code is a signal: -9 is SIGKILL).
+_VERDICTS: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        # torch.distributed.elastic: "failed (exitcode: -9) local_rank: 0", the failure record's
+        # "exitcode  : -9 (pid: 1)" and "traceback : Signal 9 (SIGKILL) received by PID 1"
+        r"exitcode *: *(-\d+)",
+        r"Signal (\d+) \(SIG[A-Z]+\) received",
+        # the DeepSpeed launcher: "[...] exits with return code = -9"
+        r"exits with return code = (-\d+)",
+        # torch.multiprocessing.spawn: "process 1 terminated with signal SIGKILL"
+        r"terminated with signal (SIG[A-Z]+)",
+        # subprocess: "died with <Signals.SIGSEGV: 11>"
+        r"died with <Signals\.(SIG[A-Z]+)",
+        # Open MPI: "mpirun noticed that process rank 1 ... exited on signal 9 (Killed)", the
+        # signal sometimes wrapped onto its own line ("signal 6 (Aborted).")
+        r"exited on signal (\d+)",
+        r"^signal (\d+) \([A-Za-z ]+\)\.?$",
+        # srun: "srun: error: node-05: task 40: Bus error", "... task 3: Killed"
+        r"tasks? [\d,-]+: (Killed|Segmentation fault|Bus error|Aborted)",
+        # bash's job report: "line 41: 51234 Killed   python train.py"
+        r"line \d+: +\d+ (Killed|Segmentation fault|Bus error|Aborted)",
+        # a shell's bare report of a killed foreground job (**Killed** pasted as markdown)
+        r"^\W*(Killed)\W*$",
+        # exit statuses 128 + n: "Command exited with non-zero status 137", "exit code 137"
+        r"(?:exit(?:ed with)? (?:code|status)|non-zero status) (13[2-9])\b",
+    )
+)
+# A process's own report of the signal it caught (UCX/ucm: "[host:pid:0:tid] Caught signal 7
+# (Bus error: nonexistent physical address)", deepspeedai/DeepSpeed#2638).
+_CRASH_REPORT = re.compile(r"Caught signal (\d+) \(", re.IGNORECASE)
+
+
+def _signal_of(token: str) -> int | None:
+    token = token.strip().lower()
+    if token.lstrip("-").isdigit():
+        value = int(token)
+        if value < 0:
+            return -value
+        return _SHELL_STATUS.get(value, value if token.isdigit() and value < 32 else None)
+    return _SIGNAL_WORDS.get(token)
+
+
+def verdict_signal(message: str) -> int | None:
+    """The signal a launcher's, scheduler's or shell's report of a process's end names."""
+    for rx in _VERDICTS:
+        m = rx.search(message)
+        if m:
+            return _signal_of(m.group(1))
+    return None
+
+
+def crash_signal(message: str) -> int | None:
+    """The signal a process reports it caught itself (a native crash report)."""
+    m = _CRASH_REPORT.search(message)
+    return int(m.group(1)) if m else None
+
+
+def exit_meaning(signal: int | None) -> ExitMeaning | None:
+    """The table's row for a signal (None: not one a job's failure is told by)."""
+    return SIGNALS.get(signal) if signal is not None else None
