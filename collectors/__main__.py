@@ -9,7 +9,7 @@
     vigil-collector --source nvml --cluster seren --kernel-log journal \
         --job-log-glob '/var/log/jobs/*/*.log'                     # GPU errors and job logs
 
-Job events: `--jobs slurm` polls squeue/scontrol and the jobcomp file on this host (run it on
+Job events: `--jobs slurm` polls squeue and scontrol on this host (run it on
 one host per cluster: it reports every job of the cluster); `--source simulated` also
 simulates the cluster's jobs unless `--jobs none`.
 
@@ -91,6 +91,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _uid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a uid") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a uid (0 to 4294967295)")
+    return value
+
+
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -126,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs",
         choices=("none", "slurm", "simulated"),
         default=None,
-        help="job events: 'slurm' polls squeue/scontrol/jobcomp here (one host per cluster); "
+        help="job events: 'slurm' polls squeue/scontrol here (one host per cluster); "
         "'simulated' (the default with --source simulated) runs the simulator's job model",
     )
     p.add_argument(
@@ -134,12 +144,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=None,
         help="seconds between Slurm polls (default: --interval)",
-    )
-    p.add_argument(
-        "--slurm-jobcomp",
-        type=Path,
-        default=None,
-        help="jobcomp/filetxt file (default: JobCompLoc from `scontrol show config`)",
     )
     p.add_argument(
         "--state-dir",
@@ -227,6 +231,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--job-logs-slurm",
         action="store_true",
         help="follow the StdOut/StdErr files Slurm names for the jobs running on --node",
+    )
+    events.add_argument(
+        "--job-log-min-uid",
+        type=_uid,
+        default=1000,
+        metavar="UID",
+        help="job log files owned by a uid below this (root, system accounts) are never read "
+        "(default: 1000)",
     )
     events.add_argument(
         "--sim-failures",
@@ -339,7 +351,11 @@ def _event_watchers(
                 paths.append(glob_paths(args.job_log_glob))
             if args.job_logs_slurm:
                 paths.append(slurm_paths(args.node))
-            sources.append(JobLogSource(args.cluster, args.node, paths, args.state_dir))
+            sources.append(
+                JobLogSource(
+                    args.cluster, args.node, paths, args.state_dir, min_uid=args.job_log_min_uid
+                )
+            )
     return [NodeEventWatcher(sources, tokens)] if sources else []
 
 
@@ -374,8 +390,6 @@ def _check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("--jobs slurm watches a real cluster: use it with --source nvml, dcgm or none")
     if args.source == "none" and args.jobs == "none":
         parser.error("--source none collects nothing without --jobs slurm")
-    if args.slurm_jobcomp and args.jobs != "slurm":
-        parser.error("--slurm-jobcomp only applies to --jobs slurm")
     if args.kernel_log != "none" and args.source == "simulated":
         parser.error("--kernel-log does not apply to --source simulated")
     if (args.job_log_glob or args.job_logs_slurm) and args.source == "simulated":
@@ -502,7 +516,6 @@ def _job_watchers(
                 args.node,
                 tokens(args.cluster, args.node),
                 state_path=args.state_dir / f"slurm-{args.cluster}.json",
-                jobcomp_path=args.slurm_jobcomp,
                 interval_s=args.jobs_interval or args.interval,
             )
         )

@@ -1,12 +1,12 @@
 """Error windows from running jobs' stdout/stderr: the lines around an error, not the log.
 
 Which files: `--job-log-glob` patterns (e.g. `/var/log/jobs/*/*.log`, the job id taken from the
-first number in a wildcard part of the path), and/or the `StdOut` / `StdErr` paths Slurm gives
-for the jobs running on this node (`squeue -w <node>` then `scontrol show job <id>`, asked once
-a minute to spare slurmctld, and at once when a job starts here: `slurmstepd: [<id>.batch]`
-appears among the host's processes, a local read that costs slurmctld nothing, so a job that
-dies in its first minute is read too). Each file is followed with tail.py (rotation,
-truncation, restart from the saved offset).
+first number in a wildcard part of the path), and/or the stdout / stderr paths Slurm gives for
+the jobs running on this node (one `squeue -w <node> -O ...` listing, asked once a minute to
+spare slurmctld, and at once when a job starts here: `slurmstepd: [<id>.batch]` appears among
+the host's processes, a local read that costs slurmctld nothing, so a job that dies in its
+first minute is read too). Each file is followed with tail.py (rotation, truncation, restart
+from the saved offset).
 
 What is sent: when a line carries an error trigger (a short list of lowercase literals in the
 spirit of the anchors of webapp/failures/rules.yaml, kept here because the agent never imports
@@ -18,9 +18,12 @@ same traceback at once is one window. Lines are shipped as written, rank and hos
 kept (the diagnosis uses them to blame a rank), each cut at `schema.MAX_LINE_CHARS`.
 
 The agent runs as root and a job log's path is the user's choice, so a log is opened through
-no symlink a user made (tail.open_no_follow) and checked on the open descriptor, not the path
-(nothing can be swapped in between): a regular file, owned by the job's user. The user comes
-from Slurm (`UserId=alice(1000)` of `scontrol show job`) as a `JobLog` with each path. A
+no symlink a user made (tail.open_no_follow, O_NOFOLLOW) and checked on the open descriptor,
+not the path (nothing can be swapped in between): a regular file, not owned by root or a
+system account (uid below `--job-log-min-uid`, 1000 by default: the first uid useradd gives a
+person on Debian and Red Hat), and owned by the job's user. The user's uid comes from
+`squeue -O UserID`, a number slurmctld prints and no job can shape (a job name can hold
+`UserId=root(0)` and a newline; see slurmtext.py), as a `JobLog` with each path. A
 `--job-log-glob` file has no known user: it is read when it is a regular file with one name (a
 hard link is how a user points a log at a file they cannot read). A refused file is not read
 and logs one WARNING naming the job and the reason.
@@ -33,7 +36,6 @@ import glob
 import json
 import logging
 import os
-import pwd
 import re
 import stat
 import time
@@ -55,6 +57,9 @@ QUIET_CLOSE_S = 5.0  # a dying job stops writing: ship the open window after thi
 MAX_WINDOWS_PER_FILE = 50  # a log that errs in a loop is cut off here (volume stays modest)
 STARTUP_BACKLOG_S = 300.0  # at start, files quiet longer than this are followed from their end
 SLURM_REFRESH_S = 60.0
+# Files owned by a uid below this are not read: root and the system accounts (Debian's and Red
+# Hat's useradd give people uids from 1000, login.defs UID_MIN).
+MIN_UID = 1000
 # The host's processes are scanned for new job steps at most this often: at 1 Hz rounds on a
 # node with 1,000 processes an every-round scan would cost as much CPU as the rest
 # of the agent's goal (1% of a core); a job that dies within 2 s of starting is not an LLM job.
@@ -98,7 +103,22 @@ TRACEBACK_RE = re.compile(
     r"|[\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b|\^+\s*$|~+\^+)"
 )
 JOB_ID_RE = re.compile(r"\d+(?:_\d+)?")
-USER_ID_RE = re.compile(r"^([^(]*)\((\d+)\)$")  # scontrol's UserId=alice(1000)
+# squeue -O fields read for the jobs on this node. UserID is numeric and UserName comes from
+# the password database; the rest is the job owner's text, safe behind field_separator().
+SQUEUE_LOG_FIELDS = (
+    "JobID",
+    "UserID",
+    "UserName",
+    "ArrayJobID",
+    "ArrayTaskID",
+    "BatchHost",
+    "WorkDir",
+    "STDOUT",
+    "STDERR",
+    "Name",
+)
+# sbatch(1) "filename pattern": %A %a %j %J %N %n %s %t %u %x, an optional zero-padding width.
+OUTPUT_PATTERN_RE = re.compile(r"%(\d*)([%AajJNnstux])")
 
 
 @dataclass(frozen=True)
@@ -110,22 +130,12 @@ class JobLog:
     user: str = ""
 
 
-def slurm_user(value: str) -> tuple[str, int | None]:
-    """(name, uid) of a Slurm `UserId` value: `alice(1000)`; a bare name is looked up."""
-    m = USER_ID_RE.match(value.strip())
-    if m:
-        return m.group(1), int(m.group(2))
-    name = value.strip()
-    try:
-        return name, pwd.getpwnam(name).pw_uid
-    except (KeyError, ValueError):
-        return name, None
-
-
-def job_log_refusal(st: os.stat_result, job: JobLog) -> str | None:
+def job_log_refusal(st: os.stat_result, job: JobLog, min_uid: int = MIN_UID) -> str | None:
     """Why the agent must not read the opened file `st` as `job`'s log, else None."""
     if not stat.S_ISREG(st.st_mode):
         return "not a regular file"
+    if st.st_uid < min_uid:
+        return f"owned by uid {st.st_uid}, a system account (below {min_uid})"
     if job.uid is None:
         if st.st_nlink > 1:
             return f"it has {st.st_nlink} hard links and the job's user is not known"
@@ -271,17 +281,56 @@ def local_slurm_jobs(proc: Path = Path("/proc")) -> set[str]:
     return ids
 
 
+def output_path(pattern: str, f: dict[str, str], node: str) -> str:
+    """The file Slurm writes for an `--output` / `--error` pattern, as sbatch(1) expands it;
+    relative to the job's working directory, `slurm-%j.out` (`slurm-%A_%a.out` for an array)
+    when none was given; a backslash anywhere turns expansion off."""
+    array = f["ArrayTaskID"].isdigit()
+    if not pattern:
+        pattern = "slurm-%A_%a.out" if array else "slurm-%j.out"
+    if "\\" in pattern:
+        path = pattern.replace("\\", "")
+    else:
+        job_id = f["JobID"]
+        values = {
+            "%": "%",
+            "A": f["ArrayJobID"] if array else job_id,
+            "a": f["ArrayTaskID"] if array else "4294967294",  # Slurm's NO_VAL
+            "j": job_id,
+            "J": job_id,
+            "N": f["BatchHost"] or node,
+            "n": "0",
+            "s": "batch",
+            "t": "0",
+            "u": f["UserName"],
+            "x": f["Name"],
+        }
+
+        def one(m: re.Match[str]) -> str:
+            value = values[m.group(2)]
+            width = int(m.group(1) or 0)
+            return value.zfill(width) if value.isdigit() and width else value
+
+        path = OUTPUT_PATTERN_RE.sub(one, pattern)
+    return path if path.startswith("/") else os.path.join(f["WorkDir"], path)
+
+
 def slurm_paths(
     node: str,
     run: Callable[[list[str]], str] | None = None,
     local_jobs: Callable[[], set[str]] = local_slurm_jobs,
 ) -> PathSource:
-    """StdOut/StdErr of the jobs Slurm runs on `node`: asked every SLURM_REFRESH_S, and at
+    """Stdout/stderr of the jobs Slurm runs on `node`: asked every SLURM_REFRESH_S, and at
     once when a job id not seen before runs on this host (`local_jobs`)."""
-    from collectors.watchers.slurmtext import SlurmError, parse_key_values, run_command
+    from collectors.watchers.slurmtext import (
+        SlurmError,
+        field_separator,
+        fields_format,
+        run_command,
+        split_fields,
+    )
 
     runner = run or run_command
-    cache: dict[str, tuple[JobLog, tuple[str, ...]]] = {}
     state: dict[str, Any] = {"at": None, "paths": {}, "local": set(), "scanned": None}
 
     def paths(now: float) -> dict[str, JobLog]:
@@ -295,29 +344,24 @@ def slurm_paths(
         if recent and not started_here:
             return state["paths"]
         state["at"] = now
+        sep = field_separator()
+        fmt = fields_format(SQUEUE_LOG_FIELDS, sep)
         try:
-            ids = runner(["squeue", "-h", "-w", node, "-t", "RUNNING", "-o", "%i"]).split()
+            text = runner(["squeue", "-h", "-w", node, "-t", "RUNNING", "-O", fmt])
         except SlurmError as exc:
             log.warning("squeue -w %s: %s", node, exc)
             return state["paths"]
         out: dict[str, JobLog] = {}
-        for job_id in ids:
-            if job_id not in cache:
-                try:
-                    kv = parse_key_values(runner(["scontrol", "show", "job", job_id]))
-                except SlurmError as exc:
-                    log.info("scontrol show job %s: %s", job_id, exc)
-                    continue
-                user, uid = slurm_user(kv.get("UserId", ""))
-                cache[job_id] = (
-                    JobLog(job_id, uid, user),
-                    tuple({kv[k] for k in ("StdOut", "StdErr") if kv.get(k, "").startswith("/")}),
+        for f in split_fields(text, sep, SQUEUE_LOG_FIELDS):
+            if not (f["JobID"].isdigit() and f["UserID"].isdigit()):
+                log.warning(
+                    "squeue -w %s: a row with job %r, uid %r", node, f["JobID"], f["UserID"]
                 )
-            job, job_paths = cache[job_id]
-            for path in job_paths:
-                out.setdefault(path, job)
-        for gone in set(cache) - set(ids):
-            del cache[gone]
+                continue
+            job = JobLog(f["JobID"], int(f["UserID"]), f["UserName"])
+            # No --error: stderr goes where stdout does.
+            for pattern in {f["STDOUT"], f["STDERR"] or f["STDOUT"]}:
+                out.setdefault(output_path(pattern, f, node), job)
         state["paths"] = out
         return out
 
@@ -333,10 +377,12 @@ class JobLogSource:
         node: str,
         paths: list[PathSource],
         state_dir: Path | None = None,
+        min_uid: int = MIN_UID,
     ) -> None:
         self.cluster = cluster
         self.node = node
         self.path_sources = paths
+        self.min_uid = min_uid
         self.state_path = None if state_dir is None else Path(state_dir) / f"joblogs-{node}.json"
         self._saved = self._load()
         self._files: dict[str, _File] = {}
@@ -359,7 +405,7 @@ class JobLogSource:
         def open_checked(p: Path) -> int:
             try:
                 fd = open_no_follow(p)
-                reason = job_log_refusal(os.fstat(fd), job)
+                reason = job_log_refusal(os.fstat(fd), job, self.min_uid)
                 if reason is not None:
                     os.close(fd)
                     raise UnsafeFile(errno.EPERM, reason, str(p))

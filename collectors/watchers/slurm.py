@@ -1,19 +1,19 @@
-"""Slurm watcher: job events from `squeue`, `scontrol show job -d` and the jobcomp file, and
-node states from `sinfo`.
+"""Slurm watcher: job events from `squeue` and `scontrol show job -d`, and node states from
+`sinfo`.
 
 Runs on one host per cluster where the Slurm client tools work (the controller or a login
 node), polled by the agent loop. Each poll:
 
-1. reads the records appended to the job completion file since the last poll
-   (`JobCompType=jobcomp/filetxt`; its path comes from `scontrol show config`): the final
-   state and exit code of every job, even one that started and ended between two polls, and a
-   record with state PENDING for each run that was requeued;
-2. lists every job `squeue` knows (`-t all`, explicit `-O` fields, epoch times through
-   `SLURM_TIME_FORMAT=%s`; Slurm 22.05 has no usable `--json` here);
-3. asks `scontrol show job -d <id>` once per run that started, for the GPU indices the job holds
-   on each node (`GRES=gpu:2(IDX:0-1)`), and once per job that ended without a jobcomp record,
-   for its exit code;
-4. lists every node with `sinfo` (state with all its flags, reason, when the reason was set).
+1. lists every job `squeue` knows (`-t all`, explicit `-O` fields ended by a separator drawn
+   for this call, epoch times through `SLURM_TIME_FORMAT=%s`): state, times, nodes and, for a
+   job that ended, its exit code. Slurm keeps a finished job listed for `MinJobAge` (300 s by
+   default), longer than a poll interval, so a job that started and ended between two polls is
+   still seen. (`squeue --json` prints the whole queue whatever the filters in 22.05; the
+   jobcomp file is not read: a job name holding a newline writes forged records there, see
+   slurmtext.py);
+2. asks `scontrol show job -d <id>` once per run that started, for the GPU indices the job holds
+   on each of its nodes (`GRES=gpu:2(IDX:0-1)`);
+3. lists every node with `sinfo` (state with all its flags, reason, when the reason was set).
 
 The changes become `JobEventIn` events (submitted, started with its allocation, requeued,
 ended) and `NodeStateIn` states (a node whose Vigil state, up / draining / drained / down, or
@@ -22,9 +22,7 @@ per poll. The first poll reports every node. What was reported is kept in a smal
 file, so a restarted watcher neither loses events nor repeats them (a repeat would be harmless:
 the server keeps one event per job, kind and time, and a node state is a value, not a count).
 
-Times: squeue and scontrol print epoch seconds because we set `SLURM_TIME_FORMAT=%s`; the
-jobcomp file is written by slurmctld in its own format (ISO local time by default), parsed
-here in this host's time zone, so the watcher host must share the controller's time zone.
+Times: squeue and scontrol print epoch seconds because we set `SLURM_TIME_FORMAT=%s`.
 """
 
 from __future__ import annotations
@@ -55,9 +53,8 @@ from collectors.watchers.slurmtext import (
     SlurmError,
     SlurmJob,
     end_state,
+    field_separator,
     node_state_of,
-    parse_jobcomp_config,
-    parse_jobcomp_line,
     parse_scontrol_job,
     parse_sinfo,
     parse_squeue,
@@ -98,8 +95,6 @@ class SlurmWatcher:
         token: str,
         *,
         state_path: Path | None = None,
-        jobcomp_path: Path | None = None,
-        detect_jobcomp: bool = True,
         interval_s: float = 0.0,
         runner: Runner = run_command,
     ) -> None:
@@ -107,14 +102,11 @@ class SlurmWatcher:
         self.node = node
         self.token = token
         self.state_path = state_path
-        self.jobcomp_path = jobcomp_path
-        self._detect_jobcomp = detect_jobcomp and jobcomp_path is None
         self.interval_s = interval_s
         self.run = runner
         self.jobs: dict[str, _Known] = {}
         # node -> [state, reason, since] as last reported
         self.nodes: dict[str, list[Any]] = {}
-        self._jobcomp_pos: dict[str, Any] = {}
         self._last_poll: float | None = None
         self.events_sent = 0
         self.node_states_sent = 0
@@ -128,17 +120,15 @@ class SlurmWatcher:
         try:
             data = json.loads(self.state_path.read_text(encoding="utf-8"))
             self.jobs = {k: _Known(**v) for k, v in data.get("jobs", {}).items()}
-            self._jobcomp_pos = dict(data.get("jobcomp", {}))
             self.nodes = {k: list(v) for k, v in data.get("nodes", {}).items()}
         except (OSError, ValueError, TypeError) as exc:
             log.warning("state file %s unreadable (%s); starting afresh", self.state_path, exc)
-            self.jobs, self._jobcomp_pos, self.nodes = {}, {}, {}
+            self.jobs, self.nodes = {}, {}
 
     def _save_state(self) -> None:
         if self.state_path is None:
             return
         data = {
-            "jobcomp": self._jobcomp_pos,
             "jobs": {k: v.__dict__ for k, v in self.jobs.items()},
             "nodes": self.nodes,
         }
@@ -183,22 +173,13 @@ class SlurmWatcher:
 
     def collect(self, now: float) -> list[JobEventIn]:
         """The new events since the last call (state updated in memory only)."""
-        if self._detect_jobcomp:
-            try:
-                self.jobcomp_path = parse_jobcomp_config(self.run(["scontrol", "show", "config"]))
-                self._detect_jobcomp = False
-                if self.jobcomp_path is None:
-                    log.info("JobCompType is not jobcomp/filetxt: final states from squeue only")
-            except SlurmError as exc:
-                log.warning("scontrol show config: %s", exc)
+        sep = field_separator()
         try:
-            squeue = parse_squeue(self.run(squeue_args()))
+            squeue = parse_squeue(self.run(squeue_args(sep)), sep)
         except SlurmError as exc:
             log.warning("squeue failed, skipping this poll: %s", exc)
             return []
         out: list[JobEventIn] = []
-        for record in self._read_jobcomp():
-            out.extend(self._from_jobcomp(record))
         present = set()
         for job in squeue:
             present.add(job.job_id)
@@ -210,8 +191,9 @@ class SlurmWatcher:
     def collect_nodes(self, now: float) -> list[NodeStateIn]:
         """The nodes whose Vigil state or reason changed since the last call (all of them the
         first time); remembered in memory only, like the jobs."""
+        sep = field_separator()
         try:
-            nodes = parse_sinfo(self.run(sinfo_args()))
+            nodes = parse_sinfo(self.run(sinfo_args(sep)), sep)
         except SlurmError as exc:
             log.warning("sinfo failed, node states wait for the next poll: %s", exc)
             return []
@@ -239,34 +221,6 @@ class SlurmWatcher:
         for name in set(self.nodes) - listed:  # removed from slurm.conf
             del self.nodes[name]
         return out
-
-    def _read_jobcomp(self) -> list[SlurmJob]:
-        path = self.jobcomp_path
-        if path is None:
-            return []
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            return []
-        pos = self._jobcomp_pos
-        if pos.get("path") != str(path) or pos.get("inode") != st.st_ino:
-            # First look at this file: start at its end (history before the watcher ran is
-            # not replayed), unless it is new (rotated) and everything in it is news.
-            fresh = pos.get("path") == str(path)
-            pos.update(path=str(path), inode=st.st_ino, offset=0 if fresh else st.st_size)
-        if st.st_size < pos["offset"]:  # truncated in place
-            pos["offset"] = 0
-        with open(path, "rb") as fh:
-            fh.seek(pos["offset"])
-            data = fh.read()
-        complete = data.rfind(b"\n") + 1  # a half-written last line waits for the next poll
-        pos["offset"] += complete
-        records = []
-        for raw in data[:complete].decode("utf-8", errors="replace").splitlines():
-            record = parse_jobcomp_line(raw)
-            if record is not None:
-                records.append(record)
-        return records
 
     def _known(self, job: SlurmJob, now: float) -> _Known:
         known = self.jobs.setdefault(job.job_id, _Known())
@@ -342,29 +296,17 @@ class SlurmWatcher:
         ]
 
     def _allocation_of(self, job: SlurmJob) -> list[JobGpus]:
-        """GPUs per node from scontrol; the node list with no indices if scontrol cannot say."""
+        """GPUs per node from scontrol, for the nodes squeue gives the job; the node list with
+        no indices where scontrol cannot say for sure."""
         try:
             detail = parse_scontrol_job(self.run(["scontrol", "show", "job", "-d", job.job_id]))
         except SlurmError as exc:
             log.info("scontrol show job %s: %s", job.job_id, exc)
             detail = None
-        if detail is not None and any(a.gpu_indices for a in detail.allocation):
-            return detail.allocation
+        held = {} if detail is None else {a.node: a.gpu_indices for a in detail.allocation}
+        if any(held.get(n) for n in job.node_list):
+            return [JobGpus(node=n, gpu_indices=held.get(n, [])) for n in job.node_list]
         return [JobGpus(node=n, gpu_indices=[]) for n in job.node_list]
-
-    def _from_jobcomp(self, record: SlurmJob) -> list[JobEventIn]:
-        known = self._known(record, time.time())
-        out = self._submitted(record, known, record.submit_ts or time.time())
-        ran = bool(record.node_list) and record.start_ts is not None
-        if ran and known.run_start != record.start_ts:
-            # The run started and ended between two polls: we never saw which GPUs it held.
-            out += self._started(record, known, [JobGpus(node=n) for n in record.node_list])
-        state = end_state(record.state)
-        if state is None:  # a PENDING / REQUEUED record: this run was requeued
-            out += self._requeued(record.job_id, known, record.end_ts or time.time())
-        else:
-            out += self._ended(record, known, state)
-        return out
 
     def _from_squeue(self, job: SlurmJob, now: float) -> list[JobEventIn]:
         known = self._known(job, now)
@@ -372,7 +314,7 @@ class SlurmWatcher:
         state = job.state.split(" ")[0]
         if state in STARTED_STATES and job.start_ts is not None:
             if known.run_start is not None and known.run_start != job.start_ts:
-                # Requeued and started again between two polls, with no jobcomp record.
+                # Requeued and started again between two polls.
                 out += self._requeued(job.job_id, known, job.start_ts)
             if not known.has("started", job.start_ts):
                 out += self._started(job, known, self._allocation_of(job))
@@ -380,13 +322,6 @@ class SlurmWatcher:
             if known.run_start is not None and not known.ended:
                 out += self._requeued(job.job_id, known, now)
         elif end_state(state) is not None and not known.ended:
-            # Ended with no jobcomp record (jobcomp not configured): ask scontrol for the
-            # exit code while the job is still in the controller's memory.
-            try:
-                detail = parse_scontrol_job(self.run(["scontrol", "show", "job", job.job_id]))
-                job.exit_code = detail.exit_code
-            except SlurmError as exc:
-                log.info("scontrol show job %s: %s", job.job_id, exc)
             ran = bool(job.node_list) and job.start_ts is not None
             if ran and not known.has("started", job.start_ts):
                 out += self._started(job, known, [JobGpus(node=n) for n in job.node_list])

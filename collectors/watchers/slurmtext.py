@@ -1,9 +1,19 @@
-"""Slurm's text: parsing what `squeue`, `sinfo`, `scontrol` and the jobcomp file print, and
-running the client tools (collectors/watchers/slurm.py is the watcher that polls them).
+"""Slurm's text: parsing what `squeue`, `sinfo` and `scontrol` print, and running the client
+tools (collectors/watchers/slurm.py is the watcher that polls them).
 
 Plain functions over text, tested on output recorded from Debian 12's slurm-wlm 22.05
 (tests/collectors/test_slurm_watcher.py). Times are epoch seconds because `run_command` sets
-`SLURM_TIME_FORMAT=%s`; the jobcomp file is parsed in this host's time zone.
+`SLURM_TIME_FORMAT=%s`.
+
+A job's owner writes some of what these tools print: its name, comment, account, working
+directory and output paths may hold any character, newlines and Slurm's own `Key=` words
+included (Slurm 22.05 keeps them as given). So scheduler fields are read from `squeue -O` and
+`sinfo -O` with a separator drawn at random for each call (`field_separator`), which no job
+written before the call can hold: a field then ends where the separator says, whatever it
+holds. `scontrol`'s `Key=value` text has no such separator; what is read from it keeps only
+keys printed once (`parse_key_values`), since a job name can add a `UserId=` but never remove
+the real one. The jobcomp file is not read: a name holding a newline writes whole records in
+it that nothing tells from the real ones.
 """
 
 from __future__ import annotations
@@ -11,11 +21,11 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from collectors.schema import JobGpus
 
@@ -25,12 +35,13 @@ Runner = Callable[[list[str]], str]
 """Runs a Slurm client command (argv) and returns its stdout; raises SlurmError on failure."""
 
 COMMAND_TIMEOUT_S = 30.0
-# Forget a job that vanished from squeue without an end record after this long (jobcomp off
-# and the job purged while the watcher was down): its end is not coming.
+# Forget a job that vanished from squeue without an end record after this long (purged while
+# the watcher was down): its end is not coming.
 FORGET_AFTER_S = 7 * 86400.0
-SEP = "\x1f"  # ASCII unit separator: Slurm strips control characters from names and comments
+SEP = "\x1f"  # ASCII unit separator; begins and ends every field_separator()
 
-# squeue -O fields, in the order the parser reads them.
+# squeue -O fields, in the order the parser reads them. exit_code is the wait status (exit
+# status << 8, or the signal), as waitpid(2) gives it.
 SQUEUE_FIELDS = (
     "JobID",
     "State",
@@ -47,6 +58,7 @@ SQUEUE_FIELDS = (
     "NodeList",
     "Comment",
     "Account",
+    "exit_code",
 )
 
 # Slurm job states (squeue(1) "JOB STATE CODES") grouped by what they mean for Vigil.
@@ -74,6 +86,33 @@ class SlurmError(RuntimeError):
 
 
 # --- Parsing (plain functions over the text the tools print) ------------------------------
+
+
+def field_separator() -> str:
+    """A separator for the fields of one `-O` listing: drawn at random for each call, so no job
+    name, comment or path written before it can hold it (a fixed one could be typed in)."""
+    return f"{SEP}{secrets.token_hex(8)}{SEP}"
+
+
+def fields_format(fields: Sequence[str], sep: str) -> str:
+    """The `-O` argument listing `fields`, each ended by `sep` (no width: nothing is cut)."""
+    return ",".join(f"{f}:{sep}" for f in fields)
+
+
+def split_fields(text: str, sep: str, fields: Sequence[str]) -> list[dict[str, str]]:
+    """Rows of an `-O fields_format(fields, sep)` listing, split on `sep` alone: a field may
+    hold newlines. Values keep their inner text, outer blanks stripped."""
+    tokens = text.split(sep)
+    tail = tokens.pop()  # after the last field of the last row: the line end
+    n = len(fields)
+    if tail.strip() or len(tokens) % n:
+        # Cannot come from the tool with this separator; read nothing rather than guess.
+        log.warning("%s listing: %d fields do not make rows of %d", fields[0], len(tokens), n)
+        return []
+    return [
+        dict(zip(fields, (t.strip() for t in tokens[i : i + n]), strict=True))
+        for i in range(0, len(tokens), n)
+    ]
 
 
 def slurm_null(value: str | None) -> str:
@@ -196,17 +235,38 @@ def user_name(value: str) -> str:
     return slurm_null(value).split("(", 1)[0]
 
 
+def exit_status(value: str | None) -> int | None:
+    """squeue's `exit_code`, a wait status: `768` -> 3 (exit 3); `9` (killed by signal 9) -> -9,
+    as subprocess reports it."""
+    value = slurm_null(value)
+    if not value.isdigit():
+        return None
+    status = int(value)
+    if status & 0x7F:
+        return -(status & 0x7F)
+    return (status >> 8) & 0xFF
+
+
 def parse_key_values(text: str) -> dict[str, str]:
-    """`Key=value Key2=value with spaces ...` (jobcomp and scontrol style) as a dict.
+    """`Key=value Key2=value with spaces ...` (scontrol style) as a dict, without the keys
+    printed more than once.
 
     A key is a capitalised word followed by `=` at the start or after a space, so a value may
-    hold spaces (job names, comments).
+    hold spaces. A job name or comment can hold ` UserId=root(0)` or a newline and
+    `StdOut=/etc/shadow`; Slurm still prints the real key, so a key seen twice is one a job
+    wrote, and neither value is believed.
     """
     out: dict[str, str] = {}
+    twice: set[str] = set()
     matches = list(re.finditer(r"(?:^|(?<=\s))([A-Z][A-Za-z_/:]*)=", text))
     for i, m in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        out.setdefault(m.group(1), text[m.end() : end].strip())
+        key = m.group(1)
+        if key in out:
+            twice.add(key)
+        out[key] = text[m.end() : end].strip()
+    for key in twice:
+        del out[key]
     return out
 
 
@@ -232,23 +292,25 @@ class SlurmJob:
     allocation: list[JobGpus] = field(default_factory=list)
 
 
-def squeue_args() -> list[str]:
-    fmt = ",".join(f"{f}:{SEP}" for f in SQUEUE_FIELDS)
-    return ["squeue", "--all", "--noheader", "--states=all", "-O", fmt]
+def squeue_args(sep: str = SEP) -> list[str]:
+    """Every job slurmctld holds, SQUEUE_FIELDS each ended by `sep` (a field_separator())."""
+    return [
+        "squeue",
+        "--all",
+        "--noheader",
+        "--states=all",
+        "-O",
+        fields_format(SQUEUE_FIELDS, sep),
+    ]
 
 
-def parse_squeue(text: str) -> list[SlurmJob]:
-    """Rows of `squeue_args()` output (fields ended by SEP, in SQUEUE_FIELDS order)."""
+def parse_squeue(text: str, sep: str = SEP) -> list[SlurmJob]:
+    """Rows of `squeue_args(sep)` output."""
     jobs = []
-    n = len(SQUEUE_FIELDS)
-    for line in text.splitlines():
-        if not line.strip():
+    for f in split_fields(text, sep, SQUEUE_FIELDS):
+        if not f["JobID"].isdigit():
+            log.warning("squeue: skipping a row with job id %r", f["JobID"][:40])
             continue
-        cols = [c.strip() for c in line.split(SEP)]
-        if len(cols) < n:
-            log.warning("squeue: skipping a line with %d of %d fields: %r", len(cols), n, line)
-            continue
-        f = dict(zip(SQUEUE_FIELDS, cols[:n], strict=True))
         nodes = int(f["NumNodes"]) if f["NumNodes"].isdigit() else None
         per_node = tres_gpus(f["tres-per-node"])
         gpus = tres_gpus(f["tres-per-job"])
@@ -270,25 +332,35 @@ def parse_squeue(text: str) -> list[SlurmJob]:
                 nodes=nodes,
                 gpus=gpus,
                 node_list=expand_hostlist(f["NodeList"]),
+                exit_code=exit_status(f["exit_code"]),
             )
         )
     return jobs
 
 
 def parse_scontrol_job(text: str) -> SlurmJob:
-    """`scontrol show job -d <id>`: state, times, exit code and the GPUs held on each node."""
-    fields: dict[str, str] = {}
-    allocation: list[JobGpus] = []
+    """`scontrol show job -d <id>`: state, times, exit code and the GPUs held on each node.
+
+    Keys printed more than once are not believed (parse_key_values), nor the GPUs of a node
+    named by more than one `Nodes= ... GRES=` line: a job name holding a newline can add a
+    line, never take the real one away.
+    """
+    rest: list[str] = []
+    per_host: dict[str, list[int]] = {}
+    twice: set[str] = set()
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("Nodes=") and "GRES=" in stripped:
             kv = parse_key_values(stripped)
             indices = gres_gpu_indices(kv.get("GRES", ""))
             for host in expand_hostlist(kv.get("Nodes", "")):
-                allocation.append(JobGpus(node=host, gpu_indices=indices))
+                if host in per_host:
+                    twice.add(host)
+                per_host[host] = indices
             continue
-        for key, value in parse_key_values(stripped).items():
-            fields.setdefault(key, value)
+        rest.append(stripped)
+    allocation = [JobGpus(node=h, gpu_indices=i) for h, i in per_host.items() if h not in twice]
+    fields = parse_key_values("\n".join(rest))
     if "JobId" not in fields:
         raise SlurmError("scontrol show job: no JobId in the output")
     nodes = fields.get("NumNodes", "").split("-")[0]
@@ -313,30 +385,6 @@ def parse_scontrol_job(text: str) -> SlurmJob:
         node_list=expand_hostlist(fields.get("NodeList", "")),
         exit_code=parse_exit_code(fields.get("ExitCode")),
         allocation=allocation,
-    )
-
-
-def parse_jobcomp_line(line: str) -> SlurmJob | None:
-    """One jobcomp/filetxt record (`JobId=.. UserId=.. JobState=.. ExitCode=..`), else None."""
-    kv = parse_key_values(line.strip())
-    if "JobId" not in kv or "JobState" not in kv:
-        return None
-    node_count = kv.get("NodeCnt", "")
-    return SlurmJob(
-        job_id=kv["JobId"],
-        state=kv["JobState"].upper(),
-        name=slurm_null(kv.get("Name")),
-        user=user_name(kv.get("UserId", "")),
-        partition=slurm_null(kv.get("Partition")),
-        qos=slurm_null(kv.get("QOS")),
-        project=slurm_null(kv.get("Account")),
-        submit_ts=parse_time(kv.get("SubmitTime")),
-        start_ts=parse_time(kv.get("StartTime")),
-        end_ts=parse_time(kv.get("EndTime")),
-        nodes=int(node_count) if node_count.isdigit() else None,
-        gpus=tres_gpus(kv.get("Tres", "")),
-        node_list=expand_hostlist(kv.get("NodeList", "")),
-        exit_code=parse_exit_code(kv.get("ExitCode")),
     )
 
 
@@ -400,26 +448,17 @@ class SlurmNode:
     reason_ts: float | None = None  # when the reason was set
 
 
-def sinfo_args() -> list[str]:
-    """One line per node (`-N`), every partition (`--all`), fields ended by SEP (a reason may
-    hold `|` or spaces; with no width given sinfo does not cut a field)."""
-    fmt = ",".join(f"{f}:{SEP}" for f in SINFO_FIELDS)
-    return ["sinfo", "--all", "--Node", "--noheader", "-O", fmt]
+def sinfo_args(sep: str = SEP) -> list[str]:
+    """One row per node (`-N`), every partition (`--all`), fields ended by `sep` (a reason may
+    hold `|`, spaces or a newline; with no width given sinfo does not cut a field)."""
+    return ["sinfo", "--all", "--Node", "--noheader", "-O", fields_format(SINFO_FIELDS, sep)]
 
 
-def parse_sinfo(text: str) -> list[SlurmNode]:
-    """Rows of `sinfo_args()` output, one per node (a node of several partitions is listed
+def parse_sinfo(text: str, sep: str = SEP) -> list[SlurmNode]:
+    """Rows of `sinfo_args(sep)` output, one per node (a node of several partitions is listed
     once per partition by sinfo, here once)."""
     nodes: dict[str, SlurmNode] = {}
-    n = len(SINFO_FIELDS)
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        cols = [c.strip() for c in line.split(SEP)]
-        if len(cols) < n:
-            log.warning("sinfo: skipping a line with %d of %d fields: %r", len(cols), n, line)
-            continue
-        f = dict(zip(SINFO_FIELDS, cols[:n], strict=True))
+    for f in split_fields(text, sep, SINFO_FIELDS):
         for name in expand_hostlist(f["NodeList"]):
             reason = f["Reason"]
             nodes.setdefault(
@@ -433,18 +472,6 @@ def parse_sinfo(text: str) -> list[SlurmNode]:
                 ),
             )
     return list(nodes.values())
-
-
-def parse_jobcomp_config(text: str) -> Path | None:
-    """The jobcomp file from `scontrol show config`, when JobCompType is jobcomp/filetxt."""
-    conf = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            conf[key.strip()] = value.strip()
-    if conf.get("JobCompType") != "jobcomp/filetxt" or not slurm_null(conf.get("JobCompLoc")):
-        return None
-    return Path(conf["JobCompLoc"])
 
 
 def run_command(args: list[str]) -> str:

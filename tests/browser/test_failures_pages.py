@@ -141,7 +141,11 @@ def test_end_to_end_real_slurm_nccl_timeout_and_xid_79_is_gpu_off_bus_on_the_tim
         [
             KernelLogSource(cluster, node, [], str(kernel_log), state),
             JobLogSource(
-                cluster, node, [glob_paths([str(slurm_cluster.workdir / "*.out")])], state
+                cluster,
+                node,
+                [glob_paths([str(slurm_cluster.workdir / "*.out")])],
+                state,
+                min_uid=0,  # the test cluster's jobs run as root
             ),
         ],
         lambda c, n: node_token,

@@ -68,7 +68,6 @@ def test_bad_flags_give_one_clear_line_and_exit_2(args, says):
     ("args", "says"),
     [
         (["--stdout", "--cluster", "c", "--dcgm-url", "http://x"], "--dcgm-url only applies"),
-        (["--stdout", "--cluster", "c", "--slurm-jobcomp", "/x"], "--slurm-jobcomp only applies"),
         (["--source", "simulated", "--stdout", "--job-logs-slurm"], "do not apply to --source"),
         (["--source", "simulated", "--stdout", "--clusters", " , "], "--clusters: give at least"),
         (["--stdout", "--cluster", "c", "--node", "a:b"], "--node 'a:b'"),
@@ -175,7 +174,7 @@ def test_stdout_shows_scripted_xids_kernel_lines_and_job_windows_as_node_events(
         "--source", "nvml", "--fixture", "h100-xid79", "--cluster", "seren",
         "--node", "gpu-node-01", "--token", TOKEN, "--stdout", "--count", "4",
         "--interval", "0.05", "--kernel-log", str(kern), "--state-dir", str(tmp_path / "state"),
-        "--job-log-glob", str(tmp_path / "jobs/*/*.log"),
+        "--job-log-glob", str(tmp_path / "jobs/*/*.log"), "--job-log-min-uid", "0",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     events = [

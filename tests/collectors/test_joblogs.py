@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
+import shutil
 import stat
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -19,9 +23,12 @@ from collectors.watchers.joblogs import (
     glob_paths,
     job_id_from_path,
     local_slurm_jobs,
+    output_path,
     slurm_paths,
 )
 from collectors.watchers.nodeevents import NodeEventWatcher
+from tests.helpers import wait_for
+from tests.slurm import slurm_cluster  # noqa: F401 (the session fixture)
 
 TOKEN = "j" * 32
 TS = 1_760_000_000.0
@@ -67,7 +74,10 @@ def test_job_id_comes_from_a_wildcard_part_of_the_path():
 def test_a_traceback_ships_as_one_window_with_its_rank_prefixes(tmp_path):
     log = tmp_path / "jobs" / "48213" / "node-01.log"
     log.parent.mkdir(parents=True)
-    source = JobLogSource("seren", "node-01", [glob_paths([str(tmp_path / "jobs/*/*.log")])])
+    # min_uid=0: these files are the test user's, root's where tests run as root.
+    source = JobLogSource(
+        "seren", "node-01", [glob_paths([str(tmp_path / "jobs/*/*.log")])], min_uid=0
+    )
     watcher = NodeEventWatcher([source], lambda c, n: TOKEN)
     append(log, PROGRESS)
     assert windows_of(watcher, TS) == []
@@ -108,9 +118,8 @@ def test_an_error_storm_is_one_capped_window():
 def test_rotation_and_truncation_mid_run_keep_the_log_followed(tmp_path):
     log = tmp_path / "77" / "out.log"
     log.parent.mkdir()
-    source = JobLogSource(
-        "seren", "node-01", [glob_paths([str(tmp_path / "*/out.log")])], tmp_path / "state"
-    )
+    paths = glob_paths([str(tmp_path / "*/out.log")])
+    source = JobLogSource("seren", "node-01", [paths], tmp_path / "state", min_uid=0)
     watcher = NodeEventWatcher([source], lambda c, n: TOKEN)
     append(log, PROGRESS[:10])
     windows_of(watcher, TS)
@@ -134,7 +143,7 @@ def test_a_restarted_source_does_not_ship_the_same_window_again(tmp_path):
     log.parent.mkdir()
     paths = [glob_paths([str(tmp_path / "*/out.log")])]
     first = NodeEventWatcher(
-        [JobLogSource("seren", "n1", paths, tmp_path / "st")], lambda c, n: TOKEN
+        [JobLogSource("seren", "n1", paths, tmp_path / "st", min_uid=0)], lambda c, n: TOKEN
     )
     append(log, ["ok", "ValueError: bad value"])
     windows_of(first, TS)
@@ -142,7 +151,7 @@ def test_a_restarted_source_does_not_ship_the_same_window_again(tmp_path):
     first.close()
     append(log, ["ok"] * 3)
     again = NodeEventWatcher(
-        [JobLogSource("seren", "n1", paths, tmp_path / "st")], lambda c, n: TOKEN
+        [JobLogSource("seren", "n1", paths, tmp_path / "st", min_uid=0)], lambda c, n: TOKEN
     )
     assert windows_of(again, TS + 20) + windows_of(again, TS + 30) == []
     append(log, ["ZeroDivisionError: division by zero"])
@@ -154,17 +163,29 @@ def test_a_restarted_source_does_not_ship_the_same_window_again(tmp_path):
     )
 
 
+def squeue_rows(argv: list[str], rows: list[dict[str, str]]) -> str:
+    """What `squeue -O` prints for `rows`, with the separator `argv` asks for."""
+    fmt = argv[argv.index("-O") + 1]
+    fields = [f.split(":", 1)[0] for f in fmt.split(",")]
+    sep = fmt.split(",")[0].split(":", 1)[1]
+    defaults = {"UserID": "1000", "UserName": "alice", "ArrayJobID": "N/A", "ArrayTaskID": "N/A"}
+    defaults |= {"BatchHost": "node-01", "WorkDir": "/home/alice", "Name": "train"}
+    return "".join(
+        "".join(row.get(f, defaults.get(f, "")) + sep for f in fields) + "\n" for row in rows
+    )
+
+
 def test_slurm_names_the_log_files_of_the_jobs_on_this_node():
     calls = []
 
     def run(argv: list[str]) -> str:
         calls.append(argv)
-        if argv[0] == "squeue":
-            return "101\n102\n"
-        job = argv[-1]
-        return (
-            f"JobId={job} JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n"
-            f"   StdErr=/logs/{job}.err\n   StdIn=/dev/null\n   StdOut=/logs/{job}.out\n   Power="
+        return squeue_rows(
+            argv,
+            [
+                {"JobID": "101", "STDOUT": "/logs/%j.out", "STDERR": "/logs/%j.err"},
+                {"JobID": "102", "STDOUT": "/logs/%x-%4j.log", "STDERR": "/logs/%x-%4j.log"},
+            ],
         )
 
     paths = slurm_paths("node-01", run, local_jobs=set)
@@ -172,12 +193,22 @@ def test_slurm_names_the_log_files_of_the_jobs_on_this_node():
     assert paths(TS) == {
         "/logs/101.err": alice_101,
         "/logs/101.out": alice_101,
-        "/logs/102.err": alice_102,
-        "/logs/102.out": alice_102,
+        "/logs/train-0102.log": alice_102,
     }
-    assert calls[0] == ["squeue", "-h", "-w", "node-01", "-t", "RUNNING", "-o", "%i"]
+    assert calls[0][:7] == ["squeue", "-h", "-w", "node-01", "-t", "RUNNING", "-O"]
     paths(TS + 1)  # within the refresh interval: Slurm is not asked again
-    assert len(calls) == 3
+    assert len(calls) == 1
+
+
+def test_output_paths_expand_as_sbatch_writes_them():
+    f = {"JobID": "7", "UserName": "alice", "ArrayJobID": "5", "ArrayTaskID": "0"}
+    f |= {"BatchHost": "gpu-a-001", "WorkDir": "/home/alice/run", "Name": "train"}
+    assert output_path("", f, "n") == "/home/alice/run/slurm-5_0.out"
+    assert output_path("/o/%A_%a-%x-%u-%N-%4j.%%", f, "n") == "/o/5_0-train-alice-gpu-a-001-0007.%"
+    assert output_path("logs/%j.out", f, "n") == "/home/alice/run/logs/7.out"
+    assert output_path("/o/a\\%j", f, "n") == "/o/a%j"  # a backslash: no expansion
+    plain = f | {"ArrayJobID": "N/A", "ArrayTaskID": "N/A"}
+    assert output_path("", plain, "n") == "/home/alice/run/slurm-7.out"
 
 
 def test_a_job_starting_on_this_host_is_read_at_once_not_at_the_next_refresh():
@@ -188,10 +219,7 @@ def test_a_job_starting_on_this_host_is_read_at_once_not_at_the_next_refresh():
 
     def run(argv: list[str]) -> str:
         calls.append(argv)
-        if argv[0] == "squeue":
-            return "".join(f"{j}\n" for j in running)
-        job = argv[-1]
-        return f"JobId={job} JobName=t\n   UserId=alice(1000) GroupId=x(1)\n   StdOut=/logs/{job}.out\n"
+        return squeue_rows(argv, [{"JobID": j, "STDOUT": f"/logs/{j}.out"} for j in running])
 
     scans: list[int] = []
 
@@ -246,14 +274,12 @@ SECRET = "root:$6$secret-hash:19000:0:99999:7::: error: this line would open a w
 
 
 def slurm_job(job_id: str, user: str, log_path: Path) -> PathSource:
-    """The node's one running job as `squeue` and `scontrol show job` describe it."""
+    """The node's one running job, of `user` (`alice(12345)`), as `squeue` describes it."""
+    name, uid = user.rstrip(")").split("(")
 
     def run(argv: list[str]) -> str:
-        if argv[0] == "squeue":
-            return f"{job_id}\n"
-        return (
-            f"JobId={job_id} JobName=train\n   UserId={user} GroupId=x(1)\n   StdOut={log_path}\n"
-        )
+        row = {"JobID": job_id, "UserID": uid, "UserName": name, "STDOUT": str(log_path)}
+        return squeue_rows(argv, [row])
 
     return slurm_paths("node-01", run, local_jobs=set)
 
@@ -292,12 +318,34 @@ def job_log(tmp_path: Path, uid: int, lines: list[str]) -> Path:
 
 
 @as_root
-@pytest.mark.parametrize(("user", "uid"), [("alice(12345)", OTHER_UID), ("root(0)", 0)])
-def test_a_regular_log_owned_by_the_jobs_user_is_read(tmp_path, caplog, user, uid):
-    path = job_log(tmp_path, uid, ["step 1", "RuntimeError: CUDA error: an illegal memory access"])
-    lines = shipped(slurm_job("42", user, path))
+def test_a_regular_log_owned_by_the_jobs_user_is_read(tmp_path, caplog):
+    path = job_log(
+        tmp_path, OTHER_UID, ["step 1", "RuntimeError: CUDA error: an illegal memory access"]
+    )
+    lines = shipped(slurm_job("42", "alice(12345)", path))
     assert lines == ["step 1", "RuntimeError: CUDA error: an illegal memory access"]
     assert refusals(caplog) == []
+
+
+@as_root
+@pytest.mark.parametrize(("user", "uid"), [("root(0)", 0), ("daemon(1)", 1), ("svc(999)", 999)])
+def test_a_log_owned_by_root_or_a_system_account_is_not_read(tmp_path, caplog, user, uid):
+    """Even when Slurm says the job is theirs: the agent reads people's files, nothing else."""
+    path = job_log(tmp_path, uid, [SECRET])
+    assert shipped(slurm_job("42", user, path)) == []
+    assert refusals(caplog) == [
+        f"job 42: not reading {path}: owned by uid {uid}, a system account (below 1000)"
+    ]
+
+
+@as_root
+def test_the_lowest_uid_read_is_configurable(tmp_path):
+    path = job_log(tmp_path, 500, ["OSError: [Errno 5] Input/output error"])
+    source = JobLogSource("seren", "node-01", [slurm_job("42", "svc(500)", path)], min_uid=500)
+    watcher = NodeEventWatcher([source], lambda c, n: TOKEN)
+    got = [line for ts in (TS, TS + 10) for w in windows_of(watcher, ts) for line in w.lines]
+    watcher.close()
+    assert got == ["OSError: [Errno 5] Input/output error"]
 
 
 @as_root
@@ -379,11 +427,75 @@ def test_a_directory_symlink_on_the_path_is_followed_only_when_root_made_it(tmp_
 @as_root
 def test_a_glob_file_with_no_known_user_is_read_unless_it_is_a_hard_link(tmp_path, caplog):
     pattern = str(tmp_path / "jobs" / "*" / "out.log")
-    path = job_log(tmp_path, 0, ["OSError: [Errno 5] Input/output error"])
+    path = job_log(tmp_path, OTHER_UID, ["OSError: [Errno 5] Input/output error"])
     assert shipped(glob_paths([pattern])) == ["OSError: [Errno 5] Input/output error"]
     os.unlink(path)
-    os.link(shadow_like(tmp_path), path)
+    secret = shadow_like(tmp_path)
+    os.chown(secret, OTHER_UID + 1, OTHER_UID + 1)  # another person's file
+    os.link(secret, path)
     assert shipped(glob_paths([pattern])) == []
     assert refusals(caplog) == [
         f"job 42: not reading {path}: it has 2 hard links and the job's user is not known"
     ]
+
+
+# --- On a real Slurm: what a job writes in its name chooses nothing --------------------------
+
+
+@pytest.mark.integration
+@as_root
+def test_a_job_named_to_point_at_a_root_file_gets_only_its_own_log_read(
+    slurm_cluster,  # noqa: F811
+    monkeypatch,
+    caplog,
+):
+    """A job whose name spells `StdOut=/etc/shadow UserId=root(0)`, on its first line and on
+    lines of their own, runs as an ordinary user: the agent follows the job's real output and
+    ships its error, and nothing of the named file."""
+    nobody = pwd.getpwnam("nobody")
+    root = Path(tempfile.mkdtemp(prefix="vigil-joblog-"))
+    try:
+        # The job's user must reach its batch script in slurmd's spool under the cluster's
+        # private (0700) folder.
+        slurm_cluster.root.chmod(0o755)
+        root.chmod(0o755)
+        secret = shadow_like(root)
+        work = root / "work"
+        work.mkdir()
+        os.chown(work, nobody.pw_uid, nobody.pw_gid)
+        forged = f"StdOut={secret} StdErr={secret} UserId=root(0) WorkDir=/etc"
+        name = f"t {forged}\n   {forged}\n   StdOut={secret}\n   UserId=root(0)"
+        monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+        job_id = slurm_cluster.run(
+            "sbatch", "--parsable", f"--uid={nobody.pw_uid}", f"--gid={nobody.pw_gid}",
+            f"--chdir={work}", "-o", f"{work}/job-%j.out", "--job-name", name,
+            "--wrap", "echo 'RuntimeError: CUDA error: an illegal memory access'; sleep 60",
+        ).strip().split(";")[0]  # fmt: skip
+        assert job_id.isdigit(), job_id
+        watcher = NodeEventWatcher(
+            [
+                JobLogSource(
+                    slurm_cluster.cluster_name,
+                    slurm_cluster.node,
+                    [slurm_paths(slurm_cluster.node)],
+                )
+            ],
+            lambda c, n: TOKEN,
+        )
+        seen: list[LogWindowIn] = []
+        rounds = iter(range(10_000))
+
+        def shipped_lines() -> list[str]:
+            # Rounds 10 s apart on the agent's clock: a window closes once its file is quiet.
+            seen.extend(windows_of(watcher, time.time() + 10 * next(rounds)))
+            return [line for w in seen for line in w.lines]
+
+        lines = wait_for(shipped_lines, timeout=60, interval=0.5)
+        watcher.close()
+        assert not [line for line in lines if "secret-hash" in line]
+        assert lines == ["RuntimeError: CUDA error: an illegal memory access"]
+        assert {(w.job_id, w.path) for w in seen} == {(job_id, str(work / f"job-{job_id}.out"))}
+        assert not [m for m in refusals(caplog) if str(secret) in m]  # never even opened
+    finally:
+        slurm_cluster.cancel_all()
+        shutil.rmtree(root, ignore_errors=True)

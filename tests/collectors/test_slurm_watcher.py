@@ -1,10 +1,9 @@
-"""The Slurm watcher's parsing of recorded squeue / sinfo / scontrol / jobcomp text, and its
-events and node states."""
+"""The Slurm watcher's parsing of recorded squeue / sinfo / scontrol text, and its events and
+node states."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -14,12 +13,13 @@ from collectors.watchers.slurm import SlurmWatcher
 from collectors.watchers.slurmtext import (
     SEP,
     end_state,
+    exit_status,
     expand_hostlist,
+    field_separator,
     gres_gpu_indices,
     node_state_of,
     parse_exit_code,
-    parse_jobcomp_config,
-    parse_jobcomp_line,
+    parse_key_values,
     parse_scontrol_job,
     parse_sinfo,
     parse_squeue,
@@ -73,12 +73,6 @@ JobId=2 JobName=wrap
    JOB_GRES=gpu:1
      Nodes=vm CPU_IDs=1 Mem=0 GRES=
 """
-JOBCOMP = """\
-JobId=3 UserId=root(0) GroupId=root(0) Name=wrap JobState=CANCELLED Partition=gpu TimeLimit=UNLIMITED StartTime=2026-11-29T09:00:35 EndTime=2026-11-29T09:00:35 NodeList=(null) NodeCnt=0 ProcCnt=0 WorkDir=/tmp/w ReservationName= Tres=cpu=1,mem=4G,node=1,billing=1 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T09:00:34 EligibleTime=2026-11-29T09:00:34 DerivedExitCode=0:0 ExitCode=0:0
-JobId=2 UserId=root(0) GroupId=root(0) Name=my job JobState=FAILED Partition=gpu TimeLimit=UNLIMITED StartTime=2026-11-29T09:00:37 EndTime=2026-11-29T09:00:37 NodeList=vm NodeCnt=1 ProcCnt=1 WorkDir=/tmp/w ReservationName= Tres=cpu=1,mem=4G,node=1,billing=1,gres/gpu=1 Account= QOS= WcKey= Cluster=unknown SubmitTime=2026-11-29T09:00:34 EligibleTime=2026-11-29T09:00:34 DerivedExitCode=0:0 ExitCode=1:0
-"""
-
-
 # `sinfo_args()` on tests/slurm.py's two-node cluster (vn1, vn2), SLURM_TIME_FORMAT=%s: vn1
 # runs a job and is drained by hand (draining), vn2 was drained idle with a reason holding a
 # `|`; a third line lists vn2 again, as sinfo does for a node in two partitions.
@@ -107,6 +101,7 @@ def squeue_line(
     node_list="",
     comment="(null)",
     account="(null)",
+    exit_code="0",
 ):
     cols = [
         job_id,
@@ -124,6 +119,7 @@ def squeue_line(
         node_list,
         comment,
         account,
+        exit_code,
     ]
     return SEP.join(cols) + SEP + "\n"
 
@@ -147,6 +143,8 @@ def test_small_fields():
     assert tres_gpus("gres:gpu:a100:8") == 8 and tres_gpus("N/A") is None
     assert parse_exit_code("1:0") == 1 and parse_exit_code("0:9") == -9
     assert parse_exit_code("0:0") == 0 and parse_exit_code("") is None
+    assert exit_status("768") == 3 and exit_status("9") == -9 and exit_status("0") == 0
+    assert exit_status("N/A") is None
     assert end_state("CANCELLED by 0") == "CANCELLED" and end_state("BOOT_FAIL") == "NODE_FAIL"
     assert end_state("RUNNING") is None and end_state("PENDING") is None
     assert parse_time("1795942859") == 1795942859.0 and parse_time("Unknown") is None
@@ -178,6 +176,40 @@ def test_squeue_rows():
     assert pending.gpus == 3 and pending.start_ts is None and pending.node_list == []
 
 
+def test_a_job_name_cannot_write_rows_or_fields_into_the_squeue_listing():
+    """A name holding newlines and the plain SEP (Slurm 22.05 prints both as given) stays one
+    field when the listing is split on a separator drawn for the call."""
+    sep = field_separator()
+    assert sep != field_separator() and sep.startswith(SEP) and sep.endswith(SEP)
+    forged_row = squeue_line("999", "FAILED", node_list="victim-node-77", account="other")
+    name = "x" + SEP + "COMPLETED\n" + forged_row.rstrip("\n")
+    text = squeue_line("5", "RUNNING", name="NAME", node_list="gpu1", account="mine")
+    (job,) = parse_squeue(text.replace(SEP, sep).replace("NAME", name), sep)
+    assert (job.job_id, job.state, job.node_list, job.project) == ("5", "RUNNING", ["gpu1"], "mine")
+    assert job.name == name.strip()  # outer blanks go, as for every field
+
+
+def test_a_key_printed_twice_by_scontrol_is_not_believed():
+    kv = parse_key_values(
+        "JobId=5 JobName=t StdOut=/etc/shadow UserId=root(0)\n"
+        "   UserId=alice(1000) GroupId=alice(1000)\n   StdOut=/home/a/5.out"
+    )
+    assert "UserId" not in kv and "StdOut" not in kv and "JobName" in kv
+    assert kv["GroupId"] == "alice(1000)"
+
+
+def test_a_job_name_cannot_give_its_job_gpus_in_scontrol():
+    forged = SCONTROL_RUNNING.replace(
+        "JobName=a|b",
+        "JobName=a\n     Nodes=vm CPU_IDs=0 Mem=0 GRES=gpu:8(IDX:0-7)\n   ExitCode=1:0",
+    )
+    job = parse_scontrol_job(forged)
+    assert job.allocation == [] and job.exit_code is None
+    assert parse_scontrol_job(SCONTROL_RUNNING).allocation == [
+        JobGpus(node="vm", gpu_indices=[0, 1])
+    ]
+
+
 def test_scontrol_allocation_per_node():
     job = parse_scontrol_job(SCONTROL_RUNNING)
     assert job.allocation == [JobGpus(node="vm", gpu_indices=[0, 1])]
@@ -193,23 +225,6 @@ def test_scontrol_allocation_per_node():
     assert multi.project == "llm-123b" and job.project == ""
     failed = parse_scontrol_job(SCONTROL_FAILED)
     assert failed.exit_code == 1 and failed.allocation == [JobGpus(node="vm", gpu_indices=[])]
-
-
-def test_jobcomp_records():
-    cancelled, failed = (parse_jobcomp_line(line) for line in JOBCOMP.splitlines())
-    assert cancelled.state == "CANCELLED" and cancelled.node_list == [] and cancelled.nodes == 0
-    assert failed.name == "my job" and failed.exit_code == 1 and failed.gpus == 1
-    assert failed.node_list == ["vm"] and failed.user == "root" and failed.project == ""
-    assert failed.end_ts - failed.start_ts == 0 and failed.start_ts - failed.submit_ts == 3
-    assert parse_jobcomp_line("garbage") is None
-
-
-def test_jobcomp_location_from_scontrol_show_config():
-    conf = "JobCompHost = localhost\nJobCompLoc  = /var/log/slurm/jobcomp.txt\n"
-    assert parse_jobcomp_config(conf + "JobCompType = jobcomp/filetxt\n") == Path(
-        "/var/log/slurm/jobcomp.txt"
-    )
-    assert parse_jobcomp_config(conf + "JobCompType = jobcomp/none\n") is None
 
 
 # What Slurm 22.05 printed on tests/slurm.py's two-node cluster for each node state seen
@@ -303,8 +318,15 @@ def test_sinfo_rows():
     assert parse_sinfo("garbage\n") == []
 
 
+def separator_of(args: list[str]) -> str:
+    """The field separator a `-O` listing was asked with (after its first field's name)."""
+    first = args[args.index("-O") + 1].split(",")[0]
+    return first.split(":", 1)[1]
+
+
 class FakeSlurm:
-    """Answers the watcher's commands from recorded text the test changes between polls."""
+    """Answers the watcher's commands from recorded text the test changes between polls,
+    written with SEP and printed with the separator each listing asks for."""
 
     def __init__(self) -> None:
         self.squeue = ""
@@ -315,9 +337,9 @@ class FakeSlurm:
     def __call__(self, args: list[str]) -> str:
         self.calls.append(args)
         if args[0] == "squeue":
-            return self.squeue
+            return self.squeue.replace(SEP, separator_of(args))
         if args[0] == "sinfo":
-            return self.sinfo
+            return self.sinfo.replace(SEP, separator_of(args))
         if args[:3] == ["scontrol", "show", "job"]:
             return self.scontrol.get(args[-1], "")
         raise AssertionError(args)
@@ -334,14 +356,10 @@ def events_of(batches):
 
 def test_watcher_reports_each_change_once_and_survives_a_restart(tmp_path):
     slurm = FakeSlurm()
-    jobcomp = tmp_path / "jobcomp.txt"
-    jobcomp.write_text("")
     state = tmp_path / "state.json"
 
     def watcher():
-        return SlurmWatcher(
-            "seren", "ctl", "t" * 20, state_path=state, jobcomp_path=jobcomp, runner=slurm
-        )
+        return SlurmWatcher("seren", "ctl", "t" * 20, state_path=state, runner=slurm)
 
     w = watcher()
     slurm.squeue = squeue_line("1", "PENDING", name="eval-x", comment="ckpt 7b")
@@ -362,17 +380,11 @@ def test_watcher_reports_each_change_once_and_survives_a_restart(tmp_path):
     w = watcher()
     assert w.poll(1795942864.0) == []
 
-    # Requeued: back to PENDING; the jobcomp record of the first run says when it ended.
-    with jobcomp.open("a") as fh:
-        fh.write(
-            "JobId=1 UserId=root(0) Name=eval-x JobState=PENDING Partition=gpu "
-            "StartTime=1795942862 EndTime=1795942870 NodeList=vm NodeCnt=1 "
-            "SubmitTime=1795942859 ExitCode=0:0 \n"
-        )
+    # Requeued: back to PENDING, seen by this poll.
     slurm.squeue = squeue_line("1", "PENDING", name="eval-x", submit="1795942870")
     (requeued,) = events_of(w.poll(1795942871.0))
     w.commit()
-    assert requeued.kind == "requeued" and requeued.ts == 1795942870.0
+    assert requeued.kind == "requeued" and requeued.ts == 1795942871.0
 
     # Runs again, then fails with exit code 1 between two polls.
     slurm.squeue = squeue_line(
@@ -383,13 +395,8 @@ def test_watcher_reports_each_change_once_and_survives_a_restart(tmp_path):
         start="1795942880",
         end="1795942890",
         node_list="vm",
+        exit_code="256",
     )
-    with jobcomp.open("a") as fh:
-        fh.write(
-            "JobId=1 UserId=root(0) Name=eval-x JobState=FAILED Partition=gpu "
-            "StartTime=1795942880 EndTime=1795942890 NodeList=vm NodeCnt=1 "
-            "SubmitTime=1795942870 ExitCode=1:0 \n"
-        )
     started2, ended = events_of(w.poll(1795942891.0))
     w.commit()
     assert (started2.kind, started2.ts) == ("started", 1795942880.0)
@@ -397,20 +404,25 @@ def test_watcher_reports_each_change_once_and_survives_a_restart(tmp_path):
     assert ended.kind == "ended" and ended.state == "FAILED" and ended.exit_code == 1
     assert (ended.start_ts, ended.end_ts) == (1795942880.0, 1795942890.0)
     assert w.poll(1795942892.0) == []
-    # Gone from squeue: forgotten, and the jobcomp file is not read again.
+    # Gone from squeue: forgotten.
     slurm.squeue = ""
     assert w.poll(1795942999.0) == []
     w.commit()
     assert json.loads(state.read_text())["jobs"] == {}
 
 
-def test_watcher_without_jobcomp_takes_the_exit_code_from_scontrol(tmp_path):
+def test_a_job_that_ended_between_two_polls_has_its_exit_code_from_squeue(tmp_path):
     slurm = FakeSlurm()
-    w = SlurmWatcher("seren", "ctl", "t" * 20, detect_jobcomp=False, runner=slurm)
+    w = SlurmWatcher("seren", "ctl", "t" * 20, runner=slurm)
     slurm.squeue = squeue_line(
-        "2", "FAILED", start="1795942862", end="1795942863", node_list="vm", per_node="gres:gpu:1"
+        "2",
+        "FAILED",
+        start="1795942862",
+        end="1795942863",
+        node_list="vm",
+        per_node="gres:gpu:1",
+        exit_code="256",
     )
-    slurm.scontrol["2"] = SCONTROL_FAILED
     kinds = [(e.kind, e.state, e.exit_code) for e in events_of(w.poll(1795942870.0))]
     assert kinds == [("submitted", None, None), ("started", None, None), ("ended", "FAILED", 1)]
 
@@ -421,16 +433,14 @@ def test_watcher_skips_a_poll_when_squeue_fails(tmp_path):
     def broken(args):
         raise SlurmError("squeue: slurm_load_jobs error: Unable to contact slurm controller")
 
-    w = SlurmWatcher("seren", "ctl", "t" * 20, detect_jobcomp=False, runner=broken)
+    w = SlurmWatcher("seren", "ctl", "t" * 20, runner=broken)
     assert w.poll(1795942870.0) == []
 
 
 @pytest.mark.parametrize("interval", [30.0])
 def test_watcher_polls_no_more_often_than_its_interval(interval):
     slurm = FakeSlurm()
-    w = SlurmWatcher(
-        "seren", "ctl", "t" * 20, detect_jobcomp=False, runner=slurm, interval_s=interval
-    )
+    w = SlurmWatcher("seren", "ctl", "t" * 20, runner=slurm, interval_s=interval)
     w.poll(1000.0 + 1e9)
     w.poll(1010.0 + 1e9)
     w.poll(1031.0 + 1e9)
@@ -449,7 +459,7 @@ def test_watcher_reports_node_states_when_they_change_and_survives_a_restart(tmp
     state = tmp_path / "state.json"
 
     def watcher():
-        return SlurmWatcher("seren", "ctl", "t" * 20, state_path=state, detect_jobcomp=False,
+        return SlurmWatcher("seren", "ctl", "t" * 20, state_path=state,
                             runner=slurm)  # fmt: skip
 
     w = watcher()
@@ -522,7 +532,7 @@ def test_node_states_go_out_even_when_squeue_fails(tmp_path):
             raise SlurmError("squeue: slurm_load_jobs error: Socket timed out")
         return slurm(args)
 
-    w = SlurmWatcher("seren", "ctl", "t" * 20, detect_jobcomp=False, runner=no_squeue)
+    w = SlurmWatcher("seren", "ctl", "t" * 20, runner=no_squeue)
     (down,) = states_of(w.poll(1795942870.0))
     assert (down.state, down.reason, down.since) == ("down", "Not responding", 1795942800.0)
 
@@ -532,7 +542,7 @@ def test_a_cluster_larger_than_a_batch_goes_in_several(monkeypatch):
     slurm = FakeSlurm()
     slurm.sinfo = "".join(sinfo_line(f"n{i}", "idle") for i in range(5))
     slurm.squeue = squeue_line("1", "PENDING")
-    w = SlurmWatcher("seren", "ctl", "t" * 20, detect_jobcomp=False, runner=slurm)
+    w = SlurmWatcher("seren", "ctl", "t" * 20, runner=slurm)
     batches = w.poll(1795942870.0)
     assert [len(JobEventBatch.model_validate_json(t).node_states) for _, t in batches] == [2, 2, 1]
     assert len(events_of(batches)) == 1  # the job event goes once, in the first batch

@@ -110,6 +110,7 @@ class Rig:
                 "--broker", settings.CELERY_BROKER_URL,
                 "--interval", "0.5", "--jobs", "slurm", "--jobs-interval", "0.5",
                 "--kernel-log", str(self.kernel_log), "--job-logs-slurm",
+                "--job-log-min-uid", "0",  # the test cluster's jobs run as root
                 "--state-dir", str(self.tmp / "agent-state"),
                 "--spool-dir", str(self.tmp / "agent-spool"),
                 "--ready-file", str(self.tmp / "agent.ready"),
