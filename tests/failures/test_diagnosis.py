@@ -358,3 +358,45 @@ def test_a_line_is_cut_at_max_line_bytes():
 def test_exit_verdicts_decide_through_the_exit_table(line, cause):
     got = diagnose_text(line + "\n")
     assert got.cause == cause, (line, got.rule_id)
+
+
+def test_root_cause_outranks_the_frame_that_reported_it():
+    # An errno under torch.load, then the framework's own crash: the storage error decides.
+    got = diagnose_text(
+        "RuntimeError: read(): fd 33 failed with Stale file handle\n"
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        "  what():  owning_ptr == NullType::singleton() INTERNAL ASSERT FAILED\n"
+    )
+    assert got.cause == "filesystem"
+    # A name-resolution error raised again inside botocore's frames is the storage endpoint's.
+    chained = (
+        "socket.gaierror: [Errno -2] Name or service not known\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.7/site-packages/botocore/httpsession.py", line 412, in send\n'
+    )
+    assert diagnose_text(chained).cause == "object_storage"
+    assert diagnose_text(chained.replace("botocore", "requests")).cause == "aux_connection"
+    # torch.load's reader failing, whatever its (here cut) message, is a model loading error.
+    load = (
+        "Traceback (most recent call last):\n"
+        '  File "tools/test.py", line 99, in main\n'
+        '  File "/opt/conda/lib/python3.10/site-packages/torch/serialization.py", line 600, in load\n'
+        "    with _open_zipfile_reader(opened_file) as opened_zipfile:\n"
+        "RuntimeError: PytorchStreamReader\n"
+    )
+    assert diagnose_text(load).cause == "model_loading"
+    assert diagnose_text(load.replace("in load", "in save")).cause == "framework_exception"
+
+
+def test_a_loss_scale_halved_below_one_at_every_step_is_divergence():
+    scale = 2.0
+    lines = []
+    for _ in range(12):
+        scale /= 2
+        lines.append(
+            f"Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to {scale!r}"
+        )
+    assert diagnose_text("\n".join(lines) + "\n").cause == "loss_nan"
+    # Overflows that leave the scale at 1 or more are the scaler doing its job.
+    assert diagnose_text("\n".join(lines[:1]) + "\n").cause == "unknown"

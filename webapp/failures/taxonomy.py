@@ -150,6 +150,8 @@ def acme_alias(cause: str, detail: str | None = None) -> str | None:
 # refinements, each placed where the taxonomy's reasoning puts it:
 # - node: a lost node, host OOM kill or storage stall explains every later error of the job,
 #   but a GPU Xid on that node explains the node loss, so node comes right after hardware.
+#   A filesystem errno (ENOSPC, EIO, ESTALE) or an unreachable object store is placed here
+#   too: it is the root cause of the framework frame that reports it and of the crash after.
 # - hardware_warning: Xid 63/92 (row remap pending, single-bit rate) let a job go on
 #   (docs/failure-signatures.md "C (warn)"): they only decide when no exception explains the exit.
 # - weak: exit signals (SIGKILL, SIGBUS) and step cancels that the scheduler itself causes;

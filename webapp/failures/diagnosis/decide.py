@@ -67,10 +67,26 @@ GRAD_NORM_NAN_RUN = 3
 # An iteration line is told by the fields printed on both sides of the loss.
 MEGATRON_LINE = ("iteration", "global batch size:", "loss scale:")
 MEGATRON_LOSS = "lm loss:"
+# Divergence told by the loss scaler alone: fp16 training halves the loss scale at every
+# overflowing step and skips it. Below 1 the scaler has halved it at every step for a long run
+# (apex prints "Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to
+# 9.9e-206", NVIDIA/apex#318; DeepSpeed stops at its min_loss_scale, default 1,
+# https://www.deepspeed.ai/docs/config-json/#fp16-training-options, with "Current loss scale
+# already at minimum", rule loss-nan-grad-norm). LOSS_SCALE_RUN reductions in a row end the log.
+MIN_LOSS_SCALE = 1.0
+LOSS_SCALE_RUN = 5
+_LOSS_SCALE = re.compile(
+    r"reducing loss scale to ([0-9.]+(?:e[-+]?\d+)?)|Attempted loss scale: \S+, reducing to "
+    r"([0-9.]+(?:e[-+]?\d+)?)",
+    re.I,
+)
 # srun --label's task prefix "3: " (lines.py takes the task id for the rank).
 _SRUN_LABEL = re.compile(r"\s*\d{1,5}: ")
 # rules.yaml `last_only`: the event must be among the last lines of its file.
 LAST_ONLY_LINES = 3
+# A connection error this many lines from an object-storage client's traceback frame is the
+# store's (a chained traceback's frames follow the error that started it within a screen).
+STORAGE_FRAME_LINES = 60
 # Diagnosis.blame_evidence values.
 BLAME_NODE_AGENT = "node_agent"
 BLAME_JOB_LOG = "job_log"
@@ -164,6 +180,29 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
                 if finite and len(series) >= LOSS_SPIKE_STEPS + LOSS_BASELINE_STEPS:
                     break
         series.reverse()
+        collapse = _loss_scale_collapse(lines, lowest)
+        if collapse is not None:
+            # Every step overflowing: the scaler halved the loss scale below its floor.
+            i, scale = collapse
+            parsed = parse_line(lines[i])
+            events.append(
+                Event(
+                    file_index=file_index,
+                    file=name,
+                    line_no=first + i,
+                    text=lines[i].strip()[:EVIDENCE_TEXT_CHARS],
+                    rule=cat.loss,
+                    cause="loss_nan",
+                    tier=cat.loss.tier,
+                    kind="cause",
+                    confidence=max(cat.loss.confidence, NONFINITE_LOSS_CONFIDENCE),
+                    detail=f"loss scale fell to {scale:g}: every step overflows",
+                    host=parsed.host,
+                    rank=parsed.rank,
+                    stamp=parsed.stamp,
+                )
+            )
+            continue
         if not series:
             continue
         grads: list[tuple[int, float, str]] = []
@@ -218,6 +257,27 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
                 )
             )
     return events
+
+
+def _loss_scale_collapse(lines: list[str], lowest: int) -> tuple[int, float] | None:
+    """(index, scale) of the last loss-scale reduction of the log if it went below
+    MIN_LOSS_SCALE and the last LOSS_SCALE_RUN reductions all overflowed in a row."""
+    found: list[tuple[int, float]] = []
+    for i in range(len(lines) - 1, lowest - 1, -1):
+        if "scale" not in lines[i]:
+            continue
+        m = _LOSS_SCALE.search(lines[i])
+        if m is None:
+            break  # the run of reductions at the end of the log ended
+        try:
+            found.append((i, float(m.group(1) or m.group(2))))
+        except ValueError:
+            break
+        if len(found) >= LOSS_SCALE_RUN:
+            break
+    if len(found) < LOSS_SCALE_RUN or found[0][1] >= MIN_LOSS_SCALE:
+        return None
+    return found[0]
 
 
 def _megatron_hidden_loss(lines: list[str], lowest: int) -> int | None:
@@ -301,6 +361,14 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
     if not events:
         return _unknown(scan, notes)
     best = _pick(events)
+    if best.cause == "aux_connection" and any(
+        f == best.file_index and abs(line - best.line_no) <= STORAGE_FRAME_LINES
+        for f, line in scan.storage_frames
+    ):
+        # Root cause over the frame that raised it: a connection error inside an object-store
+        # client's frames (a chained traceback through botocore) is the storage endpoint's.
+        best.cause, best.detail, best.action = "object_storage", "object storage unavailable", None
+        notes.append("the connection error was raised inside an object-storage client")
     return _diagnosis(best, events, scan, notes, nodes)
 
 

@@ -230,7 +230,11 @@ def event_of(
             return None
         detail = name
         library = _innermost_frame(line, before) if before else None
-        if library is None:
+        if name in CHECKPOINT_READ_ERRORS and before and _in_checkpoint_read(line, before):
+            # Root cause over the frame that raised it: torch.load's reader failing (a
+            # truncated or corrupt checkpoint, whatever its message) is a model loading error.
+            cause = "model_loading"
+        elif library is None:
             cause = taxonomy.EXCEPTION_DEFAULT_CAUSE.get(
                 taxonomy.EXCEPTION_ALIAS.get(name, name), "framework_exception"
             )
@@ -287,6 +291,29 @@ def event_of(
 def rule_label(rule: Rule) -> str:
     """The rule's own short description (rules.yaml `detail`), else its id in words."""
     return rule.detail or rule.id.replace("-", " ")
+
+
+# Exceptions torch.load's reader raises on a file it cannot read (a zip archive with no central
+# directory, an unpickling error, a short read): open-mmlab/mmagic#876, junyanz/pytorch-CycleGAN-
+# and-pix2pix#1703, zhufq00/mcnc#3. A missing file (FileNotFoundError) is the job's path.
+CHECKPOINT_READ_ERRORS = frozenset({"RuntimeError", "EOFError", "UnpicklingError"})
+# A frame of torch.load: serialization.py's load and the legacy and zip readers under it.
+_CHECKPOINT_FRAME = re.compile(
+    r'File "[^"]*torch[/\\]serialization\.py", line \d+, in _?(legacy_)?load'
+)
+
+
+def _in_checkpoint_read(exc: Line, before: Callable[[], list[str]]) -> bool:
+    """Whether the exception's traceback (same host/rank) runs through torch.load."""
+    for text in before():
+        prev = parse_line(text)
+        if (prev.host, prev.rank) != (exc.host, exc.rank):
+            continue
+        if prev.message.startswith("Traceback (most recent call last)"):
+            return False
+        if _CHECKPOINT_FRAME.match(prev.message):
+            return True
+    return False
 
 
 def _innermost_frame(exc: Line, before: Callable[[], list[str]]) -> bool | None:

@@ -107,6 +107,9 @@ class Scan:
         self.ip_host: dict[str, str] = {}
         # Hosts a pasted shell prompt inspects the GPUs of (rules.yaml shell-prompt-host).
         self.inspected_hosts: set[str] = set()
+        # (file index, line) of traceback frames in an object-storage client
+        # (rules.yaml storage-client-frame): a connection error next to them is the store's.
+        self.storage_frames: list[tuple[int, int]] = []
         # The torchrun failure record being read: (file index, host, rank, anchored lines left).
         self.record: tuple[int, str, int | None, int] | None = None
         self.bytes_total = 0
@@ -269,6 +272,11 @@ class Scan:
                 self._srun_tasks(text)
             if rule is not None and rule.kind == "ignore" and rule.id in _HOST_MAP_RULES:
                 self._host_map(rule.id, line, file_index)
+            if rule is not None and rule.id == "storage-client-frame":
+                line_no += _newlines(piece, counted, start)
+                counted = start
+                if len(self.storage_frames) < MAX_EVENTS_PER_RULE:
+                    self.storage_frames.append((file_index, line_no))
             if rule is None or rule.kind == "ignore":
                 continue
             # Lines are numbered only where an event may be made, and counted in one pass.
