@@ -400,3 +400,17 @@ def test_a_loss_scale_halved_below_one_at_every_step_is_divergence():
     assert diagnose_text("\n".join(lines) + "\n").cause == "loss_nan"
     # Overflows that leave the scale at 1 or more are the scaler doing its job.
     assert diagnose_text("\n".join(lines[:1]) + "\n").cause == "unknown"
+
+
+def test_a_foreign_host_in_a_window_is_replaced_by_the_node_that_shipped_it():
+    import io
+
+    from webapp.failures.diagnosis import LogStream, diagnose_streams
+
+    line = (
+        b"victim-node-77:81234:81301 [2] transport/net_ib.cc:1712 NCCL WARN NET/IB : Got"
+        b" completion from peer 10.20.1.17<59412> with status=12 opcode=0 len=0\n"
+    )
+    window = LogStream("gpu-a-002:/home/u/job.out:1", io.BytesIO(line), False, "gpu-a-002")
+    got = diagnose_streams([window], job_nodes=["gpu-a-001", "gpu-a-002"])
+    assert (got.cause, got.blamed_node, got.blame_evidence) == ("ib_link", "gpu-a-002", "job_log")

@@ -39,6 +39,7 @@ class EvidenceStream(NamedTuple):
     name: str
     lines: list[str]
     kernel_evidence: bool
+    host: str | None = None  # the node whose agent shipped the lines (a job log window)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class EngineInput:
     def as_streams(self) -> list[engine.LogStream]:
         return [
             engine.LogStream(
-                s.name, io.BytesIO("\n".join(s.lines).encode() + b"\n"), s.kernel_evidence
+                s.name, io.BytesIO("\n".join(s.lines).encode() + b"\n"), s.kernel_evidence, s.host
             )
             for s in self.streams
         ]
@@ -115,7 +116,9 @@ def _job_input(job: Job) -> EngineInput:
     for w in windows.select_related("node").order_by("node__hostname", "path", "first_line_no"):
         nodes.setdefault(w.node_id, w.node.hostname)
         name = f"{w.node.hostname}:{w.path}:{w.first_line_no}"
-        streams.append(EvidenceStream(name, list(w.lines), kernel_evidence=False))
+        streams.append(
+            EvidenceStream(name, list(w.lines), kernel_evidence=False, host=w.node.hostname)
+        )
     # An Xid shortly before the start still explains a job that died at once (the GPU fell
     # off the bus as it was handed over): the taxonomy's 15-minute window reaches back that far.
     lo = max(start - timedelta(seconds=engine.WINDOW_BEFORE_S), job.end_at - EVIDENCE_BEFORE)
