@@ -111,6 +111,8 @@ class Rig:
                 "--interval", "0.5", "--jobs", "slurm", "--jobs-interval", "0.5",
                 "--kernel-log", str(self.kernel_log), "--job-logs-slurm",
                 "--job-log-min-uid", "0",  # the test cluster's jobs run as root
+                # The test Slurm runs every job as root (tests/slurm.py).
+                "--job-log-min-uid", "0",
                 "--state-dir", str(self.tmp / "agent-state"),
                 "--spool-dir", str(self.tmp / "agent-spool"),
                 "--ready-file", str(self.tmp / "agent.ready"),

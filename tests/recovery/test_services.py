@@ -4,6 +4,7 @@ the failures services, which hand them to the recovery policy in the same transa
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import transaction
@@ -13,10 +14,10 @@ from tests.recovery.conftest import policy
 from webapp.failures.models import FailureEvent
 from webapp.failures.node_events import node_events_ingest
 from webapp.failures.services import failure_diagnose
+from webapp.recovery import execution, services
 from webapp.recovery import policy as policy_module
-from webapp.recovery import services
 from webapp.recovery.actions import actions_create
-from webapp.recovery.models import RecoveryAction, RecoveryPlan
+from webapp.recovery.models import RecoveryAction, RecoveryPlan, RecoveryPolicy
 from webapp.recovery.planning import failure_recovery_plan
 
 
@@ -264,3 +265,52 @@ def test_no_command_is_built_for_a_host_that_is_not_a_node_of_the_cluster(fleet)
         (drain,) = actions_create(plan, steps, {}, 10)
     assert (drain.status, drain.commands) == ("failed", [])
     assert drain.result == "failed: db-server-01: not a registered node of this cluster"
+
+
+@pytest.mark.django_db
+def test_switching_a_cluster_to_dry_run_cancels_what_has_not_started(fleet):
+    policy("auto")
+    now = _now()
+    _xid_job(fleet, "900", "gpu-node-01", now - 3 * 3600)
+    second = _xid_job(fleet, "901", "gpu-node-01", now - 60)
+    drain, requeue = second.recovery_plan.actions.order_by("seq")
+    assert (drain.status, requeue.status) == ("ready", "ready")
+    services.recovery_policy_set(second.cluster_id, mode="dry_run", user="olivia")
+    for action in (drain, requeue):
+        action.refresh_from_db()
+        assert action.status == "cancelled"
+        assert action.result == "cancelled: the cluster was switched to dry_run by olivia"
+        # A message already on its way changes nothing.
+        assert execution.action_execute(action.pk, "worker-1").status == "cancelled"
+        action.refresh_from_db()
+        assert (action.status, action.steps, action.attempts) == ("cancelled", [], 0)
+
+
+@pytest.mark.django_db
+def test_the_mode_is_read_again_when_an_action_runs(fleet):
+    policy("auto")
+    failure = _xid_job(fleet, "910", "gpu-node-01", _now() - 60)
+    (requeue,) = failure.recovery_plan.actions.all()
+    RecoveryAction.objects.filter(pk=requeue.pk).update(not_before=None)
+    # Switched behind the services' back (another process, a restore): the run sees it.
+    RecoveryPolicy.objects.filter(cluster_id=failure.cluster_id).update(mode="dry_run")
+    assert execution.action_execute(requeue.pk, "worker-1").status == "cancelled"
+    requeue.refresh_from_db()
+    assert requeue.status == "cancelled" and requeue.steps == []
+    assert "switched to dry_run before it started" in requeue.result
+
+
+@pytest.mark.django_db
+def test_an_action_waits_for_its_earliest_start_in_the_task_and_the_sweep(fleet, settings):
+    settings.VIGIL_RECOVERY_SETTLE_S = 12
+    policy("auto")
+    failure = _xid_job(fleet, "920", "gpu-node-01", _now() - 60)
+    (requeue,) = failure.recovery_plan.actions.all()
+    assert requeue.not_before == requeue.created_at + timedelta(seconds=12)
+    outcome = execution.action_execute(requeue.pk, "worker-1")
+    assert outcome.status == "early" and 0 < outcome.retry_in_s <= 12
+    requeue.refresh_from_db()
+    assert (requeue.status, requeue.attempts, requeue.steps) == ("ready", 0, [])
+    # The sweep sends it again only once it is overdue, never before its time.
+    assert services.actions_sweep(now=requeue.not_before + timedelta(seconds=10)) == 0
+    assert services.actions_sweep(now=requeue.not_before + timedelta(seconds=31)) == 1

@@ -6,16 +6,19 @@ the recovery worker on the cluster's queue -> scontrol -> the job running again.
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from tests.helpers import database_url, wait_for
-from tests.recovery.rig import Rig
+from tests.recovery.rig import CLUSTER, Rig
 from tests.slurm import slurm_two_nodes  # noqa: F401 (the session fixture)
 from webapp.fleet import services as fleet_services
 from webapp.fleet.models import Node
 from webapp.jobs.models import JobEvent
 from webapp.recovery import services
+from webapp.recovery.actions import recovery_queue
 from webapp.recovery.executors import Target
 from webapp.recovery.executors.slurm import SlurmExecutor
 from webapp.recovery.models import RecoveryAction, RecoveryPlan
@@ -459,3 +462,26 @@ def test_a_job_name_cannot_forge_what_recovery_reads_of_the_job(slurm_two_nodes,
         wait_for(lambda: executor.done(["scontrol", "requeue", job], requeue, before), timeout=30)
     finally:
         slurm_two_nodes.cancel_all()
+
+
+def test_switching_to_dry_run_stops_an_action_waiting_for_its_time(rig):
+    rig.vigil(mode="auto")
+    # The job failure's actions wait 20 s for late log lines; the switch comes meanwhile.
+    rig.start_worker("ingest,default", VIGIL_RECOVERY_SETTLE_S="20")
+    rig.recovery_worker = rig.start_worker(recovery_queue(CLUSTER))
+    rig.start_agent()
+    rig.wait_agent_ready()
+    job = _failing_job(rig, "pretrain-switch", fail_runs=1)
+    plan = _plan_for_cause(rig, job, "cuda_fault")
+    requeue = wait_for(lambda: plan.actions.filter(kind="requeue", status="ready").first())
+    services.recovery_policy_set(rig.cluster_id, mode="dry_run", user="olivia")
+    requeue.refresh_from_db()
+    assert requeue.status == "cancelled"
+    # Its task arrives at the action's earliest start and finds it cancelled: past that time
+    # nothing has run (a late task could only make this pass later, never fail it).
+    wait_for(lambda: timezone.now() > requeue.not_before + timedelta(seconds=5), timeout=60)
+    requeue.refresh_from_db()
+    assert (requeue.status, requeue.steps) == ("cancelled", [])
+    assert requeue.result == "cancelled: the cluster was switched to dry_run by olivia"
+    info = rig.job(job)
+    assert (info["JobState"], info["Restarts"]) == ("FAILED", "0")

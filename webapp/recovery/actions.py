@@ -5,6 +5,7 @@ recovery queue, and cancelled when an action before them did not succeed. Shared
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -96,9 +97,12 @@ def actions_create(
         # replaces these actions, failure_recovery_plan).
         settle = settings.VIGIL_RECOVERY_SETTLE_S
     for action in created:
+        delay = max(settle, action.params.get("delay_s") or 0.0)
+        if delay and action.status not in FINAL_STATES:
+            action.not_before = action.created_at + timedelta(seconds=delay)
+            action.save(update_fields=["not_before"])
         if action.status == ActionStatus.READY:
-            delay = max(settle, action.params.get("delay_s") or 0.0)
-            action_dispatch(action, countdown=delay or None)
+            action_dispatch(action)
     return created
 
 
@@ -165,10 +169,14 @@ def _commands_build(action: RecoveryAction) -> None:
     action.save(update_fields=["commands", "status", "error", "result", "ended_at"])
 
 
-def action_dispatch(action: RecoveryAction, countdown: float | None = None) -> None:
-    """Send the action to its cluster's recovery queue once the transaction commits."""
+def action_dispatch(action: RecoveryAction) -> None:
+    """Send the action to its cluster's recovery queue once the transaction commits, to run
+    at its earliest start (`not_before`)."""
     queue = recovery_queue(action.cluster.name)
     pk = action.pk
+    countdown = None
+    if action.not_before is not None:
+        countdown = max(0.0, (action.not_before - timezone.now()).total_seconds()) or None
     transaction.on_commit(
         lambda: app.send_task(EXECUTE_TASK, args=[pk], queue=queue, countdown=countdown),
         robust=True,  # the sweep (actions_sweep) sends it again if the broker was away

@@ -37,12 +37,13 @@ from webapp.recovery.choices import (
     ActionKind,
     ActionStatus,
     ExecutorKind,
+    Mode,
     PlanKind,
 )
 from webapp.recovery.dispatch import action_failed
 from webapp.recovery.executors import executor_for
 from webapp.recovery.executors.base import CommandResult, UnsupportedAction
-from webapp.recovery.models import RecoveryAction
+from webapp.recovery.models import RecoveryAction, RecoveryPolicy
 
 log = logging.getLogger("vigil.recovery")
 
@@ -96,6 +97,13 @@ def action_execute(pk: int, worker: str) -> Outcome:
         return Outcome(ActionStatus.CANCELLED)
     if blocked == "wait":
         return Outcome("waiting", note="an earlier action of the plan has not finished")
+    if _dry_run(action):
+        _stop(action, "cancelled: the cluster was switched to dry_run before it started")
+        return Outcome(ActionStatus.CANCELLED)
+    early = (action.not_before - timezone.now()).total_seconds() if action.not_before else 0
+    if early > 0 and action.status == ActionStatus.READY:
+        # Sent before its time (a settle time, a retry's backoff): come back then.
+        return Outcome("early", retry_in_s=early, note="not before its earliest start")
     if not _claim(action, worker):
         action.refresh_from_db()
         if action.status == ActionStatus.RUNNING and action.lease_until:
@@ -105,6 +113,28 @@ def action_execute(pk: int, worker: str) -> Outcome:
         return Outcome(action.status)
     action.refresh_from_db()
     return _run(action)
+
+
+def _dry_run(action: RecoveryAction) -> bool:
+    """Whether the cluster is in dry_run now (a cluster without a policy is: fail closed).
+    Checked when an action starts and before each of its commands: the kill switch."""
+    mode = (
+        RecoveryPolicy.objects.filter(cluster_id=action.cluster_id)
+        .values_list("mode", flat=True)
+        .first()
+    )
+    return mode in (None, Mode.DRY_RUN)
+
+
+def _stop(action: RecoveryAction, why: str) -> None:
+    """End an action that has not finished as cancelled, and what would follow it."""
+    with transaction.atomic():
+        RecoveryAction.objects.filter(pk=action.pk).exclude(status__in=FINAL_STATES).update(
+            status=ActionStatus.CANCELLED, result=why[:512], ended_at=timezone.now(),
+            lease_until=None,
+        )  # fmt: skip
+        actions_cancel_after(action, why)
+    log.warning("recovery action %s (%s) %s", action.pk, action.kind, why)
 
 
 def _now_iso() -> str:
@@ -130,6 +160,9 @@ def _run(action: RecoveryAction) -> Outcome:
         if last and last.get("ended_at") and (last.get("exit") == 0 or last.get("optional")):
             results.append(CommandResult(tuple(argv), 0, last.get("stdout", "")))
             continue
+        if _dry_run(action):
+            _stop(action, f"stopped: the cluster was switched to dry_run after {i} command(s)")
+            return Outcome(ActionStatus.CANCELLED)
         if last and not last.get("ended_at"):
             # The worker died while this command ran: ask the scheduler before running it again.
             if executor.done(argv, target, last.get("before", {})):
@@ -172,11 +205,15 @@ def _failed(action: RecoveryAction, transient: bool, result: CommandResult) -> O
         detail += f" (output: {result.stdout.strip()[-300:]})"
     first = detail.splitlines()[0] if detail else ""
     if transient and action.attempts < settings.VIGIL_RECOVERY_MAX_ATTEMPTS:
-        RecoveryAction.objects.filter(pk=action.pk, status=ActionStatus.RUNNING).update(
-            status=ActionStatus.READY, error=detail[:4000], lease_until=None
-        )
         # Exponential backoff: 2, 4, 8, ... s, capped at 5 minutes.
-        return Outcome("retry", retry_in_s=min(300.0, 2.0**action.attempts), note=first)
+        backoff = min(300.0, 2.0**action.attempts)
+        RecoveryAction.objects.filter(pk=action.pk, status=ActionStatus.RUNNING).update(
+            status=ActionStatus.READY,
+            error=detail[:4000],
+            lease_until=None,
+            not_before=timezone.now() + timedelta(seconds=backoff),
+        )
+        return Outcome("retry", retry_in_s=backoff, note=first)
     with transaction.atomic():
         RecoveryAction.objects.filter(pk=action.pk).update(
             status=ActionStatus.FAILED,

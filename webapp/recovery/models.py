@@ -119,6 +119,9 @@ class RecoveryAction(models.Model):
     approved_by = models.CharField(max_length=150, blank=True, default="")
     approved_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The earliest it may run (a job failure's settle time, a retry's backoff): the task and
+    # the sweep both wait for it.
+    not_before = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     # For notify actions: when the alerts app delivered it (null: not yet).

@@ -52,7 +52,16 @@ def recovery_policy_set(
     defaults: dict = {"mode": mode, "updated_by": user[:150]}
     if executor is not None:
         defaults["executor"] = executor
-    found, _ = RecoveryPolicy.objects.update_or_create(cluster_id=cluster_id, defaults=defaults)
+    with transaction.atomic():
+        found, _ = RecoveryPolicy.objects.update_or_create(cluster_id=cluster_id, defaults=defaults)
+        if mode == Mode.DRY_RUN:
+            # The kill switch: nothing that has not started runs any more (a running action
+            # stops before its next command, execution.py).
+            why = f"cancelled: the cluster was switched to dry_run by {user or 'an operator'}"
+            RecoveryAction.objects.filter(
+                cluster_id=cluster_id,
+                status__in=[ActionStatus.READY, ActionStatus.AWAITING_APPROVAL],
+            ).update(status=ActionStatus.CANCELLED, result=why[:512], ended_at=timezone.now())
     return found
 
 
@@ -147,11 +156,16 @@ def node_return_to_service(node: Node, user: str, *, check: bool = True) -> Reco
 
 def actions_sweep(now: datetime | None = None) -> int:
     """Send again the ready actions that no worker has (a lost message, a broker restart) and
-    the running ones whose worker's lease ran out (the worker died). Returns how many."""
+    the running ones whose worker's lease ran out (the worker died). Returns how many. Each
+    goes out for its earliest start: the sweep never cuts a settle time or a backoff short."""
     now = now or timezone.now()
+    # A ready action is lost once its message is overdue: 30 s past its earliest start.
+    overdue = now - timedelta(seconds=30)
+    ready_lost = Q(status=ActionStatus.READY) & (
+        Q(not_before__isnull=True, created_at__lt=overdue) | Q(not_before__lt=overdue)
+    )
     stale = RecoveryAction.objects.filter(
-        Q(status=ActionStatus.READY, created_at__lt=now - timedelta(seconds=30))
-        | Q(status=ActionStatus.RUNNING, lease_until__lt=now)
+        ready_lost | Q(status=ActionStatus.RUNNING, lease_until__lt=now)
     ).select_related("cluster", "plan")
     sent = 0
     with transaction.atomic():
