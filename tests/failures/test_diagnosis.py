@@ -414,3 +414,21 @@ def test_a_foreign_host_in_a_window_is_replaced_by_the_node_that_shipped_it():
     window = LogStream("gpu-a-002:/home/u/job.out:1", io.BytesIO(line), False, "gpu-a-002")
     got = diagnose_streams([window], job_nodes=["gpu-a-001", "gpu-a-002"])
     assert (got.cause, got.blamed_node, got.blame_evidence) == ("ib_link", "gpu-a-002", "job_log")
+
+
+def test_blame_evidence_says_which_source_the_blamed_node_rests_on():
+    import io
+
+    from webapp.failures.diagnosis import LogStream, diagnose_streams
+
+    node_fail = (
+        b"2024-05-07T03:12:44 node-07 slurmstepd: error: *** JOB 9 ON node-07 CANCELLED AT"
+        b" 2024-05-07T03:12:44 DUE TO NODE FAILURE ***\n"
+    )
+    # The scheduler's record (a stream that may carry kernel evidence, as the live path's
+    # scheduler stream does) ...
+    got = diagnose_streams([LogStream("scheduler", io.BytesIO(node_fail), True)])
+    assert (got.cause, got.blamed_node, got.blame_evidence) == ("node_lost", "node-07", "scheduler")
+    # ... and the same words printed in a job's own log window.
+    got = diagnose_streams([LogStream("node-07:/job.out:1", io.BytesIO(node_fail), False)])
+    assert (got.blamed_node, got.blame_evidence) == ("node-07", "job_log")

@@ -32,6 +32,7 @@ from webapp.failures.diagnosis.catalogue import (
 from webapp.failures.diagnosis.decide import (
     BLAME_JOB_LOG,
     BLAME_NODE_AGENT,
+    BLAME_SCHEDULER,
     EVIDENCE_LINES,
     WINDOW_AFTER_S,
     WINDOW_BEFORE_S,
@@ -51,6 +52,7 @@ from webapp.failures.diagnosis.scan import (
 __all__ = [
     "BLAME_JOB_LOG",
     "BLAME_NODE_AGENT",
+    "BLAME_SCHEDULER",
     "EVIDENCE_LINES",
     "EVIDENCE_TEXT_CHARS",
     "NAME_ONLY_CONFIDENCE",

@@ -89,6 +89,7 @@ LAST_ONLY_LINES = 3
 STORAGE_FRAME_LINES = 60
 # Diagnosis.blame_evidence values.
 BLAME_NODE_AGENT = "node_agent"
+BLAME_SCHEDULER = "scheduler"
 BLAME_JOB_LOG = "job_log"
 
 
@@ -106,9 +107,12 @@ class Diagnosis:
     evidence: tuple[Evidence, ...]
     rule_id: str | None
     symptoms: tuple[str, ...] = ()
-    # What the blamed node rests on: BLAME_NODE_AGENT (a kernel or NVML line from a stream
-    # that may carry kernel evidence, never a job's own output), BLAME_JOB_LOG (text a job or
-    # its launcher printed, scheduler lines included: a user can forge it), "" (no node).
+    # What the blamed node rests on, for recovery to weigh: BLAME_NODE_AGENT (a kernel or NVML
+    # line from a stream that may carry kernel evidence: the node agent's, never a job's own
+    # output), BLAME_SCHEDULER (a Slurm program's line from such a stream: the scheduler's own
+    # record of the job, which Vigil writes from the job's state), BLAME_JOB_LOG (text a job or
+    # its launcher printed, Slurm-looking lines in its own log included: a user can forge it),
+    # "" (no node blamed).
     blame_evidence: str = ""
     bytes_scanned: int = 0
     lines_scanned: int = 0
@@ -448,8 +452,15 @@ def _diagnosis(
             node = next(iter(scan.inspected_hosts))
     blame_evidence = ""
     if node is not None:
-        agent = best.is_kernel and best.file_index in scan.kernel_files
-        blame_evidence = BLAME_NODE_AGENT if agent else BLAME_JOB_LOG
+        trusted = best.file_index in scan.kernel_files
+        agent = best.is_kernel and trusted
+        blame_evidence = (
+            BLAME_NODE_AGENT
+            if agent
+            else BLAME_SCHEDULER
+            if trusted and best.is_scheduler
+            else BLAME_JOB_LOG
+        )
         if nodes and node not in nodes and not agent:
             # A host named in printed text (an NCCL "host:pid:tid" prefix, a peer, an srun
             # line) that is not one of the job's nodes: any job can print any host's name, so

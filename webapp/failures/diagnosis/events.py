@@ -31,6 +31,9 @@ NON_HARDWARE_XID_CONFIDENCE = 0.6
 # rules.yaml (0.7 to 0.95) that names its cause from the line itself.
 NAME_ONLY_CONFIDENCE = 0.6
 
+# The programs whose lines are the scheduler's record of a job (lines.py takes the program
+# from the line's prefix).
+SCHEDULER_PROGRAMS = frozenset({"slurmctld", "slurmstepd", "slurmd", "srun"})
 EXCEPTIONS_IGNORED = frozenset(
     {"KeyboardInterrupt", "SystemExit", "GeneratorExit", "StopIteration"}
 )
@@ -90,6 +93,7 @@ class Event:
     peer: str | None = None
     stamp: Stamp | None = None
     is_kernel: bool = False
+    is_scheduler: bool = False  # printed by a Slurm program (SCHEDULER_PROGRAMS)
     action: str | None = None
     last_completed: int | None = None
     timeout_ms: int | None = None
@@ -280,6 +284,7 @@ def event_of(
         peer=peer,
         stamp=stamp,
         is_kernel=line.program == "kernel" or kernel_hint(low),  # is_kernel_line(), folded once
+        is_scheduler=line.program in SCHEDULER_PROGRAMS,
         action=action,
         last_completed=int(lc.group(1)) if lc else None,
         timeout_ms=int(tm.group(1)) if tm else None,
