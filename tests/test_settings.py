@@ -168,3 +168,13 @@ def test_trusted_proxy_count_is_off_by_default_and_checked():
     assert bad.returncode != 0 and "VIGIL_TRUSTED_PROXY_COUNT=-1 is below its minimum 0" in (
         bad.stderr
     )
+
+
+def test_a_send_deadline_longer_than_half_the_lease_is_refused():
+    bad = _load_settings(VIGIL_ALERTS_SEND_TIMEOUT_S="40", VIGIL_ALERTS_LEASE_S="60")
+    assert bad.returncode != 0
+    assert "VIGIL_ALERTS_SEND_TIMEOUT_S=40 must be at most half of VIGIL_ALERTS_LEASE_S=60" in (
+        bad.stderr
+    )
+    good = _load_settings(show="VIGIL_ALERTS_SEND_TIMEOUT_S", VIGIL_ALERTS_LEASE_S="60")
+    assert good.stdout.strip() == "20"

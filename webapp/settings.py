@@ -526,10 +526,19 @@ VIGIL_EMAIL_DOMAIN = os.environ.get("VIGIL_EMAIL_DOMAIN") or (
 # Per recipient (channel): at most this many notifications in any hour; the rest are recorded
 # as skipped (an incident of a hundred nodes must not send a hundred emails to one person).
 VIGIL_ALERTS_RATE_LIMIT_PER_HOUR = envint("VIGIL_ALERTS_RATE_LIMIT_PER_HOUR", "30", minimum=1)
-# A worker holds a claimed notification this long (SMTP or HTTP timeout plus grace); after it,
-# the sweep hands the row to another worker (the first one died).
+# One send (connect, TLS, every SMTP step or the whole HTTP exchange) ends by this total
+# deadline (alerts/transports.py Deadline). A worker holds a claimed notification for the
+# lease; after it, the sweep hands the row to another worker (the first one died). A send
+# still running then would be sent twice, so the deadline is at most half the lease (the
+# rest: the claim before and the UPDATE after).
 VIGIL_ALERTS_SEND_TIMEOUT_S = envint("VIGIL_ALERTS_SEND_TIMEOUT_S", "20", minimum=1)
-VIGIL_ALERTS_LEASE_S = envint("VIGIL_ALERTS_LEASE_S", "60", minimum=5)
+VIGIL_ALERTS_LEASE_S = envint("VIGIL_ALERTS_LEASE_S", "60", minimum=2)
+if VIGIL_ALERTS_SEND_TIMEOUT_S * 2 > VIGIL_ALERTS_LEASE_S:
+    raise ImproperlyConfigured(
+        f"VIGIL_ALERTS_SEND_TIMEOUT_S={VIGIL_ALERTS_SEND_TIMEOUT_S} must be at most half of "
+        f"VIGIL_ALERTS_LEASE_S={VIGIL_ALERTS_LEASE_S}: a send still running when its claim "
+        "runs out is claimed and sent again by another worker"
+    )
 # Transient delivery errors are retried this many times in all (backoff 2, 4, 8 ... s).
 VIGIL_ALERTS_MAX_ATTEMPTS = envint("VIGIL_ALERTS_MAX_ATTEMPTS", "8", minimum=1)
 # The default HMAC-SHA256 key of webhook channels (a channel may name its own environment

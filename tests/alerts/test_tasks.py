@@ -22,7 +22,12 @@ def _fail_a_job(fleet, job_id: str) -> None:
 
 
 def _worker_env(smtp, **extra: str) -> dict[str, str]:
-    return {"EMAIL_URL": f"smtp://127.0.0.1:{smtp.port}", **extra}
+    # A send's deadline is at most half the 5 s leases below (settings refuses more).
+    return {
+        "EMAIL_URL": f"smtp://127.0.0.1:{smtp.port}",
+        "VIGIL_ALERTS_SEND_TIMEOUT_S": "2",
+        **extra,
+    }
 
 
 def test_a_failure_reaches_the_inbox_on_events_alone(committed_fleet, smtp, owner, worker_factory):

@@ -9,16 +9,22 @@ channel, with the error kept on it for its page.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import smtplib
+import socket
+import threading
 import urllib.error
 import urllib.request
 
 from django.conf import settings
 from django.core.mail import EmailMultiAlternatives, get_connection
+from django.core.mail.backends.smtp import EmailBackend as SMTPBackend
+from django.utils.module_loading import import_string
 
 from webapp.alerts.choices import ChannelKind
 from webapp.alerts.destinations import (
@@ -30,6 +36,9 @@ from webapp.alerts.destinations import (
 from webapp.alerts.models import Notification
 
 SIGNATURE_HEADER = "X-Vigil-Signature"
+# What a webhook or Alertmanager answers is read (and dropped) up to this much: a receiver
+# acknowledges, it does not send documents.
+MAX_REPLY_BYTES = 64 * 1024
 
 
 class TransientError(Exception):
@@ -51,6 +60,77 @@ class Transport:
         raise NotImplementedError
 
 
+class Deadline:
+    """A total limit on one send. Socket timeouts bound each read, not their sum: a server
+    that answers every step just in time could hold a send past its claim's lease, and then
+    another worker claims the row and sends it again. At the deadline the sockets registered
+    here are shut down, which ends whatever read or write is waiting on them."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.expired = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def register(self, sock: socket.socket) -> socket.socket:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+        return sock
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+    def __enter__(self) -> Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def error(self, what: str) -> TransientError:
+        return TransientError(f"{what} took longer than the send's deadline ({self.seconds} s)")
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _deadline_smtp(backend_class: type, deadline: Deadline) -> type:
+    """Django's SMTP backend whose connections register their socket with `deadline` as
+    soon as it is connected (before the banner, TLS or login)."""
+
+    class Registering(smtplib.SMTP):
+        def _get_socket(self, host, port, timeout):  # noqa: ANN001, ANN202
+            return deadline.register(super()._get_socket(host, port, timeout))
+
+    class RegisteringSSL(smtplib.SMTP_SSL, Registering):
+        pass  # SMTP_SSL wraps the socket Registering made and registered
+
+    class Backend(backend_class):
+        @property
+        def connection_class(self) -> type:
+            return RegisteringSSL if self.use_ssl else Registering
+
+    return Backend
+
+
+def email_connection(deadline: Deadline):  # noqa: ANN201 (a Django mail backend)
+    """A mail connection whose send ends by `deadline` (the SMTP backend) or as configured."""
+    backend_class = import_string(settings.EMAIL_BACKEND)
+    timeout = settings.VIGIL_ALERTS_SEND_TIMEOUT_S
+    if issubclass(backend_class, SMTPBackend):
+        return _deadline_smtp(backend_class, deadline)(timeout=timeout)
+    return get_connection(timeout=timeout)
+
+
 class EmailTransport(Transport):
     def send(self) -> None:
         headers = {"Message-ID": self.n.message_id}
@@ -63,11 +143,17 @@ class EmailTransport(Transport):
             from_email=settings.DEFAULT_FROM_EMAIL,
             to=[self.n.to],
             headers=headers,
-            connection=get_connection(timeout=settings.VIGIL_ALERTS_SEND_TIMEOUT_S),
         )
         if self.n.body_html:
             message.attach_alternative(self.n.body_html, "text/html")
-        email_send(message, self.n.to)
+        with Deadline(settings.VIGIL_ALERTS_SEND_TIMEOUT_S) as deadline:
+            message.connection = email_connection(deadline)
+            try:
+                email_send(message, self.n.to)
+            except TransientError:
+                if deadline.expired:
+                    raise deadline.error("the mail server") from None
+                raise
 
 
 def email_send(message: EmailMultiAlternatives, to: str) -> None:
@@ -98,23 +184,55 @@ def _text(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _opener() -> urllib.request.OpenerDirector:
+class _Connections:
+    """http.client connections whose socket is registered with a deadline once connected."""
+
+    def __init__(self, base: type, deadline: Deadline) -> None:
+        self.base, self.deadline = base, deadline
+
+    def __call__(self, host: str, **kwargs: object) -> http.client.HTTPConnection:
+        conn = self.base(host, **kwargs)
+        create = conn._create_connection
+
+        def connect(*args: object, **kw: object) -> socket.socket:
+            return self.deadline.register(create(*args, **kw))
+
+        conn._create_connection = connect  # before TLS: the handshake is covered too
+        return conn
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: Deadline) -> None:
+        super().__init__()
+        self.connections = _Connections(http.client.HTTPConnection, deadline)
+
+    def http_open(self, req):  # noqa: ANN001, ANN201
+        return self.do_open(self.connections, req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: Deadline) -> None:
+        super().__init__()
+        self.connections = _Connections(http.client.HTTPSConnection, deadline)
+
+    def https_open(self, req):  # noqa: ANN001, ANN201
+        return self.do_open(self.connections, req, context=self._context)
+
+
+def _opener(deadline: Deadline) -> urllib.request.OpenerDirector:
     """http(s) only, and no redirect handler: a 3xx is answered as an error, never followed
     (the channel names its server; a redirect could send the signed body anywhere), and no
-    file://, ftp:// or data: handler whatever a URL says."""
+    file://, ftp:// or data: handler whatever a URL says. Its sockets end at `deadline`."""
     opener = urllib.request.OpenerDirector()
     for handler in (
         urllib.request.ProxyHandler(),
-        urllib.request.HTTPHandler(),
-        urllib.request.HTTPSHandler(),
+        _HTTPHandler(deadline),
+        _HTTPSHandler(deadline),
         urllib.request.HTTPDefaultErrorHandler(),
         urllib.request.HTTPErrorProcessor(),
     ):
         opener.add_handler(handler)
     return opener
-
-
-_OPENER = _opener()
 
 
 def _post_json(url: str, body: bytes, headers: dict[str, str], what: str) -> None:
@@ -125,9 +243,13 @@ def _post_json(url: str, body: bytes, headers: dict[str, str], what: str) -> Non
     request = urllib.request.Request(
         url, data=body, headers={"Content-Type": "application/json", **headers}, method="POST"
     )
+    deadline = Deadline(settings.VIGIL_ALERTS_SEND_TIMEOUT_S)
     try:
-        with _OPENER.open(request, timeout=settings.VIGIL_ALERTS_SEND_TIMEOUT_S):
-            return
+        with deadline, _opener(deadline).open(request, timeout=deadline.seconds) as response:
+            response.read(MAX_REPLY_BYTES)  # the whole answer, inside the deadline
+        if deadline.expired:  # a cut-off answer can read as a short, complete one
+            raise deadline.error(what)
+        return
     except urllib.error.HTTPError as exc:
         reply = f"HTTP {exc.code} {exc.reason}"
         if 300 <= exc.code < 400:
@@ -137,7 +259,9 @@ def _post_json(url: str, body: bytes, headers: dict[str, str], what: str) -> Non
         if 400 <= exc.code < 500 and exc.code not in (408, 429):
             raise PermanentError(f"{what} refused the notification: {reply}") from None
         raise TransientError(f"{what} answered {reply}") from None
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        if deadline.expired:
+            raise deadline.error(what) from None
         raise TransientError(f"could not reach {what}: {_reason(exc, url)}") from None
 
 
