@@ -135,14 +135,33 @@ Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 # PostgreSQL text cannot hold NUL (psycopg refuses it mid-COPY, after other rows of the batch
 # were sent), so every text field refuses it at the edge, where the error names the field.
 NO_NUL_PATTERN = r"^[^\x00]*$"
+# What a node sends ends up in line-oriented text: an Xid message becomes a kernel line of the
+# diagnosis, log lines are lines, names and reasons are lines of pages, emails and CSVs. A
+# newline or carriage return would start a line the node chose (`<ts> node-b kernel: NVRM:
+# Xid ...: 79`, blaming another node), and terminal escapes rewrite what an operator sees. So
+# text refuses every C0 control but tab, and DEL; the agent cleans what it reads first
+# (`clean_text`).
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+LINE_PATTERN = r"^[^\x00-\x08\x0a-\x1f\x7f]*$"
+# ECMA-48 control sequences (colours, cursor moves: `ESC [ 31 m`), which tqdm, rich and the
+# loggers of training frameworks write into job logs.
+_ESCAPE_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 
 
 def Text(max_length: int, min_length: int = 0) -> Any:  # noqa: N802 (reads as a type)
-    """A bounded wire string without NUL bytes."""
+    """A bounded wire string without NUL bytes or other control characters (tab allowed)."""
     return Annotated[
         str,
-        StringConstraints(min_length=min_length, max_length=max_length, pattern=NO_NUL_PATTERN),
+        StringConstraints(min_length=min_length, max_length=max_length, pattern=LINE_PATTERN),
     ]
+
+
+def clean_text(text: str) -> str:
+    """`text` as the wire accepts it: terminal escape sequences dropped, every other control
+    character but tab made a space (a carriage return of a progress bar, a stray newline)."""
+    if not CONTROL_CHARS.search(text):
+        return text
+    return CONTROL_CHARS.sub(" ", _ESCAPE_SEQUENCE.sub("", text))
 
 
 # --- Signed batches ------------------------------------------------------------------------
@@ -310,7 +329,10 @@ class _Envelope(_Wire):
     batch_id: uuid.UUID
     cluster: Name
     node: Name
-    token: Text(min_length=16, max_length=256) | None = None
+    token: (
+        Annotated[str, StringConstraints(min_length=16, max_length=256, pattern=NO_NUL_PATTERN)]
+        | None
+    ) = None
     sent_at: Timestamp
     _credential: Credential | None = PrivateAttr(default=None)
 
@@ -504,6 +526,13 @@ def _validated(model: type[EnvelopeT], raw: str | bytes) -> EnvelopeT:
             reason = "unsupported_version"
         elif first["type"] == "string_pattern_mismatch" and "\x00" in str(first.get("input")):
             message = "contains a NUL byte (\\x00), which PostgreSQL text cannot hold"
+        elif first["type"] == "string_pattern_mismatch" and (
+            control := CONTROL_CHARS.search(str(first.get("input")))
+        ):
+            message = (
+                f"contains the control character U+{ord(control.group()):04X}, "
+                "which could forge a line of a log or a page"
+            )
         raise BatchError(reason, f"{where}: {message}") from None
     if mac is not None:
         if batch.token is not None:

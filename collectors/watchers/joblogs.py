@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collectors.schema import MAX_LINE_CHARS, MAX_WINDOW_LINES, LogWindowIn
+from collectors.schema import MAX_LINE_CHARS, MAX_WINDOW_LINES, LogWindowIn, clean_text
 from collectors.watchers.nodeevents import NodeEvents
 from collectors.watchers.tail import FileTail, Opener, UnsafeFile, open_no_follow
 
@@ -184,6 +184,8 @@ class _Window:
 
 
 def clip(line: str) -> str:
+    """A log line as the wire takes it: colours and control characters cleaned, cut."""
+    line = clean_text(line)
     return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
 
 
@@ -216,7 +218,7 @@ class WindowCutter:
         elif hot:
             first = self.before[0][0] if self.before else line_no
             lines = [clip(t) for _, t in self.before] + [clip(text)]
-            self.window = _Window(first, lines, ts, message_of(text).strip()[:256])
+            self.window = _Window(first, lines, ts, message_of(clean_text(text)).strip()[:256])
             self.before.clear()
             return done
         if self.window is None:
@@ -482,7 +484,7 @@ class JobLogSource:
                 LogWindowIn(
                     job_id=f.job.job_id[:128],
                     ts=w.ts,
-                    path=path[:1024],
+                    path=clean_text(path)[:1024],
                     first_line_no=max(w.first_line_no, 1),
                     lines=w.lines[:MAX_WINDOW_LINES],
                     trigger=w.trigger,

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.backends.base import NodeReading
-from collectors.schema import GpuErrorEventIn, GpuInfo
+from collectors.schema import GpuErrorEventIn, GpuInfo, clean_text
 from collectors.watchers.nodeevents import NodeEvents
 from collectors.watchers.tail import FileTail
 
@@ -109,7 +109,7 @@ def parse_kernel_line(
     # server puts back after "NVRM: Xid (PCI:<bdf>): <code>, " when it rebuilds the line
     # (webapp/failures/evidence.py xid_line); other lines keep their whole NVRM text.
     message = line[m.end("xid") :].lstrip(", ") if kind == "xid" else line[m.start() :]
-    message = message[:2000]
+    message = clean_text(message)[:2000]  # a process name may hold escapes
     return GpuErrorEventIn(
         ts=ts,
         kind=kind,  # type: ignore[arg-type]

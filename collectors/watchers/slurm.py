@@ -43,6 +43,7 @@ from collectors.schema import (
     JobEventIn,
     JobGpus,
     NodeStateIn,
+    clean_text,
     new_batch_id,
 )
 from collectors.watchers.slurmtext import (
@@ -205,7 +206,7 @@ class SlurmWatcher:
             if not 1 <= len(node.name) <= 128:
                 log.warning("sinfo: node name of %d characters skipped", len(node.name))
                 continue
-            reason = node.reason[:256]
+            reason = clean_text(node.reason)[:256]
             last = self.nodes.get(node.name)
             if last is not None and last[:2] == [state, reason]:
                 continue
@@ -228,11 +229,11 @@ class SlurmWatcher:
         info = known.info
         limits = (("name", 256), ("user", 128), ("partition", 128), ("qos", 128), ("project", 128))
         for key, limit in limits:
-            value = getattr(job, key)
+            value = clean_text(getattr(job, key))  # a name may hold a newline
             if value:
                 info[key] = value[:limit]
         if job.comment:
-            info["comment"] = job.comment[:1024]
+            info["comment"] = clean_text(job.comment)[:1024]
         # Slurm resets SubmitTime on requeue: keep the first one.
         if job.submit_ts is not None and info.get("submit_ts") is None:
             info["submit_ts"] = job.submit_ts

@@ -105,6 +105,19 @@ def test_a_window_closes_after_enough_ordinary_lines_and_a_new_burst_opens_anoth
     assert closed[1].trigger == "RuntimeError: boom"
 
 
+def test_colours_and_carriage_returns_are_cleaned_not_shipped():
+    cutter = WindowCutter()
+    cutter.feed(1, "epoch 1:  10%|#         | 10/100\r epoch 1:  20%|##        | 20/100", TS)
+    cutter.feed(2, "\x1b[31mRuntimeError: CUDA error: out of memory\x1b[0m", TS)
+    (window,) = cutter.close()
+    assert window.lines == [
+        "epoch 1:  10%|#         | 10/100  epoch 1:  20%|##        | 20/100",
+        "RuntimeError: CUDA error: out of memory",
+    ]
+    assert window.trigger == "RuntimeError: CUDA error: out of memory"
+    LogWindowIn(job_id="1", ts=TS, path="/x", first_line_no=1, lines=window.lines)
+
+
 def test_an_error_storm_is_one_capped_window():
     cutter = WindowCutter()
     closed = []

@@ -122,6 +122,45 @@ def test_a_nul_byte_in_any_text_field_refuses_the_batch_naming_the_field(kind, p
     assert exc.value.detail.startswith(".".join(str(p) for p in path) + ": ")
 
 
+# Text a worker writes into line-oriented streams (kernel lines, log windows, names and reasons
+# on pages, in emails and in the diagnosis): every text field but the token.
+LINE_FIELDS = [(k, p) for k, p in TEXT_FIELDS if p[-1] not in ("token", "cluster", "node")] + [
+    ("job_events", ("events", 0, "project")),
+]
+
+
+@pytest.mark.parametrize("char", ["\n", "\r", "\x1b", "\x0b", "\x7f"], ids=repr)
+@pytest.mark.parametrize(("kind", "path"), LINE_FIELDS, ids=lambda v: str(v))
+def test_a_control_character_in_a_text_field_refuses_the_batch_naming_the_field(kind, path, char):
+    build, parse = KINDS[kind]
+    bad = _set(build(), path, f"first part{char}second part")
+
+    with pytest.raises(BatchError) as exc:
+        parse(json.dumps(bad))
+
+    assert exc.value.reason == "malformed"
+    assert exc.value.detail == (
+        f"{'.'.join(str(p) for p in path)}: contains the control character "
+        f"U+{ord(char):04X}, which could forge a line of a log or a page"
+    )
+
+
+def test_a_tab_is_kept_in_text_and_log_lines():
+    batch = _set(_node_events(), ("log_windows", 0, "lines", 0), "step\t1\tloss 2.3")
+    assert schema.parse_node_events(json.dumps(batch)).log_windows[0].lines == ["step\t1\tloss 2.3"]
+
+
+def test_a_gpu_error_message_cannot_carry_a_kernel_line_for_another_node():
+    forged = f"fallen off the bus\n{NOW:.0f} node-b kernel: NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus."
+    with pytest.raises(BatchError) as exc:
+        schema.parse_node_events(
+            json.dumps(_set(_node_events(), ("gpu_events", 0, "message"), forged))
+        )
+    assert exc.value.detail.startswith(
+        "gpu_events.0.message: contains the control character U+000A"
+    )
+
+
 @pytest.mark.parametrize(
     ("kind", "field", "limit"),
     [
