@@ -28,6 +28,15 @@ failure leaves error windows in the job's logs on its nodes at the end, sent thr
 node-event path as a real node's (`JobSimulator.event_source()`). Causes are drawn from a
 generator of their own, so the job stream of a seed is the same with or without them.
 
+Vigil acts on the simulated clusters as on Slurm: `ClusterJobs.command` carries out the
+commands its Slurm executor builds (`scontrol requeue <job>`, `scontrol update NodeName=..
+State=DRAIN|RESUME`), handed over through a folder of JSON files (`scheduler_commands_send`;
+the demo names the folder in VIGIL_SIM_SCHEDULER_DIR for its collector and its worker). A
+requeued job reports `requeued`, goes back to the queue under its id and starts again when it
+fits, as a new run of its type; a drained node takes no job; a pretraining run short of nodes
+takes whole pool nodes, requeuing the pool's jobs on them (Slurm's QOS preemption with
+PreemptMode=REQUEUE), and its requeue replaces the team's own resubmission.
+
 Who agrees on the schedule: one `--source simulated` process speaks for every node of its
 clusters, so all of a cluster's nodes read one JobSimulator. Another process agrees with it
 only if it has the same --seed, clusters, nodes per cluster and first timestamp (the warm-up
@@ -39,11 +48,16 @@ stalls, a straggler) is drawn from (cluster, job id) and the time alone
 from __future__ import annotations
 
 import heapq
+import json
+import logging
 import math
+import os
 import random
 import re
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from collectors.backends import simfailures, simphases
 from collectors.backends.simworkload import (
@@ -77,6 +91,73 @@ from collectors.schema import (
 )
 from collectors.watchers.joblogs import is_trigger, message_of
 from collectors.watchers.nodeevents import NodeEvents
+
+log = logging.getLogger("vigil.collector")
+
+# How long an ended job may still be requeued: slurmctld keeps a finished job's record for
+# MinJobAge (300 s by default, slurm.conf(5)); a site whose recovery requeues failed jobs keeps
+# them longer (our assumption: an hour).
+ENDED_KEPT_S = 3600.0
+# The simulated scheduler's inbox: a folder of scheduler commands, one JSON file each
+# (`scheduler_commands_send`), read by the simulator of the named cluster at its next round.
+INBOX_ENV = "VIGIL_SIM_SCHEDULER_DIR"
+
+
+def scheduler_commands_send(
+    inbox: Path, cluster: str, commands: Sequence[Sequence[str]], ts: float | None = None
+) -> Path:
+    """Hand scheduler commands (argv lists, as the Slurm executor builds them) to the
+    simulated scheduler of `cluster`, as one file written whole (a hidden temporary name,
+    then a rename), named so that files sort in the order they were sent."""
+    inbox.mkdir(parents=True, exist_ok=True)
+    body = json.dumps(
+        {
+            "cluster": cluster,
+            "ts": time.time() if ts is None else ts,
+            "commands": [[str(a) for a in argv] for argv in commands],
+        }
+    )
+    name = f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
+    tmp = inbox / f".{name}.tmp"
+    tmp.write_text(body, "utf-8")
+    return tmp.rename(inbox / name)
+
+
+class SchedulerInbox:
+    """The commands sent to the simulated scheduler, taken (and removed) in the order sent."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def take(self) -> list[tuple[str, float, list[list[str]]]]:
+        out = []
+        try:
+            files = sorted(self.path.glob("*.json"))
+        except OSError:
+            return []
+        for file in files:
+            try:
+                out.append(self._parse(json.loads(file.read_text("utf-8"))))
+            except (OSError, ValueError) as exc:
+                log.warning("simulated scheduler: %s skipped: %s", file.name, exc)
+            finally:
+                file.unlink(missing_ok=True)
+        return out
+
+    @staticmethod
+    def _parse(data: object) -> tuple[str, float, list[list[str]]]:
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        cluster, ts, commands = data.get("cluster"), data.get("ts"), data.get("commands")
+        if not isinstance(cluster, str) or not cluster:
+            raise ValueError("'cluster' must be a cluster name")
+        if not isinstance(ts, int | float) or isinstance(ts, bool):
+            raise ValueError("'ts' must be a time in epoch seconds")
+        if not isinstance(commands, list) or not all(
+            isinstance(c, list) and c and all(isinstance(a, str) for a in c) for c in commands
+        ):
+            raise ValueError("'commands' must be a list of argv lists of strings")
+        return cluster, float(ts), commands
 
 
 def job_project(name: str) -> str:
@@ -125,7 +206,14 @@ class ClusterJobs:
         self.owner: dict[tuple[int, int], tuple[SimJob, int]] = {}
         self.queue: list[SimJob] = []
         self.events: list[JobEventIn] = []
-        self.heap: list[tuple[float, int, str, SimJob | None]] = []
+        # (when, seq, kind, job, the job's attempt): a requeued job's old end and fault
+        # events are dropped by their attempt.
+        self.heap: list[tuple[float, int, str, SimJob | None, int]] = []
+        self.drained: set[int] = set()  # node indices drained by a scheduler command
+        # Jobs by id that a command may still name: queued, running, or ended within
+        # ENDED_KEPT_S (when they ended).
+        self.known: dict[str, SimJob] = {}
+        self.ended_at: dict[str, float] = {}
         self._seq = 0
         self._next_id = 1000
         pool_gpus = len(self.pool_nodes) * gpus_per_node
@@ -221,7 +309,7 @@ class ClusterJobs:
 
     def _push(self, ts: float, kind: str, job: SimJob | None) -> None:
         self._seq += 1
-        heapq.heappush(self.heap, (ts, self._seq, kind, job))
+        heapq.heappush(self.heap, (ts, self._seq, kind, job, job.attempt if job else 0))
 
     def _emit(self, job: SimJob, kind: str, ts: float, **extra: object) -> None:
         if self.quiet:
@@ -249,6 +337,7 @@ class ClusterJobs:
         job.job_id = self._new_id()
         job.submit_ts = ts
         self.queue.append(job)
+        self.known[job.job_id] = job
         self._emit(job, "submitted", ts)
 
     def start(self, t0: float) -> None:
@@ -291,7 +380,9 @@ class ClusterJobs:
             self.start(ts)
             return
         while self.heap and self.heap[0][0] <= ts:
-            when, _, kind, job = heapq.heappop(self.heap)
+            when, _, kind, job, attempt = heapq.heappop(self.heap)
+            if job is not None and attempt != job.attempt:
+                continue  # an event of a run that was requeued since
             if kind == "arrive":
                 for j in self._draw(self.rng, when):
                     self._submit(j, when)
@@ -305,9 +396,91 @@ class ClusterJobs:
                 continue  # frees nothing: no scheduling pass
             self._schedule(when)
         self.now = max(self.now or ts, ts)
+        for job_id, ended in list(self.ended_at.items()):
+            if ended < ts - ENDED_KEPT_S:
+                del self.ended_at[job_id]
+                self.known.pop(job_id, None)
+
+    # Scheduler commands --------------------------------------------------------------------
+
+    def command(self, argv: list[str], ts: float) -> str:
+        """Carry out one scheduler command as the Slurm executor writes it, at `ts` (at the
+        earliest this cluster's present); what slurmctld would answer. Understood: `scontrol
+        requeue <job>`, `scontrol update NodeName=<n> State=DRAIN|RESUME ...`; the rest
+        (`update JobId=.. StartTime=now`, reservations, health-check jobs) changes nothing
+        here. Raises ValueError for a command it cannot carry out, naming why."""
+        ts = max(ts, self.now or ts)
+        args = list(argv[1:]) if argv and argv[0].rsplit("/", 1)[-1] == "scontrol" else []
+        fields = dict(a.split("=", 1) for a in args[1:] if "=" in a)
+        if args[:1] == ["requeue"] and len(args) == 2:
+            return self._requeue_command(args[1], ts)
+        if args[:1] == ["update"] and "NodeName" in fields and "State" in fields:
+            if fields["NodeName"] not in self.nodes:
+                raise ValueError(f"node {fields['NodeName']!r} is not in cluster {self.cluster}")
+            n = self.nodes.index(fields["NodeName"])
+            state = fields["State"].upper()
+            if state == "DRAIN":
+                self.drained.add(n)
+            elif state == "RESUME":
+                self.drained.discard(n)
+                self._schedule(ts)
+            else:
+                raise ValueError(f"node state {fields['State']!r} is not simulated")
+            return f"node {fields['NodeName']} {state.lower()}"
+        known = (["update"], ["create"], ["delete"])
+        if args[:1] in known or (argv and argv[0].rsplit("/", 1)[-1] == "sbatch"):
+            return "nothing to simulate"
+        raise ValueError(f"command {' '.join(argv)!r} is not simulated")
+
+    def _requeue_command(self, job_id: str, ts: float) -> str:
+        job = self.known.get(job_id)
+        if job is None:
+            raise ValueError(f"job {job_id} is not known to cluster {self.cluster}")
+        if job in self.queue:
+            raise ValueError(f"job {job_id} is pending already")
+        if job.lane:
+            # The team would have resubmitted a new run by hand: the requeued one replaces it.
+            self.heap = [h for h in self.heap if h[2] != "resubmit"]
+            heapq.heapify(self.heap)
+        self._requeue(job, ts)
+        self._schedule(ts)
+        return f"job {job_id} requeued"
+
+    def _requeue(self, job: SimJob, ts: float) -> None:
+        """The job goes back to the queue under its id, its GPUs freed if it ran; its next run
+        is drawn as a new one of its type (a restart from its last checkpoint), from a
+        generator of its own, so the rest of the job stream does not change."""
+        self._release(job)
+        self.ended_at.pop(job.job_id, None)
+        job.attempt += 1
+        # Slurm resets a requeued job's submit time (sacct's and scontrol's man pages).
+        job.submit_ts = ts
+        self._emit(job, "requeued", ts)
+        rng = random.Random(f"requeue/{self.cluster}/{job.job_id}/{job.attempt}")
+        model = self.pretrain if job.lane else next(t for t in self.types if t.name == job.job_type)
+        job.state = self._final_state(rng, model)
+        duration = lognormal(rng, model.median_s, model.sigma)
+        if job.state == "FAILED":  # as _draw and _draw_pretrain shorten a failing run
+            duration *= rng.uniform(0.2, 1.0) if job.lane else rng.uniform(0.02, 0.4)
+        job.duration_s = max(duration, 600.0 if job.lane else 5.0)
+        job.held, job.alloc, job.straggler, job.cause, job.culprit = [], [], None, None, 0
+        job.start_ts = job.began_ts = job.end_ts = None
+        self.queue.append(job)
 
     def _fit(self, job: SimJob) -> list[tuple[int, int]] | None:
-        nodes = self.lane_nodes if job.lane else self.pool_nodes
+        if job.lane:
+            # Pretraining's reserved nodes, and for each drained one a whole pool node (a site
+            # keeps pretraining's quota whole).
+            nodes = [n for n in self.lane_nodes if n not in self.drained]
+            if any(len(self.free[n]) < self.gpn for n in nodes):
+                return None  # another run holds them
+            short = len(self.lane_nodes) - len(nodes)
+            nodes += [
+                n for n in self.pool_nodes
+                if n not in self.drained and len(self.free[n]) == self.gpn
+            ][:short]  # fmt: skip
+        else:
+            nodes = [n for n in self.pool_nodes if n not in self.drained]
         if job.gpus <= self.gpn:
             # Best fit: the node with the fewest free GPUs that still fits the job.
             fits = [n for n in nodes if len(self.free[n]) >= job.gpus]
@@ -325,6 +498,8 @@ class ClusterJobs:
         self.queue.sort(key=lambda j: (j.priority, j.submit_ts, int(j.job_id)))
         for job in list(self.queue):
             held = self._fit(job)
+            if held is None and job.lane:
+                held = self._preempt_for(job, ts)
             if held is None:
                 continue
             self.queue.remove(job)
@@ -350,6 +525,27 @@ class ClusterJobs:
             self._push(job.end_ts, "end", job)
             if job.state == "FAILED" and self.fail_rng is not None:
                 self._plan_failure(job)
+
+    def _preempt_for(self, job: SimJob, ts: float) -> list[tuple[int, int]] | None:
+        """A pretraining run short of nodes (some drained) takes pool nodes, requeuing the
+        pool's jobs on them, as Slurm's QOS preemption with PreemptMode=REQUEUE does for a
+        higher-priority QOS; the emptiest pool nodes first."""
+        need = math.ceil(job.gpus / self.gpn)
+        lane = [n for n in self.lane_nodes if n not in self.drained]
+        if any(len(self.free[n]) < self.gpn for n in lane):
+            return None  # another run holds its own nodes: it waits for them
+        pool = sorted(
+            (n for n in self.pool_nodes if n not in self.drained),
+            key=lambda n: (-len(self.free[n]), n),
+        )
+        if len(lane) + len(pool) < need:
+            return None
+        for n in pool[: need - len(lane)]:
+            for g in range(self.gpn):
+                held = self.owner.get((n, g))
+                if held is not None:
+                    self._requeue(held[0], ts)
+        return self._fit(job)
 
     # Failures ----------------------------------------------------------------------------
 
@@ -438,10 +634,15 @@ class ClusterJobs:
         events, self.node_events = list(self.node_events.values()), {}
         return events
 
-    def _end(self, job: SimJob, ts: float, *, resubmit: bool = True) -> None:
+    def _release(self, job: SimJob) -> None:
         for n, g in job.held:
-            self.free[n].add(g)
-            self.owner.pop((n, g), None)
+            if self.owner.get((n, g), (None,))[0] is job:
+                self.free[n].add(g)
+                self.owner.pop((n, g), None)
+
+    def _end(self, job: SimJob, ts: float, *, resubmit: bool = True) -> None:
+        self._release(job)
+        self.ended_at[job.job_id] = ts
         exit_code = {"COMPLETED": 0, "FAILED": 1, "CANCELLED": -15}[job.state]
         if job.state == "FAILED" and job.cause is not None:
             exit_code = simfailures.EXIT_CODE[job.cause]
@@ -464,7 +665,7 @@ class ClusterJobs:
             exit_code=exit_code,
             **extra,
         )
-        if job.lane and resubmit:
+        if job.lane and resubmit and not any(j.lane for j in self.queue):
             self._push(ts + self.rng.uniform(*PRETRAIN_GAP_S), "resubmit", None)
 
     def gpu_busy(self, node: int, gpu: int, ts: float) -> bool:
@@ -494,7 +695,10 @@ class JobSimulator:
         seed: int | None = None,
         failures: bool = True,
         inventory: dict[str, list[GpuInfo]] | None = None,
+        inbox: Path | None = None,
     ) -> None:
+        self.inbox = SchedulerInbox(inbox) if inbox is not None else None
+        self.commands: list[tuple[str, float, list[list[str]]]] = []
         rng = random.Random(None if seed is None else seed + 1_000_003)
         self.clusters = {
             c: ClusterJobs(
@@ -512,8 +716,28 @@ class JobSimulator:
         }
 
     def advance(self, ts: float) -> None:
+        if self.inbox is not None:
+            # A command sent after this round's time (the round was stamped before the file
+            # was written) waits for the next round: its effects never predate it.
+            self.commands += self.inbox.take()
+            due = [c for c in self.commands if c[1] <= ts]
+            self.commands = [c for c in self.commands if c[1] > ts]
+            for cluster, when, commands in due:
+                self._commands(cluster, when, commands)
         for c in self.clusters.values():
             c.advance(ts)
+
+    def _commands(self, cluster: str, when: float, commands: list[list[str]]) -> None:
+        c = self.clusters.get(cluster)
+        if c is None or c.now is None:
+            log.warning("simulated scheduler: commands for %r, which it does not run", cluster)
+            return
+        c.advance(when)
+        for argv in commands:
+            try:
+                log.info("simulated scheduler of %s: %s", cluster, c.command(argv, when))
+            except ValueError as exc:
+                log.warning("simulated scheduler of %s: %s", cluster, exc)
 
     def finish(self, ts: float) -> None:
         for c in self.clusters.values():

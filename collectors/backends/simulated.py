@@ -36,15 +36,17 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import os
 import random
 import uuid
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from collectors.backends import simphases
 from collectors.backends.base import GPU_POS, NODE_POS, NodeReading, Source
-from collectors.backends.simjobs import JobSimulator
+from collectors.backends.simjobs import INBOX_ENV, JobSimulator
 from collectors.schema import GPU_FIELD_NAMES, NODE_FIELD_NAMES, GpuInfo
 
 DEFAULT_CLUSTERS = ("seren", "kalos")
@@ -240,6 +242,7 @@ class SimulatedBackend:
         jobs: bool = True,
         failures: bool = True,
         inlet_c: tuple[float, float] = INLET_C,
+        scheduler_inbox: Path | None = None,
     ) -> None:
         if not inlet_c[0] <= inlet_c[1]:
             raise ValueError(f"inlet_c {inlet_c!r}: the low end is above the high end")
@@ -304,6 +307,10 @@ class SimulatedBackend:
                 seed=seed,
                 failures=failures,
                 inventory={node.node: node.infos for node in self.nodes},
+                # Scheduler commands for the simulated clusters (the demo's recovery sends
+                # them): its own folder, or the one the environment names.
+                inbox=scheduler_inbox
+                or (Path(os.environ[INBOX_ENV]) if os.environ.get(INBOX_ENV) else None),
             )
 
     @property

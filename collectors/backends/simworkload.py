@@ -135,6 +135,7 @@ class SimJob:
     stall_s: float = 0.0  # GPUs idle after each checkpoint (a synchronous save)
     phase_key: int = 0  # simphases.job_key: the job's lockstep phases are drawn from it
     straggler: Straggler | None = None
+    attempt: int = 0  # runs before this one (a requeued job runs again under its id)
 
     def busy(self, pos: int, ts: float) -> bool:
         """Does the job's `pos`-th GPU work at `ts`? The same answer for every working GPU."""

@@ -9,7 +9,9 @@ from collections import Counter
 import pytest
 
 from collectors.agent import Agent
+from collectors.backends import simfailures
 from collectors.backends.base import GPU_POS
+from collectors.backends.simjobs import INBOX_ENV, scheduler_commands_send
 from collectors.backends.simulated import SimulatedBackend
 from collectors.schema import JobEventBatch
 
@@ -232,3 +234,167 @@ def test_jobs_running_at_the_first_round_are_found_mid_run():
                     working += row[GPU_POS["gpu_util"]] > 0
     # Lanes idle between runs, while loading and after checkpoints: about a fifth of the time.
     assert lanes > 0 and working / lanes > 0.6
+
+
+# --- Recovery closes the loop: a requeued job runs again ----------------------------------
+
+
+def _hardware_failed_lane_job(tmp_path, cluster="kalos", seed=5, step_s=10.0):
+    """A simulated cluster whose scheduler takes commands from an inbox, run as the demo runs
+    it (a round every `step_s`) until a pretraining run ends FAILED on a GPU fault; returns
+    the backend, the watcher, the events so far, the job and the time of that round."""
+    inbox = tmp_path / "inbox"
+    backend = SimulatedBackend([cluster], 16, 8, seed=seed, scheduler_inbox=inbox)
+    watcher = backend.jobs.watcher(lambda c, n: f"token-of-{n}")
+    c = backend.jobs.clusters[cluster]
+    events = []
+    ts = T0
+    for _ in range(int(20 * 86400 / step_s)):
+        ts += step_s
+        events += [
+            e for _i, t in watcher.poll(ts) for e in JobEventBatch.model_validate_json(t).events
+        ]
+        for e in events[-50:]:
+            job = c.known.get(e.job_id)
+            if (
+                e.kind == "ended"
+                and e.state == "FAILED"
+                and job is not None
+                and job.lane
+                and job.cause in simfailures.HARDWARE_XID
+            ):
+                return backend, watcher, events, job, ts, inbox
+    raise AssertionError("no pretraining run failed on a GPU fault in 20 simulated days")
+
+
+def test_a_requeued_job_runs_again_on_healthy_nodes(tmp_path):
+    """The demo's loop: a 112-GPU pretraining run dies of a GPU fault; Vigil's recovery drains
+    the node and requeues the job (the Slurm executor's commands, handed to the simulated
+    scheduler); the scheduler reports it requeued and, after a short wait, started again
+    under its id on 14 nodes, none of them the drained one; the team's own resubmission is
+    not needed."""
+    backend, watcher, events, job, ts, inbox = _hardware_failed_lane_job(tmp_path)
+    bad = backend.jobs.clusters["kalos"].nodes[job.held[job.culprit][0]]
+    acted = ts + 20.0  # Vigil diagnosed and acted 20 s later
+    scheduler_commands_send(
+        inbox,
+        "kalos",
+        [["scontrol", "update", f"NodeName={bad}", "State=DRAIN", "Reason=vigil: xid"]],
+        ts=acted - 5,
+    )
+    scheduler_commands_send(
+        inbox,
+        "kalos",
+        [
+            ["scontrol", "requeue", job.job_id],
+            ["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"],
+        ],
+        ts=acted,
+    )
+    before = len(events)
+    for k in range(1, 6 * 360):
+        events += [
+            e
+            for _i, t in watcher.poll(ts + 10.0 * k)
+            for e in JobEventBatch.model_validate_json(t).events
+        ]
+    mine = [e for e in events[before:] if e.job_id == job.job_id]
+    assert [e.kind for e in mine[:2]] == ["requeued", "started"]
+    requeued, started = mine[:2]
+    assert requeued.ts >= acted
+    assert 0 < started.ts - requeued.ts <= 60  # a short queue time, not a new submission
+    nodes = {g.node for g in started.allocation}
+    assert len(nodes) == 14 and sum(len(g.gpu_indices) for g in started.allocation) == 112
+    assert bad not in nodes
+    # Nothing starts on the drained node afterwards, and no second pretraining run is
+    # submitted while the requeued one runs.
+    later = [e for e in events[before:] if e.kind == "started"]
+    assert all(bad not in {g.node for g in e.allocation} for e in later)
+    end = next((e.ts for e in mine if e.kind == "ended"), events[-1].ts)
+    rivals = [
+        e for e in events[before:]
+        if e.kind == "submitted" and e.job_type == "pretrain" and e.ts < end
+    ]  # fmt: skip
+    assert rivals == []
+
+
+def test_pool_jobs_a_requeued_run_displaces_are_requeued_and_run_again(tmp_path):
+    """The requeued run borrows a pool node for the drained one (Slurm's QOS preemption with
+    PreemptMode=REQUEUE): the pool jobs on it are requeued, not lost, and start again."""
+    # A seed whose run fails while both of Kalos's pool nodes hold jobs.
+    backend, watcher, events, job, ts, inbox = _hardware_failed_lane_job(tmp_path, seed=7)
+    c = backend.jobs.clusters["kalos"]
+    assert all(len(c.free[n]) < c.gpn for n in c.pool_nodes)
+    bad = c.nodes[job.held[job.culprit][0]]
+    pool_jobs = {j.job_id for (n, _g), (j, _r) in c.owner.items() if n in c.pool_nodes}
+    scheduler_commands_send(
+        inbox,
+        "kalos",
+        [
+            ["scontrol", "update", f"NodeName={bad}", "State=DRAIN", "Reason=vigil: xid"],
+            ["scontrol", "requeue", job.job_id],
+        ],
+        ts=ts,
+    )
+    before = len(events)
+    for k in range(1, 24 * 360):
+        events += [
+            e
+            for _i, t in watcher.poll(ts + 10.0 * k)
+            for e in JobEventBatch.model_validate_json(t).events
+        ]
+    again = next(e.ts for e in events[before:] if e.kind == "requeued" and e.job_id == job.job_id)
+    displaced = {e.job_id for e in events[before:] if e.kind == "requeued" and e.ts == again} - {
+        job.job_id
+    }
+    assert displaced and displaced <= pool_jobs
+    for job_id in displaced:
+        kinds = [e.kind for e in events[before:] if e.job_id == job_id]
+        assert kinds[:2] == ["requeued", "started"], (job_id, kinds)
+
+
+def test_a_running_job_requeued_frees_its_gpus_and_starts_again(tmp_path):
+    inbox = tmp_path / "inbox"
+    backend = SimulatedBackend(["seren"], 16, 8, seed=3, scheduler_inbox=inbox)
+    watcher = backend.jobs.watcher(lambda c, n: f"token-of-{n}")
+    watcher.poll(T0)
+    c = backend.jobs.clusters["seren"]
+    job = next(j for j, _r in c.owner.values() if j.lane)
+    old_end = job.end_ts
+    scheduler_commands_send(inbox, "seren", [["scontrol", "requeue", job.job_id]], ts=T0 + 5)
+    events = [
+        e
+        for k in range(1, 30)
+        for _i, t in watcher.poll(T0 + 10.0 * k)
+        for e in JobEventBatch.model_validate_json(t).events
+        if e.job_id == job.job_id
+    ]
+    assert [e.kind for e in events[:2]] == ["requeued", "started"]
+    assert events[0].ts == pytest.approx(T0 + 5)
+    assert job.end_ts != old_end  # a new run, with its own end
+    assert not [e for e in events if e.kind == "ended" and e.ts == old_end]
+
+
+def test_commands_the_simulator_cannot_carry_out_are_logged_and_dropped(tmp_path, caplog):
+    inbox = tmp_path / "inbox"
+    backend = SimulatedBackend(["seren"], 2, 8, seed=3, scheduler_inbox=inbox)
+    watcher = backend.jobs.watcher(lambda c, n: f"token-of-{n}")
+    watcher.poll(T0)
+    scheduler_commands_send(inbox, "seren", [["scontrol", "requeue", "42"]], ts=T0)
+    scheduler_commands_send(inbox, "nowhere", [["scontrol", "requeue", "42"]], ts=T0)
+    (inbox / "0-broken.json").write_text("{not json")
+    with caplog.at_level("WARNING", logger="vigil.collector"):
+        batches = watcher.poll(T0 + 10)
+    text = caplog.text
+    assert "job 42 is not known to cluster seren" in text
+    assert "'nowhere'" in text
+    assert "0-broken.json skipped" in text
+    assert not any('"requeued"' in t for _i, t in batches)
+    assert list(inbox.iterdir()) == []  # each taken once
+
+
+def test_the_inbox_is_found_through_the_environment(tmp_path, monkeypatch):
+    """The demo names the inbox in the environment of its collector and its worker."""
+    monkeypatch.setenv(INBOX_ENV, str(tmp_path / "inbox"))
+    backend = SimulatedBackend(["seren"], 2, 8, seed=3)
+    assert backend.jobs.inbox is not None and backend.jobs.inbox.path == tmp_path / "inbox"

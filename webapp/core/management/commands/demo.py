@@ -28,6 +28,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from collectors.backends.simjobs import INBOX_ENV
 from collectors.backends.simulated import DEFAULT_CLUSTERS, node_name
 from webapp.core import embedded
 
@@ -96,6 +97,13 @@ class Command(BaseCommand):
         env["PYTHONUNBUFFERED"] = "1"
         # Links in the demo's emails point at this server, not the default port.
         env.setdefault("VIGIL_BASE_URL", f"http://{opts['host']}:{opts['port']}")
+        # What the simulated executor runs (drain, requeue) reaches the simulated scheduler
+        # through this folder, so a requeued job runs again; emptied of an earlier run's.
+        inbox = state / "scheduler-inbox"
+        inbox.mkdir(exist_ok=True)
+        for stale in inbox.iterdir():
+            stale.unlink()
+        env[INBOX_ENV] = str(inbox)
         py = sys.executable
         sim = [
             "--source", "simulated", "--clusters", ",".join(clusters),
