@@ -178,3 +178,35 @@ def test_a_send_deadline_longer_than_half_the_lease_is_refused():
     )
     good = _load_settings(show="VIGIL_ALERTS_SEND_TIMEOUT_S", VIGIL_ALERTS_LEASE_S="60")
     assert good.stdout.strip() == "20"
+
+
+def _env_example_names() -> list[str]:
+    lines = (ROOT / ".env.example").read_text().splitlines()
+    return [line.split("=", 1)[0] for line in lines if "=" in line and not line.startswith("#")]
+
+
+# Every uppercase setting but the callables (their repr names a memory address).
+SETTINGS_SHOWN = "{k: v for k, v in sorted(globals().items()) if k.isupper() and not callable(v)}"
+
+
+def test_an_empty_value_means_the_default_for_every_variable():
+    """`.env.example` writes every variable, most as `NAME=`: copied as is, each must mean its
+    default (an empty VIGIL_HEALTHCHECK_SCRIPT turned the pre-resume health check off)."""
+    kept = ("DATABASE_URL", "CELERY_BROKER_URL", "VIGIL_CACHE_URL", "VIGIL_DEBUG")
+    names = [n for n in _env_example_names() if n not in kept]
+    assert "VIGIL_HEALTHCHECK_SCRIPT" in names and len(names) > 60
+    with pytest.MonkeyPatch.context() as mp:
+        for name in names:
+            mp.delenv(name, raising=False)
+        defaults = _load_settings(show=SETTINGS_SHOWN)
+        empty = _load_settings(show=SETTINGS_SHOWN, **dict.fromkeys(names, ""))
+    assert defaults.returncode == 0, defaults.stderr
+    assert empty.returncode == 0, empty.stderr
+    assert empty.stdout == defaults.stdout
+    script = _load_settings(show="VIGIL_HEALTHCHECK_SCRIPT", VIGIL_HEALTHCHECK_SCRIPT="")
+    assert script.stdout.strip().endswith("deploy/healthcheck/nccl_pairwise.py'")
+
+
+def test_the_health_check_is_turned_off_only_in_so_many_words():
+    off = _load_settings(show="VIGIL_HEALTHCHECK_SCRIPT", VIGIL_HEALTHCHECK_SCRIPT="none")
+    assert off.stdout.strip() == "''"

@@ -24,8 +24,15 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+def env(name: str, default: str = "") -> str:
+    """The variable's value, stripped; unset or empty means the default. `.env.example` writes
+    every variable, most as `NAME=`, and docker compose passes `${NAME:-}` through as empty:
+    an empty value must never mean "off" or "zero" by accident."""
+    return os.environ.get(name, "").strip() or default
+
+
 def envbool(name: str, default: str = "False") -> bool:
-    value = os.environ.get(name, default).strip().lower()
+    value = env(name, default).lower()
     if value in _TRUE:
         return True
     if value in _FALSE:
@@ -34,7 +41,7 @@ def envbool(name: str, default: str = "False") -> bool:
 
 
 def envint(name: str, default: str, minimum: int | None = None) -> int:
-    value = os.environ.get(name, default).strip()
+    value = env(name, default)
     try:
         number = int(value)
     except ValueError:
@@ -47,7 +54,7 @@ def envint(name: str, default: str, minimum: int | None = None) -> int:
 def envfloat(
     name: str, default: str, minimum: float | None = None, maximum: float | None = None
 ) -> float:
-    value = os.environ.get(name, default).strip()
+    value = env(name, default)
     try:
         number = float(value)
     except ValueError:
@@ -68,7 +75,7 @@ DEBUG = envbool("VIGIL_DEBUG", "False")
 # They serve no request either, so the secret key and host checks below do not apply.
 VIGIL_OFFLINE = envbool("VIGIL_OFFLINE", "False")
 _serving = not DEBUG and not VIGIL_OFFLINE
-SECRET_KEY = os.environ.get("SECRET_KEY", DEV_SECRET_KEY)
+SECRET_KEY = env("SECRET_KEY", DEV_SECRET_KEY)
 if _serving and SECRET_KEY == DEV_SECRET_KEY:
     raise ImproperlyConfigured(
         "SECRET_KEY is the development default; set SECRET_KEY to a long random value "
@@ -79,7 +86,7 @@ if _serving and len(SECRET_KEY) < 32:
 
 
 def envlist(name: str, default: str = "") -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+    return [item.strip() for item in env(name, default).split(",") if item.strip()]
 
 
 # In debug an empty list means localhost only (Django's rule); outside debug the hosts this
@@ -96,7 +103,7 @@ CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS")
 # --- HTTPS behind a proxy ------------------------------------------------------------------
 # The header a TLS-terminating proxy sets to "https" (e.g. X-Forwarded-Proto). Only set it if
 # the proxy always overwrites that header: otherwise a client could claim HTTPS itself.
-_proxy_header = os.environ.get("VIGIL_PROXY_SSL_HEADER", "").strip()
+_proxy_header = env("VIGIL_PROXY_SSL_HEADER")
 if _proxy_header and not re.fullmatch(r"[A-Za-z0-9]+(-[A-Za-z0-9]+)*", _proxy_header):
     raise ImproperlyConfigured(
         f"VIGIL_PROXY_SSL_HEADER={_proxy_header!r} is not an HTTP header name "
@@ -185,8 +192,11 @@ TEMPLATES = [
 # With no URL configured, webapp/core/embedded.py starts a private PostgreSQL and Redis under
 # VIGIL_DATA_DIR, so `make demo` and `make test` need nothing installed.
 if VIGIL_OFFLINE:
-    os.environ.setdefault("DATABASE_URL", "postgresql://offline@offline.invalid:1/offline")
-    os.environ.setdefault("CELERY_BROKER_URL", "memory://")
+    # (an empty value, as .env writes it, is unset here too)
+    os.environ["DATABASE_URL"] = env(
+        "DATABASE_URL", "postgresql://offline@offline.invalid:1/offline"
+    )
+    os.environ["CELERY_BROKER_URL"] = env("CELERY_BROKER_URL", "memory://")
 VIGIL_EMBEDDED_POSTGRES = not os.environ.get("DATABASE_URL")
 if VIGIL_EMBEDDED_POSTGRES:
     from webapp.core import embedded
@@ -273,7 +283,7 @@ def _redis_server(url: str) -> tuple[str, ...] | None:
 
 
 if VIGIL_OFFLINE:
-    os.environ.setdefault("VIGIL_CACHE_URL", "locmem://")
+    os.environ["VIGIL_CACHE_URL"] = env("VIGIL_CACHE_URL", "locmem://")
 if not os.environ.get("VIGIL_CACHE_URL"):
     from webapp.core import embedded
 
@@ -300,9 +310,9 @@ else:
     }
 
 # --- Email ---------------------------------------------------------------------------------
-_email = dj_email_url.parse(os.environ.get("EMAIL_URL", "console://"))
+_email = dj_email_url.parse(env("EMAIL_URL", "console://"))
 EMAIL_BACKEND = _email["EMAIL_BACKEND"]
-if DEBUG and not os.environ.get("EMAIL_URL"):
+if DEBUG and not env("EMAIL_URL"):
     # `make demo` and development: emails are kept in a table the outbox page lists
     # (webapp/alerts/outbox.py), so a newcomer sees what the simulated failures sent.
     EMAIL_BACKEND = "webapp.alerts.outbox.OutboxEmailBackend"
@@ -312,7 +322,7 @@ EMAIL_HOST_USER = _email["EMAIL_HOST_USER"]
 EMAIL_HOST_PASSWORD = _email["EMAIL_HOST_PASSWORD"]
 EMAIL_USE_TLS = _email["EMAIL_USE_TLS"]
 EMAIL_USE_SSL = _email["EMAIL_USE_SSL"]
-DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "vigil@localhost")
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "vigil@localhost")
 
 # --- Auth, i18n, static --------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -413,13 +423,13 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
-        "vigil": {"handlers": ["console"], "level": os.environ.get("VIGIL_LOG_LEVEL", "INFO")},
+        "vigil": {"handlers": ["console"], "level": env("VIGIL_LOG_LEVEL", "INFO")},
         # Celery logs two INFO lines per task ("received", "succeeded"): hundreds a second
         # from the ingest queue, and a quarter of a small task's cost. Refused batches, retries
         # while PostgreSQL is down and failures are logged by Vigil at WARNING; the counts are
         # in /metrics. VIGIL_TASK_LOG_LEVEL=INFO brings the per-task lines back.
         **{
-            name: {"level": os.environ.get("VIGIL_TASK_LOG_LEVEL", "WARNING")}
+            name: {"level": env("VIGIL_TASK_LOG_LEVEL", "WARNING")}
             for name in ("celery.app.trace", "celery.worker.strategy")
         },
     },
@@ -440,8 +450,8 @@ VIGIL_PARTITIONS_AHEAD_DAYS = envint("VIGIL_PARTITIONS_AHEAD_DAYS", "3", minimum
 # A sample stamped further in the future than this is refused (clock skew on a node).
 VIGIL_MAX_FUTURE_SKEW_S = envfloat("VIGIL_MAX_FUTURE_SKEW_S", "300", minimum=0)
 # Keys for the unauthenticated-by-login endpoints. Empty means: open in debug, closed otherwise.
-VIGIL_METRICS_KEY = os.environ.get("VIGIL_METRICS_KEY", "")
-VIGIL_HEALTH_KEY = os.environ.get("VIGIL_HEALTH_KEY", "")
+VIGIL_METRICS_KEY = env("VIGIL_METRICS_KEY")
+VIGIL_HEALTH_KEY = env("VIGIL_HEALTH_KEY")
 # A GPU counts as busy at or above this utilization (%), as in the paper's Figure 6 reading.
 VIGIL_BUSY_UTIL_PCT = envfloat("VIGIL_BUSY_UTIL_PCT", "10", minimum=0)
 # A node not heard from for this long is shown as stale.
@@ -454,9 +464,9 @@ VIGIL_API_MAX_BODY_BYTES = envint("VIGIL_API_MAX_BODY_BYTES", str(2**20), minimu
 # --- Failure diagnosis ---------------------------------------------------------------------
 # Optional LLM hook (webapp/failures/llm.py), off when the URL is empty: an OpenAI-compatible
 # chat completions endpoint, asked only about failures no rule explains.
-VIGIL_LLM_URL = os.environ.get("VIGIL_LLM_URL", "").strip()
-VIGIL_LLM_MODEL = os.environ.get("VIGIL_LLM_MODEL", "").strip() or "default"
-VIGIL_LLM_API_KEY = os.environ.get("VIGIL_LLM_API_KEY", "").strip()
+VIGIL_LLM_URL = env("VIGIL_LLM_URL")
+VIGIL_LLM_MODEL = env("VIGIL_LLM_MODEL", "default")
+VIGIL_LLM_API_KEY = env("VIGIL_LLM_API_KEY")
 # Circuit breaker: automatic restarts of one job in a row before Vigil only notifies
 # (docs/failure-taxonomy.md: 3).
 VIGIL_MAX_AUTO_RESTARTS = envint("VIGIL_MAX_AUTO_RESTARTS", "3", minimum=0)
@@ -464,22 +474,23 @@ VIGIL_MAX_AUTO_RESTARTS = envint("VIGIL_MAX_AUTO_RESTARTS", "3", minimum=0)
 # Where the recovery worker writes health-check output and resubmission scripts. A health
 # check's output is written by the check job on the cluster's nodes, so on a real cluster this
 # folder must be on a filesystem the nodes and the recovery worker share.
-VIGIL_RECOVERY_WORKDIR = os.environ.get("VIGIL_RECOVERY_WORKDIR") or str(
-    BASE_DIR / ".vigil" / "recovery"
-)
+VIGIL_RECOVERY_WORKDIR = env("VIGIL_RECOVERY_WORKDIR", str(BASE_DIR / ".vigil" / "recovery"))
 # Folder of the Slurm tools (scontrol, sbatch, sinfo, squeue) when they are not on PATH.
-VIGIL_SLURM_BIN_DIR = os.environ.get("VIGIL_SLURM_BIN_DIR", "")
-VIGIL_KUBECTL = os.environ.get("VIGIL_KUBECTL", "kubectl")
+VIGIL_SLURM_BIN_DIR = env("VIGIL_SLURM_BIN_DIR")
+VIGIL_KUBECTL = env("VIGIL_KUBECTL", "kubectl")
 # The Slurm user the recovery worker runs as: the only user of the maintenance reservation a
 # drained node is health-checked in before it returns to service.
-VIGIL_SLURM_USER = os.environ.get("VIGIL_SLURM_USER") or getpass.getuser()
+VIGIL_SLURM_USER = env("VIGIL_SLURM_USER") or getpass.getuser()
 # The node health check locate_restart and "return to service" submit (deploy/healthcheck/:
 # the paper's two-round pairwise NCCL test by default; dcgm_diag.sh is the other one shipped).
-# Empty: return to service resumes without a check.
-VIGIL_HEALTHCHECK_SCRIPT = os.environ.get(
+# Empty or unset: that default. "none": no check (return to service resumes at once), said
+# in so many words, since an empty line in .env must not turn a safety check off.
+VIGIL_HEALTHCHECK_SCRIPT = env(
     "VIGIL_HEALTHCHECK_SCRIPT", str(BASE_DIR / "deploy" / "healthcheck" / "nccl_pairwise.py")
 )
-VIGIL_HEALTHCHECK_ARGS = os.environ.get("VIGIL_HEALTHCHECK_ARGS", "")
+if VIGIL_HEALTHCHECK_SCRIPT.lower() == "none":
+    VIGIL_HEALTHCHECK_SCRIPT = ""
+VIGIL_HEALTHCHECK_ARGS = env("VIGIL_HEALTHCHECK_ARGS")
 VIGIL_HEALTHCHECK_TIMEOUT_S = envint("VIGIL_HEALTHCHECK_TIMEOUT_S", "600", minimum=10)
 # A scheduler command that has not answered in this long failed (transiently: slurmctld busy
 # or restarting; Slurm's own MessageTimeout default is 10 s). A worker holds a claimed action
@@ -500,9 +511,9 @@ VIGIL_RECOVERY_MAX_ATTEMPTS = envint("VIGIL_RECOVERY_MAX_ATTEMPTS", "6", minimum
 VIGIL_EVAL_MODEL_ROOTS = envlist("VIGIL_EVAL_MODEL_ROOTS") or [str(BASE_DIR / ".vigil" / "models")]
 # The evaluation program every evaluation job runs, with its phase and datasets as options
 # (README "Evaluation scheduling" has the contract). Empty: evaluations cannot be requested.
-VIGIL_EVAL_PROGRAM = os.environ.get("VIGIL_EVAL_PROGRAM", "").strip()
+VIGIL_EVAL_PROGRAM = env("VIGIL_EVAL_PROGRAM")
 # Where job scripts, outputs and phase reports go: shared by the nodes and the worker.
-VIGIL_EVAL_WORKDIR = os.environ.get("VIGIL_EVAL_WORKDIR") or str(BASE_DIR / ".vigil" / "evaluation")
+VIGIL_EVAL_WORKDIR = env("VIGIL_EVAL_WORKDIR", str(BASE_DIR / ".vigil" / "evaluation"))
 # How often the worker looks at a running evaluation's jobs (in the jobs app, which the Slurm
 # watcher updates every agent interval: 10 s by default).
 VIGIL_EVAL_TRACK_S = envfloat("VIGIL_EVAL_TRACK_S", "10", minimum=0.1)
@@ -517,12 +528,10 @@ if VIGIL_CHECKPOINT_WRITE_S == 0:
 
 # --- Alerts --------------------------------------------------------------------------------
 # Links in emails point here (no trailing slash); the unsubscribe link too.
-VIGIL_BASE_URL = os.environ.get("VIGIL_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+VIGIL_BASE_URL = env("VIGIL_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 # The right-hand side of every email's Message-ID (RFC 5322 section 3.6.4: a domain the sender
 # owns); defaults to the host of VIGIL_BASE_URL.
-VIGIL_EMAIL_DOMAIN = os.environ.get("VIGIL_EMAIL_DOMAIN") or (
-    urlsplit(VIGIL_BASE_URL).hostname or "localhost"
-)
+VIGIL_EMAIL_DOMAIN = env("VIGIL_EMAIL_DOMAIN") or (urlsplit(VIGIL_BASE_URL).hostname or "localhost")
 # Per recipient (channel): at most this many notifications in any hour; the rest are recorded
 # as skipped (an incident of a hundred nodes must not send a hundred emails to one person).
 VIGIL_ALERTS_RATE_LIMIT_PER_HOUR = envint("VIGIL_ALERTS_RATE_LIMIT_PER_HOUR", "30", minimum=1)
@@ -543,7 +552,7 @@ if VIGIL_ALERTS_SEND_TIMEOUT_S * 2 > VIGIL_ALERTS_LEASE_S:
 VIGIL_ALERTS_MAX_ATTEMPTS = envint("VIGIL_ALERTS_MAX_ATTEMPTS", "8", minimum=1)
 # The default HMAC-SHA256 key of webhook channels (a channel may name its own environment
 # variable in its config, "secret_env"). Only ever read from the environment, never logged.
-VIGIL_WEBHOOK_SECRET = os.environ.get("VIGIL_WEBHOOK_SECRET", "")
+VIGIL_WEBHOOK_SECRET = env("VIGIL_WEBHOOK_SECRET")
 # Tests only: seconds a worker sleeps after claiming a notification and before sending it,
 # so a test can kill it in that window. 0 in every real deployment.
 VIGIL_ALERTS_TEST_PAUSE_BEFORE_SEND_S = envfloat(
@@ -564,6 +573,6 @@ if VIGIL_ENERGY_REPORT_DAY > 28 or VIGIL_ENERGY_REPORT_HOUR > 23:
     )
 # Electricity tariff for the report's cost line, per kWh of facility energy; 0 = not shown.
 VIGIL_ENERGY_TARIFF_PER_KWH = envfloat("VIGIL_ENERGY_TARIFF_PER_KWH", "0", minimum=0)
-VIGIL_ENERGY_CURRENCY = os.environ.get("VIGIL_ENERGY_CURRENCY", "EUR")
+VIGIL_ENERGY_CURRENCY = env("VIGIL_ENERGY_CURRENCY", "EUR")
 # Headless Chromium that prints the monthly report to PDF (Debian's package by default).
-VIGIL_CHROMIUM = os.environ.get("VIGIL_CHROMIUM", "/usr/bin/chromium")
+VIGIL_CHROMIUM = env("VIGIL_CHROMIUM", "/usr/bin/chromium")
