@@ -66,7 +66,7 @@ def test_the_health_check_is_one_batch_job_over_the_nodes(settings, tmp_path):
     settings.VIGIL_HEALTHCHECK_TIMEOUT_S = 300
     (argv,) = executor_for("slurm").commands(target("health_check", params={"hosts": ["a", "b"]}))
     assert argv == [
-        "sbatch", "--wait", "--parsable", "--export=NONE", "--nodes=2", "--nodelist=a,b", "--exclusive",
+        "sbatch", "--parsable", "--export=NONE", "--comment=vigil-action-7", "--nodes=2", "--nodelist=a,b", "--exclusive",
         "--time=5", "--job-name=vigil-healthcheck-7", f"--output={tmp_path}/healthcheck-7.out",
         "/opt/vigil/deploy/healthcheck/nccl_pairwise.py", "--size-mb", "256",
         "--gpus-per-node", "8",

@@ -5,6 +5,7 @@ the recovery worker on the cluster's queue -> scontrol -> the job running again.
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
@@ -485,3 +486,28 @@ def test_switching_to_dry_run_stops_an_action_waiting_for_its_time(rig):
     assert requeue.result == "cancelled: the cluster was switched to dry_run by olivia"
     info = rig.job(job)
     assert (info["JobState"], info["Restarts"]) == ("FAILED", "0")
+
+
+def test_a_health_check_that_cannot_start_in_time_is_cancelled_not_submitted_twice(rig, settings):
+    rig.settings_apply(settings)
+    rig.vigil(mode="auto")
+    # Each attempt waits 10 s for its check; two attempts, then the action fails.
+    rig.start(VIGIL_HEALTHCHECK_TIMEOUT_S="10", VIGIL_RECOVERY_MAX_ATTEMPTS="2")
+    vn2 = rig.slurm.nodes[1]
+    # A user's job holds vn2 while it drains: the exclusive check cannot start on it.
+    user_job = rig.slurm.sbatch("--gres=gpu:1", f"--nodelist={vn2}", "--wrap", "sleep 300")
+    wait_for(lambda: rig.slurm.job_state(user_job) == "RUNNING", timeout=60)
+    rig.slurm.run("scontrol", "update", f"NodeName={vn2}", "State=DRAIN", "Reason=bad dimm")
+    plan = services.node_return_to_service(Node.objects.get(hostname=vn2), "olivia")
+    check, resume = _settled(plan, timeout=120)
+    assert (check.status, check.attempts, resume.status) == ("failed", 2, "cancelled")
+    assert "still PENDING after 10 s: cancelled" in check.error
+    # Each attempt recorded the check's job id, and cancelled it before the next one.
+    jobs = [step["stdout"].strip() for step in check.steps if step["argv"][0] == "sbatch"]
+    assert len(jobs) == 2 and len(set(jobs)) == 2
+    queued = json.loads(rig.slurm.run("squeue", "--json"))["jobs"]
+    states = {str(j["job_id"]): j["job_state"] for j in queued}
+    assert [states.get(job) for job in jobs] == ["CANCELLED", "CANCELLED"]
+    checks = [j for j in queued if j["name"].startswith("vigil-healthcheck")]
+    assert all(j["job_state"] == "CANCELLED" for j in checks)
+    assert rig.slurm.job_state(user_job) == "RUNNING"  # the user's job was never touched

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shlex
 import time
@@ -42,6 +43,17 @@ TRANSIENT = re.compile(
     r"Slurm temporarily unable to accept job|Communication connection failure",
     re.IGNORECASE,
 )
+# Slurm job ids: a job, an array task (`_`) or a heterogeneous job's component (`+`).
+SLURM_ID = re.compile(r"[0-9]+(?:_[0-9]+|\+[0-9]+)?")
+# States a job does not leave (squeue's and sacct's words).
+FINISHED = frozenset(
+    {
+        "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+        "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED",
+    }
+)  # fmt: skip
+# How often a health check's job is asked about: it lasts minutes.
+CHECK_POLL_S = 0.5
 # Both restart the user's own job in place (a rollback also sets its resume point).
 RESTARTS = ("requeue", "resubmit")
 VERDICT = re.compile(r"^VIGIL-HEALTH\s+(\S+)\s+(PASS|FAIL)\b\s*(.*)$")
@@ -74,6 +86,18 @@ def healthcheck_verdicts(text: str, hosts: Sequence[str]) -> dict[str, tuple[boo
     return {h: seen.get(h, (False, "no verdict")) for h in hosts}
 
 
+def check_comment(target: Target) -> str:
+    """The health check job's comment: how a worker finds it again after a crash."""
+    return f"vigil-action-{target.action_id}"
+
+
+def _read_private(path: Path) -> str:
+    """A file Vigil's own job wrote, never through a symlink someone put in its place."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
 def resume_comment(params: dict) -> str:
     """`vigil-resume:checkpoint=<step|previous>,skip=<first>-<last>` (skip may be empty)."""
     checkpoint = str(params.get("resume_checkpoint") or "previous")
@@ -88,6 +112,24 @@ def _number(value: object) -> int | None:
     if isinstance(value, dict):
         value = value.get("number") if value.get("set", True) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def squeue_jobs_with_comment(text: str, comment: str, uid: int) -> list[str]:
+    """Ids of the jobs of user `uid` carrying `comment`, from `squeue --json` output."""
+    try:
+        jobs = json.loads(text).get("jobs", [])
+    except (ValueError, AttributeError):
+        return []
+    if not isinstance(jobs, list):
+        return []
+    return [
+        str(r["job_id"])
+        for r in jobs
+        if isinstance(r, dict)
+        and r.get("comment") == comment
+        and r.get("user_id") == uid
+        and _number(r.get("job_id")) is not None
+    ]
 
 
 def squeue_job(text: str, job: str) -> dict[str, str]:
@@ -157,11 +199,12 @@ class SlurmExecutor(Executor):
     def tolerated(self, argv: Sequence[str], target: Target, result: CommandResult) -> bool:
         if target.kind == "requeue" and "StartTime=now" in argv:
             return True  # making a requeued job eligible fails harmlessly once it started
-        if target.kind == "health_check" and argv[0] == "sbatch":
-            # A check exits non-zero when a node fails: that is its answer, not an error.
+        if target.kind == "health_check" and argv[0] == "sbatch" and result.returncode != 124:
+            # A check exits non-zero when a node fails: that is its answer, not an error
+            # (one that ran out of time and was cancelled has given no answer).
             try:
-                return "VIGIL-HEALTH" in healthcheck_output(target).read_text(errors="replace")
-            except FileNotFoundError:
+                return "VIGIL-HEALTH" in _read_private(healthcheck_output(target))
+            except OSError:
                 return False
         return False
 
@@ -207,10 +250,10 @@ class SlurmExecutor(Executor):
             *before,
             [
                 "sbatch",
-                "--wait",
                 "--parsable",
                 # Nothing of the worker's environment (Vigil's settings) reaches the check.
                 "--export=NONE",
+                f"--comment={check_comment(t)}",
                 f"--nodes={len(hosts)}",
                 f"--nodelist={','.join(hosts)}",
                 "--exclusive",
@@ -225,9 +268,79 @@ class SlurmExecutor(Executor):
 
     def timeout_s(self, target: Target) -> float:
         if target.kind == "health_check":
-            # sbatch --wait returns when the check ends; allow for its queueing too.
-            return settings.VIGIL_HEALTHCHECK_TIMEOUT_S + 120
+            # The check's own wait (queued and running), its submission and its cancel.
+            return settings.VIGIL_HEALTHCHECK_TIMEOUT_S + 3 * settings.VIGIL_SCHEDULER_TIMEOUT_S
         return super().timeout_s(target)
+
+    def _check_run(self, argv: list[str], target: Target) -> CommandResult:
+        """Submit the health check, then follow its job id until it ends. A check that has
+        not ended within VIGIL_HEALTHCHECK_TIMEOUT_S (queued or running) is cancelled, so a
+        retry never runs beside it. The result reads as `sbatch --wait`'s would: the job id,
+        and exit status 0 only if the job completed."""
+        submitted = command_run(argv)
+        if not submitted.ok:
+            return submitted
+        job = submitted.stdout.strip().split(";")[0]
+        if not SLURM_ID.fullmatch(job):
+            return CommandResult(tuple(argv), 1, submitted.stdout, f"sbatch answered {job!r}")
+        state = self._await(job)
+        if state in FINISHED:
+            code = 0 if state == "COMPLETED" else 1
+            return CommandResult(tuple(argv), code, f"{job}\n", "" if code == 0 else state)
+        return CommandResult(
+            tuple(argv),
+            124,
+            f"{job}\n",
+            f"health check job {job} still {state or 'unknown'} after "
+            f"{settings.VIGIL_HEALTHCHECK_TIMEOUT_S} s: cancelled",
+        )
+
+    def _await(self, job: str) -> str:
+        """The job's final state, or (cancelled) its last one when the check's time is up."""
+        deadline = time.monotonic() + settings.VIGIL_HEALTHCHECK_TIMEOUT_S
+        state = ""
+        while True:
+            state = self._job(job).get("JobState") or self._accounted_state(job)
+            if state in FINISHED:
+                return state
+            if time.monotonic() > deadline:
+                command_run([self.tool("scancel"), "--", job])
+                return state
+            time.sleep(CHECK_POLL_S)
+
+    def _accounted_state(self, job: str) -> str:
+        """The state of the job's last run in accounting (once squeue has forgotten it)."""
+        runs = self._runs(job)
+        return runs[-1] if runs else ""
+
+    def _runs(self, job: str) -> list[str]:
+        """The states of each run of the job (a requeue adds one) in accounting: slurmdbd's,
+        or the job completion records (`-c`) where there is no slurmdbd. Read by JobID:
+        `sacct -P` without the job's name, which could hold the separator."""
+        argv = [self.tool("sacct"), "-D", "-X", "-P", "-n", "-o", "JobID,State", "-j", job]
+        result = command_run(argv)
+        if not result.ok:
+            result = command_run([argv[0], "-c", *argv[1:]])
+        if not result.ok:
+            return []
+        rows = [line.split("|") for line in result.stdout.splitlines()]
+        return [row[1].split()[0] for row in rows if len(row) == 2 and row[0] == job and row[1]]
+
+    def _check_done(self, target: Target) -> bool:
+        """After a crash: whether the check was submitted; then it is followed to its end
+        (cancelled if its time is up, then submitted again)."""
+        comment = check_comment(target)
+        result = command_run([self.tool("squeue"), "--json", "--states=all"])
+        mine = squeue_jobs_with_comment(result.stdout, comment, os.getuid()) if result.ok else []
+        for job in mine:
+            if self._await(job) not in FINISHED:
+                return False
+        if mine:
+            return True
+        try:
+            return "VIGIL-HEALTH" in _read_private(healthcheck_output(target))
+        except OSError:
+            return False
 
     def run(self, argv: Sequence[str], target: Target) -> CommandResult:
         if target.kind in RESTARTS and "StartTime=now" in argv:
@@ -237,12 +350,18 @@ class SlurmExecutor(Executor):
         argv = list(argv)
         # The recorded command names the tool as an operator types it; the recovery worker's
         # host decides where it lives.
-        return super().run([self.tool(argv[0]), *argv[1:]], target)
+        argv = [self.tool(argv[0]), *argv[1:]]
+        if target.kind == "health_check" and "--parsable" in argv:
+            return self._check_run(argv, target)
+        return super().run(argv, target)
 
     def before(self, argv: Sequence[str], target: Target) -> dict:
         if target.kind in RESTARTS:
             info = self._job(target.job)
-            return {"restarts": info.get("Restarts"), "job_state": info.get("JobState")}
+            facts = {"restarts": info.get("Restarts"), "job_state": info.get("JobState")}
+            if "requeue" in argv:
+                facts["runs"] = len(self._runs(target.job))
+            return facts
         return {}
 
     def done(self, argv: Sequence[str], target: Target, before: dict) -> bool:
@@ -255,7 +374,13 @@ class SlurmExecutor(Executor):
             return False  # idempotent: run it again
         if target.kind in RESTARTS:
             now, then = self._job(target.job).get("Restarts"), before.get("restarts")
-            return bool(now and then) and int(now) > int(then)
+            if now and then:
+                return int(now) > int(then)
+            # squeue has forgotten the job (it ran and ended since): accounting has a record
+            # of each run, the requeue's included.
+            return before.get("runs") is not None and len(self._runs(target.job)) > before["runs"]
+        if target.kind == "health_check" and argv[0] == "sbatch":
+            return self._check_done(target)
         return False
 
     def transient(self, result: CommandResult) -> bool:
@@ -265,8 +390,8 @@ class SlurmExecutor(Executor):
         if target.kind != "health_check":
             return {}
         try:
-            text = healthcheck_output(target).read_text(errors="replace")
-        except FileNotFoundError:
+            text = _read_private(healthcheck_output(target))
+        except OSError:
             text = ""
         hosts = list(target.params.get("hosts", []))
         verdicts = healthcheck_verdicts(text, hosts)
