@@ -18,6 +18,7 @@ def django_embedded(data_dir: Path | str, *, debug: bool, unset: tuple[str, ...]
     os.environ.setdefault("VIGIL_DEBUG", "true" if debug else "false")
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
     os.environ.setdefault("ALLOWED_HOSTS", "localhost")  # production refuses none or "*"
+    os.environ.setdefault("VIGIL_BASE_URL", "http://localhost")  # required in production
     import django
 
     django.setup()

@@ -45,6 +45,7 @@ def main() -> None:
     os.environ.setdefault("VIGIL_DEBUG", "false")
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
     os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
+    os.environ.setdefault("VIGIL_BASE_URL", "http://localhost")  # required in production
     import django
 
     django.setup()

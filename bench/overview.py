@@ -55,6 +55,7 @@ def main() -> None:
     os.environ.setdefault("VIGIL_DEBUG", "false")
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
     os.environ.setdefault("ALLOWED_HOSTS", "testserver")
+    os.environ.setdefault("VIGIL_BASE_URL", "http://localhost")  # required in production
     # Building 47,040 GPUs through ingest takes minutes: the stale window is widened to an
     # hour so that the first nodes built still count as reporting when the pages are measured.
     os.environ["VIGIL_STALE_AFTER_S"] = str(STALE_AFTER_S)

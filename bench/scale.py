@@ -147,6 +147,7 @@ def main() -> None:
     os.environ.setdefault("VIGIL_DEBUG", "false")
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
     os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1")
+    os.environ.setdefault("VIGIL_BASE_URL", "http://localhost")  # required in production
     os.environ["VIGIL_METRICS_KEY"] = metrics_key = secrets.token_urlsafe(16)
 
     import django

@@ -43,7 +43,11 @@ def test_production_refuses_the_development_secret():
     assert "SECRET_KEY is the development default" in result.stderr
 
 
-PRODUCTION = {"SECRET_KEY": "k" * 50, "ALLOWED_HOSTS": "vigil.example.org"}
+PRODUCTION = {
+    "SECRET_KEY": "k" * 50,
+    "ALLOWED_HOSTS": "vigil.example.org",
+    "VIGIL_BASE_URL": "https://vigil.example.org",
+}
 
 
 def test_production_starts_with_a_real_secret_and_named_hosts():
@@ -210,3 +214,18 @@ def test_an_empty_value_means_the_default_for_every_variable():
 def test_the_health_check_is_turned_off_only_in_so_many_words():
     off = _load_settings(show="VIGIL_HEALTHCHECK_SCRIPT", VIGIL_HEALTHCHECK_SCRIPT="none")
     assert off.stdout.strip() == "''"
+
+
+def test_production_refuses_emails_linking_to_localhost_by_default():
+    env = {k: v for k, v in PRODUCTION.items() if k != "VIGIL_BASE_URL"}
+    for unset in ({}, {"VIGIL_BASE_URL": ""}):
+        result = _load_settings(VIGIL_DEBUG="false", **env, **unset)
+        assert result.returncode != 0
+        assert "VIGIL_BASE_URL must be set when VIGIL_DEBUG=false" in result.stderr
+    shown = _load_settings(show="VIGIL_BASE_URL", VIGIL_DEBUG="false", **PRODUCTION)
+    assert shown.stdout.strip() == "'https://vigil.example.org'"
+    # Debug keeps the local default; a URL that is not one is refused everywhere.
+    assert _load_settings(show="VIGIL_BASE_URL").stdout.strip() == "'http://127.0.0.1:8000'"
+    bad = _load_settings(VIGIL_BASE_URL="vigil.example.org")
+    assert bad.returncode != 0
+    assert "VIGIL_BASE_URL='vigil.example.org' is not an http(s):// URL" in bad.stderr

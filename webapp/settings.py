@@ -528,7 +528,20 @@ if VIGIL_CHECKPOINT_WRITE_S == 0:
 
 # --- Alerts --------------------------------------------------------------------------------
 # Links in emails point here (no trailing slash); the unsubscribe link too.
+# Outside debug it must be set: the local default would have every production email link to
+# the recipient's own machine.
+if _serving and not env("VIGIL_BASE_URL"):
+    raise ImproperlyConfigured(
+        "VIGIL_BASE_URL must be set when VIGIL_DEBUG=false: it is the address emails link to "
+        "(e.g. https://vigil.example.org); the default, http://127.0.0.1:8000, is for "
+        "development only"
+    )
 VIGIL_BASE_URL = env("VIGIL_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+if urlsplit(VIGIL_BASE_URL).scheme not in ("http", "https") or not urlsplit(VIGIL_BASE_URL).netloc:
+    raise ImproperlyConfigured(
+        f"VIGIL_BASE_URL={VIGIL_BASE_URL!r} is not an http(s):// URL "
+        "(e.g. https://vigil.example.org)"
+    )
 # The right-hand side of every email's Message-ID (RFC 5322 section 3.6.4: a domain the sender
 # owns); defaults to the host of VIGIL_BASE_URL.
 VIGIL_EMAIL_DOMAIN = env("VIGIL_EMAIL_DOMAIN") or (urlsplit(VIGIL_BASE_URL).hostname or "localhost")
