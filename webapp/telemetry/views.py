@@ -14,10 +14,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from webapp.core.charts import ERROR_COLOUR, NO_DATA_COLOUR, UTIL_COLOURSCALE
-from webapp.core.exports import csv_response
-from webapp.core.units import GIB, iso_utc
 from webapp.fleet.models import Cluster, Gpu, Node
-from webapp.telemetry import figures
+from webapp.telemetry import figures, tables
 from webapp.telemetry.forms import RangeForm
 from webapp.telemetry.overview import GPU_CELLS_MAX, gpus_list, overview_payload
 from webapp.telemetry.readings import readings_grouped
@@ -105,54 +103,13 @@ def overview_json(request: HttpRequest) -> JsonResponse:
 
 def overview_csv(request: HttpRequest) -> HttpResponse:
     summaries, _ = clusters_overview()
-    return csv_response(
-        "vigil-clusters.csv",
-        ["cluster", "nodes", "gpus", "busy", "idle", "erroring", "stale", "power_kw"],
-        (
-            [s.name, s.nodes, s.gpus, s.busy, s.idle, s.erroring, s.stale, round(s.power_kw, 3)]
-            for s in summaries
-        ),
-    )
-
-
-_GPU_TABLE_HEADER = [
-    "index",
-    "uuid",
-    "model",
-    "status",
-    "last_sample_utc",
-    "gpu_util_pct",
-    "sm_active_pct",
-    "mem_used_gib",
-    "power_w",
-    "gpu_temp_c",
-]
-
-
-def _gpu_table_row(g: LatestGpu) -> list:
-    sm = g.value("sm_active")
-    mem = g.value("fb_used_bytes")
-    return [
-        g.index,
-        g.uuid,
-        g.model,
-        g.status,
-        iso_utc(g.ts),
-        g.value("gpu_util"),
-        round(sm * 100, 1) if sm is not None else None,
-        round(mem / GIB, 2) if mem is not None else None,
-        g.value("power_w"),
-        g.value("gpu_temp_c"),
-    ]
+    return tables.CLUSTERS.csv_response("vigil-clusters.csv", summaries)
 
 
 def node_csv(request: HttpRequest, node_id: int) -> HttpResponse:
     node = get_object_or_404(Node, id=node_id)
-    gpus = gpus_latest(node_id=node.id)
-    return csv_response(
-        f"vigil-{node.hostname}-gpus.csv",
-        _GPU_TABLE_HEADER,
-        (_gpu_table_row(g) for g in gpus),
+    return tables.NODE_GPUS.csv_response(
+        f"vigil-{node.hostname}-gpus.csv", gpus_latest(node_id=node.id)
     )
 
 
@@ -196,10 +153,9 @@ def gpu_csv(request: HttpRequest, gpu_id: int) -> HttpResponse:
     time_range = RangeForm(request.GET).time_range
     series = gpus_series([gpu.id], time_range)[gpu.id]
     columns = [series.values[m] for m in SERIES_METRICS]
-    return csv_response(
+    return tables.GPU_SERIES.csv_response(
         f"vigil-{gpu.node.hostname}-gpu{gpu.index}-{time_range.key}.csv",
-        ["ts_utc", *SERIES_METRICS],
-        ([iso_utc(ts), *row] for ts, *row in zip(series.ts, *columns, strict=True)),
+        zip(series.ts, *columns, strict=True),
     )
 
 
@@ -220,11 +176,6 @@ def nodes(request: HttpRequest, cluster: str) -> HttpResponse:
 
 def nodes_csv(request: HttpRequest, cluster: str) -> HttpResponse:
     cluster_obj = get_object_or_404(Cluster, name=cluster)
-    return csv_response(
-        f"vigil-{cluster_obj.name}-nodes.csv",
-        ["hostname", "state", "last_seen_utc", "gpus", "busy_gpus"],
-        (
-            [n.hostname, n.state, iso_utc(n.last_seen), n.gpus, n.busy]
-            for n in cluster_nodes(cluster_obj)
-        ),
+    return tables.NODES.csv_response(
+        f"vigil-{cluster_obj.name}-nodes.csv", cluster_nodes(cluster_obj)
     )
