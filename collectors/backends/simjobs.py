@@ -96,8 +96,9 @@ log = logging.getLogger("vigil.collector")
 
 # How long an ended job may still be requeued: slurmctld keeps a finished job's record for
 # MinJobAge (300 s by default, slurm.conf(5)); a site whose recovery requeues failed jobs keeps
-# them longer (our assumption: an hour).
-ENDED_KEPT_S = 3600.0
+# them longer (our assumption: two hours, more than the demo's hour of history, whose failures
+# Vigil diagnoses and acts on when the demo starts).
+ENDED_KEPT_S = 7200.0
 # The simulated scheduler's inbox: a folder of scheduler commands, one JSON file each
 # (`scheduler_commands_send`), read by the simulator of the named cluster at its next round.
 INBOX_ENV = "VIGIL_SIM_SCHEDULER_DIR"
