@@ -347,9 +347,19 @@ def broadcast_self() -> str:
 
     sbatch runs a copy of the script from slurmd's spool folder on the batch node only, so
     the workers srun starts elsewhere need their own copy (sbcast is Slurm's tool for it).
+    The copy goes into a private folder (0700) of a random name, made on every node first: a
+    predictable name in a shared /tmp is a path another user can plant a link at.
     """
-    job = os.environ.get("SLURM_JOB_ID", "local")
-    dest = os.path.join(tempfile.gettempdir(), f"vigil-nccl-pairwise-{job}.py")
+    folder = tempfile.mkdtemp(prefix="vigil-nccl-pairwise-")
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "1")
+    subprocess.run(
+        ["srun", f"-N{nodes}", "--ntasks-per-node=1", "mkdir", "-p", "-m", "700", folder],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    dest = os.path.join(folder, "nccl_pairwise.py")
     subprocess.run(
         ["sbcast", "--force", os.path.abspath(__file__), dest],
         capture_output=True,

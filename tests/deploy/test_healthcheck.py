@@ -219,6 +219,35 @@ def test_the_default_pair_command_runs_one_nccl_worker_per_gpu_on_both_nodes():
     assert nccl.worker_command(("n5", "n5"), 29502, args, "w.py")[1:4] == ["-N1", "-w", "n5"]
 
 
+def test_the_worker_copy_goes_to_a_private_folder_no_planted_link_can_redirect(
+    tmp_path, monkeypatch
+):
+    # srun and sbcast as on a one-node allocation: the command runs here, the copy is a cp.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(
+        '#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n'
+    )
+    (bin_dir / "sbcast").write_text('#!/bin/sh\n[ "$1" = --force ] && shift\nexec cp "$1" "$2"\n')
+    for tool in ("srun", "sbcast"):
+        (bin_dir / tool).chmod(0o755)
+    shared_tmp = tmp_path / "tmp"
+    shared_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(shared_tmp))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    # Another user of the node plants links where a predictable copy would go.
+    victim = tmp_path / "victim"
+    victim.write_text("untouched\n")
+    for name in ("vigil-nccl-pairwise-4242.py", "vigil-nccl-pairwise-4242"):
+        (shared_tmp / name).symlink_to(victim)
+    dest = Path(nccl.broadcast_self())
+    assert victim.read_text() == "untouched\n"
+    assert dest.read_bytes() == NCCL_SCRIPT.read_bytes() and not dest.is_symlink()
+    assert dest.parent.parent == shared_tmp and (dest.parent.stat().st_mode & 0o777) == 0o700
+    assert "4242" not in dest.parent.name  # a name no one can plant ahead of the check
+
+
 # --- the pairwise driver, end to end in local mode ------------------------------------------------
 
 

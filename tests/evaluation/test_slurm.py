@@ -180,7 +180,9 @@ def test_decoupled_plan_beats_the_baseline_on_slurm_as_predicted(rig, checkpoint
     assert latency.runs == 2
 
 
-def test_a_failed_trial_is_retried_once_then_reported_without_blocking_others(rig, checkpoint):
+def test_a_failed_trial_is_retried_once_then_reported_without_blocking_others(
+    rig, checkpoint, settings
+):
     slurm, watcher = rig
     estimates_set(
         {"fail-once-a": (0.8, 2.5, 0.3), "fail-always-b": (0.8, 2.5, 0.3), "ok-c": (0.8, 2.5, 0.3)}
@@ -203,6 +205,13 @@ def test_a_failed_trial_is_retried_once_then_reported_without_blocking_others(ri
     assert {j.status for j in of("fail-always-b", "metrics")} == {"cancelled"}
     assert {j.status for j in of("ok-c", "infer") + of("ok-c", "metrics")} == {"completed"}
     assert "did not complete" in run.error and "infer-" in run.error
+    # Batch scripts and outputs lie where only Vigil's user may look (shared storage).
+    folders = [
+        Path(settings.VIGIL_EVAL_WORKDIR),
+        Path(settings.VIGIL_EVAL_WORKDIR) / f"run-{run.pk}",
+    ]
+    scripts = list(folders[1].glob("*.sh"))
+    assert scripts and {p.stat().st_mode & 0o777 for p in folders + scripts} == {0o700}
 
 
 def test_an_evaluation_job_is_submitted_with_none_of_the_workers_environment(tmp_path):

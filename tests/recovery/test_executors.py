@@ -5,6 +5,7 @@ in test_slurm.py); Kubernetes is tested only through its command lines, as no cl
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -27,7 +28,7 @@ def test_slurm_drains_with_a_reason_naming_the_cause_and_the_failure():
 
 def test_slurm_requeues_then_makes_the_job_eligible_at_once():
     assert executor_for("slurm").commands(target("requeue", job="4242")) == [
-        ["scontrol", "requeue", "4242"],
+        ["scontrol", "requeue", "--", "4242"],
         ["scontrol", "update", "JobId=4242", "StartTime=now"],
     ]
 
@@ -38,7 +39,7 @@ def test_rollback_skip_requeues_the_users_own_job_with_the_resume_point_in_its_c
     # The user's job runs again as the user, with the environment it was submitted with;
     # nothing of Vigil's is written, submitted or exported.
     assert commands == [
-        ["scontrol", "requeue", "77"],
+        ["scontrol", "requeue", "--", "77"],
         [
             "scontrol", "update", "JobId=77",
             "Comment=vigil-resume:checkpoint=1000,skip=1001-1200", "StartTime=now",
@@ -71,6 +72,20 @@ def test_the_health_check_is_one_batch_job_over_the_nodes(settings, tmp_path):
         "/opt/vigil/deploy/healthcheck/nccl_pairwise.py", "--size-mb", "256",
         "--gpus-per-node", "8",
     ]  # fmt: skip
+
+
+def test_the_recovery_work_folder_is_private(settings, tmp_path):
+    # Health check outputs (and what a check prints of the nodes) lie there, on shared storage.
+    settings.VIGIL_RECOVERY_WORKDIR = str(tmp_path / "recovery")
+    settings.VIGIL_SLURM_BIN_DIR = str(tmp_path / "no-slurm-here")
+    slurm = executor_for("slurm")
+    check = target("health_check", params={"hosts": ["a"]})
+    (argv,) = slurm.commands(check)
+    assert slurm.run(argv, check).returncode == 127  # no sbatch: the folder is made first
+    assert (tmp_path / "recovery").stat().st_mode & 0o777 == 0o700
+    (tmp_path / "recovery").chmod(0o755)  # made by hand, or by an older Vigil
+    slurm.run(argv, check)
+    assert (tmp_path / "recovery").stat().st_mode & 0o777 == 0o700
 
 
 def test_verdict_lines_a_node_without_one_failed():
@@ -119,18 +134,29 @@ def test_kubernetes_cordons_annotates_and_deletes_the_pod(settings):
     settings.VIGIL_KUBECTL = "kubectl"
     k8s = executor_for("kubernetes")
     assert k8s.commands(target("drain", host="gpu-node-07")) == [
-        ["kubectl", "cordon", "gpu-node-07"],
+        ["kubectl", "cordon", "--", "gpu-node-07"],
         [
-            "kubectl", "annotate", "node", "gpu-node-07", "--overwrite", "vigil.io/action=7",
+            "kubectl", "annotate", "--overwrite", "--", "node", "gpu-node-07", "vigil.io/action=7",
             "vigil.io/failure=123", "vigil.io/cause=gpu_off_bus",
         ],
     ]  # fmt: skip
     assert k8s.commands(target("requeue", job="llm/pretrain-70b-worker-3")) == [
-        ["kubectl", "delete", "pod", "--namespace", "llm", "pretrain-70b-worker-3", "--wait=false"]
+        [
+            "kubectl",
+            "delete",
+            "pod",
+            "--namespace",
+            "llm",
+            "--wait=false",
+            "--",
+            "pretrain-70b-worker-3",
+        ]
     ]
-    assert k8s.commands(target("requeue", job="eval-pod"))[0][4:6] == ["default", "eval-pod"]
+    assert k8s.commands(target("requeue", job="eval-pod"))[0][4:] == [
+        "default", "--wait=false", "--", "eval-pod"
+    ]  # fmt: skip
     assert k8s.commands(target("resume", host="gpu-node-07"))[0] == [
-        "kubectl", "uncordon", "gpu-node-07"
+        "kubectl", "uncordon", "--", "gpu-node-07"
     ]  # fmt: skip
     refused = CommandResult(("kubectl",), 1, "", "Unable to connect to the server: i/o timeout")
     assert k8s.transient(refused)
@@ -141,3 +167,35 @@ def test_an_action_an_executor_cannot_do_is_refused_with_the_reason():
         executor_for("kubernetes").commands(target("health_check", params={"hosts": ["a"]}))
     with pytest.raises(UnsupportedAction, match="unknown executor 'pbs'"):
         executor_for("pbs")
+
+
+@pytest.mark.parametrize(
+    ("executor", "kind", "field", "value", "message"),
+    [
+        ("slurm", "requeue", "job", "4242 --nodes=1", "is not a Slurm job id"),
+        ("slurm", "requeue", "job", "-1", "is not a Slurm job id"),
+        ("slurm", "resubmit", "job", "12_x", "is not a Slurm job id"),
+        ("slurm", "drain", "host", "gpu-[001-128]", "is not one Slurm node name"),
+        ("slurm", "resume", "host", "n1 State=DOWN", "is not one Slurm node name"),
+        ("kubernetes", "requeue", "job", "llm/--all", "pod '--all' is not a Kubernetes name"),
+        ("kubernetes", "requeue", "job", "Kube-System/p", "namespace 'Kube-System' is not"),
+        ("kubernetes", "drain", "host", "--selector=x", "node '--selector=x' is not"),
+    ],
+)
+def test_an_id_that_is_not_the_schedulers_is_refused_before_any_command(
+    settings, executor, kind, field, value, message
+):
+    settings.VIGIL_KUBECTL = "kubectl"
+    with pytest.raises(UnsupportedAction, match=re.escape(message)):
+        executor_for(executor).commands(target(kind, **{field: value}))
+
+
+def test_slurm_accepts_array_tasks_and_het_components():
+    slurm = executor_for("slurm")
+    assert slurm.commands(target("requeue", job="4242_7"))[0] == [
+        "scontrol",
+        "requeue",
+        "--",
+        "4242_7",
+    ]
+    assert slurm.commands(target("requeue", job="4242+1"))[0][-1] == "4242+1"

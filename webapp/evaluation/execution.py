@@ -44,7 +44,7 @@ from webapp.evaluation.planner import DISPATCH_S
 from webapp.evaluation.selectors import cluster_capacity, estimates_known
 from webapp.jobs.choices import JobState
 from webapp.jobs.models import Job
-from webapp.recovery.executors.base import command_run
+from webapp.recovery.executors.base import command_run, private_dir
 
 log = logging.getLogger("vigil.evaluation")
 # What submitting and tracking change on a run's jobs.
@@ -93,7 +93,13 @@ def _submit(run: EvaluationRun, job: EvaluationJob, ids: dict[str, str]) -> None
     """sbatch one job (its next attempt) after the jobs it depends on (their current ids)."""
     workdir = _workdir(run)
     outputs = workdir / "outputs"
-    outputs.mkdir(parents=True, exist_ok=True)
+    # Only Vigil's user may look at a run's scripts and outputs (shared storage).
+    try:
+        private_dir(workdir.parent)
+        private_dir(workdir)
+        outputs.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise SubmitError(f"work folder: {exc}") from None
     job.attempts += 1
     script = workdir / f"{job.key}.{job.attempts}.sh"
     script.write_text(
@@ -107,7 +113,7 @@ def _submit(run: EvaluationRun, job: EvaluationJob, ids: dict[str, str]) -> None
             report=_report(run, job),
         )
     )
-    os.chmod(script, 0o755)
+    os.chmod(script, 0o700)
     argv = slurm.sbatch_argv(
         run_id=run.pk,
         key=job.key,
@@ -131,7 +137,7 @@ def _submit(run: EvaluationRun, job: EvaluationJob, ids: dict[str, str]) -> None
 
 def _cancel(ids: list[str]) -> None:
     if ids:
-        command_run([_tool("scancel"), *ids])
+        command_run([_tool("scancel"), "--", *ids])
 
 
 def _orphans_cancel(run_id: int) -> None:

@@ -8,9 +8,11 @@ its result after, and decide what a failure means (`transient` says whether retr
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 from django.conf import settings
@@ -59,6 +61,19 @@ class CommandResult:
             "stdout": self.stdout[-OUTPUT_MAX_CHARS:],
             "stderr": self.stderr[-OUTPUT_MAX_CHARS:],
         }
+
+
+def private_dir(path: Path) -> Path:
+    """`path` as a folder only this user may enter (0700), made if missing: batch scripts,
+    check outputs and evaluation outputs lie there, often on shared storage. A folder of
+    another user, or a link, is refused."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise PermissionError(f"{path}: not a folder of this user (uid {os.getuid()})")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
 
 
 def command_env(extra: dict[str, str] | None = None) -> dict[str, str]:

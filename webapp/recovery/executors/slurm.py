@@ -34,6 +34,7 @@ from webapp.recovery.executors.base import (
     Target,
     UnsupportedAction,
     command_run,
+    private_dir,
 )
 
 # Wording of slurmctld being unreachable or busy (src/common/slurm_errno.c): retrying helps.
@@ -45,6 +46,26 @@ TRANSIENT = re.compile(
 )
 # Slurm job ids: a job, an array task (`_`) or a heterogeneous job's component (`+`).
 SLURM_ID = re.compile(r"[0-9]+(?:_[0-9]+|\+[0-9]+)?")
+# One node's name: no hostlist expression (`n[1-64]`, `a,b`), nothing scontrol reads as a key.
+SLURM_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def job_id(value: str) -> str:
+    if not SLURM_ID.fullmatch(value):
+        raise UnsupportedAction(
+            f"job {value!r} is not a Slurm job id (digits, then _<task> or +<component>)"
+        )
+    return value
+
+
+def node_name(value: str) -> str:
+    if not SLURM_NODE.fullmatch(value):
+        raise UnsupportedAction(
+            f"node {value!r} is not one Slurm node name (letters, digits, '.', '_', '-')"
+        )
+    return value
+
+
 # States a job does not leave (squeue's and sacct's words).
 FINISHED = frozenset(
     {
@@ -175,14 +196,14 @@ class SlurmExecutor(Executor):
         return str(Path(bindir) / name) if bindir else name
 
     def _drain(self, t: Target) -> list[list[str]]:
-        drain = ["scontrol", "update", f"NodeName={t.host}", "State=DRAIN"]
+        drain = ["scontrol", "update", f"NodeName={node_name(t.host)}", "State=DRAIN"]
         return [[*drain, f"Reason={drain_reason(t)}"], *self._release(t)]
 
     def _resume(self, t: Target) -> list[list[str]]:
         if t.params.get("reservation"):
             # Resumed into the check's reservation already: ending it returns the node.
             return self._release(t)
-        return [["scontrol", "update", f"NodeName={t.host}", "State=RESUME"]]
+        return [["scontrol", "update", f"NodeName={node_name(t.host)}", "State=RESUME"]]
 
     def _release(self, t: Target) -> list[list[str]]:
         name = t.params.get("reservation")
@@ -191,9 +212,10 @@ class SlurmExecutor(Executor):
     def _requeue(self, t: Target) -> list[list[str]]:
         # Slurm holds a requeued batch job back (Reason=BeginTime) before it may start again;
         # the bad node is drained already, so the job is made eligible at once.
+        job = job_id(t.job)
         return [
-            ["scontrol", "requeue", t.job],
-            ["scontrol", "update", f"JobId={t.job}", "StartTime=now"],
+            ["scontrol", "requeue", "--", job],
+            ["scontrol", "update", f"JobId={job}", "StartTime=now"],
         ]
 
     def tolerated(self, argv: Sequence[str], target: Target, result: CommandResult) -> bool:
@@ -218,16 +240,17 @@ class SlurmExecutor(Executor):
         $SLURM_JOB_ID -o %k`) resumes from that checkpoint and skips those steps' data.
         The comment and the start are set in one update, before the held job may start.
         """
+        job = job_id(t.job)
         return [
-            ["scontrol", "requeue", t.job],
+            ["scontrol", "requeue", "--", job],
             [
-                "scontrol", "update", f"JobId={t.job}", f"Comment={resume_comment(t.params)}",
+                "scontrol", "update", f"JobId={job}", f"Comment={resume_comment(t.params)}",
                 "StartTime=now",
             ],
         ]  # fmt: skip
 
     def _health_check(self, t: Target) -> list[list[str]]:
-        hosts = list(t.params.get("hosts", []))
+        hosts = [node_name(h) for h in t.params.get("hosts", [])]
         script = settings.VIGIL_HEALTHCHECK_SCRIPT
         minutes = max(1, math.ceil(settings.VIGIL_HEALTHCHECK_TIMEOUT_S / 60))
         before: list[list[str]] = []
@@ -346,7 +369,10 @@ class SlurmExecutor(Executor):
         if target.kind in RESTARTS and "StartTime=now" in argv:
             self._wait_requeued(target.job)
         if target.kind == "health_check":
-            healthcheck_output(target).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                private_dir(healthcheck_output(target).parent)
+            except OSError as exc:
+                return CommandResult(tuple(argv), 1, "", f"recovery work folder: {exc}")
         argv = list(argv)
         # The recorded command names the tool as an operator types it; the recovery worker's
         # host decides where it lives.
