@@ -111,7 +111,7 @@ def test_a_new_cluster_only_records_what_it_would_do(fleet):
     assert failure.recovery_plan.mode == "dry_run"
     assert action.status == "dry_run"
     assert action.commands == [
-        ["scontrol", "requeue", "700"],
+        ["scontrol", "requeue", "--", "700"],
         ["scontrol", "update", "JobId=700", "StartTime=now"],
     ]
     assert action.result == "dry run: would run 2 command(s)"

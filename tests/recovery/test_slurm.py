@@ -167,7 +167,7 @@ def test_dry_run_runs_nothing_and_says_what_it_would_have_run(rig):
     time.sleep(2)
     assert (drain.status, requeue.status) == ("dry_run", "dry_run")
     assert drain.commands[0][:4] == ["scontrol", "update", f"NodeName={vn1}", "State=DRAIN"]
-    assert requeue.commands[0] == ["scontrol", "requeue", job]
+    assert requeue.commands[0] == ["scontrol", "requeue", "--", job]
     assert drain.steps == [] and requeue.steps == []
     assert rig.slurm.drain_reason(vn1) in ("", "none")
     assert (rig.job(job)["JobState"], rig.job(job)["Restarts"]) == ("RUNNING", "0")
