@@ -3,7 +3,7 @@
 
 Run it as one batch job over the nodes to check (this is what Vigil's recovery submits):
 
-    sbatch --wait --parsable -N 4 -w n1,n2,n3,n4 --exclusive -o check.out dcgm_diag.py
+    sbatch --parsable --export=NONE -N 4 -w n1,n2,n3,n4 --exclusive -o check.out dcgm_diag.py
 
 or by hand, inside an allocation or with --nodes. Each node runs `srun -N1 -w <node> dcgmi
 diag -r 2 -j` (in parallel); a node FAILs when any test result in dcgmi's JSON says Fail, with

@@ -7,7 +7,7 @@ with a node that had passed. A node that fails with a known-good partner is bad.
 
 Run it as one batch job over the nodes to check (this is what Vigil's recovery submits):
 
-    sbatch --wait --parsable -N 4 -w n1,n2,n3,n4 --exclusive -o check.out nccl_pairwise.py
+    sbatch --parsable --export=NONE -N 4 -w n1,n2,n3,n4 --exclusive -o check.out nccl_pairwise.py
 
 or by hand in local mode with a command of your own per pair:
 
