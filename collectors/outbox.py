@@ -36,7 +36,12 @@ from urllib.parse import urlsplit
 
 import redis
 
-from collectors.schema import MAX_BATCH_BYTES, MAX_BATCH_COMPRESSED_BYTES, OversizedBatch
+from collectors.schema import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_COMPRESSED_BYTES,
+    OversizedBatch,
+    UnreadableBatch,
+)
 
 if sys.version_info >= (3, 14):
     from compression import zstd
@@ -105,24 +110,36 @@ def outbox_get_many(
     max_compressed_bytes: int = MAX_BATCH_COMPRESSED_BYTES,
 ) -> list[str | None]:
     """`outbox_get` of several batches in one round trip, in the order asked. An entry over
-    either size limit comes back as an `OversizedBatch` (which every parse refuses), and is
-    never decompressed past `max_bytes`."""
+    either size limit comes back as an `OversizedBatch`, one that cannot be read back as an
+    `UnreadableBatch` (every parse refuses both), and none is decompressed past `max_bytes`."""
     if not batch_ids:
         return []
     packed = client.hmget(OUTBOX_KEY, batch_ids)
-    return [None if p is None else _unpacked(p, max_bytes, max_compressed_bytes) for p in packed]
+    return [
+        None if p is None else _unpacked(p, batch_id, max_bytes, max_compressed_bytes)
+        for batch_id, p in zip(batch_ids, packed, strict=True)
+    ]
 
 
-def _unpacked(packed: bytes, max_bytes: int, max_compressed_bytes: int) -> str:
+def _unpacked(packed: bytes, batch_id: str, max_bytes: int, max_compressed_bytes: int) -> str:
     if len(packed) > max_compressed_bytes:
         return OversizedBatch(
             f"compressed batch of {len(packed)} bytes exceeds {max_compressed_bytes}",
             len(packed),
         )
-    text = decompress_bounded(zstd.ZstdDecompressor(), packed, max_bytes)
+    # Nodes write the outbox: an entry may be anything, and must fail alone, as a refusal.
+    try:
+        text = decompress_bounded(zstd.ZstdDecompressor(), packed, max_bytes)
+    except (zstd.ZstdError, ValueError) as exc:
+        return UnreadableBatch(
+            f"outbox entry of {len(packed)} bytes: not a Zstandard stream ({exc})", batch_id
+        )
     if text is None:
         return OversizedBatch(f"batch decompresses past {max_bytes} bytes", max_bytes + 1)
-    return text.decode()
+    try:
+        return text.decode()
+    except UnicodeDecodeError as exc:
+        return UnreadableBatch(f"outbox entry: not UTF-8 text ({exc})", batch_id)
 
 
 def decompress_bounded(decompressor: Any, packed: bytes, max_bytes: int) -> bytes | None:

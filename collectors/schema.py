@@ -309,6 +309,20 @@ class OversizedBatch(str):
         return obj
 
 
+class UnreadableBatch(str):
+    """Stands for a batch that could not be read at all (an outbox entry that is not a
+    Zstandard stream of UTF-8 text, a task argument that is not text): the text is a note,
+    `batch_id` the id it was stored under ("" if none); every parse refuses it as
+    `unreadable`."""
+
+    batch_id: str
+
+    def __new__(cls, note: str, batch_id: str = "") -> UnreadableBatch:
+        obj = super().__new__(cls, note)
+        obj.batch_id = batch_id
+        return obj
+
+
 class _Wire(BaseModel):
     """Every wire model: unknown keys are refused, parsed values are immutable."""
 
@@ -510,6 +524,8 @@ def _validated(model: type[EnvelopeT], raw: str | bytes) -> EnvelopeT:
     first problem (field and message)."""
     if isinstance(raw, OversizedBatch):
         raise BatchError("too_large", str(raw))
+    if isinstance(raw, UnreadableBatch):
+        raise BatchError("unreadable", str(raw))
     body, mac = _unwrapped(raw)
     try:
         batch = model.model_validate_json(body)

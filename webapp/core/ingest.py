@@ -37,7 +37,7 @@ from celery.utils.time import get_exponential_backoff_interval
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
-from collectors.schema import BatchError, OversizedBatch, is_signed
+from collectors.schema import BatchError, OversizedBatch, UnreadableBatch, is_signed
 from webapp.core.outbox import (
     DELIVERIES_KEY,
     batch_id_of,
@@ -110,8 +110,22 @@ UNSIGNED = Refused(
 
 
 def _unsigned(raw: str) -> bool:
-    """A batch text that came unsigned (an oversized one is refused as too large instead)."""
-    return not isinstance(raw, OversizedBatch) and not is_signed(raw)
+    """A batch text that came unsigned (an oversized or unreadable one is refused as such)."""
+    return not isinstance(raw, OversizedBatch | UnreadableBatch) and not is_signed(raw)
+
+
+def _not_text(arg: object) -> str | None:
+    """Why a task argument is no batch text or outbox reference (anything but a str: a node
+    writes the message), else None."""
+    if isinstance(arg, str):
+        return None
+    kind = type(arg).__name__
+    article = "an" if kind[:1] in "aeiou" else "a"
+    return f"task argument: {article} {kind}, not a batch text or outbox reference"
+
+
+def _refuse_argument(why: str) -> None:
+    batch_reject(UnreadableBatch(why), Refused("unreadable", why))
 
 
 def store_failure(exc: BaseException) -> Refused:
@@ -197,6 +211,9 @@ def _deliveries_add(args: Sequence[str], step: int = 1) -> list[int]:
 def batch_run(task, arg: str, ingest: Callable[[str], dict]) -> dict:
     """Run `ingest(text)` under the policy above, where `arg` is the batch text or its outbox
     reference (webapp/core/outbox.py); a refused batch returns {"rejected": reason}."""
+    if (why := _not_text(arg)) is not None:
+        _refuse_argument(why)
+        return {"rejected": "unreadable"}
     [raw] = _texts(task, [arg])
     if raw is None:
         return {"finished_before": arg}
@@ -250,7 +267,19 @@ def batches_run(task, requests: list, ingest_many: Callable[[list[str]], object]
     - a killed worker never returns here: its unacknowledged messages come back, and the
       batches it was storing come back suspects.
     """
+    # A request whose argument is no text is refused alone; the others go on as a group.
+    readable = []
+    for request in requests:
+        args = request.args if isinstance(request.args, list | tuple) else [request.args]
+        why = _not_text(args[0]) if len(args) == 1 else f"task arguments: {len(args)}, not 1"
+        if why is None:
+            readable.append(request)
+        else:
+            _refuse_argument(why)
+    requests = readable
     args = [request.args[0] for request in requests]
+    if not args:
+        return
     try:
         texts = _texts(task, args)
     except redis.RedisError as exc:

@@ -50,7 +50,8 @@ def batch_reject(raw: str | bytes, error: Refusal) -> RejectedBatch:
         detail=error.detail[:2000].replace("\x00", ""),
         cluster=text("cluster"),
         node=text("node"),
-        batch_id=text("batch_id")[:64],
+        # An unreadable outbox entry says nothing, but was stored under its batch id.
+        batch_id=(text("batch_id") or getattr(raw, "batch_id", ""))[:64],
         size_bytes=len(raw),
     )
     log.warning(
