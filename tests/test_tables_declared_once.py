@@ -15,13 +15,14 @@ from django.urls import reverse
 
 from webapp.core.tables import Table, tables_of
 from webapp.fleet.models import Cluster, Gpu, Node
+from webapp.jobs import tables as jobs_tables
 from webapp.telemetry import tables as telemetry_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 WEBAPP = ROOT / "webapp"
 
 # Apps whose views take every CSV from a table declaration.
-DECLARED = ("telemetry",)
+DECLARED = ("telemetry", "jobs")
 
 # Known debt: views of apps not yet moved to declarations, with how many hand-written CSV
 # headers each still has. A count may only go down; a file not listed may have none.
@@ -31,7 +32,6 @@ DEBT = {
     "webapp/recovery/views.py": 9,
     "webapp/energy/views.py": 5,
     "webapp/failures/views.py": 11,
-    "webapp/jobs/views.py": 8,
 }
 
 _CSV_FUNCTIONS = {"csv_response", "csv_stream"}
@@ -137,15 +137,34 @@ def world(db) -> World:
     return World(cluster, node, gpu)
 
 
+def _characterization(w: World, name: str) -> str:
+    url = reverse("jobs_api:characterization_csv", args=[name])
+    return f"{url}?cluster={w.cluster.name}"
+
+
 # For each declared table with CSV columns, the address of a CSV it serves.
 CSV_OF: dict[str, Callable[[World], str]] = {
     "telemetry.CLUSTERS": lambda w: reverse("telemetry_api:overview_csv"),
     "telemetry.NODE_GPUS": lambda w: reverse("telemetry_api:node_csv", args=[w.node.id]),
     "telemetry.GPU_SERIES": lambda w: reverse("telemetry_api:gpu_csv", args=[w.gpu.id]),
     "telemetry.NODES": lambda w: reverse("telemetry_api:nodes_csv", args=[w.cluster.name]),
+    "jobs.JOBS": lambda w: reverse("jobs_api:list_csv"),
+    "jobs.WASTED": lambda w: reverse("jobs_api:wasted_csv"),
+    **{
+        f"jobs.{table}": lambda w, name=name: _characterization(w, name)
+        for table, name in [
+            ("TYPES", "types"),
+            ("DURATION_CDF", "duration"),
+            ("QUEUE_CDF", "queue"),
+            ("GPUS_CDF", "gpus"),
+            ("STATES", "states"),
+            ("TELEMETRY_CDF", "telemetry"),
+            ("SUMMARY", "summary"),
+        ]
+    },
 }
 
-MODULES = {"telemetry": telemetry_tables}
+MODULES = {"telemetry": telemetry_tables, "jobs": jobs_tables}
 
 
 def _declared() -> dict[str, Table]:

@@ -13,11 +13,9 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from webapp.core.exports import csv_response
 from webapp.core.pages import not_found
-from webapp.core.units import iso_utc
 from webapp.fleet.models import Cluster
-from webapp.jobs import figures
+from webapp.jobs import figures, tables
 from webapp.jobs.characterization import (
     FINAL_GROUPS,
     Characterization,
@@ -158,71 +156,20 @@ def characterization_csv(request: HttpRequest, name: str) -> HttpResponse:
     filename = f"vigil-{site}-{name}.csv"
     if name == "telemetry":
         t = telemetry_cdfs(window.cluster, window.since, window.until)
-        return csv_response(
-            filename,
-            ["metric", "cluster", "source", "value", "cdf_percent"],
-            _telemetry_rows(site, t),
-        )
+        return tables.TELEMETRY_CDF.csv_response(filename, _telemetry_rows(site, t))
     result = characterization_cached(window)
     if name == "types":
-        return csv_response(
-            filename,
-            [
-                "job_type",
-                "jobs",
-                "gpu_jobs",
-                "gpu_time_s",
-                "share_of_gpu_jobs",
-                "share_of_gpu_time",
-                "duration_median_s",
-                "duration_mean_s",
-                "queue_median_s",
-                "queue_mean_s",
-                "gpus_mean",
-                "gpus_median",
-                "gpus_max",
-            ],
-            (
-                [
-                    t.job_type,
-                    t.jobs,
-                    t.gpu_jobs,
-                    t.gpu_time_s,
-                    t.count_share,
-                    t.gpu_time_share,
-                    t.duration_median_s,
-                    t.duration_mean_s,
-                    t.queue_median_s,
-                    t.queue_mean_s,
-                    t.gpus_mean,
-                    t.gpus_median,
-                    t.gpus_max,
-                ]
-                for t in [*result.types, result.total]
-            ),
-        )
-    if name in ("duration", "queue"):
-        cdfs = result.duration_cdf if name == "duration" else result.queue_cdf
-        return csv_response(
-            filename, ["job_type", f"{name}_below_s", "share_of_gpu_jobs"], _cdf_rows(cdfs)
-        )
+        return tables.TYPES.csv_response(filename, [*result.types, result.total])
+    if name == "duration":
+        return tables.DURATION_CDF.csv_response(filename, _cdf_rows(result.duration_cdf))
+    if name == "queue":
+        return tables.QUEUE_CDF.csv_response(filename, _cdf_rows(result.queue_cdf))
     if name == "gpus":
-        return csv_response(
-            filename, ["job_type", "gpus_at_most", "share_of_gpu_jobs"], _cdf_rows(result.gpus_cdf)
-        )
+        return tables.GPUS_CDF.csv_response(filename, _cdf_rows(result.gpus_cdf))
     if name == "states":
-        return csv_response(
-            filename,
-            ["final_state", "gpu_jobs", "gpu_time_s", "share_of_gpu_jobs", "share_of_gpu_time"],
-            (
-                [s.group, s.gpu_jobs, s.gpu_time_s, s.count_share, s.gpu_time_share]
-                for s in result.states
-            ),
-        )
+        return tables.STATES.csv_response(filename, result.states)
     if name == "summary":
-        columns = summary_columns()
-        rows = [result.summary, *reference_summary_rows()]
-        return csv_response(filename, columns, ([r.get(c) for c in columns] for r in rows))
+        return tables.SUMMARY.csv_response(filename, [result.summary, *reference_summary_rows()])
     raise Http404(f"no export named {name!r}")
 
 
@@ -266,56 +213,12 @@ def job_by_scheduler_id(request: HttpRequest, scheduler_id: str) -> HttpResponse
     return redirect(f"{reverse('jobs:list')}?{urlencode({'id': scheduler_id})}")
 
 
-_LIST_HEADER = [
-    "cluster",
-    "scheduler_id",
-    "name",
-    "user",
-    "team",
-    "project",
-    "type",
-    "state",
-    "exit_code",
-    "submit_utc",
-    "start_utc",
-    "end_utc",
-    "queue_s",
-    "duration_s",
-    "gpus",
-    "gpu_time_s",
-]
-
-
 def job_list_csv(request: HttpRequest) -> HttpResponse:
     form = JobListForm(request.GET)
     if form.error:
         return HttpResponse(form.error, status=400, content_type="text/plain")
     qs = jobs_filter(**form.filters)[:CSV_MAX_ROWS]
-    return csv_response(
-        "vigil-jobs.csv",
-        _LIST_HEADER,
-        (
-            [
-                j.cluster.name,
-                j.scheduler_id,
-                j.name,
-                j.user,
-                j.team,
-                j.project,
-                j.job_type,
-                j.state,
-                j.exit_code,
-                iso_utc(j.submit_at),
-                iso_utc(j.start_at),
-                iso_utc(j.end_at),
-                j.queue_s,
-                j.duration_s,
-                j.gpus_requested,
-                j.gpu_time_s,
-            ]
-            for j in qs.iterator(chunk_size=2000)
-        ),
-    )
+    return tables.JOBS.csv_response("vigil-jobs.csv", qs.iterator(chunk_size=2000))
 
 
 def _failures_url(job: Job) -> str | None:
@@ -423,35 +326,4 @@ def wasted_csv(request: HttpRequest) -> HttpResponse:
     rows = wasted_gpus(
         busy_util_pct=settings.VIGIL_BUSY_UTIL_PCT, min_idle_minutes=minutes, cluster=cluster
     )
-    return csv_response(
-        "vigil-wasted-gpus.csv",
-        [
-            "cluster",
-            "scheduler_id",
-            "job_name",
-            "user",
-            "team",
-            "node",
-            "idle_gpu_indices",
-            "idle_gpus",
-            "idle_gpu_hours",
-            "idle_since_utc",
-            "last_sample_utc",
-        ],
-        (
-            [
-                w.job.cluster.name,
-                w.job.scheduler_id,
-                w.job.name,
-                w.job.user,
-                w.job.team,
-                w.hostname,
-                " ".join(str(i) for i in w.gpus),
-                len(w.gpus),
-                round(w.idle_gpu_hours, 3),
-                w.idle_since.isoformat(),
-                w.last_sample.isoformat(),
-            ]
-            for w in rows
-        ),
-    )
+    return tables.WASTED.csv_response("vigil-wasted-gpus.csv", rows)
