@@ -11,6 +11,7 @@ the static files, so printing needs no web server, no login and no network.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -174,7 +175,8 @@ def html_to_pdf(html: str) -> bytes:
         cmd = [
             chromium,
             "--headless",
-            "--no-sandbox",
+            # Chromium cannot sandbox a root process (it refuses to start): only then without.
+            *(["--no-sandbox"] if os.geteuid() == 0 else []),
             "--disable-gpu",
             "--disable-background-networking",
             "--disable-component-update",
