@@ -123,6 +123,11 @@ ACME_AIR_C = 23.5
 # ~0.1 K/W to the air gives R x C of 1-2 minutes (our estimate); 120 s.
 THERMAL_TAU_S = 120.0
 TEMP_NOISE_C = 0.3
+# What a server draws besides its GPUs (CPUs, memory, NVSwitches, NICs, fans, PSU losses):
+# at least 900 W (Acme's idle nodes: about 1.5 kW with ~0.5 kW of idle GPUs), at most 2 kW
+# while its GPUs idle, rising to 3.3 kW with all of them at their limit (DGX A100 datasheet:
+# 6.5 kW system power at most, 8 x 400 W of it GPUs).
+NON_GPU_W = (900.0, 2000.0, 3300.0)
 
 # Persistence of the latents (seconds). Acme's GPU time is dominated by long pretraining jobs
 # (median job 2 min, but most GPU-hours in jobs of hours), so node state changes slowly.
@@ -479,7 +484,12 @@ class SimulatedBackend:
         # AcmeTrace's IB unit is unstated; read as MB/s its maximum is HDR 200 Gb/s line rate.
         node_row[NODE_POS["ib_rx_bytes_s"]] = round(q["ib_receive_mb_s"](un) * 1e6, 1)
         node_row[NODE_POS["ib_tx_bytes_s"]] = round(q["ib_send_mb_s"](un) * 1e6, 1)
-        node_row[NODE_POS["server_power_w"]] = round(q["server_power_w"](un), 1)
+        # Acme's whole-server power at the node's rank, within what its GPUs leave possible.
+        gpus = sum(row[GPU_POS["power_w"]] for row in rows)
+        load = gpus / (len(rows) * MODEL.power_limit_w) if rows else 0.0
+        most = NON_GPU_W[1] + (NON_GPU_W[2] - NON_GPU_W[1]) * load
+        server = min(max(q["server_power_w"](un), gpus + NON_GPU_W[0]), gpus + most)
+        node_row[NODE_POS["server_power_w"]] = round(server, 1)
         node_row[NODE_POS["gpu_count"]] = len(rows)
         return NodeReading(node.cluster, node.node, node.infos, rows, node_row)
 

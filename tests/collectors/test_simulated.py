@@ -236,6 +236,13 @@ def an_hour():
     return by_gpu, inlet
 
 
+@pytest.fixture(scope="module")
+def node_hour():
+    """Half an hour of the default fleet: each node sample with its GPUs' rows."""
+    backend = SimulatedBackend(seed=12)
+    return [(r.node_row, r.gpu_rows) for readings in run(backend, 120, STEP_S) for r in readings]
+
+
 def test_power_stays_within_the_enforced_limit(an_hour):
     """An A100-SXM4-80GB capped at 400 W does not draw 600 W: over an hour, a busy GPU reads
     at most a few percent over its limit, and never for more than a sample or two in a row;
@@ -311,3 +318,18 @@ def test_every_value_stays_in_its_physical_range(an_hour):
             assert inlet[node] < row[GPU_POS["mem_temp_c"]] <= 95
             assert 0 <= row[GPU_POS["fb_used_bytes"]] <= row[GPU_POS["fb_total_bytes"]]
             assert 0 < row[GPU_POS["sm_clock_mhz"]] <= 1410
+
+
+def test_a_server_draws_more_than_its_gpus(node_hour):
+    """IPMI's whole-server power covers its GPUs and more (CPUs, NVSwitches, fans, PSU losses):
+    never under the GPUs' own power, within a DGX A100's 6.5 kW, and not kilowatts above the
+    GPUs' power when they idle."""
+    busy_nodes = 0
+    for node_row, gpu_rows in node_hour:
+        gpus = sum(row[GPU_POS["power_w"]] for row in gpu_rows)
+        server = node_row[NODE_POS["server_power_w"]]
+        assert gpus + 500 <= server <= 6500, (gpus, server)
+        if gpus < 8 * 80:
+            assert server <= gpus + 2500, (gpus, server)
+        busy_nodes += gpus > 2500
+    assert busy_nodes > 100
