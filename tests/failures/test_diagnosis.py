@@ -432,3 +432,74 @@ def test_blame_evidence_says_which_source_the_blamed_node_rests_on():
     # ... and the same words printed in a job's own log window.
     got = diagnose_streams([LogStream("node-07:/job.out:1", io.BytesIO(node_fail), False)])
     assert (got.blamed_node, got.blame_evidence) == ("node-07", "job_log")
+
+
+def _torchrun_record(index: int, time: str, host: str, rank: int, exitcode: int) -> str:
+    signals = {-6: "SIGABRT", -9: "SIGKILL", -11: "SIGSEGV"}
+    return (
+        f"[{index}]:\n"
+        f"  time      : {time}\n"
+        f"  host      : {host}\n"
+        f"  rank      : {rank} (local_rank: {rank % 8})\n"
+        f"  exitcode  : {exitcode} (pid: {4000 + rank})\n"
+        "  error_file: <N/A>\n"
+        f"  traceback : Signal {-exitcode} ({signals[exitcode]}) received by PID {4000 + rank}\n"
+    )
+
+
+def test_torchrun_root_cause_block_names_the_rank_that_failed_first():
+    # torchrun prints the other failures first and the first observed one last.
+    block = (
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        "============================================================\n"
+        "pretrain_gpt.py FAILED\n"
+        "------------------------------------------------------------\n"
+        "Failures:\n"
+        + _torchrun_record(1, "2025-03-01_10:00:09", "gpu-a", 3, -6)
+        + "------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n"
+        + _torchrun_record(0, "2025-03-01_10:00:05", "gpu-a", 1, -11)
+        + "============================================================\n"
+    )
+    got = diagnose_text(block)
+    assert (got.cause, got.blamed_node, got.blamed_rank) == ("native_crash", "gpu-a", 1)
+    # Two nodes' agents each print a block; the one pasted first failed later.
+    other = (
+        "Root Cause (first observed failure):\n"
+        + _torchrun_record(0, "2025-03-01_10:00:12", "gpu-b", 9, -11)
+        + "============================================================\n"
+    )
+    got = diagnose_text(other + block)
+    assert (got.cause, got.blamed_node, got.blamed_rank) == ("native_crash", "gpu-a", 1)
+    # Blamed only within the job's nodes.
+    got = diagnose_text(other + block, job_nodes=["gpu-b", "gpu-c"])
+    assert got.blamed_node != "gpu-a"
+
+
+def test_srun_launch_lines_map_tasks_to_hosts():
+    log = (
+        "srun: launching StepId=4296558.0 on host gpu-01, 4 tasks: [0-3]\n"
+        "srun: launching StepId=4296558.0 on host gpu-02, 4 tasks: [4-7]\n"
+        "srun: Node gpu-02, 4 tasks started\n"
+        "5: Traceback (most recent call last):\n"
+        '5:   File "/opt/conda/lib/python3.10/site-packages/torch/nn/modules/module.py",'
+        " line 1501, in _call_impl\n"
+        "5: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+    got = diagnose_text(log)
+    assert (got.cause, got.blamed_node, got.blamed_rank) == ("cuda_fault", "gpu-02", 5)
+    one = "srun: launching StepId=6.0 on host 54ccd73f040a, 1 tasks: 0\n0: Segmentation fault\n"
+    assert diagnose_text(one).blamed_node == "54ccd73f040a"
+
+
+def test_nccl_init_lines_map_ranks_to_hosts():
+    log = (
+        "gpu-a:100:100 [1] NCCL INFO comm 0x5e1 rank 1 nranks 16 cudaDev 1 nvmlDev 1"
+        " busId 1b000 commId 0x9f - Init COMPLETE\n"
+        "gpu-b:200:200 [1] NCCL INFO comm 0x7a2 rank 9 nRanks 16 nNodes 2 localRanks 8"
+        " localRank 1 MNNVL 0\n"
+        "[rank9]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+        " GPU 1 has a total capacity of 79.10 GiB of which 1.06 GiB is free.\n"
+    )
+    got = diagnose_text(log)
+    assert (got.cause, got.blamed_node, got.blamed_rank) == ("gpu_oom", "gpu-b", 9)

@@ -42,7 +42,7 @@ HELDOUT_CAUSE_MIN = 56
 HELDOUT_BLAME_MIN = 11
 HELDOUT3_CAUSE_MIN = 44
 HELDOUT3_BLAME_MIN = 1
-SYNTHETIC_BLAME_MIN = 32
+SYNTHETIC_BLAME_MIN = 34
 # Issue 15 "Blame": at least 15 real cases whose source establishes the blamed node.
 BLAME_LABELLED_MIN = 15
 

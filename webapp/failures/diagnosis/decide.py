@@ -405,8 +405,23 @@ def _pick(events: list[Event]) -> Event:
     tied = [e for e in events if group(e) == top]
     styles = {e.ts_style for e in tied}
     if len(styles) == 1 and None not in styles:
-        return min(tied, key=lambda e: (e.ts, e.seq))
-    return min(tied, key=lambda e: e.seq)
+        best = min(tied, key=lambda e: (e.ts, e.seq))
+    else:
+        best = min(tied, key=lambda e: e.seq)
+    if best.failed_at is not None or best.root_cause:
+        # torchrun lists the other failures before the first one, and each node's agent
+        # prints its own records: the first failed rank is the earliest record, the one
+        # torchrun names the root cause where two share a second.
+        records = [e for e in tied if e.failed_at is not None or e.root_cause]
+        best = min(
+            records,
+            key=lambda e: (
+                e.failed_at if e.failed_at is not None else math.inf,
+                not e.root_cause,
+                e.seq,
+            ),
+        )
+    return best
 
 
 def _diagnosis(
@@ -431,7 +446,7 @@ def _diagnosis(
         else:
             node = gpu = rank = None
     if best.rule.blame != "none" and node is None and rank is not None:
-        node = scan.rank_host.get(rank)
+        node = scan.host_of_rank(rank)
         if node is None and _SRUN_LABEL.match(best.text):
             # srun --label's "3: ..." is srun task 3: the host srun named for task 3.
             node = scan.task_host.get(rank)
@@ -525,7 +540,7 @@ def _printing_node(e: Event, scan: Scan, nodes: set[str]) -> str | None:
     of the job's nodes), or the job's only node."""
     candidates = [scan.stream_host.get(e.file_index)]
     if e.rank is not None:
-        candidates.append(scan.rank_host.get(e.rank))
+        candidates.append(scan.host_of_rank(e.rank))
         if _SRUN_LABEL.match(e.text):
             candidates.append(scan.task_host.get(e.rank))
     for host in candidates:

@@ -100,6 +100,10 @@ class Event:
     count: int = 1
     signature: str = ""  # the start of the message: repeats of one message share it
     ts: float | None = None  # resolved after the scan
+    # A line of a torchrun failure record: the record's time, and whether torchrun named it
+    # the first observed failure (scan.Record).
+    failed_at: float | None = None
+    root_cause: bool = False
     ts_style: str | None = None
 
     @property

@@ -21,6 +21,8 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
@@ -51,10 +53,13 @@ SEEN_LINE_CHARS = 512
 MAX_FRAME_LOOKUPS = 500  # traceback look-backs per file (pathological logs stay linear)
 FRAME_LOOKBACK_BYTES = 16384
 FRAME_LOOKBACK_LINES = 120
-# torchrun's failure record: "host : h" then "rank : n (local_rank: m)", "exitcode : -11",
-# "error_file", "traceback : Signal 11 ..." (NVIDIA/Megatron-LM#1880). The host line names the
-# host of the events on this many anchored lines after it.
+# torchrun's failure record: "time : t", "host : h" then "rank : n (local_rank: m)",
+# "exitcode : -11", "error_file", "traceback : Signal 11 ..." (NVIDIA/Megatron-LM#1880). The
+# host line names the host of the events on this many anchored lines after it.
 RECORD_LINES = 4
+# NCCL communicator init lines remembered (rank, size, host): a job of thousands of ranks
+# prints one per rank and communicator; past this the ranks already mapped must do.
+MAX_NCCL_RANKS = 16384
 # A chunk whose sample has more than 10% control bytes is binary (text, UTF-8 included, has
 # almost none; random bytes have 13%).
 BINARY_CONTROL_SHARE = 0.10
@@ -87,6 +92,18 @@ def line_pattern(cat: Catalogue) -> Any:
     return re2.compile(b"[^\\n]*(?:" + alternation + b")[^\\n]*", options)
 
 
+@dataclass
+class Record:
+    """The torchrun failure record being read (rules.yaml torchrun-failure-record)."""
+
+    file_index: int
+    host: str
+    rank: int | None
+    lines_left: int
+    failed_at: float | None  # its "time" field (seconds, UTC as printed)
+    root_cause: bool  # under "Root Cause (first observed failure)"
+
+
 class Scan:
     """State of one diagnosis over one or more files (bounded whatever the input size)."""
 
@@ -110,8 +127,13 @@ class Scan:
         # (file index, line) of traceback frames in an object-storage client
         # (rules.yaml storage-client-frame): a connection error next to them is the store's.
         self.storage_frames: list[tuple[int, int]] = []
-        # The torchrun failure record being read: (file index, host, rank, anchored lines left).
-        self.record: tuple[int, str, int | None, int] | None = None
+        # The torchrun failure record being read, and the time and heading of the next one.
+        self.record: Record | None = None
+        self.record_time: float | None = None
+        self.record_root = False
+        # (communicator rank, communicator size) -> host, from NCCL's init lines
+        # (rules.yaml nccl-init-rank): the largest communicator's ranks are the global ones.
+        self.nccl_ranks: dict[tuple[int, int], str] = {}
         self.bytes_total = 0
         self.binary_bytes = 0
         self.lines_total = 0
@@ -265,8 +287,8 @@ class Scan:
             if line.host and line.rank is not None:
                 rank_host.setdefault(line.rank, line.host)
             if self.record is not None:
-                self.record = self.record[:3] + (self.record[3] - 1,)
-                if self.record[3] < 0 or self.record[0] != file_index:
+                self.record.lines_left -= 1
+                if self.record.lines_left < 0 or self.record.file_index != file_index:
                     self.record = None
             if "task" in text and "srun" in text:
                 self._srun_tasks(text)
@@ -290,8 +312,7 @@ class Scan:
         m = _SRUN_TASKS.search(text)
         if m is None:
             return
-        for part in m.group(2).split(","):
-            lo, _, hi = part.partition("-")
+        for lo, hi in _TASK_RANGE.findall(m.group(2)):
             for task in range(int(lo), int(hi or lo) + 1)[:MAX_TASKS_PER_LINE]:
                 self.task_host.setdefault(task, m.group(1))
 
@@ -306,17 +327,45 @@ class Scan:
         if rule_id == "shell-prompt-host":  # "user@host ~ % nvidia-smi"
             self.inspected_hosts.add(re.split(r"[: ]", message.split("@", 1)[1], maxsplit=1)[0])
             return
-        value = message.split(":", 1)[1].strip()
+        if rule_id == "nccl-init-rank":
+            m = _NCCL_INIT.search(message)
+            if line.host and m and len(self.nccl_ranks) < MAX_NCCL_RANKS:
+                self.nccl_ranks.setdefault((int(m.group(1)), int(m.group(2))), line.host)
+            return
+        if rule_id == "srun-launch-tasks":
+            return  # read with srun's error lines (_srun_tasks)
+        key, _, value = message.strip().partition(":")
+        value = value.strip()
         if rule_id == "scheduler-exec-host":
             self.exec_hosts.add(value.split("/")[0])
         elif rule_id == "runner-host":
             self.exec_hosts.add(value.split("@", 1)[1].split(",")[0].strip())
-        elif message.lstrip().startswith("host"):
-            self.record = (file_index, value, None, RECORD_LINES)
+        elif key.startswith("Root Cause"):
+            self.record_root = True
+        elif key.startswith("time"):
+            try:
+                when = datetime.strptime(value, "%Y-%m-%d_%H:%M:%S").replace(tzinfo=UTC)
+                self.record_time = when.timestamp()
+            except ValueError:
+                self.record_time = None
+        elif key.startswith("host"):
+            self.record = Record(
+                file_index, value, None, RECORD_LINES, self.record_time, self.record_root
+            )
+            self.record_time, self.record_root = None, False
         elif self.record is not None:  # "rank : 0 (local_rank: 0)" of the record being read
             rank = int(value.split()[0])
-            self.rank_host.setdefault(rank, self.record[1])
-            self.record = (file_index, self.record[1], rank, self.record[3])
+            self.rank_host.setdefault(rank, self.record.host)
+            self.record.rank = rank
+
+    def host_of_rank(self, rank: int) -> str | None:
+        """The host the log maps a global rank to: a line with both ([rank3] under a host
+        prefix, a torchrun record), else NCCL's init line for the largest communicator."""
+        host = self.rank_host.get(rank)
+        if host is None and self.nccl_ranks:
+            world = max(size for _, size in self.nccl_ranks)
+            host = self.nccl_ranks.get((rank, world))
+        return host
 
     # Classifying ---------------------------------------------------------------------------
 
@@ -358,8 +407,9 @@ class Scan:
         ev.file_index, ev.file, ev.line_no = file_index, name, line_no
         if self.record is not None and ev.host is None:
             # A line of a torchrun failure record: the record's host and rank are its own.
-            ev.host = self.record[1]
-            ev.rank = self.record[2] if ev.rank is None else ev.rank
+            ev.host = self.record.host
+            ev.rank = self.record.rank if ev.rank is None else ev.rank
+            ev.failed_at, ev.root_cause = self.record.failed_at, self.record.root_cause
         self.events.append(ev)
 
 
@@ -409,10 +459,17 @@ _HOST_MAP_RULES = frozenset(
         "shell-prompt-host",
         "torchrun-failure-record",
         "nccl-interface-address",
+        "nccl-init-rank",
+        "srun-launch-tasks",
     }
 )
-# "srun: error: node-03: task 12: Exited with exit code 1", "srun: error: gpu-1: tasks 0-3,8: ..."
-_SRUN_TASKS = re.compile(r"srun: error: ([A-Za-z0-9][\w.-]*): tasks? ([\d,-]+):")
+# "srun: error: node-03: task 12: Exited with exit code 1", "srun: error: gpu-1: tasks 0-3,8: ...",
+# and srun -v's "srun: launching StepId=4.0 on host node1, 4 tasks: [0-3]" ("1 tasks: 0").
+_SRUN_TASKS = re.compile(
+    r"srun: (?:error: |launching \S+ on host )([A-Za-z0-9][\w.-]*)(?::|, \d+) tasks?:? \[?([\d,-]+)"
+)
+_TASK_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+_NCCL_INIT = re.compile(r"comm 0x[0-9a-f]+ rank (\d+) nranks (\d+)", re.I)
 MAX_TASKS_PER_LINE = 4096  # a range this long is a whole job's, not worth mapping task by task
 _IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})<\d+>")
 
