@@ -412,6 +412,7 @@ class ClusterJobs:
         here. Raises ValueError for a command it cannot carry out, naming why."""
         ts = max(ts, self.now or ts)
         args = list(argv[1:]) if argv and argv[0].rsplit("/", 1)[-1] == "scontrol" else []
+        args = [a for a in args if a != "--"]  # the executor puts names after `--`
         fields = dict(a.split("=", 1) for a in args[1:] if "=" in a)
         if args[:1] == ["requeue"] and len(args) == 2:
             return self._requeue_command(args[1], ts)

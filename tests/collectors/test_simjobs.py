@@ -286,7 +286,8 @@ def test_a_requeued_job_runs_again_on_healthy_nodes(tmp_path):
         inbox,
         "kalos",
         [
-            ["scontrol", "requeue", job.job_id],
+            # As the Slurm executor writes them (names after `--`).
+            ["scontrol", "requeue", "--", job.job_id],
             ["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"],
         ],
         ts=acted,
