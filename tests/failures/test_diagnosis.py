@@ -337,6 +337,8 @@ def test_a_line_is_cut_at_max_line_bytes():
             "host_oom",
         ),
         ("Killed", "host_oom"),
+        # bash in a zh_CN locale (danijar/dreamerv3#203): the prefilter reads it too.
+        ("Writing metrics: /home/u/logdir/scores.jsonl\n已杀死", "host_oom"),
         ("srun: error: gpu-3: task 0: Exited with exit code 137", "host_oom"),
         (
             "mpirun noticed that process rank 0 with PID 6 on node fl98 exited on signal 11"

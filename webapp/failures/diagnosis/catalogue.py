@@ -205,10 +205,14 @@ def catalogue_parse(text: str) -> Catalogue:
         # An unquoted "host: x" in YAML is a mapping, not the text "host: x": quote it.
         raise RuleError(f"anchors must be strings (quote ones with ': '): {not_text[0]!r}")
     anchors = tuple(a.lower() for a in data["anchors"])
-    bad = [a for a in anchors if not a.isascii() or "\n" in a or not a]
+    bad = [a for a in anchors if not (a.isascii() or a.upper() == a) or "\n" in a or not a]
     if bad:
-        # The scan folds ASCII case only (as bytes.lower() does); a line break never matches.
-        raise RuleError(f"anchors must be non-empty ASCII text on one line: {bad[0]!r}")
+        # The scan folds ASCII case only (as bytes.lower() does): text outside ASCII is an
+        # anchor only where it has no case (a shell's localised "已杀死"). A line break never
+        # matches.
+        raise RuleError(
+            f"anchors must be non-empty text on one line, ASCII or without case: {bad[0]!r}"
+        )
     return Catalogue(
         anchors=tuple(a.encode() for a in anchors),
         rules=rules,

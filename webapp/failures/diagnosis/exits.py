@@ -62,6 +62,9 @@ SIGNALS: dict[int, ExitMeaning] = {
 # The names launchers and shells print for a signal (strsignal(3) and Open MPI's wording).
 _SIGNAL_WORDS: dict[str, int] = {
     "killed": 9,
+    # strsignal's "Killed" in a zh_CN locale, as bash prints it (glibc po/zh_CN.po,
+    # https://sourceware.org/git/?p=glibc.git;a=blob;f=po/zh_CN.po)
+    "已杀死": 9,
     "sigkill": 9,
     "segmentation fault": 11,
     "sigsegv": 11,
@@ -100,8 +103,9 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
         r"tasks? [\d,-]+: (Killed|Segmentation fault|Bus error|Aborted)",
         # bash's job report: "line 41: 51234 Killed   python train.py"
         r"line \d+: +\d+ (Killed|Segmentation fault|Bus error|Aborted)",
-        # a shell's bare report of a killed foreground job (**Killed** pasted as markdown)
-        r"^\W*(Killed)\W*$",
+        # a shell's bare report of a killed foreground job (**Killed** pasted as markdown),
+        # in English or localised
+        r"^\W*(Killed|已杀死)\W*$",
         # exit statuses 128 + n: "Command exited with non-zero status 137", "exit code 137"
         r"(?:exit(?:ed with)? (?:code|status)|non-zero status) (13[2-9])\b",
     )
