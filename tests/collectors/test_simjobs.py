@@ -399,3 +399,36 @@ def test_the_inbox_is_found_through_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv(INBOX_ENV, str(tmp_path / "inbox"))
     backend = SimulatedBackend(["seren"], 2, 8, seed=3)
     assert backend.jobs.inbox is not None and backend.jobs.inbox.path == tmp_path / "inbox"
+
+
+def test_the_simulated_scheduler_understands_every_command_the_demo_s_executor_builds(tmp_path):
+    """The contract with Vigil's recovery: each kind of action the demo's simulated executor
+    carries out is built into command lines the simulated scheduler accepts, and the drain
+    and requeue among them take effect."""
+    from webapp.recovery.executors import Target, executor_for
+
+    backend = SimulatedBackend(["seren"], 16, 8, seed=3)
+    backend.jobs.advance(T0)
+    c = backend.jobs.clusters["seren"]
+    running = list({id(j): j for j, _r in c.owner.values() if not j.lane}.values())
+    job, other = running[:2]
+    host = c.nodes[job.held[0][0]]
+    executor = executor_for("simulated")
+    targets = [
+        Target(1, "drain", host=host, cause="gpu_off_bus", failure_id=7),
+        Target(2, "requeue", job=job.job_id, cause="gpu_off_bus", failure_id=7),
+        Target(3, "health_check", params={"hosts": [host], "reservation": "vigil-check-3"}),
+        Target(4, "resume", host=host, params={"reservation": "vigil-check-3"}),
+        Target(5, "resume", host=host),
+        Target(6, "resubmit", job=other.job_id, params={"resume_checkpoint": "previous"}),
+    ]
+    answers: dict[str, list[str]] = {}
+    for target in targets:
+        for argv in executor.commands(target):
+            answers.setdefault(target.kind, []).append(c.command(argv, T0 + target.action_id))
+        if target.kind == "drain":
+            assert c.nodes.index(host) in c.drained
+    assert f"job {job.job_id} requeued" in answers["requeue"]
+    assert f"job {other.job_id} requeued" in answers["resubmit"]
+    assert c.nodes.index(host) not in c.drained  # resumed
+    assert job.attempt == other.attempt == 1
