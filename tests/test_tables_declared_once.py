@@ -12,8 +12,12 @@ from pathlib import Path
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from webapp.core.tables import Table, tables_of
+from webapp.failures import tables as failures_tables
+from webapp.failures.choices import FailureKind
+from webapp.failures.models import FailureEvent
 from webapp.fleet.models import Cluster, Gpu, Node
 from webapp.jobs import tables as jobs_tables
 from webapp.telemetry import tables as telemetry_tables
@@ -22,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WEBAPP = ROOT / "webapp"
 
 # Apps whose views take every CSV from a table declaration.
-DECLARED = ("telemetry", "jobs")
+DECLARED = ("telemetry", "jobs", "failures")
 
 # Known debt: views of apps not yet moved to declarations, with how many hand-written CSV
 # headers each still has. A count may only go down; a file not listed may have none.
@@ -31,7 +35,6 @@ DEBT = {
     "webapp/evaluation/views.py": 5,
     "webapp/recovery/views.py": 9,
     "webapp/energy/views.py": 5,
-    "webapp/failures/views.py": 11,
 }
 
 _CSV_FUNCTIONS = {"csv_response", "csv_stream"}
@@ -127,6 +130,7 @@ class World:
     cluster: Cluster
     node: Node
     gpu: Gpu
+    failure: FailureEvent
 
 
 @pytest.fixture
@@ -134,7 +138,11 @@ def world(db) -> World:
     cluster = Cluster.objects.create(name="alpha")
     node = Node.objects.create(cluster=cluster, hostname="a01", token_hash="x")
     gpu = Gpu.objects.create(node=node, index=0, uuid="GPU-alpha-a01-0", model="H100")
-    return World(cluster, node, gpu)
+    now = timezone.now()
+    failure = FailureEvent.objects.create(
+        cluster=cluster, kind=FailureKind.GPU_ERROR, node=node, occurred_at=now, detected_at=now
+    )
+    return World(cluster, node, gpu, failure)
 
 
 def _characterization(w: World, name: str) -> str:
@@ -162,9 +170,19 @@ CSV_OF: dict[str, Callable[[World], str]] = {
             ("SUMMARY", "summary"),
         ]
     },
+    "failures.FAILURES": lambda w: reverse("failures_api:timeline_csv"),
+    "failures.EVIDENCE": lambda w: reverse("failures_api:detail_evidence_csv", args=[w.failure.pk]),
+    "failures.XIDS": lambda w: reverse("failures_api:detail_xids_csv", args=[w.failure.pk]),
+    **{
+        f"failures.RELIABILITY_{name.upper()}": lambda w, name=name: reverse(
+            "failures_api:reliability_csv", args=[name]
+        )
+        for name in failures_tables.RELIABILITY
+        if name != "table3"
+    },
 }
 
-MODULES = {"telemetry": telemetry_tables, "jobs": jobs_tables}
+MODULES = {"telemetry": telemetry_tables, "jobs": jobs_tables, "failures": failures_tables}
 
 
 def _declared() -> dict[str, Table]:

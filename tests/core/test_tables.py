@@ -79,3 +79,19 @@ def test_table_head_refuses_what_is_not_a_table():
     html = Template('{% load vigil_tables %}{% table_head "tests.core.test_tables.Row" %}')
     with pytest.raises(TypeError, match="not a Table"):
         html.render(Context())
+
+
+ORDERED = Table(
+    Column("id", "Id"),
+    Column("when", "When", digits=1),
+    Column("note", csv_only=True),
+    page_order=("when", "id"),
+)
+
+
+def test_a_page_may_order_its_columns_apart_from_the_csv_which_rounds_as_declared():
+    assert [c.key for c in ORDERED.headers()] == ["when", "id"]
+    assert ORDERED.csv_header() == ["id", "when", "note"]
+    assert ORDERED.csv_row({"id": 7, "when": 2.345, "note": None}) == [7, 2.3, None]
+    with pytest.raises(ValueError, match="must name each page column once"):
+        Table(Column("a"), Column("b"), page_order=("a",))

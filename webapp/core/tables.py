@@ -48,7 +48,8 @@ class Column:
     when given as a SafeString),
     shown with `unit` in brackets when given; `accessor` reads the CSV value from a row: a
     callable, a dotted attribute or key path, or None for the path `key` itself. `num`
-    right-aligns the page's cell; `csv_only` and `html_only` say where the column shows."""
+    right-aligns the page's cell; `csv_only` and `html_only` say where the column shows;
+    `digits` rounds the CSV's number."""
 
     key: str
     header: str = ""
@@ -57,6 +58,7 @@ class Column:
     csv_only: bool = False
     html_only: bool = False
     num: bool = False
+    digits: int | None = None
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -79,15 +81,24 @@ class Column:
 
     def value(self, row: Any) -> object:
         if callable(self.accessor):
-            return self.accessor(row)
-        return _read(row, self.accessor or self.key)
+            value = self.accessor(row)
+        else:
+            value = _read(row, self.accessor or self.key)
+        if (
+            self.digits is not None
+            and isinstance(value, float | int)
+            and not isinstance(value, bool)
+        ):
+            return round(value, self.digits)
+        return value
 
 
 class Table:
     """An ordered set of columns; the CSV gets every column but the html_only ones, the page
-    every column but the csv_only ones, each in declaration order."""
+    every column but the csv_only ones, each in declaration order, or for the page in
+    `page_order` (keys) where a page lists them in another order than its CSV."""
 
-    def __init__(self, *columns: Column) -> None:
+    def __init__(self, *columns: Column, page_order: Sequence[str] | None = None) -> None:
         keys = [c.key for c in columns]
         doubled = sorted({k for k in keys if keys.count(k) > 1})
         if doubled:
@@ -96,10 +107,20 @@ class Table:
             raise ValueError("a table needs at least one column")
         self.columns: tuple[Column, ...] = columns
         self._csv = tuple(c for c in columns if not c.html_only)
+        page = [c for c in columns if not c.csv_only]
+        if page_order is not None:
+            by_key = {c.key: c for c in page}
+            if sorted(page_order) != sorted(by_key):
+                raise ValueError(
+                    f"page_order {list(page_order)} must name each page column once: "
+                    f"{sorted(by_key)}"
+                )
+            page = [by_key[k] for k in page_order]
+        self._page = tuple(page)
 
     def headers(self) -> list[Column]:
         """The page's columns, for `includes/table_head.html`."""
-        return [c for c in self.columns if not c.csv_only]
+        return list(self._page)
 
     def csv_header(self) -> list[str]:
         return [c.key for c in self._csv]

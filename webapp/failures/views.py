@@ -17,9 +17,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 
-from webapp.core.exports import csv_response, csv_stream
 from webapp.core.windows import Window
-from webapp.failures import figures, taxonomy
+from webapp.failures import figures, tables, taxonomy
 from webapp.failures.choices import FailureKind
 from webapp.failures.forms import ReliabilityForm, TimelineForm
 from webapp.failures.models import FailureEvent
@@ -83,66 +82,11 @@ def timeline(request: HttpRequest) -> HttpResponse:
     )
 
 
-FAILURE_CSV_HEADER = (
-    "id",
-    "cluster",
-    "kind",
-    "occurred_at",
-    "detected_at",
-    "diagnosed_at",
-    "job",
-    "job_type",
-    "user",
-    "node",
-    "cause",
-    "category",
-    "acme_alias",
-    "action",
-    "default_action",
-    "breaker",
-    "detail",
-    "confidence",
-    "rule_id",
-    "source",
-    "blamed_node",
-    "blamed_gpu",
-    "gpu_hours_lost",
-)
-
-
 def timeline_csv(request: HttpRequest) -> StreamingHttpResponse:
     f = TimelineForm(request.GET).failure_filter(timezone.now())
-
-    def rows():
-        # A server-side cursor: rows are read as the response is written, not all at once.
-        for e in failures_filter(f)[:CSV_MAX_ROWS].iterator(chunk_size=2000):
-            yield (
-                e.pk,
-                e.cluster.name,
-                e.kind,
-                e.occurred_at.isoformat(),
-                e.detected_at.isoformat(),
-                e.diagnosed_at.isoformat() if e.diagnosed_at else None,
-                e.job.scheduler_id if e.job else None,
-                e.job.job_type if e.job else None,
-                e.job.user if e.job else None,
-                e.node.hostname if e.node else None,
-                e.cause,
-                e.category,
-                e.alias,
-                e.action,
-                e.default_action,
-                e.breaker,
-                e.detail,
-                e.confidence,
-                e.rule_id,
-                e.source,
-                e.blamed_node.hostname if e.blamed_node else e.blamed_host or None,
-                e.blamed_gpu_label or None,
-                e.gpu_hours_lost,
-            )
-
-    return csv_stream("failures.csv", FAILURE_CSV_HEADER, rows())
+    # A server-side cursor: rows are read as the response is written, not all at once.
+    rows = failures_filter(f)[:CSV_MAX_ROWS].iterator(chunk_size=2000)
+    return tables.FAILURES.csv_stream("failures.csv", rows)
 
 
 def _failure(failure_id: int) -> FailureEvent:
@@ -195,36 +139,17 @@ def detail_evidence_csv(request: HttpRequest, failure_id: int) -> HttpResponse:
     failure = _failure(failure_id)
     if not job_logs_visible(request.user, failure.job):
         return HttpResponseForbidden(LOG_LINES_HIDDEN, content_type="text/plain")
-    rows = (
-        (e.get("file"), e.get("line"), e.get("rule_id"), e.get("text"))
-        for e in failure.evidence or []
-    )
-    return csv_response(
-        f"failure-{failure.pk}-evidence.csv", ("file", "line", "rule_id", "text"), rows
+    return tables.EVIDENCE.csv_response(
+        f"failure-{failure.pk}-evidence.csv", failure.evidence or []
     )
 
 
 def detail_xids_csv(request: HttpRequest, failure_id: int) -> HttpResponse:
     failure = _failure(failure_id)
     node = failure.blamed_node or failure.node
-    rows = (
-        (
-            node.hostname,
-            e.ts.isoformat(),
-            e.gpu_index,
-            e.kind,
-            e.xid or None,
-            xid_meaning(e.xid) if e.xid else "",
-            e.count,
-            e.source,
-            e.message,
-        )
-        for e in node_xid_history(node)
-    )
-    return csv_response(
+    return tables.XIDS.csv_response(
         f"failure-{failure.pk}-gpu-errors.csv",
-        ("node", "ts", "gpu_index", "kind", "xid", "meaning", "count", "source", "message"),
-        rows,
+        ((node.hostname, e) for e in node_xid_history(node)),
     )
 
 
@@ -266,194 +191,21 @@ def reliability_page(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _fmt(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-RELIABILITY_TABLES = (
-    "summary",
-    "nodes",
-    "sizes",
-    "causes",
-    "table3",
-    "offenders",
-    "ettr",
-    "checkpoints",
-    "recovery",
-)
-
-
 def reliability_csv(request: HttpRequest, table: str) -> HttpResponse:
-    if table not in RELIABILITY_TABLES:
+    declared = tables.RELIABILITY.get(table)
+    if declared is None:
         raise Http404(f"no table {table!r}")
     r, _ = _reliability(request)
     if r is None:
         raise Http404("no cluster")
-    name = f"reliability-{r.window.cluster.name}-{table}.csv"
-    if table == "summary":
-        t = r.times
-        return csv_response(
-            name,
-            (
-                "cluster",
-                "since",
-                "until",
-                "nodes",
-                "node_days",
-                "failures",
-                "failures_per_1000_node_days",
-                "mtbf_h",
-                "detect_median_s",
-                "diagnose_median_s",
-            ),
-            [
-                (
-                    r.window.cluster.name,
-                    r.window.since.isoformat(),
-                    r.window.until.isoformat(),
-                    r.nodes,
-                    _fmt(r.node_days),
-                    r.failures,
-                    _fmt(r.rate_per_1000_node_days),
-                    _fmt(r.mtbf_h),
-                    _fmt(t["detect_median_s"]),
-                    _fmt(t["diagnose_median_s"]),
-                )
-            ],
-        )
-    if table == "nodes":
-        return csv_response(
-            name,
-            ("node", "failures", "mtbf_h"),
-            [(x["node"], x["failures"], _fmt(x["mtbf_h"])) for x in r.per_node],
-        )
-    if table == "sizes":
-        return csv_response(
-            name,
-            ("job_size", "job_hours", "failures", "mtbf_observed_h", "mtbf_formula_h"),
-            [
-                (
-                    x["size"],
-                    _fmt(x["job_hours"]),
-                    x["failures"],
-                    _fmt(x["mtbf_observed_h"]),
-                    _fmt(x["mtbf_formula_h"]),
-                )
-                for x in r.per_size
-            ],
-        )
-    if table in ("causes", "table3"):
-        rows = [
-            (
-                c["category"],
-                x["cause"],
-                x["alias"],
-                x["jobs"],
-                _fmt(x["job_share"]),
-                _fmt(x["gpu_hours"]),
-                _fmt(x["gpu_share"]),
-            )
-            for c in r.table3
-            for x in c["causes"]
-        ]
-        return csv_response(
-            name,
-            (
-                "category",
-                "cause",
-                "acme_alias",
-                "failed_jobs",
-                "share_of_failed_jobs",
-                "gpu_hours_lost",
-                "share_of_lost_gpu_time",
-            ),
-            rows,
-        )
-    if table == "offenders":
-        return csv_response(
-            name,
-            (
-                "node",
-                "failures",
-                "jobs_failed",
-                "gpu_errors",
-                "node_fails",
-                "causes",
-                "days_since_last_failure",
-            ),
-            [
-                (
-                    x["node"],
-                    x["failures"],
-                    x["jobs_failed"],
-                    x["xids"],
-                    x["node_fails"],
-                    x["causes"],
-                    _fmt(x["days_since_last"]),
-                )
-                for x in r.offenders
-            ],
-        )
-    if table == "recovery":
-        return csv_response(
-            name,
-            (
-                "category",
-                "failures",
-                "jobs_running_again",
-                "time_to_recover_median_s",
-                "time_to_recover_p95_s",
-            ),
-            [
-                (
-                    x["category"],
-                    x["failures"],
-                    x["running_again"],
-                    _fmt(x["median_s"]),
-                    _fmt(x["p95_s"]),
-                )
-                for x in r.recovery
-            ],
-        )
-    if table == "ettr":
-        return csv_response(
-            name,
-            ("job", "name", "wall_h", "productive_h", "ettr", "failures"),
-            [
-                (
-                    x["job"].scheduler_id,
-                    x["job"].name,
-                    _fmt(x["wall_h"]),
-                    _fmt(x["productive_h"]),
-                    _fmt(x["ettr"]),
-                    x["failures"],
-                )
-                for x in r.ettr
-            ],
-        )
-    return csv_response(
-        name,
-        (
-            "job",
-            "name",
-            "nodes",
-            "job_mtbf_h",
-            "young_daly_interval_s",
-            "used_interval_s",
-            "checkpoint_write_s",
-            "last_checkpoint_at",
-        ),
-        [
-            (
-                x["job"].scheduler_id,
-                x["job"].name,
-                x["nodes"],
-                _fmt(x["mtbf_h"]),
-                _fmt(x["optimal_s"], 0),
-                _fmt(x["used_s"], 0) if x["used_s"] else "unknown",
-                r.checkpoint_write_s,
-                x["last_checkpoint_at"].isoformat() if x["last_checkpoint_at"] else None,
-            )
-            for x in r.checkpoints
-        ],
-    )
+    rows: list = {
+        "summary": [r],
+        "nodes": r.per_node,
+        "sizes": r.per_size,
+        "causes": [{"category": c["category"], **x} for c in r.table3 for x in c["causes"]],
+        "offenders": r.offenders,
+        "ettr": r.ettr,
+        "checkpoints": [{**x, "checkpoint_write_s": r.checkpoint_write_s} for x in r.checkpoints],
+        "recovery": r.recovery,
+    }[table if table != "table3" else "causes"]
+    return declared.csv_response(f"reliability-{r.window.cluster.name}-{table}.csv", rows)
