@@ -95,3 +95,15 @@ def test_a_page_may_order_its_columns_apart_from_the_csv_which_rounds_as_declare
     assert ORDERED.csv_row({"id": 7, "when": 2.345, "note": None}) == [7, 2.3, None]
     with pytest.raises(ValueError, match="must name each page column once"):
         Table(Column("a"), Column("b"), page_order=("a",))
+
+
+def test_a_page_may_give_a_column_the_text_it_computes_and_no_other():
+    html = Template(
+        '{% load vigil_tables %}{% table_head "tests.core.test_tables.TABLE" name=label %}'
+    )
+    assert "<th>Team &amp; co</th>" in html.render(Context({"label": "Team & co"}))
+    bad = Template(
+        '{% load vigil_tables %}{% table_head "tests.core.test_tables.TABLE" team="x" %}'
+    )
+    with pytest.raises(ValueError, match="no page column team"):
+        bad.render(Context())

@@ -15,8 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from webapp.core.exports import csv_response
-from webapp.energy import figures, report, services
+from webapp.energy import figures, report, services, tables
 from webapp.energy.forms import EnergyForm
 from webapp.energy.models import EnergyExport
 from webapp.energy.selectors import NoEnergyData, month_report_cached
@@ -66,7 +65,8 @@ def energy_page(request: HttpRequest) -> HttpResponse:
     return render(request, "energy/cluster.html", context, status=400 if error else 200)
 
 
-_TABLES = {
+# The breakdowns' CSVs by the name in their address, with the report's attribute they list.
+_LINES = {
     "teams": "by_team",
     "projects": "by_project",
     "job-types": "by_type",
@@ -74,22 +74,10 @@ _TABLES = {
     "users": "by_user",
     "jobs": "top_jobs",
 }
-_LINE_HEADER = [
-    "cluster",
-    "month",
-    "key",
-    "gpu_hours",
-    "gpu_kwh",
-    "facility_kwh",
-    "co2e_location_kg",
-    "co2e_market_kg",
-    "share_of_facility",
-    "method_version",
-]
 
 
 def energy_csv(request: HttpRequest, table: str) -> HttpResponse:
-    if table not in (*_TABLES, "days", "summary", "report", "trends"):
+    if table not in (*_LINES, "days", "summary", "report", "trends"):
         raise Http404(f"no energy table {table!r}")
     _form, cluster, month, error = _parse(request)
     if error or cluster is None:
@@ -101,35 +89,20 @@ def energy_csv(request: HttpRequest, table: str) -> HttpResponse:
     except NoEnergyData as exc:
         return HttpResponse(str(exc), status=404, content_type="text/plain")
     name = f"vigil-energy-{cluster.name}-{month}-{table}.csv"
-    if table == "days":
-        return csv_response(
-            name,
-            ["cluster", "day", "gpu_kwh", "it_kwh", "facility_kwh", "co2e_location_kg", "pue",
-             "mean_gpu_power_w", "method_version"],
-            ((cluster.name, d.day.date().isoformat(), d.gpu_kwh, d.it_kwh, d.facility_kwh,
-              d.co2e_location_kg, d.pue, d.mean_gpu_power_w, r.method_version) for d in r.days),
-        )  # fmt: skip
-    if table == "summary":
-        return csv_response(
-            name,
-            ["cluster", "month", "figure", "unit", "value", "previous_month", "change"],
-            ((cluster.name, month, k["label"], k["unit"], k["value"], k["previous"], k["change"])
-             for k in report.kpis(r, p)),
-        )  # fmt: skip
     if table == "report":
-        return csv_response(name, report.CSV_HEADER, report.report_rows(r, month))
+        return tables.REPORT.csv_response(name, report.report_rows(r, month))
     if table == "trends":
         trends = energy_trends_cached(cluster, month)
-        return csv_response(name, report.TRENDS_CSV_HEADER, report.trend_rows(cluster, trends))
-    lines = getattr(r, _TABLES[table])
-    if table == "teams" and r.idle_line:
-        lines = [*lines, r.idle_line]
-    return csv_response(
-        name,
-        _LINE_HEADER,
-        ((cluster.name, month, x.key, x.gpu_hours, x.gpu_kwh, x.facility_kwh, x.co2e_location_kg,
-          x.co2e_market_kg, x.share, r.method_version) for x in lines),
-    )  # fmt: skip
+        return tables.TRENDS.csv_response(name, report.trend_rows(cluster, trends))
+    if table == "days":
+        declared, rows = tables.DAYS, r.days
+    elif table == "summary":
+        declared, rows = tables.SUMMARY, report.kpis(r, p)
+    else:
+        declared, rows = tables.LINES, getattr(r, _LINES[table])
+        if table == "teams" and r.idle_line:
+            rows = [*rows, r.idle_line]
+    return declared.csv_response(name, tables.in_month(cluster.name, month, r.method_version, rows))
 
 
 def _report_or_error(request: HttpRequest):

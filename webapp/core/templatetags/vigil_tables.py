@@ -8,7 +8,7 @@ from functools import cache
 from django import template
 from django.utils.module_loading import import_string
 
-from webapp.core.tables import Column, Table
+from webapp.core.tables import Table
 
 register = template.Library()
 
@@ -22,6 +22,11 @@ def _table(path: str) -> Table:
 
 
 @register.inclusion_tag("includes/table_head.html")
-def table_head(path: str) -> dict[str, list[Column]]:
-    """The header row of the Table at the dotted `path`."""
-    return {"columns": _table(path).headers()}
+def table_head(path: str, **labels: str) -> dict[str, list[dict]]:
+    """The header row of the Table at the dotted `path`; `key=text` gives a column the text a
+    page computes (the month a column holds, what one include's first column lists)."""
+    table = _table(path)
+    unknown = sorted(set(labels) - {c.key for c in table.headers()})
+    if unknown:
+        raise ValueError(f"{path} has no page column {', '.join(unknown)}")
+    return {"cells": [{"label": labels.get(c.key, c.label), "num": c.num} for c in table.headers()]}
