@@ -22,6 +22,7 @@ from webapp.failures.diagnosis import (
 )
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "failure_logs"
+DATA = CORPUS.parent
 LABELS = yaml.safe_load((CORPUS / "labels.yaml").read_text())
 
 
@@ -505,3 +506,20 @@ def test_nccl_init_lines_map_ranks_to_hosts():
     )
     got = diagnose_text(log)
     assert (got.cause, got.blamed_node, got.blamed_rank) == ("gpu_oom", "gpu-b", 9)
+
+
+def test_a_divergence_that_plateaus_is_still_read_as_one():
+    # A healthy stretch (s21-gpt2's own log, tests/data/loss_curves), then the loss jumps and
+    # hovers there for 36 printed values, as nanoGPT#303 describes ("increased until reaching
+    # ~7.81 and it's been hovering within ~0.5 of that value for around 65 steps"): the
+    # baseline must still be the healthy run's, not the plateau's.
+    healthy = (DATA / "loss_curves" / "healthy_s21gpt2_late.log").read_text().splitlines()
+    plateau = [
+        f"step {4998 + i}, loss: {0.091 + 0.004 * (i % 5):.6f}, norm: 3.1, lr: 6.0000e-05"
+        for i in range(36)
+    ]
+    got = diagnose_text("\n".join(healthy + plateau) + "\n")
+    assert (got.cause, got.rule_id) == ("loss_nan", "loss-curve")
+    # The healthy stretch alone is not a divergence at any point it could have ended.
+    for end in range(1, len(healthy) + 1):
+        assert diagnose_text("\n".join(healthy[:end]) + "\n").cause == "unknown", end

@@ -150,3 +150,47 @@ def test_accuracy_on_real_and_synthetic_logs(capsys):
     assert heldout["blame"][0] >= HELDOUT_BLAME_MIN, heldout["misses"]
     assert heldout3["cause"] >= HELDOUT3_CAUSE_MIN, heldout3["misses"]
     assert heldout3["blame"][0] >= HELDOUT3_BLAME_MIN, heldout3["misses"]
+
+
+LOSS_CURVES = DATA / "loss_curves"
+LOSS_CURVE_LABELS: dict[str, dict] = json.loads(
+    (LOSS_CURVES / "labels.json").read_text(encoding="utf-8")
+)
+
+
+def test_loss_curves_false_positives_and_detection(capsys):
+    """The loss-curve rule on real loss logs (README there): no false alarm at any point a
+    healthy stretch could end, and every diverged log read as loss_nan at its end."""
+    from webapp.failures.diagnosis import catalogue_load
+    from webapp.failures.diagnosis.decide import LOSS_SPIKE_STEPS, loss_diverged, loss_value
+
+    cat = catalogue_load()
+    false_alarms = chances = 0
+    detected: dict[str, tuple[int, int]] = {}
+    for name, label in sorted(LOSS_CURVE_LABELS.items()):
+        assert label["source"].startswith("https://") and label["why"], name
+        lines = (LOSS_CURVES / name).read_text(encoding="utf-8").splitlines()
+        values = [
+            (i + 1, v) for i, line in enumerate(lines) if (v := loss_value(cat, line)) is not None
+        ]
+        onset = label.get("onset_line", len(lines) + 1)
+        healthy = [v for line_no, v in values if line_no < onset]
+        for end in range(1, len(healthy) + 1):
+            chances += 1
+            false_alarms += loss_diverged(healthy[:end]) is not None
+        got = diagnose_paths(LOSS_CURVES / name)
+        if label["label"] == "diverged":
+            assert got.cause == "loss_nan", (name, got.cause, got.detail)
+            first = len(healthy) + LOSS_SPIKE_STEPS
+            ends = [
+                loss_diverged([v for _, v in values[:end]]) is not None
+                for end in range(first, len(values) + 1)
+            ]
+            detected[name] = (sum(ends), len(ends))
+        else:
+            assert got.cause != "loss_nan", (name, got.detail)
+    with capsys.disabled():
+        print(f"\nloss curves (tests/data/loss_curves): false alarms {false_alarms}/{chances}")
+        for name, (ok, total) in detected.items():
+            print(f"  {name:34s} detected at {ok}/{total} end points after its onset")
+    assert false_alarms == 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,11 +28,20 @@ EVIDENCE_LINES = 12  # evidence lines kept per diagnosis: the chosen event, then
 WINDOW_BEFORE_S = 15 * 60
 WINDOW_AFTER_S = 2 * 60
 COALESCE_S = 5.0  # docs/failure-taxonomy.md step 2
-# Loss spike: docs/failure-signatures.md section 4 (InternEvo alerts at > 1.5x the previous loss);
-# "no recovery in W steps" with W = 5 printed values, baseline = median of the 50 before.
-LOSS_SPIKE_FACTOR = 1.5
-LOSS_SPIKE_STEPS = 5
+# Loss spike with no recovery (docs/failure-signatures.md section 4: "loss > k x moving average
+# with no recovery in W steps"): each of the last LOSS_SPIKE_STEPS printed values above
+# LOSS_SPIKE_FACTOR x the baseline, the LOSS_BASELINE_QUANTILE of the up to LOSS_BASELINE_STEPS
+# values before them. A low quantile, not the median: a divergence that has run on fills the
+# baseline window with its own values (LightningDOT#5: 0.6 to 30-200 for 15 printed values),
+# and up to three quarters of them leave the quantile where the healthy run was. k and W were
+# chosen on the real loss logs of tests/data/loss_curves (README there): over every point where
+# a healthy stretch could end, min(last W) / baseline reached 1.17 at most (W = 4), while the
+# diverged runs read 7.9 to 1e23 at their end; W = 4 lines leaves one-line spikes that
+# recover (LLaVA#918: 0.8 -> 4.27 -> 0.77) unflagged, and k = 2 sits between the two.
+LOSS_SPIKE_FACTOR = 2.0
+LOSS_SPIKE_STEPS = 4
 LOSS_BASELINE_STEPS = 50
+LOSS_BASELINE_QUANTILE = 0.25
 # Confidence: a rule's own (rules.yaml) is adjusted by what else the window holds. These are
 # Vigil's own calibration, not measured values: a diagnosis shows its confidence, and no
 # ordering, action or threshold depends on it.
@@ -154,10 +162,34 @@ def _resolve_stamp(stamp: Stamp | None, year: int) -> tuple[float, str] | None:
     return base + frac, style
 
 
+_LOSS_VALUE = re.compile(r"[-+]?(nan|inf|\d*\.?\d+(?:e[-+]?\d+)?)\s*$", re.I)
+
+
+def loss_value(cat: Catalogue, line: str) -> float | None:
+    """The loss a line prints (the catalogue's loss-curve rule), or None."""
+    m = cat.loss.regex.search(line)
+    vm = _LOSS_VALUE.search(m.group(0)) if m else None
+    return float(vm.group(0)) if vm else None
+
+
+def loss_diverged(values: list[float]) -> float | None:
+    """The baseline the last LOSS_SPIKE_STEPS values all exceed LOSS_SPIKE_FACTOR times (a
+    spike with no recovery, or a divergence), or None. `values` are the finite losses in the
+    order printed; at least LOSS_BASELINE_MIN values must come before the last ones."""
+    if len(values) < LOSS_SPIKE_STEPS + LOSS_BASELINE_MIN:
+        return None
+    before = sorted(values[-LOSS_SPIKE_STEPS - LOSS_BASELINE_STEPS : -LOSS_SPIKE_STEPS])
+    at = (len(before) - 1) * LOSS_BASELINE_QUANTILE
+    lo = math.floor(at)
+    base = before[lo] + (before[min(lo + 1, len(before) - 1)] - before[lo]) * (at - lo)
+    if base > 0 and min(values[-LOSS_SPIKE_STEPS:]) > LOSS_SPIKE_FACTOR * base:
+        return base
+    return None
+
+
 def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> list[Event]:
     """loss_nan from the loss curve at the end of each file: NaN/inf last, or a spike."""
     events = []
-    value = re.compile(r"[-+]?(nan|inf|\d*\.?\d+(?:e[-+]?\d+)?)\s*$", re.I)
     grad = re.compile(
         r"grad[_ ]norm['\"]?: ?['\"]?([-+]?(?:nan|inf|\d*\.?\d+(?:e[-+]?\d+)?))", re.I
     )
@@ -176,10 +208,9 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
         series: list[tuple[int, float, str]] = []
         finite = False
         for i in range(len(lines) - 1, lowest - 1, -1):
-            m = cat.loss.regex.search(lines[i])
-            vm = value.search(m.group(0)) if m else None
-            if vm:
-                series.append((first + i, float(vm.group(0)), lines[i]))
+            v = loss_value(cat, lines[i]) if "loss" in lines[i].lower() else None
+            if v is not None:
+                series.append((first + i, v, lines[i]))
                 finite = finite or math.isfinite(series[-1][1])
                 if finite and len(series) >= LOSS_SPIKE_STEPS + LOSS_BASELINE_STEPS:
                     break
@@ -233,14 +264,14 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
             hit = grads[-1]
             detail = f"grad norm {hit[1]} in the last {len(grads)} steps of the log"
             conf = max(conf, NONFINITE_LOSS_CONFIDENCE)
-        elif len(series) >= LOSS_SPIKE_STEPS + LOSS_BASELINE_MIN:
-            recent = [v for _, v, _ in series[-LOSS_SPIKE_STEPS:]]
-            base = statistics.median(
-                v for _, v, _ in series[-LOSS_SPIKE_STEPS - LOSS_BASELINE_STEPS : -LOSS_SPIKE_STEPS]
-            )
-            if base > 0 and min(recent) > LOSS_SPIKE_FACTOR * base:
+        else:
+            base = loss_diverged([v for _, v, _ in series if math.isfinite(v)])
+            if base is not None:
                 hit = series[-LOSS_SPIKE_STEPS]
-                detail = f"loss spike: {hit[1]:g} vs median {base:g} of the previous steps"
+                detail = (
+                    f"loss diverged: {hit[1]:g} and the {LOSS_SPIKE_STEPS - 1} values after it "
+                    f"over {LOSS_SPIKE_FACTOR:g}x the {base:g} before"
+                )
         if hit:
             parsed = parse_line(hit[2])
             events.append(
