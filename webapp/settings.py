@@ -240,6 +240,10 @@ VIGIL_POISON_DELIVERIES = envint("VIGIL_POISON_DELIVERIES", "5", minimum=1)
 # How long a process trusts the node key it read: a rotated token is locked out of every
 # worker and web process within this time (the requirement is 60 s at most).
 VIGIL_AUTH_CACHE_S = envfloat("VIGIL_AUTH_CACHE_S", "30", minimum=0, maximum=60)
+# The server-side secret node signing keys are kept under (webapp/fleet/services.py): what
+# PostgreSQL stores of a node's token signs nothing without it. SECRET_KEY when unset;
+# changing it locks every node out until its token is issued again.
+VIGIL_NODE_KEY_SECRET = env("VIGIL_NODE_KEY_SECRET", SECRET_KEY)
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     "vigil.telemetry.ingest_batch": {"queue": "ingest"},
@@ -330,7 +334,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "telemetry:overview"
+LOGIN_REDIRECT_URL = "pages:overview"
 LOGOUT_REDIRECT_URL = "login"
 
 # Failed logins are throttled by django-axes: after VIGIL_LOGIN_FAILURE_LIMIT failures for one

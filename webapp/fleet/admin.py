@@ -22,8 +22,10 @@ class NodeAdmin(admin.ModelAdmin):
     list_filter = ("cluster", "state", "source", "may_send_job_events")
     search_fields = ("hostname",)
     list_select_related = ("cluster",)
-    # The token is issued by `manage.py issue_node_token`; only its hash is stored.
-    readonly_fields = ("token_hash", "token_issued_at", "last_seen", "created_at")
+    # The token is issued by `manage.py issue_node_token`; what is kept of it stays out of
+    # sight (a staff user is not the node).
+    exclude = ("token_hash", "signing_key_sealed")
+    readonly_fields = ("token_issued_at", "last_seen", "created_at")
     inlines = [GpuInline]
 
 

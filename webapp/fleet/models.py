@@ -32,8 +32,12 @@ class Node(models.Model):
     # the scheduler gives, e.g. Slurm's `sinfo -R`), and since when.
     state_reason = models.CharField(max_length=256, blank=True, default="")
     state_since = models.DateTimeField(null=True, blank=True)
-    # sha256 of the node's token; the token itself is shown once, when issued.
-    token_hash = models.CharField(max_length=64)
+    # The token itself is shown once, when issued. What is kept of it signs nothing without
+    # the server's secret (webapp/fleet/services.py): an HMAC of the node's signing key, which
+    # finds a bearer token (indexed), and the signing key sealed. Secret all the same: kept
+    # out of the admin.
+    token_hash = models.CharField(max_length=64, db_index=True)
+    signing_key_sealed = models.CharField(max_length=128, blank=True, default="")
     token_issued_at = models.DateTimeField(null=True, blank=True)
     source = models.CharField(max_length=16, blank=True, default="")
     # The scheduler role: job events (which job holds which GPUs of any node of the cluster)

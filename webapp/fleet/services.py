@@ -3,6 +3,7 @@ node states as the scheduler reports them."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import secrets
@@ -23,9 +24,53 @@ from webapp.fleet.models import Cluster, Gpu, Node
 log = logging.getLogger("vigil.fleet")
 
 
+# What PostgreSQL keeps of a node's token, two columns of fleet_node, neither of which signs
+# anything without the server's secret (settings.VIGIL_NODE_KEY_SECRET):
+# - token_hash: an HMAC of the node's signing key (collectors/schema.py `node_key`, what the
+#   collector signs with) under the secret; finds and checks a bearer token;
+# - signing_key_sealed: the signing key, XORed with an HMAC of a random salt under the
+#   secret (`v1:<salt>:<key ^ pad>`); workers unseal it to check a batch's signature.
+# A backup, a replica or a staff user reading the table cannot sign a batch for any node.
+_HASH_CONTEXT = b"vigil-node-token\0"
+_SEAL_CONTEXT = b"vigil-node-key\0"
+
+
+def _secret() -> bytes:
+    return settings.VIGIL_NODE_KEY_SECRET.encode()
+
+
 def token_hash(token: str) -> str:
-    """What PostgreSQL keeps of a node token, and the key the node signs its batches with."""
-    return node_key(token)
+    """What PostgreSQL keeps to find and check a node token (signs nothing)."""
+    return key_hash(node_key(token))
+
+
+def key_hash(key: str) -> str:
+    """token_hash of the token whose signing key is `key`."""
+    return hmac.new(_secret(), _HASH_CONTEXT + key.encode(), hashlib.sha256).hexdigest()
+
+
+def key_seal(key: str) -> str:
+    """A signing key (64 hex digits) as PostgreSQL keeps it."""
+    salt = secrets.token_bytes(16)
+    body = bytes(a ^ b for a, b in zip(bytes.fromhex(key), _pad(salt), strict=True))
+    return f"v1:{salt.hex()}:{body.hex()}"
+
+
+def key_unseal(sealed: str) -> str | None:
+    """The signing key `key_seal` sealed, or None if `sealed` is not one."""
+    version, _, rest = sealed.partition(":")
+    salt, _, body = rest.partition(":")
+    try:
+        salt_b, body_b = bytes.fromhex(salt), bytes.fromhex(body)
+    except ValueError:
+        return None
+    if version != "v1" or len(salt_b) != 16 or len(body_b) != 32:
+        return None
+    return bytes(a ^ b for a, b in zip(body_b, _pad(salt_b), strict=True)).hex()
+
+
+def _pad(salt: bytes) -> bytes:
+    return hmac.new(_secret(), _SEAL_CONTEXT + salt, hashlib.sha256).digest()
 
 
 def node_token_issue(cluster_name: str, hostname: str) -> str:
@@ -34,15 +79,17 @@ def node_token_issue(cluster_name: str, hostname: str) -> str:
     # 256 random bits as hex: a token pasted after `--token` or into a shell never starts
     # with "-" (a URL-safe base64 token does one time in 64, and argparse takes it for a flag).
     token = secrets.token_hex(32)
+    key = node_key(token)
+    stored = {"token_hash": key_hash(key), "signing_key_sealed": key_seal(key)}
     with transaction.atomic():
         cluster, _ = Cluster.objects.get_or_create(name=cluster_name)
         node, created = Node.objects.get_or_create(
-            cluster=cluster, hostname=hostname, defaults={"token_hash": token_hash(token)}
+            cluster=cluster, hostname=hostname, defaults=stored
         )
-        if not created:
-            node.token_hash = token_hash(token)
+        for field, value in stored.items():
+            setattr(node, field, value)
         node.token_issued_at = timezone.now()
-        node.save(update_fields=["token_hash", "token_issued_at"])
+        node.save(update_fields=[*stored, "token_issued_at"])
     _auth_cache.pop((cluster_name, hostname), None)
     return token
 
@@ -53,6 +100,7 @@ class AuthenticatedNode:
     cluster_id: int
     hostname: str
     token_hash: str
+    signing_key: str | None  # unsealed; None if the row holds none
     may_send_job_events: bool = False  # the scheduler role
     read_at: float = 0.0  # time.monotonic() when read from PostgreSQL
 
@@ -90,12 +138,12 @@ def node_authenticate(
     fresh = node is None or now - node.read_at > settings.VIGIL_AUTH_CACHE_S
     if fresh:
         node = _node_read(key, now)
-    if node is not None and _proves(credential, node.token_hash):
+    if node is not None and _proves(credential, node):
         return node
     if node is not None and not fresh:
         # Maybe the token was rotated since: the new one must work at once.
         node = _node_read(key, now)
-        if node is not None and _proves(credential, node.token_hash):
+        if node is not None and _proves(credential, node):
             return node
     if isinstance(credential, Signature):
         raise AuthError(
@@ -107,10 +155,10 @@ def node_authenticate(
     raise AuthError("bad_token", f"wrong token for node {cluster_name}/{hostname}")
 
 
-def _proves(credential: Credential, stored_hash: str) -> bool:
+def _proves(credential: Credential, node: AuthenticatedNode) -> bool:
     if isinstance(credential, Signature):
-        return credential.valid_for(stored_hash)
-    return hmac.compare_digest(stored_hash, token_hash(credential.token))
+        return node.signing_key is not None and credential.valid_for(node.signing_key)
+    return hmac.compare_digest(node.token_hash, token_hash(credential.token))
 
 
 def _node_read(key: tuple[str, str], now: float) -> AuthenticatedNode | None:
@@ -118,13 +166,13 @@ def _node_read(key: tuple[str, str], now: float) -> AuthenticatedNode | None:
     cluster_name, hostname = key
     row = (
         Node.objects.filter(cluster__name=cluster_name, hostname=hostname)
-        .values_list("id", "cluster_id", "token_hash", "may_send_job_events")
+        .values_list("id", "cluster_id", "token_hash", "signing_key_sealed", "may_send_job_events")
         .first()
     )
     if row is None:
         _auth_cache.pop(key, None)
         return None
-    node = AuthenticatedNode(row[0], row[1], hostname, row[2], row[3], now)
+    node = AuthenticatedNode(row[0], row[1], hostname, row[2], key_unseal(row[3]), row[4], now)
     if len(_auth_cache) > 100_000:
         _auth_cache.clear()
     _auth_cache[key] = node
