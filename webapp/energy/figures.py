@@ -8,17 +8,20 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from webapp.core.charts import GPU_COLOURS, NO_DATA_COLOUR, TEMPLATE, plain
+from webapp.core.charts import (
+    GPU_COLOURS,
+    NO_DATA_COLOUR,
+    TEMPLATE,
+    bucket_axis,
+    bucket_bars,
+    plain,
+)
 from webapp.energy.selectors import Day, EnergyReport, Line
 from webapp.energy.trends import IDLE_KEY, Trends
 
-# Day axes tick once a day at most (a month-long axis picks its own, coarser step).
-_DAY_AXIS = {
-    "title": {"text": "day (UTC)"},
-    "type": "date",
-    "tickformat": "%b %d",
-    "dtick": 86_400_000,
-}
+# Bars and points sit in the middle of their day (one day alone is a day wide, not 1 ms).
+_DAY = bucket_bars("day")
+_DAY_POINT = {"xperiod": _DAY["xperiod"], "xperiodalignment": _DAY["xperiodalignment"]}
 _LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
 # GPU, rest of the node (IT - GPU), facility overhead (facility - IT): three shades of one
 # hue so the stack reads as one quantity growing.
@@ -40,6 +43,11 @@ def _x(days: Sequence[Day]) -> list[str]:
     return [d.day.date().isoformat() for d in days]
 
 
+def _day_axis(days: Sequence[Day]) -> dict:
+    """Whole days around the month's days, a tick a day or a week (webapp/core/charts.py)."""
+    return bucket_axis("day (UTC)", [d.day for d in days], "day")
+
+
 def daily_energy_figure(days: Sequence[Day]) -> dict:
     """Daily energy stacked: GPUs, the rest of the nodes, facility overhead (kWh)."""
     fig = go.Figure()
@@ -55,12 +63,13 @@ def daily_energy_figure(days: Sequence[Day]) -> dict:
                 x=_x(days),
                 y=ys,
                 marker={"color": colour},
+                **_DAY,
                 hovertemplate="%{x}<br>" + name + ": %{y:,.1f} kWh<extra></extra>",
             )
         )
     fig.update_layout(
         barmode="stack",
-        xaxis=_DAY_AXIS,
+        xaxis=_day_axis(days),
         yaxis={"title": {"text": "kWh"}, "rangemode": "tozero"},
     )
     return _done(fig, 300)
@@ -75,6 +84,7 @@ def daily_co2_pue_figure(days: Sequence[Day]) -> dict:
             x=_x(days),
             y=[d.co2e_location_kg for d in days],
             marker={"color": CO2_COLOUR},
+            **_DAY,
             hovertemplate="%{x}<br>%{y:,.1f} kg CO2e<extra></extra>",
         )
     )
@@ -86,11 +96,12 @@ def daily_co2_pue_figure(days: Sequence[Day]) -> dict:
             yaxis="y2",
             mode="lines+markers",
             line={"color": GPU_COLOURS[1]},
+            **_DAY_POINT,
             hovertemplate="%{x}<br>PUE %{y:.2f}<extra></extra>",
         )
     )
     fig.update_layout(
-        xaxis=_DAY_AXIS,
+        xaxis=_day_axis(days),
         yaxis={"title": {"text": "kg CO2e"}, "rangemode": "tozero"},
         yaxis2={
             "title": {"text": "PUE"},
@@ -105,6 +116,7 @@ def daily_co2_pue_figure(days: Sequence[Day]) -> dict:
 def power_figure(days: Sequence[Day], limit_w: float | None) -> dict:
     """Mean GPU power per day against the enforced power limit (TDP)."""
     fig = go.Figure()
+    axis = _day_axis(days)
     fig.add_trace(
         go.Scatter(
             name="mean GPU power (W)",
@@ -112,6 +124,7 @@ def power_figure(days: Sequence[Day], limit_w: float | None) -> dict:
             y=[d.mean_gpu_power_w for d in days],
             mode="lines+markers",
             line={"color": GPU_COLOURS[0]},
+            **_DAY_POINT,
             hovertemplate="%{x}<br>%{y:.0f} W<extra></extra>",
         )
     )
@@ -119,7 +132,7 @@ def power_figure(days: Sequence[Day], limit_w: float | None) -> dict:
         fig.add_trace(
             go.Scatter(
                 name=f"power limit ({limit_w:.0f} W)",
-                x=[_x(days)[0], _x(days)[-1]],
+                x=axis["range"],  # across the whole axis, one day or thirty
                 y=[limit_w, limit_w],
                 mode="lines",
                 line={"color": NO_DATA_COLOUR, "dash": "dash"},
@@ -127,7 +140,7 @@ def power_figure(days: Sequence[Day], limit_w: float | None) -> dict:
             )
         )
     fig.update_layout(
-        xaxis=_DAY_AXIS,
+        xaxis=axis,
         yaxis={"title": {"text": "W per GPU"}, "rangemode": "tozero"},
     )
     return _done(fig, 260)

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import plotly.graph_objects as go
 
-from webapp.core.charts import TEMPLATE, plain
+from webapp.core.charts import TEMPLATE, instant_axis, plain
 from webapp.failures import taxonomy
 from webapp.failures.models import FailureEvent, GpuErrorEvent
 
@@ -72,7 +72,7 @@ def timeline_figure(rows: Sequence[tuple[FailureEvent, str, str]]) -> dict:
             )
         )
     fig.update_layout(
-        xaxis={"title": {"text": "time (UTC)"}, "type": "date"},
+        xaxis=instant_axis("time (UTC)", [f.occurred_at for f, _, _ in rows]),
         yaxis={
             "type": "category",
             "categoryorder": "array",

@@ -9,7 +9,13 @@ from datetime import datetime
 
 import plotly.graph_objects as go
 
-from webapp.core.charts import ERROR_COLOUR, NO_DATA_COLOUR, TEMPLATE
+from webapp.core.charts import (
+    ERROR_COLOUR,
+    NO_DATA_COLOUR,
+    TEMPLATE,
+    bucket_axis,
+    bucket_bars,
+)
 from webapp.recovery.choices import ActionStatus
 
 # One colour per action status: done green, failed red (the chart theme's error colour),
@@ -47,6 +53,7 @@ def actions_figure(rows: Sequence[tuple[datetime, str, str, str, int]], bucket: 
     """Actions created per hour or day, stacked by status; the hover names the kinds."""
     labels = dict(ActionStatus.choices)
     fig = go.Figure()
+    when = "%{x|%b %-d}" if bucket == "day" else "%{x|%b %-d %H:%M}"
     for status, colour in STATUS_COLOURS.items():
         per: dict[datetime, dict[str, int]] = {}
         for b, kind, s, _executor, n in rows:
@@ -63,14 +70,16 @@ def actions_figure(rows: Sequence[tuple[datetime, str, str, str, int]], bucket: 
                 y=[sum(per[b].values()) for b in xs],
                 marker={"color": colour},
                 customdata=[[", ".join(f"{k} {n}" for k, n in sorted(per[b].items()))] for b in xs],
-                hovertemplate="%{x}<br>%{y} "
+                **bucket_bars(bucket),
+                hovertemplate=when
+                + "<br>%{y} "
                 + labels[status].lower()
                 + ": %{customdata[0]}<extra></extra>",
             )
         )
     fig.update_layout(
         barmode="stack",
-        xaxis={"title": {"text": f"time (UTC), per {bucket}"}, "type": "date"},
+        xaxis=bucket_axis(f"time (UTC), per {bucket}", [r[0] for r in rows], bucket),
         yaxis={"title": {"text": "actions"}, "rangemode": "tozero"},
         showlegend=True,
     )
