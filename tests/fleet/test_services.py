@@ -19,6 +19,7 @@ from webapp.fleet.services import (
     gpus_register,
     node_authenticate,
     node_scheduler_grant,
+    node_seen,
     node_token_issue,
 )
 from webapp.telemetry.models import GpuSample
@@ -49,13 +50,55 @@ def test_a_gpu_of_another_cluster_is_refused_and_not_moved(db, caplog):
     assert RejectedBatch.objects.get().reason == "foreign_gpu"
 
 
-def test_a_gpu_swapped_into_another_node_of_its_cluster_moves(db):
+def test_a_gpu_swapped_from_a_node_that_stopped_reporting_moves(db):
     a, b = _node("c1", "node-a"), _node("c1", "node-b")
     gpus_register(a, [GpuInfo(index=0, uuid="GPU-moved-00", name="H100")])
+    node_seen(a, timezone.now(), "nvml")
+    Node.objects.filter(pk=a).update(last_contact_at=timezone.now() - timedelta(hours=1))
     mapping = gpus_register(b, [GpuInfo(index=3, uuid="GPU-moved-00", name="H100")])
 
     gpu = Gpu.objects.get(uuid="GPU-moved-00")
     assert (gpu.node_id, gpu.index, mapping) == (b, 3, {3: gpu.id})
+
+
+def test_a_gpu_of_a_live_node_of_the_cluster_is_refused_and_not_moved(db):
+    """A node cannot take over the GPUs of a neighbour that is reporting them."""
+    a, b = _node("c1", "node-a"), _node("c1", "node-b")
+    gpus_register(a, [GpuInfo(index=0, uuid="GPU-taken-00", name="H100")])
+    node_seen(a, timezone.now(), "nvml")
+    token = node_token_issue("c1", "node-b")
+    raw = json.dumps(make_batch("c1", "node-b", token, gpus=2, uuid_prefix="GPU-taken"))
+
+    with pytest.raises(AuthError) as exc:
+        samples_ingest(raw)
+    batch_reject(raw, exc.value)
+
+    assert exc.value.reason == "foreign_gpu"
+    assert "GPU-taken-00 of live node node-a" in exc.value.detail
+    gpu = Gpu.objects.get(uuid="GPU-taken-00")
+    assert gpu.node_id == a and gpu.index == 0
+    assert not Gpu.objects.filter(node_id=b).exists()
+    assert GpuSample.objects.count() == 0
+    assert RejectedBatch.objects.get().reason == "foreign_gpu"
+
+
+def test_a_gpu_an_operator_released_moves_to_the_next_node_reporting_it(db, admin_client):
+    a, b = _node("c1", "node-a"), _node("c1", "node-b")
+    gpus_register(a, [GpuInfo(index=0, uuid="GPU-rma-00", name="H100")])
+    node_seen(a, timezone.now(), "nvml")
+    gpu = Gpu.objects.get(uuid="GPU-rma-00")
+    response = admin_client.post(
+        "/admin/fleet/gpu/", {"action": "gpus_release", "_selected_action": [gpu.pk]}
+    )
+    assert response.status_code == 302
+
+    mapping = gpus_register(b, [GpuInfo(index=5, uuid="GPU-rma-00", name="H100")])
+    gpu.refresh_from_db()
+    assert (gpu.node_id, gpu.index, mapping) == (b, 5, {5: gpu.pk})
+    assert not gpu.released  # once: it belongs to node-b now
+    node_seen(b, timezone.now(), "nvml")
+    with pytest.raises(AuthError):
+        gpus_register(a, [GpuInfo(index=0, uuid="GPU-rma-00", name="H100")])
 
 
 def test_the_scheduler_role_is_granted_and_taken_away(db):

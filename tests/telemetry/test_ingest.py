@@ -303,6 +303,8 @@ def test_gpu_moved_to_another_node_keeps_its_identity(db):
     ta = node_token_issue("c1", "node-a")
     tb = node_token_issue("c1", "node-b")
     samples_ingest(json.dumps(make_batch("c1", "node-a", ta, gpus=2, uuid_prefix="GPU-X")))
+    # Pulled from node-a, which has stopped reporting (a live node's GPU is not taken over).
+    Node.objects.filter(hostname="node-a").update(last_contact_at=datetime(2020, 1, 1, tzinfo=UTC))
     samples_ingest(json.dumps(make_batch("c1", "node-b", tb, gpus=1, uuid_prefix="GPU-X")))
 
     gpu = Gpu.objects.get(uuid="GPU-X-00")

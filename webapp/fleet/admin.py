@@ -31,8 +31,16 @@ class NodeAdmin(admin.ModelAdmin):
 
 @admin.register(Gpu)
 class GpuAdmin(admin.ModelAdmin):
-    list_display = ("uuid", "node", "index", "model", "first_seen", "last_seen")
-    list_filter = ("model", "node__cluster")
+    list_display = ("uuid", "node", "index", "model", "released", "first_seen", "last_seen")
+    list_filter = ("model", "node__cluster", "released")
     search_fields = ("uuid", "serial", "node__hostname")
     list_select_related = ("node__cluster",)
     readonly_fields = ("first_seen",)
+    actions = ["gpus_release"]
+
+    @admin.action(
+        description="Moved by hand: let the next node of the cluster reporting them take them"
+    )
+    def gpus_release(self, request, queryset) -> None:
+        count = queryset.update(released=True)
+        self.message_user(request, f"{count} GPU(s) will move to the next node that reports them.")

@@ -69,6 +69,11 @@ class Gpu(models.Model):
     serial = models.CharField(max_length=64, blank=True, default="")
     first_seen = models.DateTimeField(auto_now_add=True)
     last_seen = models.DateTimeField(null=True, blank=True)
+    # An operator moved the hardware: the next node of the cluster to report this GPU takes it
+    # over, even while its present node still reports (webapp/fleet/services.gpus_register).
+    released = models.BooleanField(
+        default=False, help_text="Moved by an operator: the next node reporting it takes it."
+    )
 
     class Meta:
         ordering = ["node_id", "index"]

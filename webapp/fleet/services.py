@@ -9,7 +9,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -188,10 +188,14 @@ _gpu_cache: dict[int, tuple[tuple[tuple[int, str], ...], dict[int, int]]] = {}
 def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
     """Make sure every listed GPU exists under this node; return {index: gpu id}.
 
-    A GPU is keyed by UUID: one that moved to another node of the cluster or to another slot
-    is updated, not duplicated. One registered in another cluster is not moved: a node's token
-    speaks for its own cluster only, so AuthError `foreign_gpu` refuses the batch (an operator
-    who moved the hardware deletes the old GPU in the admin).
+    A GPU is keyed by UUID: one that moved to another slot, or to another node of the cluster,
+    is updated, not duplicated. A node's token speaks for its own hardware only, so AuthError
+    `foreign_gpu` refuses the batch, and nothing moves, when a GPU is registered in another
+    cluster (an operator who moved the hardware deletes the old GPU in the admin), or to
+    another node of the cluster that is live (reported within VIGIL_STALE_AFTER_S), unless an
+    operator released it in the admin (Gpu.released: the hardware was moved by hand). A GPU
+    pulled from a node stops being reported with it, so it moves on its own once that node
+    has been quiet for VIGIL_STALE_AFTER_S.
     """
     signature = tuple(sorted((g.index, g.uuid) for g in gpus))
     cached = _gpu_cache.get(node_id)
@@ -213,10 +217,10 @@ def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
     stored = {
         row.pop("uuid"): row
         for row in Gpu.objects.filter(uuid__in=wanted).values(
-            "uuid", "id", "node__cluster_id", *_GPU_FIELDS
+            "uuid", "id", "node__cluster_id", "released", *_GPU_FIELDS
         )
     }
-    _gpus_of_other_clusters_refuse(node_id, stored)
+    _gpus_of_others_refuse(node_id, stored)
     mapping: dict[int, int] = {}
     with transaction.atomic():
         for uuid, fields in wanted.items():
@@ -224,14 +228,18 @@ def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
             if row is not None and all(row[name] == fields[name] for name in _GPU_FIELDS):
                 gpu_id = row["id"]
             else:
-                gpu_id = Gpu.objects.update_or_create(uuid=uuid, defaults=fields)[0].id
+                moved = {"released": False} if row is not None and row["released"] else {}
+                gpu_id = Gpu.objects.update_or_create(uuid=uuid, defaults=fields | moved)[0].id
+                if row is not None and row["node_id"] != node_id:
+                    _gpu_cache.pop(row["node_id"], None)  # its old node no longer maps it
             mapping[fields["index"]] = gpu_id
     _gpu_cache[node_id] = (signature, mapping)
     return mapping
 
 
-def _gpus_of_other_clusters_refuse(node_id: int, stored: dict[str, dict]) -> None:
-    """Raise AuthError if a stored GPU that would move to this node is of another cluster."""
+def _gpus_of_others_refuse(node_id: int, stored: dict[str, dict]) -> None:
+    """Raise AuthError if a stored GPU that would move to this node is of another cluster, or
+    of a live node of its cluster without an operator's release."""
     moving = {uuid: row for uuid, row in stored.items() if row["node_id"] != node_id}
     if not moving:
         return
@@ -240,6 +248,7 @@ def _gpus_of_other_clusters_refuse(node_id: int, stored: dict[str, dict]) -> Non
         uuid: row for uuid, row in moving.items() if row["node__cluster_id"] != node.cluster_id
     }
     if not foreign:
+        _gpus_of_live_nodes_refuse(node, moving)
         return
     owners = dict(
         Node.objects.filter(id__in={row["node_id"] for row in foreign.values()}).values_list(
@@ -252,6 +261,29 @@ def _gpus_of_other_clusters_refuse(node_id: int, stored: dict[str, dict]) -> Non
         f"{owners.get(row['node_id'], '?')!r}; not moved to {node}"
     )
     log.warning("node %s claims GPUs of another cluster: %s", node, detail)
+    raise AuthError("foreign_gpu", detail)
+
+
+def _gpus_of_live_nodes_refuse(node: Node, moving: dict[str, dict]) -> None:
+    held = {uuid: row for uuid, row in moving.items() if not row["released"]}
+    if not held:
+        return
+    since = timezone.now() - timedelta(seconds=settings.VIGIL_STALE_AFTER_S)
+    live = dict(
+        Node.objects.filter(
+            id__in={row["node_id"] for row in held.values()}, last_contact_at__gte=since
+        ).values_list("id", "hostname")
+    )
+    taken = {uuid: row for uuid, row in held.items() if row["node_id"] in live}
+    if not taken:
+        return
+    uuid, row = min(taken.items())
+    detail = (
+        f"gpus: {len(taken)} GPU(s) registered to another node that is reporting, first {uuid} "
+        f"of live node {live[row['node_id']]}; not moved to {node.hostname} (an operator who "
+        "moved the hardware releases the GPU in the admin)"
+    )
+    log.warning("node %s claims GPUs of a live node: %s", node, detail)
     raise AuthError("foreign_gpu", detail)
 
 
