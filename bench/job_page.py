@@ -1,14 +1,14 @@
 """The 2,048-GPU job page in-process, at a job length of --hours: its view's time,
 and cProfile's top entries with --profile.
 
-    .venv/bin/python bench/job_page.py [--hours 8] [--gpus 2048] [--profile]
+    .venv/bin/python bench/job_page.py [--hours 8] [--gpus 2048] [--renders 3] [--profile]
 
 Starts its own embedded PostgreSQL and Redis in a temporary folder, makes one running job of
 --gpus GPUs (8 per node) started --hours ago, and fills the 1-minute rollup of every minute of
 it straight from generate_series (GPU util, SM activity, power ... uniform noise; GPU 5 of the
 first node slow, GPU 6 idle) and the hourly rollup from it (rollup_hourly's refresh), plus raw
-samples of the last 10 minutes. Prints the median of 3 renders of /jobs/<id>/ (after one), in
-ms, and the page's source line. Last line: JSON.
+samples of the last 10 minutes. Prints the median and the fastest of --renders renders of
+/jobs/<id>/ (after one), in ms, and the page's source line. Last line: JSON.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ def main() -> None:
     parser.add_argument("--hours", type=float, default=8.0)
     parser.add_argument("--gpus", type=int, default=2048)
     parser.add_argument("--profile", action="store_true")
+    # On a shared machine a render's time swings with the neighbours' load: more renders and
+    # their minimum give a steadier figure than the median of three.
+    parser.add_argument("--renders", type=int, default=3)
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="vigil-jobpage-")
     os.environ["VIGIL_DATA_DIR"] = tmp
@@ -68,7 +71,7 @@ def main() -> None:
         page = client.get(f"/jobs/{job_id}/")
         assert page.status_code == 200, page.status_code
         times = []
-        for _ in range(3):
+        for _ in range(max(args.renders, 1)):
             t0 = time.perf_counter()
             client.get(f"/jobs/{job_id}/")
             times.append((time.perf_counter() - t0) * 1000)
@@ -87,6 +90,7 @@ def main() -> None:
                     "gpus": args.gpus,
                     "hours": args.hours,
                     "job_page_ms": round(statistics.median(times), 1),
+                    "job_page_min_ms": round(min(times), 1),
                     "bytes": len(page.content),
                 }
             )

@@ -18,6 +18,7 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.db import connection
 
@@ -124,11 +125,28 @@ def _check(metrics: Sequence[str], tier: tiers.Tier) -> None:
         raise ValueError(f"not a GPU metric of the {tier.label}: {unknown[0]!r}")
 
 
-# The interval list: one row per interval, `k` its position in the reader's list.
+# The interval list: one row per interval, `k` its position in the reader's list (from 1).
 _INTERVALS = (
-    "unnest(%(k)s::int[], %(gpu)s::bigint[], %(lo_i)s::timestamptz[], %(hi_i)s::timestamptz[])"
-    " AS i(k, gpu_id, lo, hi)"
+    "unnest(%(gpu)s::bigint[], %(lo_i)s::timestamptz[], %(hi_i)s::timestamptz[])"
+    " WITH ORDINALITY AS i(gpu_id, lo, hi, k)"
 )
+
+
+def _interval_params(intervals: Sequence[GpuInterval]) -> dict[str, str]:
+    """The interval list's parameters of _INTERVALS, each an array literal in one string:
+    adapting thousands of datetimes one by one took longer than the statement itself (a
+    2,048-GPU job's page reads it three times). ISO 8601 times need no quoting there, and
+    the intervals of a job share few distinct times, each written once."""
+    text: dict[datetime, str] = {}
+
+    def iso(t: datetime) -> str:
+        return text.get(t) or text.setdefault(t, t.isoformat())
+
+    return {
+        "gpu": "{" + ",".join(str(int(i.gpu_id)) for i in intervals) + "}",
+        "lo_i": "{" + ",".join(iso(i.lo) for i in intervals) + "}",
+        "hi_i": "{" + ",".join(iso(i.hi) for i in intervals) + "}",
+    }
 
 
 @dataclass(frozen=True)
@@ -154,13 +172,7 @@ def _plan(
     index: bool = False,
 ) -> _Plan:
     upper = "<" if hi_open else "<="
-    params = {
-        "k": list(range(len(intervals))),
-        "gpu": [i.gpu_id for i in intervals],
-        "lo_i": [i.lo for i in intervals],
-        "hi_i": [i.hi for i in intervals],
-        "hi": hi,
-    }
+    params = {**_interval_params(intervals), "hi": hi}
     if tier is tiers.SAMPLES:
         gpus = sorted({i.gpu_id for i in intervals})
         source = samples_source(gpus, lo, hi, fields, index=index)
@@ -250,7 +262,7 @@ def intervals_series(
             break
     keys = [i.key for i in intervals]
     for k, ts, *values in rows:
-        s = out[keys[k]]
+        s = out[keys[k - 1]]
         s.ts.append(ts)
         for name, value in zip(metrics, values, strict=True):
             s.values[name].append(value)
@@ -264,7 +276,7 @@ def intervals_series(
 # in the median column.
 _BANDS_SQL = """
 WITH per_gpu AS MATERIALIZED ({per_gpu})
-SELECT 'band', bucket, NULL::int, count(*), {bands} FROM per_gpu GROUP BY bucket
+SELECT 'band', bucket, NULL::bigint, count(*), {bands} FROM per_gpu GROUP BY bucket
 UNION ALL
 SELECT 'mean', NULL, k, count(*), {means} FROM per_gpu GROUP BY k
 """
@@ -336,7 +348,7 @@ def intervals_bands(
             band.median.append(values[3 * n + 1])
             band.hi.append(values[3 * n + 2])
     for _, _, k, _, *values in (r for r in rows if r[0] == "mean"):
-        out.means[keys[k]] = {m: values[3 * n + 1] for n, m in enumerate(metrics)}
+        out.means[keys[k - 1]] = {m: values[3 * n + 1] for n, m in enumerate(metrics)}
     return out
 
 
@@ -384,8 +396,7 @@ _ENERGY_RESOLUTION = {
 }
 
 
-@dataclass(frozen=True)
-class CounterEnergy:
+class CounterEnergy(NamedTuple):
     """One interval's GPU energy from its energy counter: the readings it summed, the energy
     (mJ) and the counter resets it crossed."""
 
@@ -429,7 +440,7 @@ def intervals_energy(
     )
     keys = [i.key for i in intervals]
     return method, {
-        keys[k]: CounterEnergy(n, float(mj or 0), resets) for k, (n, mj, resets) in rows.items()
+        keys[k - 1]: CounterEnergy(n, float(mj or 0), resets) for k, (n, mj, resets) in rows.items()
     }
 
 
@@ -508,13 +519,7 @@ def intervals_activity(
     for tier, chosen in ((tiers.SAMPLES, recent), (tiers.MINUTE, older)):
         if not chosen:
             continue
-        params = {
-            "k": list(range(len(chosen))),
-            "gpu": [i.gpu_id for i in chosen],
-            "lo_i": [i.lo for i in chosen],
-            "hi_i": [i.hi for i in chosen],
-            "at": busy_at,
-        }
+        params = {**_interval_params(chosen), "at": busy_at}
         if tier is tiers.SAMPLES:
             gpus = sorted({i.gpu_id for i in chosen})
             lo, hi = min(i.lo for i in chosen), max(i.hi for i in chosen)
@@ -527,7 +532,7 @@ def intervals_activity(
         with connection.cursor() as cur:
             cur.execute(sql, params)
             for k, first, last, moved in cur.fetchall():
-                out[chosen[k].key] = Activity(first, last, moved, tier.key)
+                out[chosen[k - 1].key] = Activity(first, last, moved, tier.key)
     return out
 
 
@@ -607,10 +612,7 @@ def intervals_idle(
     if not intervals:
         return {}
     params = {
-        "k": list(range(len(intervals))),
-        "gpu": [i.gpu_id for i in intervals],
-        "lo_i": [i.lo for i in intervals],
-        "hi_i": [i.hi for i in intervals],
+        **_interval_params(intervals),
         # A constant upper bound, with each interval's own, prunes the rollups' partitions.
         "hi": max(i.hi for i in intervals),
         "minute_kept": tiers.MINUTE.kept_since(now),
@@ -620,7 +622,7 @@ def intervals_idle(
     with connection.cursor() as cur:
         cur.execute(_IDLE_SQL.format(intervals=_INTERVALS), params)
         rows = cur.fetchall()
-    return {intervals[k].key: Idle(minutes, first, last) for k, minutes, first, last in rows}
+    return {intervals[k - 1].key: Idle(minutes, first, last) for k, minutes, first, last in rows}
 
 
 # --- Distributions over a cluster's GPUs -------------------------------------------------------
