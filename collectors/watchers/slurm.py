@@ -314,13 +314,19 @@ class SlurmWatcher:
         out = self._submitted(job, known, now)
         state = job.state.split(" ")[0]
         if state in STARTED_STATES and job.start_ts is not None:
-            if known.run_start is not None and known.run_start != job.start_ts:
+            if known.ended and not known.has("started", job.start_ts):
+                # Requeued after it ended (`scontrol requeue` of a failed job), running again.
+                known.ended = False
+                out += self._requeued(job.job_id, known, job.start_ts)
+            elif known.run_start is not None and known.run_start != job.start_ts:
                 # Requeued and started again between two polls.
                 out += self._requeued(job.job_id, known, job.start_ts)
             if not known.has("started", job.start_ts):
                 out += self._started(job, known, self._allocation_of(job))
         elif state in WAITING_STATES:
-            if known.run_start is not None and not known.ended:
+            if known.ended or known.run_start is not None:
+                # Requeued (after it ended, or while it ran): its next run ends on its own.
+                known.ended = False
                 out += self._requeued(job.job_id, known, now)
         elif end_state(state) is not None and not known.ended:
             ran = bool(job.node_list) and job.start_ts is not None
