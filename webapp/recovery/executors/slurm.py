@@ -74,7 +74,7 @@ FINISHED = frozenset(
     }
 )  # fmt: skip
 # How often a health check's job is asked about: it lasts minutes.
-CHECK_POLL_S = 0.5
+CHECK_POLL_S = 1.0
 # Both restart the user's own job in place (a rollback also sets its resume point).
 RESTARTS = ("requeue", "resubmit")
 VERDICT = re.compile(r"^VIGIL-HEALTH\s+(\S+)\s+(PASS|FAIL)\b\s*(.*)$")
@@ -323,13 +323,20 @@ class SlurmExecutor(Executor):
         deadline = time.monotonic() + settings.VIGIL_HEALTHCHECK_TIMEOUT_S
         state = ""
         while True:
-            state = self._job(job).get("JobState") or self._accounted_state(job)
+            state = self._state(job) or self._accounted_state(job)
             if state in FINISHED:
                 return state
             if time.monotonic() > deadline:
                 command_run([self.tool("scancel"), "--", job])
                 return state
             time.sleep(CHECK_POLL_S)
+
+    def _state(self, job: str) -> str:
+        """The job's state from squeue ("" once it has forgotten the job). `%T` alone: the
+        output holds nothing the job's owner wrote, and squeue lists this one job only."""
+        argv = [self.tool("squeue"), "-h", "--states=all", f"--jobs={job}", "-o", "%T"]
+        result = command_run(argv)
+        return result.stdout.strip() if result.ok else ""
 
     def _accounted_state(self, job: str) -> str:
         """The state of the job's last run in accounting (once squeue has forgotten it)."""
@@ -437,7 +444,7 @@ class SlurmExecutor(Executor):
         only a pending job can be made eligible; wait (briefly) for that."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self._job(job).get("JobState") in ("PENDING", "RUNNING", ""):
+            if self._state(job) in ("PENDING", "RUNNING", ""):
                 return
             time.sleep(0.05)
 
