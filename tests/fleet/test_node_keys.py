@@ -81,3 +81,16 @@ def test_a_token_issued_before_keeps_working_and_its_key_leaves_the_table():
     signed = parse_batch(batch_sign(json.dumps(batch)))
     assert node_authenticate("seren", "gpu-a-001", signed.credential).id == node.pk
     assert node_authenticate("seren", "gpu-a-001", token).id == node.pk  # the HTTP API's bearer
+
+
+def test_a_bearer_token_is_found_through_an_index():
+    """The HTTP API finds a node by its token alone (node_authenticate_bearer): by an index on
+    token_hash, not by reading every node of every cluster."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'fleet_node' "
+            "AND indexdef LIKE '%%(token_hash%%'"
+        )
+        assert cur.fetchall()
