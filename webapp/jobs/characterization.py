@@ -482,13 +482,13 @@ EVAL_ALLOCATIONS_MAX = 2000
 EVAL_PAPER_SHARES = {"load": 0.295, "metrics": 0.19}
 EVAL_PHASES = ("load", "infer", "metrics", "idle")
 
+# The window's condition names jobs_job's columns alone, so it filters the jobs before the join.
 _EVAL_ALLOC = """
     SELECT a.job_id, coalesce(a.gpu_id, g.id) AS gpu_id, a.start, a."end" AS stop
     FROM jobs_joballocation a
-    JOIN jobs_job j ON j.id = a.job_id
+    JOIN (SELECT id FROM jobs_job WHERE {where} AND job_type = 'eval') j ON j.id = a.job_id
     LEFT JOIN fleet_gpu g ON a.gpu_id IS NULL AND g.node_id = a.node_id AND g.index = a.gpu_index
-    WHERE {where} AND j.job_type = 'eval' AND a."end" IS NOT NULL AND a."end" > a.start
-        AND a.start >= %s AND a.start < %s
+    WHERE a."end" IS NOT NULL AND a."end" > a.start AND a.start >= %s AND a.start < %s
     ORDER BY a.start DESC
     LIMIT %s
 """
@@ -545,8 +545,7 @@ def eval_phases(window: Window, now: datetime | None = None) -> EvalPhases:
     (telemetry's intervals_activity). Older than the 1-minute rollup keeps, phases of jobs
     that last minutes cannot be told apart in hourly cells: those allocations are left out."""
     now = now or timezone.now()
-    where, params = window.where("j.submit_at")
-    where = where.replace("cluster_id", "j.cluster_id", 1)
+    where, params = window.where("submit_at")
     alloc = _EVAL_ALLOC.format(where=where)
     kept = telemetry_kept_since(now)
     far_future = now + timedelta(days=36500)
