@@ -85,6 +85,8 @@ JOBS = {
     "400": ("pretrain-70b-internevo-longctx", "bo.zhang", "pretrain"),
     "500": ("eval-7b-mmlu-humaneval-gsm8k-3", "chen.li", "evaluation"),
     "601": ("debug-nccl-allreduce-bandwidth", "ivan.petrov", "infra"),
+    "602": ("pretrain-7b-internevo-ablation-lr", "alice.wong", "pretrain"),
+    "700": ("pretrain-20b-internevo-continued", "bo.zhang", "pretrain"),
 }
 
 
@@ -93,6 +95,28 @@ def _run(fleet, job_id: str, *args, **kw) -> None:
     fleet.run_job(job_id, *args, **kw)
     name, user, team = JOBS[job_id]
     Job.objects.filter(scheduler_id=job_id).update(name=name, user=user, team=team)
+
+
+def _cuda_fault(fleet, job_id: str, end: float) -> None:
+    """A job on gpu-node-01 dies of a CUDA fault its log shows; diagnosed."""
+    _run(fleet, job_id, end - 1800, None, nodes=("gpu-node-01",))
+    line = "gpu-node-01: RuntimeError: CUDA error: an illegal memory access was encountered"
+    node_events_ingest(
+        fleet.node_batch(
+            "gpu-node-01",
+            log_windows=[
+                {
+                    "job_id": job_id,
+                    "ts": end - 5,
+                    "path": f"/var/log/jobs/{job_id}/gpu-node-01.log",
+                    "first_line_no": 10,
+                    "lines": [line],
+                }
+            ],
+        )
+    )
+    _run(fleet, job_id, end - 1800, end, nodes=("gpu-node-01",))
+    failure_diagnose(FailureEvent.objects.get(job__scheduler_id=job_id).pk)
 
 
 def _gpu_uuid(host: str, index: int) -> str:
@@ -186,33 +210,17 @@ def every_page(transactional_db, settings, operator, broker, checkpoint) -> dict
         action_execute(action.pk, "test")
     _run(fleet, "300", time.time() + 1, None, nodes=("gpu-node-01",), job_type="sft")
 
-    # A CUDA fault whose plan waits for approval.
+    # CUDA faults on gpu-node-01 (a repeat offender): the second plan waits for approval.
+    _cuda_fault(fleet, "602", now - 5400)
     policy("approve")
-    _run(fleet, "400", now - 1800, None, nodes=("gpu-node-01",))
-    node_events_ingest(
-        fleet.node_batch(
-            "gpu-node-01",
-            log_windows=[
-                {
-                    "job_id": "400",
-                    "ts": now - 20,
-                    "path": "/var/log/jobs/400/gpu-node-01.log",
-                    "first_line_no": 10,
-                    "lines": [
-                        "gpu-node-01: RuntimeError: CUDA error: an illegal memory access was "
-                        "encountered"
-                    ],
-                }
-            ],
-        )
-    )
-    _run(fleet, "400", now - 1800, now - 15, nodes=("gpu-node-01",))
-    failure_diagnose(FailureEvent.objects.get(job__scheduler_id="400").pk)
+    _cuda_fault(fleet, "400", now - 15)
     policy("auto")
 
     # A running evaluation job holding four idle GPUs; a debug job that ended.
     _run(fleet, "500", now - 30 * 60, None, nodes=("gpu-node-01",), job_type="eval")
     _run(fleet, "601", now - 7200, now - 3000, state="COMPLETED", exit_code=0, job_type="debug")
+    # A pretraining job running with checkpoints (the reliability page's checkpoint interval).
+    _run(fleet, "700", now - 4 * 3600, None, nodes=("gpu-node-02",), last_checkpoint_ts=now - 900)
 
     evaluate.alerts_evaluate(later(600))  # job 500's idle GPUs, for long enough to fire
     # The oldest alert ended (its node back in service): its row shows when.
