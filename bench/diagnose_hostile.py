@@ -38,6 +38,9 @@ def _fill(head: str, unit: str, tail: str, size: int) -> str:
 def crafted_units() -> list[str]:
     """Runs that make a backtracking matcher quadratic (each followed by " error", an anchor)."""
     units = ["a1", "1%|", "1%||", "[rank", "Rank ", "peer a", "x:1", "1" * 7 + "."]
+    # A traceback flattened into one line is read as many (lines.unflattened): as many
+    # escaped line breaks as the line holds (distinct exception lines: flat_traceback below).
+    units.append("Traceback (most recent call last):\\n\\n")
     for rule in catalogue_load().line_rules:
         for pattern in rule.patterns:
             m = re.search(r"\.\*|\[\^[^\]]*\]\*", pattern)
@@ -50,9 +53,25 @@ def crafted_units() -> list[str]:
     return units
 
 
+def flat_traceback(i: int, size: int) -> str:
+    """One line holding an escaped traceback of distinct exception lines (none repeats, so the
+    scan's cache of parsed lines skips none), `size` characters long."""
+    text, j = f"{i} Traceback (most recent call last):\\n", 0
+    while len(text) < size:
+        text += f"E{i}x{j}Error: value out of range\\n"
+        j += 1
+    return text[: size - 1] + "\n"
+
+
 def crafted_log(lines: int, size: int) -> str:
     units = crafted_units()
-    return "".join(_fill(f"{i} ", units[i % len(units)], " error\n", size) for i in range(lines))
+    kinds = len(units) + 1
+    return "".join(
+        flat_traceback(i, size)
+        if i % kinds == len(units)
+        else _fill(f"{i} ", units[i % kinds], " error\n", size)
+        for i in range(lines)
+    )
 
 
 NORMAL = [

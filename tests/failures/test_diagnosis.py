@@ -523,3 +523,34 @@ def test_a_divergence_that_plateaus_is_still_read_as_one():
     # The healthy stretch alone is not a divergence at any point it could have ended.
     for end in range(1, len(healthy) + 1):
         assert diagnose_text("\n".join(healthy[:end]) + "\n").cause == "unknown", end
+
+
+# A traceback a structured logger or a job API printed as one escaped string (a JSON log's
+# "exc_info", Databricks' run_output "error_trace", Ray's task error): its frames and final
+# exception are read as if printed one per line.
+def test_a_traceback_flattened_into_one_line_is_read_frame_by_frame():
+    user = (
+        '{"level": "error", "job": "pretrain", "error_trace": "Traceback (most recent call '
+        'last):\\n  File \\"/workspace/train.py\\", line 88, in <module>\\n    main()\\n  File '
+        '\\"/workspace/train.py\\", line 61, in main\\n    cfg = load(args.config)\\nKeyError: '
+        "'model'\\n\"}"
+    )
+    got = diagnose_text(user + "\n")
+    assert (got.cause, got.detail) == ("user_exception", "KeyError")
+    library = (
+        "2024-05-01 12:00:00,001 ERROR worker.py:88 -- Task failed: Traceback (most recent "
+        'call last):\\n  File "/usr/local/lib/python3.10/site-packages/torch/nn/modules/'
+        'module.py", line 1501, in _call_impl\\n    return forward_call(*args)\\nRuntimeError: '
+        "shape mismatch: value tensor of shape [8] cannot be broadcast\\n"
+    )
+    got = diagnose_text(library + "\n")
+    assert got.cause == "framework_exception"
+    # A root cause inside it outranks the framework's frame, as on separate lines.
+    storage = library.replace(
+        "RuntimeError: shape mismatch: value tensor of shape [8] cannot be broadcast",
+        "OSError: [Errno 28] No space left on device",
+    )
+    assert diagnose_text(storage + "\n").cause == "filesystem"
+    # The line's host prefix stays the host of what is inside it.
+    got = diagnose_text("gpu-07: " + library + "\n")
+    assert (got.cause, got.blamed_node) == ("framework_exception", "gpu-07")

@@ -2,7 +2,8 @@
 
 Pipeline (docs/failure-taxonomy.md "Ordering"), one module per step:
 - catalogue.py: rules.yaml validated and compiled; the first rule a message matches;
-- lines.py: one line stripped of its prefixes (time, host, rank, program);
+- lines.py: one line stripped of its prefixes (time, host, rank, program), and the lines of a
+  traceback printed as one escaped line;
 - events.py: a matched line becomes an event (cause, tier, node, GPU, rank, time);
 - scan.py: each input streamed in chunks through a literal prefilter, only the lines worth
   parsing decoded; whether an input may carry kernel evidence is a property of the input;

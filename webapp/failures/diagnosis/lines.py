@@ -255,6 +255,26 @@ def _host(name: str) -> str | None:
     return name
 
 
+# A whole traceback in one line, its line breaks escaped: a structured logger's "exc_info", a
+# job API's "error_trace" (Databricks run_output), a task error a scheduler stores as a string.
+# Its lines are read as if printed one per line (scan.py): its last MAX_FLAT_LINES, where the
+# final exception and the innermost frames are (as many as a traceback look-back reads).
+FLAT_TRACEBACK = "Traceback (most recent call last):\\n"
+MAX_FLAT_LINES = 120
+_ESCAPED = re.compile(r"\\([\"'\\/nrt])")
+_UNESCAPE = {"n": "\n", "t": "\t", "r": "", '"': '"', "'": "'", "\\": "\\", "/": "/"}
+
+
+def unflattened(text: str) -> list[str] | None:
+    """The text before an escaped one-line traceback, then the traceback's own last lines
+    (escapes undone); None where the line holds none (FLAT_TRACEBACK)."""
+    at = text.find(FLAT_TRACEBACK)
+    if at < 0:
+        return None
+    inner = _ESCAPED.sub(lambda m: _UNESCAPE[m.group(1)], text[at:])
+    return [text[:at], *inner.rsplit("\n", MAX_FLAT_LINES)[-MAX_FLAT_LINES:]]
+
+
 # The characters outside ASCII that re.IGNORECASE matches with an ASCII letter (all of them:
 # found by trying every code point). Folded, then lowercased, a text holds an ASCII literal
 # exactly when a case-insensitive search for that literal would find it.

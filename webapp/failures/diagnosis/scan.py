@@ -18,9 +18,11 @@ alone.
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, BinaryIO, NamedTuple
@@ -30,7 +32,13 @@ import re2
 
 from webapp.failures.diagnosis.catalogue import Catalogue, Rule, first_rule
 from webapp.failures.diagnosis.events import Event, event_of
-from webapp.failures.diagnosis.lines import Line, is_kernel_line, parse_line
+from webapp.failures.diagnosis.lines import (
+    FLAT_TRACEBACK,
+    Line,
+    is_kernel_line,
+    parse_line,
+    unflattened,
+)
 
 CHUNK_BYTES = 8 << 20  # read size; large enough that per-chunk overhead is negligible
 TAIL_BYTES = 256 << 10  # end of the log kept for the loss curve and the failure time
@@ -50,6 +58,7 @@ MAX_EVENTS_PER_RULE = 200  # first occurrences kept per rule: the earliest decid
 # only short ones, so that the memory stays small (a few MB) whatever the log.
 SEEN_LINES = 2048
 SEEN_LINE_CHARS = 512
+MAX_FLAT_PARSED = 16  # anchored lines parsed per one-line traceback (Scan._flattened)
 MAX_FRAME_LOOKUPS = 500  # traceback look-backs per file (pathological logs stay linear)
 FRAME_LOOKBACK_BYTES = 16384
 FRAME_LOOKBACK_LINES = 120
@@ -143,6 +152,7 @@ class Scan:
         # Lines already parsed, with the rule their message matched: logs repeat lines
         # verbatim (retries, per-step warnings), and parsing is most of a line's cost.
         self.seen: dict[str, tuple[Line, Rule | None]] = {}
+        self.flat_seen: set[str] = set()  # one-line tracebacks already read (_flattened)
         # Whether the stream being read may carry kernel evidence (LogStream.kernel_evidence),
         # and the kernel-looking lines of streams that may not, which made no event.
         self.kernel_evidence = True
@@ -294,6 +304,11 @@ class Scan:
                 self._srun_tasks(text)
             if rule is not None and rule.kind == "ignore" and rule.id in _HOST_MAP_RULES:
                 self._host_map(rule.id, line, file_index)
+            if "\\n" in text and FLAT_TRACEBACK in text:
+                line_no += _newlines(piece, counted, start)
+                counted = start
+                self._flattened(text, line, line_no, file_index, name)
+                continue
             if rule is not None and rule.id == "storage-client-frame":
                 line_no += _newlines(piece, counted, start)
                 counted = start
@@ -304,8 +319,53 @@ class Scan:
             # Lines are numbered only where an event may be made, and counted in one pass.
             line_no += _newlines(piece, counted, start)
             counted = start
-            self._line(text, line, rule, line_no, file_index, name, piece, start, context)
+            before = functools.partial(_lines_before, piece, start, context)
+            self._line(text, line, rule, line_no, file_index, name, before)
         return False, line_no - first_line + _newlines(piece, counted, end)
+
+    def _flattened(self, text: str, outer: Line, line_no: int, file_index: int, name: str) -> None:
+        """Read a traceback printed as one escaped line (lines.unflattened) line by line: its
+        frames decide framework or script for its exception, as they would on their own
+        lines; the outer line's host, rank and time are those of what it holds."""
+        if text in self.flat_seen:
+            return  # a repeat reads as the first did
+        if len(self.flat_seen) >= SEEN_LINES:
+            self.flat_seen.clear()
+        self.flat_seen.add(text)
+        parts = unflattened(text) or []
+        # Only the lines inside that hold an anchor are parsed, as in the scan (one RE2 pass
+        # over them all), and only the last MAX_FLAT_PARSED of them: the final exception and
+        # the error lines next to it. Frames are read by the look-back, as on separate lines.
+        data = "\n".join(parts).encode("utf-8", "replace")
+        ends = list(itertools.accumulate(len(p.encode("utf-8", "replace")) + 1 for p in parts))
+        anchored = sorted(
+            {bisect.bisect_right(ends, start) for start, _ in _spans(self.line_rx, data, len(data))}
+        )
+        anchored = (
+            anchored[-min(MAX_FLAT_PARSED, max(0, self.lines_left)) :]
+            if self.lines_left > 0
+            else []
+        )
+        self.lines_left -= len(anchored)  # each counts toward the parse caps as a line would
+        for i in anchored:
+            part = parts[i]
+            known = self.seen.get(part)
+            if known is None:
+                line = parse_line(part)
+                known = (line, first_rule(self.cat, line.message))
+                if len(self.seen) < SEEN_LINES and len(part) <= SEEN_LINE_CHARS:
+                    self.seen[part] = known
+            line, rule = known
+            if rule is None:
+                continue
+            if rule.id == "storage-client-frame":
+                if len(self.storage_frames) < MAX_EVENTS_PER_RULE:
+                    self.storage_frames.append((file_index, line_no))
+                continue
+            if rule.kind == "ignore":
+                continue
+            before = functools.partial(_parts_before, parts, i)
+            self._line(part, line, rule, line_no, file_index, name, before, outer)
 
     def _srun_tasks(self, text: str) -> None:
         """Learn which host ran which srun task from srun's per-task error line."""
@@ -377,11 +437,11 @@ class Scan:
         line_no: int,
         file_index: int,
         name: str,
-        piece: bytes,
-        start: int,
-        context: bytes,
+        lines_before: Callable[[], list[str]],
+        outer: Line | None = None,
     ) -> None:
-        """Record the event of a line that `rule` (not an ignore rule) matched."""
+        """Record the event of a line that `rule` (not an ignore rule) matched; `lines_before`
+        gives the lines before it (nearest first), `outer` the line it was printed inside."""
         if not self.kernel_evidence and is_kernel_line(line):
             # Text a job printed, not what its node's kernel said: no event, and it counts
             # toward no rule's cap (that would crowd out the real kernel lines read later).
@@ -395,7 +455,7 @@ class Scan:
             return
         before = None
         if rule.cause == "by_exception" and self.frame_lookups < MAX_FRAME_LOOKUPS:
-            before = functools.partial(_lines_before, piece, start, context)
+            before = lines_before
         ev = event_of(text, line, rule, before)
         if ev is None:
             return
@@ -405,6 +465,10 @@ class Scan:
         if count >= MAX_EVENTS_PER_RULE:
             return
         ev.file_index, ev.file, ev.line_no = file_index, name, line_no
+        if outer is not None:
+            ev.host = ev.host or outer.host
+            ev.rank = outer.rank if ev.rank is None else ev.rank
+            ev.stamp = ev.stamp or outer.stamp
         if self.record is not None and ev.host is None:
             # A line of a torchrun failure record: the record's host and rank are its own.
             ev.host = self.record.host
@@ -474,6 +538,11 @@ MAX_TASKS_PER_LINE = 4096  # a range this long is a whole job's, not worth mappi
 _IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})<\d+>")
 
 _NON_CONTROL = bytes(b for b in range(256) if not (b < 9 or 13 < b < 32 or b == 127))
+
+
+def _parts_before(parts: list[str], i: int) -> list[str]:
+    """The lines of an unflattened traceback before its i-th, nearest first."""
+    return parts[:i][::-1]
 
 
 def _lines_before(piece: bytes, start: int, context: bytes) -> list[str]:
