@@ -167,17 +167,13 @@ def _plan(
     lo: datetime,
     hi: datetime,
     fields: Sequence[str],
-    *,
-    hi_open: bool = False,
-    index: bool = False,
 ) -> _Plan:
-    upper = "<" if hi_open else "<="
     params = {**_interval_params(intervals), "hi": hi}
     if tier is tiers.SAMPLES:
         gpus = sorted({i.gpu_id for i in intervals})
-        source = samples_source(gpus, lo, hi, fields, index=index)
+        source = samples_source(gpus, lo, hi, fields)
         join = (
-            f"JOIN {source} s ON s.gpu_id = i.gpu_id AND s.ts >= i.lo AND s.ts {upper} i.hi "
+            f"JOIN {source} s ON s.gpu_id = i.gpu_id AND s.ts >= i.lo AND s.ts <= i.hi "
             "WHERE s.ts >= %(lo)s AND s.ts <= %(hi)s"
         )
         return _Plan(tier, "s", "ts", join, {**params, "lo": lo})
@@ -185,7 +181,7 @@ def _plan(
     cell = "minute" if tier is tiers.MINUTE else "hour"
     join = (
         f"JOIN {tier.table} r ON r.gpu_id = i.gpu_id "
-        f"AND r.{cell} >= date_trunc('{cell}', i.lo) AND r.{cell} {upper} i.hi "
+        f"AND r.{cell} >= date_trunc('{cell}', i.lo) AND r.{cell} <= i.hi "
         f"WHERE r.{cell} >= %(lo)s AND r.{cell} <= %(hi)s"
     )
     return _Plan(tier, "r", cell, join, {**params, "lo": lo - timedelta(seconds=tier.step_s)})
@@ -240,6 +236,7 @@ def intervals_series(
     into buckets of whole cells; samples into buckets of at least `min_bucket_s` seconds, or
     returned as they came when that is None. Returns the resolution read and {key: series}
     for every interval (empty when it has no data)."""
+    _check(metrics, tiers.SAMPLES)  # a misspelt metric is refused before any read
     out = {i.key: IntervalSeries(values={m: [] for m in metrics}) for i in intervals}
     if at is not None:
         candidates = [_TIER_BY_KEY[at.tier]]
@@ -316,6 +313,7 @@ def intervals_bands(
     wide) and each interval's mean over its buckets, in one statement whatever the number of
     intervals: from the finest tier `budget` allows (the next one when it holds nothing). An
     interval's own line: intervals_series(..., at=bands.resolution)."""
+    _check(metrics, tiers.SAMPLES)  # a misspelt metric is refused before any read
     candidates = tiers_within(budget, lo, hi, len(intervals), now)
     tier = candidates[0]
     bucket_s = _bucket_s(tier, hi - lo, points, min_bucket_s)
