@@ -5,7 +5,9 @@
 Starts its own embedded PostgreSQL and Redis in a temporary folder, migrates, then builds the fleet
 through Vigil's own services: a node token per node and one ingested batch per node
 (`samples_ingest`, the worker's code path), 8 GPUs a node, a sample each; a few nodes of each
-cluster are left stale and a few GPUs report ECC errors. The stale window is an hour here
+cluster are left stale and a few GPUs report ECC errors; a job holds each node's busy GPUs now
+and --history ended allocations per GPU lie behind it (the overview names the job holding each
+GPU: one query over the allocations). The stale window is an hour here
 (VIGIL_STALE_AFTER_S), so that the nodes built first still report when the pages are measured. Then,
 as a logged-in operator through Django's test client (the whole middleware stack, gzip included):
   - after: GET /api/v1/overview.json with Accept-Encoding: gzip, the bytes sent and the time;
@@ -15,7 +17,8 @@ as a logged-in operator through Django's test client (the whole middleware stack
     without gzip as it was, and its size had it been gzipped.
 Times are medians of --repeat runs and include the selectors (the latest sample of every GPU).
 Last line: JSON with gpus, overview_bytes (gzip, as sent), overview_raw_bytes, overview_ms,
-page_bytes, baseline_bytes, baseline_gzip_bytes, baseline_ms, bytes_ratio and ms_ratio.
+selectors_ms, holders_ms (the jobs holding GPUs now), page_bytes, baseline_bytes,
+baseline_gzip_bytes, baseline_ms, bytes_ratio and ms_ratio.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=4704)
     parser.add_argument("--clusters", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--history", type=int, default=10, help="ended allocations per GPU")
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="vigil-bench-")
@@ -77,6 +81,7 @@ def main() -> None:
         call_command("migrate", verbosity=0)
         t0 = time.perf_counter()
         nodes = _build_fleet(args.gpus, args.clusters)
+        _build_allocations(args.history)
         build_s = time.perf_counter() - t0
         print(f"{nodes} nodes built in {build_s:.0f} s", file=sys.stderr)
         print(json.dumps(_measure(args.repeat) | {"build_s": round(build_s, 1)}))
@@ -123,6 +128,58 @@ def _build_fleet(gpus: int, clusters: int) -> int:
     return nodes
 
 
+def _build_allocations(history: int) -> None:
+    """One running job per node holding its busy GPUs (util >= 50 %), and `history` ended jobs'
+    allocations per GPU before it (bulk rows: what the overview reads, not how they came)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.fleet.models import Gpu
+    from webapp.jobs.models import Job, JobAllocation
+    from webapp.telemetry.selectors import gpus_latest
+
+    now = timezone.now()
+    busy = {g.gpu_id for g in gpus_latest() if (g.value("gpu_util") or 0) >= 50}
+    gpus = list(Gpu.objects.select_related("node").order_by("node_id", "index"))
+    by_node: dict = {}
+    for g in gpus:
+        by_node.setdefault(g.node, []).append(g)
+    jobs = []
+    for node in by_node:
+        for h in range(history + 1):
+            jobs.append(
+                Job(
+                    cluster_id=node.cluster_id,
+                    scheduler_id=f"{node.id}-{h}",
+                    name=f"train-{node.hostname}-{h}",
+                    user="bench",
+                    state="running" if h == history else "completed",
+                    start_at=now - timedelta(hours=2 * (history - h) + 1),
+                )
+            )
+    Job.objects.bulk_create(jobs, batch_size=5000)
+    rows, k = [], 0
+    for node, mine in by_node.items():
+        for h in range(history + 1):
+            job, k = jobs[k], k + 1
+            open_ = h == history
+            for g in mine:
+                if open_ and g.id not in busy:
+                    continue
+                rows.append(
+                    JobAllocation(
+                        job=job,
+                        node=node,
+                        gpu=g,
+                        gpu_index=g.index,
+                        start=job.start_at,
+                        end=None if open_ else job.start_at + timedelta(hours=1),
+                    )
+                )
+    JobAllocation.objects.bulk_create(rows, batch_size=10000)
+
+
 def _measure(repeat: int) -> dict:
     from django.contrib.auth import get_user_model
     from django.test import Client
@@ -151,6 +208,9 @@ def _measure(repeat: int) -> dict:
     from webapp.telemetry.selectors import clusters_overview
 
     selectors_ms, _ = timed(clusters_overview)
+    from webapp.jobs.selectors import gpu_holders
+
+    holders_ms, _ = timed(gpu_holders)
     levels = sorted({c["grid"]["level"] for c in payload["clusters"]})
     return {
         "gpus": sum(c["gpus"] for c in payload["clusters"]),
@@ -159,6 +219,7 @@ def _measure(repeat: int) -> dict:
         "overview_raw_bytes": len(raw),
         "overview_ms": round(overview_ms, 1),
         "selectors_ms": round(selectors_ms, 1),  # the latest sample of every GPU, both times
+        "holders_ms": round(holders_ms, 1),
         "page_bytes": len(page.content),
         "page_ms": round(page_ms, 1),
         "baseline_bytes": len(baseline),

@@ -119,5 +119,5 @@ def test_every_json_and_csv_endpoint_is_under_api_v1():
     data = [route for route, _ in ALL if route.endswith((".csv", ".json"))]
     assert len(data) >= 12
     assert [r for r in data if not r.startswith("api/v1/")] == []
-    assert reverse("telemetry_api:overview_json") == "/api/v1/overview.json"
+    assert reverse("pages_api:overview_json") == "/api/v1/overview.json"
     assert reverse("jobs_api:job_events") == "/api/v1/job-events"

@@ -28,4 +28,5 @@ urlpatterns = [
     path("api/v1/", include("webapp.alerts.api_urls")),
     path("api/v1/", include("webapp.energy.api_urls")),
     path("api/v1/", include("webapp.evaluation.api_urls")),
+    path("api/v1/", include("webapp.pages.api_urls")),
 ]

@@ -120,6 +120,55 @@ def test_clicking_a_cell_opens_its_node(page, live_server, live_fleet, operator_
     assert page.locator("h1").inner_text().startswith("Node gpu-a-01")
 
 
+def test_overview_names_each_node_and_tells_held_idle_gpus_from_free_ones(
+    page, live_server, live_fleet, operator_login, screenshot_dir, page_log
+):
+    """Eight nodes in alpha (four columns of two rows), gpu-a-01 drained by the scheduler and
+    job 77 holding its GPUs 0, 1 (busy) and 4, 5 (idle)."""
+    from tests.telemetry.conftest import seed_node
+    from tests.telemetry.test_overview import _drain, _hold
+
+    for n in range(3, 9):
+        seed_node("alpha", f"gpu-a-0{n}", utils=[70, 0, 90, 40, 95, 3, 88, 60])
+    _hold(live_fleet, "77", [0, 1, 4, 5])
+    _drain(live_fleet)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    operator_login("/")
+    page.wait_for_function(
+        "document.querySelectorAll('.heatmap g.hm image').length >= 2", timeout=15_000
+    )
+    # One label per node, the drained one saying so; gpu-a-02 stopped reporting.
+    labels = page.locator("#heatmap-0 .yaxislayer-above text").all_text_contents()
+    assert sorted(labels) == sorted(
+        ["gpu-a-01 · drained", "gpu-a-02 · stale"] + [f"gpu-a-0{n}" for n in range(3, 9)]
+    )
+    # The two idle GPUs job 77 holds are drawn apart from free idle ones, with a legend entry.
+    held = page.evaluate(
+        """() => document.getElementById('heatmap-0').data
+          .filter(t => t.name === 'idle, held by a job')
+          .reduce((n, t) => n + t.z.flat().filter(v => v !== null).length, 0)"""
+    )
+    assert held == 2
+    assert "idle, held by a job" in page.locator("#heatmap-0 .legend").text_content()
+    page.screenshot(path=screenshot_dir / "overview-states.png", full_page=True)
+
+    # The hover of gpu-a-01's GPU 4 names the job and the node's state.
+    x, y = page.evaluate(
+        """() => {
+          const gd = document.getElementById('heatmap-0');
+          const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+          const box = gd.querySelector('.nsewdrag').getBoundingClientRect();
+          return [box.left + xa.l2p(4), box.top + ya.l2p(0)];
+        }"""
+    )
+    page.mouse.move(x, y)
+    page.wait_for_selector("#heatmap-0 .hoverlayer .hovertext")
+    hover = page.locator("#heatmap-0 .hoverlayer").text_content()
+    assert "gpu-a-01" in hover and "GPU 4" in hover
+    assert "job 77" in hover and "idle, held by a job" in hover and "node drained" in hover
+    assert page_log.errors == []
+
+
 def _figure_state(page) -> dict:
     return page.evaluate(
         """() => {
@@ -195,7 +244,7 @@ def _fleet_payload(gpus: int, clusters: tuple[str, ...]) -> dict:
 
     from django.utils import timezone
 
-    from webapp.telemetry.overview import overview_payload
+    from webapp.pages.overview import overview_payload
     from webapp.telemetry.selectors import LatestGpu, clusters_summarize
 
     rng, now = random.Random(17), timezone.now()
@@ -234,8 +283,9 @@ def _fleet_payload(gpus: int, clusters: tuple[str, ...]) -> dict:
     return overview_payload(
         clusters_summarize(cluster_objs, rows),
         rows,
+        holders={},
+        now=now,
         node_url=lambda i: f"/nodes/{i}/",
-        generated_at=now.isoformat(),
         busy_util_pct=50,
         stale_after_s=60,
     )

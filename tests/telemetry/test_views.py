@@ -26,7 +26,7 @@ def _csv(response) -> list[dict[str, str]]:
 def _urls(fleet) -> list[str]:
     gpu = fleet.gpu(fleet.a01, 0)
     return [
-        reverse("telemetry:overview"),
+        reverse("pages:overview"),
         reverse("telemetry_api:overview_csv"),
         reverse("pages:node", args=[fleet.a01.id]),
         reverse("telemetry_api:node_csv", args=[fleet.a01.id]),
@@ -45,7 +45,7 @@ def test_anonymous_visitor_is_sent_to_login_from_every_page(client, small_fleet)
 
 
 def test_anonymous_json_gets_401_not_a_login_page(client, small_fleet):
-    response = client.get(reverse("telemetry_api:overview_json"))
+    response = client.get(reverse("pages_api:overview_json"))
     assert response.status_code == 401
     assert response.json()["login_url"] == reverse("login")
 
@@ -56,19 +56,19 @@ def test_login_form_leads_to_the_overview(client, operator):
     response = client.post(
         reverse("login"), {"username": "operator", "password": "correct-horse-battery"}
     )
-    assert response.status_code == 302 and response["Location"] == reverse("telemetry:overview")
-    assert client.get(reverse("telemetry:overview")).status_code == 200
+    assert response.status_code == 302 and response["Location"] == reverse("pages:overview")
+    assert client.get(reverse("pages:overview")).status_code == 200
 
 
 def test_wrong_password_is_refused(client, operator):
     response = client.post(reverse("login"), {"username": "operator", "password": "nope"})
     assert response.status_code == 200
     assert b"didn't match" in response.content
-    assert client.get(reverse("telemetry:overview")).status_code == 302
+    assert client.get(reverse("pages:overview")).status_code == 302
 
 
 def test_overview_counts_busy_idle_erroring_stale_and_power(operator_client, small_fleet):
-    response = operator_client.get(reverse("telemetry:overview"))
+    response = operator_client.get(reverse("pages:overview"))
     assert response.status_code == 200
     by_name = {s.name: s for s in response.context["summaries"]}
     alpha, beta = by_name["alpha"], by_name["beta"]
@@ -85,7 +85,7 @@ def test_overview_counts_busy_idle_erroring_stale_and_power(operator_client, sma
 
 
 def test_overview_json_has_one_cell_per_gpu_with_the_latest_values(operator_client, small_fleet):
-    data = operator_client.get(reverse("telemetry_api:overview_json")).json()
+    data = operator_client.get(reverse("pages_api:overview_json")).json()
     assert "gpus" not in data  # the page does not read the per-GPU list
     assert data["node_url"] == reverse("pages:node", args=[0])
 
@@ -103,7 +103,7 @@ def test_overview_json_has_one_cell_per_gpu_with_the_latest_values(operator_clie
 
 
 def test_overview_json_lists_every_gpu_for_scripts_when_asked(operator_client, small_fleet):
-    data = operator_client.get(reverse("telemetry_api:overview_json"), {"gpus": "1"}).json()
+    data = operator_client.get(reverse("pages_api:overview_json"), {"gpus": "1"}).json()
     assert len(data["gpus"]) == 20
     cell = next(g for g in data["gpus"] if g["node"] == "gpu-a-01" and g["index"] == 0)
     assert cell["gpu_util"] == 95.0 and cell["power_w"] == 650.0
@@ -113,15 +113,18 @@ def test_overview_json_lists_every_gpu_for_scripts_when_asked(operator_client, s
 
 def test_overview_of_a_large_cluster_has_one_cell_per_node(small_fleet):
     """Above GPU_CELLS_MAX GPUs a cluster's cells are nodes: mean util and GPUs per status."""
-    from webapp.telemetry.overview import overview_payload
+    from django.utils import timezone
+
+    from webapp.pages.overview import overview_payload
     from webapp.telemetry.selectors import clusters_overview
 
     summaries, gpus = clusters_overview()
     data = overview_payload(
         summaries,
         gpus,
+        holders={},
+        now=timezone.now(),
         node_url=lambda i: f"/nodes/{i}/",
-        generated_at="now",
         busy_util_pct=50,
         stale_after_s=60,
         gpu_cells_max=4,
@@ -136,13 +139,11 @@ def test_overview_of_a_large_cluster_has_one_cell_per_node(small_fleet):
 
 
 def test_overview_json_is_gzipped_for_a_browser_that_accepts_it(operator_client, small_fleet):
-    plain = operator_client.get(reverse("telemetry_api:overview_json"))
-    zipped = operator_client.get(
-        reverse("telemetry_api:overview_json"), HTTP_ACCEPT_ENCODING="gzip"
-    )
+    plain = operator_client.get(reverse("pages_api:overview_json"))
+    zipped = operator_client.get(reverse("pages_api:overview_json"), HTTP_ACCEPT_ENCODING="gzip")
     assert zipped["Content-Encoding"] == "gzip"
     assert len(zipped.content) < len(plain.content)
-    page = operator_client.get(reverse("telemetry:overview"), HTTP_ACCEPT_ENCODING="gzip")
+    page = operator_client.get(reverse("pages:overview"), HTTP_ACCEPT_ENCODING="gzip")
     assert page["Content-Encoding"] == "gzip"
 
 
@@ -151,11 +152,12 @@ def test_overview_query_count_does_not_grow_with_the_fleet(
 ):
     for n in range(3, 8):
         seed_node("beta", f"gpu-b-0{n}", utils=[40] * 8)
-    # session, user, clusters, latest samples of every GPU (one DISTINCT ON query).
-    with django_assert_max_num_queries(4):
-        assert operator_client.get(reverse("telemetry:overview")).status_code == 200
-    with django_assert_max_num_queries(4):
-        assert operator_client.get(reverse("telemetry_api:overview_json")).status_code == 200
+    # session, user, clusters, latest samples of every GPU (with its node's state), the GPUs
+    # jobs hold now.
+    with django_assert_max_num_queries(5):
+        assert operator_client.get(reverse("pages:overview")).status_code == 200
+    with django_assert_max_num_queries(5):
+        assert operator_client.get(reverse("pages_api:overview_json")).status_code == 200
 
 
 def test_overview_csv_has_one_row_per_cluster(operator_client, small_fleet):
@@ -174,10 +176,10 @@ def test_overview_csv_has_one_row_per_cluster(operator_client, small_fleet):
 
 
 def test_empty_fleet_overview_explains_what_to_do(operator_client, db):
-    response = operator_client.get(reverse("telemetry:overview"))
+    response = operator_client.get(reverse("pages:overview"))
     assert response.status_code == 200
     assert b"No clusters yet" in response.content
-    assert operator_client.get(reverse("telemetry_api:overview_json")).json()["clusters"] == []
+    assert operator_client.get(reverse("pages_api:overview_json")).json()["clusters"] == []
 
 
 def _traces_with_points(figure: dict) -> list[dict]:

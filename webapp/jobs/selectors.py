@@ -377,3 +377,32 @@ def waste_totals(rows: list[WastedJob], by: str) -> list[WasteTotal]:
 
 
 # --- Jobs on a node ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuHolder:
+    """The job holding a GPU now, as the fleet overview names it."""
+
+    job_id: int
+    scheduler_id: str
+    name: str
+    user: str
+
+
+_GPU_HOLDERS_SQL = """
+SELECT coalesce(a.gpu_id, g.id), j.id, j.scheduler_id, j.name, j.user
+FROM jobs_joballocation a
+JOIN jobs_job j ON j.id = a.job_id
+LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
+WHERE a.start <= %(now)s AND (a."end" IS NULL OR a."end" > %(now)s)
+ORDER BY a.start, a.id
+"""
+
+
+def gpu_holders(now: datetime | None = None) -> dict[int, GpuHolder]:
+    """GPU id -> the job whose allocation holds it now, for the whole fleet in one query. The
+    newest allocation of a GPU wins (a requeued job's old one may still be open)."""
+    with connection.cursor() as cur:
+        cur.execute(_GPU_HOLDERS_SQL, {"now": now or timezone.now()})
+        rows = cur.fetchall()
+    return {gpu_id: GpuHolder(*rest) for gpu_id, *rest in rows if gpu_id is not None}

@@ -7,5 +7,6 @@ from webapp.pages import views
 app_name = "pages"
 
 urlpatterns = [
+    path("", views.overview, name="overview"),
     path("nodes/<int:node_id>/", views.node, name="node"),
 ]

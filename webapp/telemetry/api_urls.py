@@ -7,7 +7,6 @@ from webapp.telemetry import views
 app_name = "telemetry_api"
 
 urlpatterns = [
-    path("overview.json", views.overview_json, name="overview_json"),
     path("clusters.csv", views.overview_csv, name="overview_csv"),
     path("clusters/<slug:cluster>/nodes.csv", views.nodes_csv, name="nodes_csv"),
     path("nodes/<int:node_id>/gpus.csv", views.node_csv, name="node_csv"),

@@ -76,6 +76,10 @@ class LatestGpu:
     cluster: str
     ts: datetime | None
     values: dict[str, float | int | None] = field(default_factory=dict)
+    # The node's stored state and when it was last heard from (fleet.selectors.node_state_now
+    # turns the two into the state to show).
+    node_state: str = NodeState.UP
+    node_seen: datetime | None = None
 
     def value(self, name: str) -> float | int | None:
         return self.values.get(name)
@@ -125,7 +129,7 @@ def gpu_problems(values: dict) -> list[str]:
 # share of the overview's read at fleet scale.
 _LATEST_SQL = """
 SELECT g.id, g.index, g.uuid, g.model, n.id, n.hostname, c.id, c.name,
-    extract(epoch FROM s.ts)::float8{fields}
+    extract(epoch FROM s.ts)::float8, n.state, extract(epoch FROM n.last_seen)::float8{fields}
 FROM fleet_gpu g
 JOIN fleet_node n ON n.id = g.node_id
 JOIN fleet_cluster c ON c.id = n.cluster_id
@@ -178,13 +182,16 @@ def gpus_latest(
         rows = cur.fetchall()
     out = []
     times: dict[float, datetime] = {}
-    for row in rows:
-        epoch_s = row[8]
+
+    def when(epoch_s: float | None) -> datetime | None:
         if epoch_s is None:
-            out.append(LatestGpu(*row[:8], ts=None, values={}))
-            continue
-        ts = times.get(epoch_s) or times.setdefault(epoch_s, datetime.fromtimestamp(epoch_s, UTC))
-        out.append(LatestGpu(*row[:8], ts=ts, values=dict(zip(fields, row[9:], strict=True))))
+            return None
+        return times.get(epoch_s) or times.setdefault(epoch_s, datetime.fromtimestamp(epoch_s, UTC))
+
+    for row in rows:
+        ts = when(row[8])
+        values = {} if ts is None else dict(zip(fields, row[11:], strict=True))
+        out.append(LatestGpu(*row[:8], ts, values, row[9], when(row[10])))
     return out
 
 

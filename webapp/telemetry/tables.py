@@ -15,7 +15,7 @@ def _dot(state: str, text: str) -> str:
     return format_html('<span class="dot {}"></span>{}', state, text)
 
 
-# The fleet overview's table of clusters (`telemetry/overview.html`), rows ClusterSummary.
+# The fleet overview's table of clusters (`pages/overview.html`), rows ClusterSummary.
 CLUSTERS = Table(
     Column("cluster", "Cluster", "name"),
     Column("nodes", "Nodes", num=True),

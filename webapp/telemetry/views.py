@@ -1,29 +1,22 @@
-"""Live pages: fleet overview (heatmap refreshed from JSON), node and GPU pages, CSV exports."""
+"""Live pages: the GPU page and a cluster's nodes, and the CSV exports of the fleet, a cluster, a
+node and a GPU (the fleet overview and the node page compose several apps: webapp/pages/)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
-from functools import wraps
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_not_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
-from django.urls import reverse
 from django.utils import timezone
 
-from webapp.core.charts import ERROR_COLOUR, NO_DATA_COLOUR, UTIL_COLOURSCALE
 from webapp.fleet.models import Cluster, Gpu, Node
 from webapp.telemetry import figures, tables
 from webapp.telemetry.forms import RangeForm
-from webapp.telemetry.overview import GPU_CELLS_MAX, gpus_list, overview_payload
 from webapp.telemetry.readings import readings_grouped
 from webapp.telemetry.selectors import (
     RANGES,
     SERIES_METRICS,
-    ClusterSummary,
-    LatestGpu,
     cluster_nodes,
     clusters_overview,
     gpu_problems,
@@ -32,73 +25,6 @@ from webapp.telemetry.selectors import (
     gpus_latest,
     gpus_series,
 )
-
-
-def api_login_required(view: Callable) -> Callable:
-    """For JSON polled by a page: an anonymous caller gets 401 JSON (the page's script sends
-    the person to `login_url`) instead of the login page's HTML that LoginRequiredMiddleware
-    would redirect to."""
-
-    @login_not_required
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return JsonResponse(
-                {"error": "login required", "login_url": reverse("login")}, status=401
-            )
-        return view(request, *args, **kwargs)
-
-    return wrapper
-
-
-def _node_url_factory() -> Callable[[int], str]:
-    prefix = reverse("pages:node", args=[0]).removesuffix("0/")
-    return lambda node_id: f"{prefix}{node_id}/"
-
-
-def _overview_payload(summaries: list[ClusterSummary], gpus: list[LatestGpu]) -> dict:
-    return overview_payload(
-        summaries,
-        gpus,
-        node_url=_node_url_factory(),
-        generated_at=timezone.now().isoformat(),
-        busy_util_pct=settings.VIGIL_BUSY_UTIL_PCT,
-        stale_after_s=settings.VIGIL_STALE_AFTER_S,
-    )
-
-
-def overview(request: HttpRequest) -> HttpResponse:
-    summaries, gpus = clusters_overview()
-    return render(
-        request,
-        "telemetry/overview.html",
-        {
-            "summaries": summaries,
-            "payload": _overview_payload(summaries, gpus),
-            # The figures' look, sent once with the page (the refreshes carry data only).
-            "look": {
-                "template": figures.template_json(),
-                "util_colourscale": UTIL_COLOURSCALE,
-                "no_data": NO_DATA_COLOUR,
-                "error": ERROR_COLOUR,
-            },
-            "gpu_cells_max": GPU_CELLS_MAX,
-            "per_node": any(s.gpus > GPU_CELLS_MAX for s in summaries),
-            "busy_util_pct": settings.VIGIL_BUSY_UTIL_PCT,
-            "stale_after_s": settings.VIGIL_STALE_AFTER_S,
-        },
-    )
-
-
-@api_login_required
-def overview_json(request: HttpRequest) -> JsonResponse:
-    """What the overview draws; `?gpus=1` adds every GPU's latest values (for scripts: the page
-    does not read them, and at 47,040 GPUs they are most of the bytes)."""
-    summaries, gpus = clusters_overview()
-    payload = _overview_payload(summaries, gpus)
-    if request.GET.get("gpus") == "1":
-        payload["gpus"] = gpus_list(gpus, _node_url_factory(), SERIES_METRICS)
-    return JsonResponse(payload)
 
 
 def overview_csv(request: HttpRequest) -> HttpResponse:
