@@ -554,3 +554,45 @@ def test_a_traceback_flattened_into_one_line_is_read_frame_by_frame():
     # The line's host prefix stays the host of what is inside it.
     got = diagnose_text("gpu-07: " + library + "\n")
     assert (got.cause, got.blamed_node) == ("framework_exception", "gpu-07")
+
+
+@pytest.mark.parametrize(
+    "log, node",
+    [
+        # Open MPI's signal handler (opal/util/stacktrace.c), its "[host:pid]" prefix the node.
+        (
+            "[gpu-a:12345] *** Process received signal ***\n"
+            "[gpu-a:12345] Signal: Segmentation fault (11)\n"
+            "[gpu-a:12345] Signal code: Address not mapped (1)\n",
+            "gpu-a",
+        ),
+        (
+            "[gpu-b:999] *** Process received signal ***\n[gpu-b:999] Signal: Bus error (7)\n",
+            "gpu-b",
+        ),
+        # UCX's "[host:pid:thread:tid]" (deepspeedai/DeepSpeed#2638).
+        (
+            "[node-3:1234:0:1299] Caught signal 11 (Segmentation fault: address not mapped to"
+            " object at address 0x8)\n",
+            "node-3",
+        ),
+        # abseil's failure signal handler (Ray, TensorFlow), under Ray's worker prefix.
+        (
+            "(RayWorkerVllm pid=7046, ip=10.0.0.3) *** SIGSEGV received at time=1712345678 on"
+            " cpu 12 ***\n(RayWorkerVllm pid=7046, ip=10.0.0.3) PC: @     0x7f0a3c1e2b1c"
+            "  (unknown)  ncclProxyService()\n",
+            "10.0.0.3",
+        ),
+        ("*** SIGABRT received at time=1700000000 on cpu 3 ***\n", None),
+        # glibc's malloc aborting on a corrupted heap (malloc/malloc.c malloc_printerr).
+        (
+            "*** Error in `python': double free or corruption (!prev): 0x000055d6c2a3e0b0 ***\n",
+            None,
+        ),
+        ("free(): invalid pointer\n", None),
+        ("malloc(): memory corruption\n", None),
+    ],
+)
+def test_native_crash_reports_name_their_node(log, node):
+    got = diagnose_text(log)
+    assert (got.cause, got.blamed_node) == ("native_crash", node)

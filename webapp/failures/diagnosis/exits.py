@@ -111,8 +111,9 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
     )
 )
 # A process's own report of the signal it caught (UCX/ucm: "[host:pid:0:tid] Caught signal 7
-# (Bus error: nonexistent physical address)", deepspeedai/DeepSpeed#2638).
-_CRASH_REPORT = re.compile(r"Caught signal (\d+) \(", re.IGNORECASE)
+# (Bus error: nonexistent physical address)", deepspeedai/DeepSpeed#2638; Open MPI's handler:
+# "[host:pid] Signal: Bus error (7)", https://github.com/open-mpi/ompi/blob/main/opal/util/stacktrace.c).
+_CRASH_REPORT = re.compile(r"Caught signal (\d+) \(|^Signal: [A-Za-z ]+ \((\d+)\)$", re.IGNORECASE)
 
 
 def _signal_of(token: str) -> int | None:
@@ -136,8 +137,8 @@ def verdict_signal(message: str) -> int | None:
 
 def crash_signal(message: str) -> int | None:
     """The signal a process reports it caught itself (a native crash report)."""
-    m = _CRASH_REPORT.search(message)
-    return int(m.group(1)) if m else None
+    m = _CRASH_REPORT.search(message.strip())
+    return int(m.group(1) or m.group(2)) if m else None
 
 
 def exit_meaning(signal: int | None) -> ExitMeaning | None:

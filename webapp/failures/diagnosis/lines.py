@@ -62,6 +62,10 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
         False,
     ),
     ("c10_short", r"\[[EWIF] [\w./-]+:\d+\]\s*", r"\[", False),
+    # A native crash handler's "[host:pid]" (Open MPI's opal stacktrace: "[gpu-a:12345] Signal:
+    # Segmentation fault (11)") and UCX's "[host:pid:thread:tid]" or "[host:pid :0:tid]"
+    # (deepspeedai/DeepSpeed#2638): the host the process crashed on.
+    ("mpi_host", r"\[([A-Za-z0-9][\w.-]*):\d+(?: ?:\d+:\d+)?\] ?", r"\[", True),
     ("host_program", _HOST_PROGRAM.pattern, "[A-Za-z0-9]", True),
     (
         "program",
@@ -164,7 +168,7 @@ def parse_line(text: str) -> Line:
             break
         kind, m, g = found
         end = m.end()
-        if kind == "host_pid_tid":
+        if kind == "host_pid_tid" or kind == "mpi_host":
             host = host or m.group(g)
             rest = rest[end:]
         elif kind == "iso" or kind == "syslog":
