@@ -334,7 +334,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "pages:overview"
+LOGIN_REDIRECT_URL = "telemetry:overview"
 LOGOUT_REDIRECT_URL = "login"
 
 # Failed logins are throttled by django-axes: after VIGIL_LOGIN_FAILURE_LIMIT failures for one
@@ -446,6 +446,17 @@ LOGGING = {
 VIGIL_RETENTION_DAYS = envint("VIGIL_RETENTION_DAYS", "14", minimum=1)
 VIGIL_ROLLUP_RETENTION_DAYS = envint("VIGIL_ROLLUP_RETENTION_DAYS", "35", minimum=1)
 VIGIL_HOURLY_ROLLUP_RETENTION_DAYS = envint("VIGIL_HOURLY_ROLLUP_RETENTION_DAYS", "1096", minimum=1)
+# Work records kept past their use (each app's daily prune task): what the diagnosis engine read
+# for a failure (the failure and its evidence lines stay), energy exports (rebuilt from the
+# rollups on request) and finished alert notifications with the demo's outbox emails.
+VIGIL_FAILURE_INPUTS_RETENTION_DAYS = envint("VIGIL_FAILURE_INPUTS_RETENTION_DAYS", "90", minimum=1)
+VIGIL_ENERGY_EXPORT_RETENTION_DAYS = envint("VIGIL_ENERGY_EXPORT_RETENTION_DAYS", "30", minimum=1)
+VIGIL_ALERTS_NOTIFICATION_RETENTION_DAYS = envint(
+    "VIGIL_ALERTS_NOTIFICATION_RETENTION_DAYS", "90", minimum=1
+)
+# How long a closed month's energy report stays cached (its key changes with its rollups and
+# carbon inputs; this bounds what the key does not follow, such as a job moved to another team).
+VIGIL_ENERGY_REPORT_CACHE_S = envint("VIGIL_ENERGY_REPORT_CACHE_S", "3600", minimum=0)
 # Raw GPU samples older than this many hours are packed, one row per GPU and hour, at about a
 # sixth of their size (webapp/telemetry/compaction.py). Above the 3 h a job page reads raw
 # samples for and the node page's last hour, so live pages read only raw rows.
