@@ -40,10 +40,14 @@ def test_a_node_putting_other_tasks_on_the_ingest_queue_gets_them_refused_and_re
     Node.objects.filter(pk=quiet.pk).update(
         state="up", last_seen=timezone.now() - timedelta(days=1)
     )
-    worker_factory(queues=INGEST_QUEUE)
-    # What a node with the broker's password can write: any task name, on its queue.
+    # What a node with the broker's password can write: any task name, on its queue, with any
+    # route it likes written in the message.
     app.send_task("vigil.recovery.execute", args=[1], queue=INGEST_QUEUE)
     app.send_task("vigil.fleet.mark_stale_nodes", queue=INGEST_QUEUE)
+    message = json.loads(broker.rpop(INGEST_QUEUE))
+    message["properties"]["delivery_info"]["routing_key"] = "default"
+    broker.lpush(INGEST_QUEUE, json.dumps(message))
+    worker_factory(queues=INGEST_QUEUE)
     batch = make_batch(cluster, hostname, token, intervals=2)
     transport = Transport(settings.CELERY_BROKER_URL, Path(tempfile.mkdtemp()) / "spool")
     assert transport.send(json.dumps(batch), batch["batch_id"])
