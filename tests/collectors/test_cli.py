@@ -50,6 +50,7 @@ def collector(*args: str, env: dict | None = None, timeout: float = 60):
         (["--source", "simulated", "--jobs", "slurm", "--stdout"], "--jobs slurm watches"),
         (["--source", "simulated", "--stdout", "--kernel-log", "kmsg"], "--kernel-log does not"),
         (["--stdout", "--cluster", "c", "--job-log-glob", "jobs/*.log"], "absolute path pattern"),
+        (["--stdout", "--cluster", "c", "--job-log-min-uid", "-1"], "'-1' is not a uid"),
         (["--stdout", "--cluster", "c", "--history-minutes", "5"], "--history-minutes only"),
         (["--source", "simulated", "--stdout", "--history-minutes", "5", "--count", "2"], "not go"),
         (["--stdout", "--cluster", "c", "--intervals-per-batch", "721"], "at most 720 per batch"),
