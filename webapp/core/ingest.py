@@ -10,6 +10,9 @@ worker) fails the task; its outbox entry stays, and the beat task re-publishes i
 Every other outcome finishes the batch (its outbox entry is cleared, so it is never published
 again), and a refusal is recorded in RejectedBatch and logged:
 - it fails validation or authentication (BatchError, AuthError): refused whole;
+- it cannot be read at all (an outbox entry that is not a Zstandard stream of UTF-8 text, a
+  task argument that is not a string: nodes write both): refused alone as `unreadable`, the
+  other batches of its group going on;
 - storing it fails for any other reason than a database outage (a NUL byte PostgreSQL refuses
   in text, a value out of range for its column, a bug): refused as `store_failed`, with the
   exception's class and message, so it never loops;

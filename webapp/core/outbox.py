@@ -7,7 +7,9 @@ the size limits before anything parses it: VIGIL_BATCH_MAX_COMPRESSED_BYTES for 
 entry as stored, VIGIL_BATCH_MAX_BYTES for the text (defaults in collectors/schema.py). A
 batch over either comes back as an `OversizedBatch`, which the parse refuses as `too_large`
 (recorded like any refused batch), and decompression stops at the limit, so a compression
-bomb costs a worker no more memory than an honest batch of the largest size.
+bomb costs a worker no more memory than an honest batch of the largest size. An entry that
+cannot be read back (not Zstandard, not UTF-8) comes back as an `UnreadableBatch`, refused
+as `unreadable` and finished like any refusal, so beat never publishes it again.
 """
 
 from __future__ import annotations
