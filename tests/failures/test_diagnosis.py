@@ -596,3 +596,25 @@ def test_a_traceback_flattened_into_one_line_is_read_frame_by_frame():
 def test_native_crash_reports_name_their_node(log, node):
     got = diagnose_text(log)
     assert (got.cause, got.blamed_node) == ("native_crash", node)
+
+
+@pytest.mark.parametrize(
+    "log, node",
+    [
+        # A scheduler enforcing the job's memory limit: host_oom, not a cancellation.
+        (
+            "slurmstepd-gpu-05: error: Job 4242 exceeded memory limit (34359738368 >"
+            " 32212254720), being killed\n",
+            "gpu-05",
+        ),
+        ("slurmstepd: error: Exceeded job memory limit\n", None),
+        ("=>> PBS: job killed: mem 33554432kb exceeded limit 16777216kb\n", None),
+        ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.\n", None),
+        # Horovod's runner: status 137 = 128 + SIGKILL, and its "[rank]<stderr>:" prefix.
+        ("Process 1 exit with status code 137.\n", None),
+        ("[1]<stderr>:Killed\n", None),
+    ],
+)
+def test_scheduler_and_runner_memory_kills_are_host_oom(log, node):
+    got = diagnose_text(log)
+    assert (got.cause, got.blamed_node) == ("host_oom", node)

@@ -106,8 +106,9 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
         # a shell's bare report of a killed foreground job (**Killed** pasted as markdown),
         # in English or localised
         r"^\W*(Killed|已杀死)\W*$",
-        # exit statuses 128 + n: "Command exited with non-zero status 137", "exit code 137"
-        r"(?:exit(?:ed with)? (?:code|status)|non-zero status) (13[2-9])\b",
+        # exit statuses 128 + n: "Command exited with non-zero status 137", "exit code 137",
+        # Horovod's runner "Process 2 exit with status code 137." (its gloo launcher's report)
+        r"(?:exit(?:ed with)? (?:code|status)|non-zero status|status code) (13[2-9])\b",
     )
 )
 # A process's own report of the signal it caught (UCX/ucm: "[host:pid:0:tid] Caught signal 7

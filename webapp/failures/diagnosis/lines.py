@@ -55,6 +55,13 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
     ("uptime", r"\[\s*\d+\.\d+\]\s*", r"\[", False),
     # torchrun's "[rank3]:" and, with --tee, "[default3]:".
     ("rank", r"\[(?:[Rr]ank ?|default)(\d+)\]:?\s*", r"\[", False),
+    # Horovod's runner: "[2]<stderr>:", after a date with --timestamp-output.
+    (
+        "horovod",
+        r"(?:[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})?\[(\d+)\]<std(?:out|err)>:",
+        r"[\[A-Z]",
+        False,
+    ),
     (
         "c10",
         r"\[[EWIF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.\d+ (?:\d+ )?[\w./-]+:\d+\]\s*",
@@ -193,7 +200,7 @@ def parse_line(text: str) -> Line:
                 host = host or _host(hm.group(1))
                 program = program or hm.group(2).split("[")[0]
                 rest = rest[hm.end() :]
-        elif kind == "rank" or kind == "task":
+        elif kind == "rank" or kind == "task" or kind == "horovod":
             rank = int(m.group(g)) if rank is None else rank
             rest = rest[end:].lstrip()
         elif kind == "host" or kind == "ip_host":
