@@ -618,3 +618,32 @@ def test_native_crash_reports_name_their_node(log, node):
 def test_scheduler_and_runner_memory_kills_are_host_oom(log, node):
     got = diagnose_text(log)
     assert (got.cause, got.blamed_node) == ("host_oom", node)
+
+
+def _megatron_line(it: int, scale: str, skipped: int, loss: str = "lm loss: 2.413E+00 | ") -> str:
+    return (
+        f" iteration {it:8d}/  500000 | consumed samples: {it * 512:9d} | elapsed time per"
+        f" iteration (ms): 988.1 | learning rate: 2.871E-04 | global batch size:   512 | {loss}"
+        f"loss scale: {scale} | number of skipped iterations: {skipped:3d} | number of nan"
+        " iterations:   0 |\n"
+    )
+
+
+def test_every_iteration_skipped_at_the_minimum_loss_scale_is_divergence():
+    # fp16 Megatron: an overflowing step is skipped and the scale halved, down to
+    # --min-loss-scale (1.0), where it stays (megatron/core/optimizer/grad_scaler.py): every
+    # iteration of every interval skipped there means the run no longer trains, NaN or not.
+    healthy = "".join(_megatron_line(it, "65536.0", 0) for it in range(1000, 1100, 10))
+    stuck = "".join(_megatron_line(it, "1.0", 10) for it in range(1100, 1160, 10))
+    got = diagnose_text(healthy + stuck)
+    assert (got.cause, got.rule_id) == ("loss_nan", "loss-curve")
+    assert "skipped" in got.detail
+    # Start-up: the scaler calibrates down from 2**32, skipping the first iterations
+    # (NVIDIA/nccl#743's log: "loss scale: 8388608.0 | number of skipped iterations:  10").
+    start = "".join(
+        _megatron_line(it, f"{2.0 ** (32 - it // 10):.1f}", 10, loss="") for it in range(10, 80, 10)
+    )
+    assert diagnose_text(start).cause == "unknown"
+    # A few skipped iterations among trained ones are the scaler doing its job.
+    some = "".join(_megatron_line(it, "1.0", 3) for it in range(1100, 1160, 10))
+    assert diagnose_text(healthy + some).cause == "unknown"

@@ -8,6 +8,7 @@ work", or the peer host named in a socket error), and say how sure that is.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Iterable
@@ -86,6 +87,17 @@ LOSS_SCALE_RUN = 5
 _LOSS_SCALE = re.compile(
     r"reducing loss scale to ([0-9.]+(?:e[-+]?\d+)?)|Attempted loss scale: \S+, reducing to "
     r"([0-9.]+(?:e[-+]?\d+)?)",
+    re.I,
+)
+# The same in Megatron's own iteration lines (fp16): its scaler halves the scale on an
+# overflowing step down to --min-loss-scale (1.0 by default) and skips the step
+# (https://github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/optimizer/grad_scaler.py);
+# every iteration of LOSS_SCALE_RUN log intervals in a row skipped at MIN_LOSS_SCALE or less
+# means the run no longer trains, whether or not a NaN is printed. At start-up the scaler
+# skips while it calibrates down from 2**32, above the floor.
+_MEGATRON_SKIPS = re.compile(
+    r"iteration\s+(\d+)/.*\bloss scale: ([0-9.]+(?:e[-+]?\d+)?) \|.*"
+    r"\bnumber of skipped iterations:\s+(\d+) \|",
     re.I,
 )
 # srun --label's task prefix "3: " (lines.py takes the task id for the rank).
@@ -216,8 +228,12 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
                     break
         series.reverse()
         collapse = _loss_scale_collapse(lines, lowest)
+        skipped = _megatron_all_skipped(lines, lowest) if collapse is None else None
+        if skipped is not None:
+            collapse = skipped
         if collapse is not None:
-            # Every step overflowing: the scaler halved the loss scale below its floor.
+            # Every step overflowing: the scaler halved the loss scale below its floor, or
+            # skips every step at its floor.
             i, scale = collapse
             parsed = parse_line(lines[i])
             events.append(
@@ -231,7 +247,11 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
                     tier=cat.loss.tier,
                     kind="cause",
                     confidence=max(cat.loss.confidence, NONFINITE_LOSS_CONFIDENCE),
-                    detail=f"loss scale fell to {scale:g}: every step overflows",
+                    detail=(
+                        f"every iteration skipped at loss scale {scale:g}: every step overflows"
+                        if skipped is not None
+                        else f"loss scale fell to {scale:g}: every step overflows"
+                    ),
                     host=parsed.host,
                     rank=parsed.rank,
                     stamp=parsed.stamp,
@@ -313,6 +333,27 @@ def _loss_scale_collapse(lines: list[str], lowest: int) -> tuple[int, float] | N
     if len(found) < LOSS_SCALE_RUN or found[0][1] >= MIN_LOSS_SCALE:
         return None
     return found[0]
+
+
+def _megatron_all_skipped(lines: list[str], lowest: int) -> tuple[int, float] | None:
+    """(index, scale) of the last Megatron iteration line if the last LOSS_SCALE_RUN log
+    intervals skipped every iteration at a loss scale of MIN_LOSS_SCALE or less."""
+    found: list[tuple[int, int, float, int]] = []  # (index, iteration, scale, skipped)
+    for i in range(len(lines) - 1, lowest - 1, -1):
+        if "skipped iterations" not in lines[i]:
+            continue
+        m = _MEGATRON_SKIPS.search(lines[i])
+        if m is None:
+            continue
+        found.append((i, int(m.group(1)), float(m.group(2)), int(m.group(3))))
+        if len(found) > LOSS_SCALE_RUN:
+            break
+    if len(found) <= LOSS_SCALE_RUN:
+        return None
+    for (_, it, scale, skipped), (_, prev, _, _) in itertools.pairwise(found):
+        if scale > MIN_LOSS_SCALE or skipped == 0 or skipped != it - prev:
+            return None
+    return found[0][0], found[0][2]
 
 
 def _megatron_hidden_loss(lines: list[str], lowest: int) -> int | None:
