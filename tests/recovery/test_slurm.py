@@ -390,6 +390,7 @@ def test_a_loss_spike_requeues_the_users_job_from_a_checkpoint_once_approved(rig
     _settled(plan)
     (resubmit,) = plan.actions.exclude(status="cancelled")
     assert resubmit.status == "succeeded" and resubmit.params["skip_steps"] == "1200-1200"
+    assert resubmit.result == f"job {job} requeued from its checkpoint"
     rig.wait_running(job, restarts=1)  # the user's own job, under its own id
     out = rig.slurm.workdir / f"{job}.out"  # overwritten by the new run
     wait_for(lambda: out.exists() and "settings:" in out.read_text(), timeout=60)

@@ -384,9 +384,9 @@ def test_main_pages_query_counts_stay_flat(
 
 def test_reliability_page_gains_time_to_recover_by_category(outsider_client, recovered):
     response = outsider_client.get("/failures/reliability/?cluster=testcluster&days=1")
-    rows = {x["category"]: x for x in response.context["r"].recovery}
-    assert (rows["infrastructure"]["failures"], rows["infrastructure"]["running_again"]) == (1, 1)
-    assert rows["all"]["median_s"] == rows["infrastructure"]["median_s"] >= 120
+    rows = {x.category: x for x in response.context["r"].recovery}
+    assert (rows["infrastructure"].failures, rows["infrastructure"].running_again) == (1, 1)
+    assert rows["all"].median_s == rows["infrastructure"].median_s >= 120
     body = response.content.decode()
     assert 'id="time-to-recover"' in body and 'data-category="infrastructure"' in body
     csv_rows = _rows(
@@ -397,3 +397,18 @@ def test_reliability_page_gains_time_to_recover_by_category(outsider_client, rec
         ("all", "1"),
     ]
     assert float(csv_rows[0]["time_to_recover_median_s"]) >= 120
+
+
+def test_switching_to_dry_run_in_the_admin_cancels_what_has_not_started(admin_client, awaiting):
+    row = RecoveryPolicy.objects.get(cluster_id=awaiting.cluster_id)
+    response = admin_client.post(
+        f"/admin/recovery/recoverypolicy/{row.pk}/change/",
+        {"cluster": row.cluster_id, "mode": "dry_run", "executor": row.executor,
+         "max_auto_restarts": "", "updated_by": ""},
+    )  # fmt: skip
+    assert response.status_code == 302, response.content[:2000]
+    awaiting.refresh_from_db()
+    assert awaiting.status == "cancelled"
+    assert awaiting.result == "cancelled: the cluster was switched to dry_run by admin"
+    with pytest.raises(services.RecoveryError, match="only an action awaiting approval"):
+        services.action_approve(awaiting.pk, "olivia")

@@ -1,16 +1,25 @@
 from django.contrib import admin
+from django.db import transaction
 
+from webapp.recovery.choices import Mode
 from webapp.recovery.models import RecoveryAction, RecoveryPlan, RecoveryPolicy
+from webapp.recovery.services import recovery_actions_stop
 
 
 @admin.register(RecoveryPolicy)
 class RecoveryPolicyAdmin(admin.ModelAdmin):
-    list_display = ("cluster", "mode", "executor", "max_auto_restarts", "updated_by", "updated_at")
-    list_editable = ("mode", "executor", "max_auto_restarts")
+    list_display = (
+        "cluster", "mode", "executor", "max_auto_restarts", "rollback_auto", "updated_by",
+        "updated_at",
+    )  # fmt: skip
+    list_editable = ("mode", "executor", "max_auto_restarts", "rollback_auto")
 
     def save_model(self, request, obj, form, change):
         obj.updated_by = request.user.get_username()
-        super().save_model(request, obj, form, change)
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            if obj.mode == Mode.DRY_RUN:
+                recovery_actions_stop(obj.cluster_id, obj.updated_by)
 
 
 class ActionInline(admin.TabularInline):

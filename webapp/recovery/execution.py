@@ -236,7 +236,7 @@ def _result_text(action: RecoveryAction, found: dict) -> str:
     if action.kind == ActionKind.REQUEUE:
         return f"job {action.job_scheduler_id} requeued"
     if action.kind == ActionKind.RESUBMIT:
-        return f"job {action.job_scheduler_id} resubmitted from checkpoint"
+        return f"job {action.job_scheduler_id} requeued from its checkpoint"
     if action.kind == ActionKind.HEALTH_CHECK:
         hosts = action.params.get("hosts", [])
         failed = found.get("failed", [])

@@ -55,14 +55,19 @@ def recovery_policy_set(
     with transaction.atomic():
         found, _ = RecoveryPolicy.objects.update_or_create(cluster_id=cluster_id, defaults=defaults)
         if mode == Mode.DRY_RUN:
-            # The kill switch: nothing that has not started runs any more (a running action
-            # stops before its next command, execution.py).
-            why = f"cancelled: the cluster was switched to dry_run by {user or 'an operator'}"
-            RecoveryAction.objects.filter(
-                cluster_id=cluster_id,
-                status__in=[ActionStatus.READY, ActionStatus.AWAITING_APPROVAL],
-            ).update(status=ActionStatus.CANCELLED, result=why[:512], ended_at=timezone.now())
+            recovery_actions_stop(cluster_id, user)
     return found
+
+
+def recovery_actions_stop(cluster_id: int, user: str = "") -> int:
+    """The kill switch, when a cluster is switched to dry_run (here, or in the admin): its
+    actions that have not started (ready, retrying, approved, awaiting approval) are
+    cancelled; a running one stops before its next command (execution.py). How many."""
+    why = f"cancelled: the cluster was switched to dry_run by {user or 'an operator'}"
+    return RecoveryAction.objects.filter(
+        cluster_id=cluster_id,
+        status__in=[ActionStatus.READY, ActionStatus.AWAITING_APPROVAL],
+    ).update(status=ActionStatus.CANCELLED, result=why[:512], ended_at=timezone.now())
 
 
 def action_approve(pk: int, user: str) -> RecoveryAction:
