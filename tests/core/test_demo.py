@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import http.cookiejar
 import json
+import os
+import re
 import signal
 import socket
 import subprocess
@@ -33,7 +35,8 @@ def _gpu_samples() -> int:
         return cur.fetchone()[0]
 
 
-def _overview_as_demo_user(base: str) -> dict:
+def _demo_user_opener(base: str) -> urllib.request.OpenerDirector:
+    """A browser session logged in with the demo's printed password."""
     jar = http.cookiejar.CookieJar()
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
     opener.open(f"{base}/login/", timeout=10).read()
@@ -43,8 +46,18 @@ def _overview_as_demo_user(base: str) -> dict:
     ).encode()
     request = urllib.request.Request(f"{base}/login/", data=form, headers={"Referer": base})
     opener.open(request, timeout=10).read()
-    with opener.open(f"{base}/api/v1/overview.json?gpus=1", timeout=10) as response:
-        return json.loads(response.read())
+    return opener
+
+
+def _overview_as_demo_user(base: str) -> dict:
+    with _demo_user_opener(base).open(f"{base}/api/v1/overview.json?gpus=1", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _evaluation_run():
+    from webapp.evaluation.models import EvaluationRun
+
+    return EvaluationRun.objects.first()
 
 
 def test_demo_serves_live_data_and_ctrl_c_stops_everything(transactional_db, broker, tmp_path):
@@ -74,6 +87,21 @@ def test_demo_serves_live_data_and_ctrl_c_stops_everything(transactional_db, bro
             payload = _overview_as_demo_user(f"http://127.0.0.1:{port}")
             reporting = [g for g in payload["gpus"] if g["ts"] is not None]
             assert len(reporting) == 8
+
+            # The evaluation page has a plan to look at: the demo planned one (plans only: it
+            # has no Slurm to run it) of the form's own example checkpoint, which it made
+            # under its model root, so the example is a path the page accepts.
+            run = wait_for(_evaluation_run, timeout=120, interval=1)
+            assert run.status == "planned" and run.cluster.name == "democluster"
+            assert run.prediction["speedup"] > 1 and len(run.datasets) == 24
+            assert run.model_path.endswith("/internlm-7b/step-1000")
+            base = f"http://127.0.0.1:{port}"
+            with _demo_user_opener(base).open(f"{base}/evaluation/", timeout=10) as r:
+                html = r.read().decode()
+            assert "predicted speedup" in html and f"run {run.pk}:" in html
+            placeholder = re.search(r'id="model-path"[^>]*placeholder="([^"]+)"', html)[1]
+            assert os.path.realpath(placeholder) == run.model_path
+            assert os.path.isfile(os.path.join(placeholder, "model.safetensors"))
         finally:
             demo.send_signal(signal.SIGINT)  # Ctrl-C
             demo.wait(60)

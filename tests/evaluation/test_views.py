@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 import pytest
 
@@ -116,6 +117,21 @@ def test_a_good_request_is_stored_and_shown(operator_client, run, checkpoint):
     assert new.requested_by == "operator"
     page = operator_client.get(response["Location"])
     assert f"run {new.pk}:" in page.content.decode()
+
+
+def test_the_forms_example_checkpoint_is_one_the_page_accepts(operator_client, run, checkpoint):
+    """The model path the form shows as its example lies under the configured model root (the
+    demo makes that checkpoint), so typing the example in is accepted."""
+    html = operator_client.get(f"/evaluation/?cluster={CLUSTER}").content.decode()
+    placeholder = re.search(r'id="model-path"[^>]*placeholder="([^"]+)"', html)[1]
+    assert placeholder == str(checkpoint)
+    response = operator_client.post(
+        "/evaluation/request/",
+        {"cluster": CLUSTER, "model_path": placeholder, "datasets": "mmlu",
+         "nodes": 1, "gpus_per_node": 8, "plan": "decoupled"},
+    )  # fmt: skip
+    assert response.status_code == 302
+    assert EvaluationRun.objects.latest("id").model_path == str(checkpoint)
 
 
 def test_csv_exports(operator_client, run):

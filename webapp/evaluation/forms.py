@@ -4,8 +4,10 @@ evaluation request (POST), whose checks beyond the form's live in services.py.""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from django import forms
+from django.conf import settings
 
 from webapp.core.forms import ClusterField, FilterForm
 from webapp.evaluation.choices import PlanKind
@@ -25,6 +27,17 @@ class PageForm(FilterForm):
         return self.values["cluster"] or self.fields["cluster"].queryset.first()
 
 
+# A checkpoint's place under the first model root, shown as the form's example (the demo makes
+# this one, so the example is one the page accepts).
+EXAMPLE_CHECKPOINT = ("internlm-7b", "step-1000")
+
+
+def example_checkpoint() -> str:
+    """Where the example checkpoint would be: under the first of VIGIL_EVAL_MODEL_ROOTS."""
+    roots = settings.VIGIL_EVAL_MODEL_ROOTS
+    return str(Path(roots[0] if roots else "/models", *EXAMPLE_CHECKPOINT))
+
+
 class RequestForm(forms.Form):
     cluster = forms.ModelChoiceField(
         _clusters(), to_field_name="name", error_messages={"invalid_choice": "unknown cluster"}
@@ -36,6 +49,10 @@ class RequestForm(forms.Form):
     gpus_per_node = forms.IntegerField(min_value=1, max_value=64, initial=8)
     model_size_gb = forms.FloatField(required=False, min_value=0.001)
     plan = forms.ChoiceField(choices=PlanKind.choices, initial=PlanKind.DECOUPLED)
+
+    @property
+    def model_placeholder(self) -> str:
+        return example_checkpoint()
 
     @property
     def dataset_names(self) -> list[str]:

@@ -88,8 +88,13 @@ def evaluation_request(
     plan: str = PlanKind.DECOUPLED,
     model_size_gb: float | None = None,
     user: str = "",
+    submit: bool = True,
 ) -> EvaluationRun:
-    """Check and store an evaluation request, then have the cluster's worker submit it."""
+    """Check and store an evaluation request, then have the cluster's worker submit it.
+
+    `submit=False` stores the plans only (status planned, nothing sent to the scheduler): for a
+    site with no Slurm to run them, such as the demo, which still shows what the plans predict.
+    """
     cluster = Cluster.objects.filter(name=cluster_name).first()
     if cluster is None:
         raise EvaluationError("cluster", f"no cluster {cluster_name!r}")
@@ -110,7 +115,7 @@ def evaluation_request(
             f"{nodes} nodes x {gpus_per_node} GPUs asked; cluster {cluster.name} has "
             f"{len(fit)} nodes in service with {gpus_per_node} or more GPUs ({total} GPUs in all)",
         )
-    if not settings.VIGIL_EVAL_PROGRAM:
+    if submit and not settings.VIGIL_EVAL_PROGRAM:
         raise EvaluationError("program", "VIGIL_EVAL_PROGRAM is not set: nothing to run")
     estimates = estimates_for(names)
     dispatch_s, dependency_s = latency_for(cluster.pk)
@@ -161,7 +166,8 @@ def evaluation_request(
             )
             for i, j in enumerate(executed["plan"])
         )
-        from webapp.evaluation.tasks import submit_send
+        if submit:
+            from webapp.evaluation.tasks import submit_send
 
-        transaction.on_commit(lambda: submit_send(run.pk, cluster.name))
+            transaction.on_commit(lambda: submit_send(run.pk, cluster.name))
     return run

@@ -33,6 +33,15 @@ from collectors.backends.simulated import DEFAULT_CLUSTERS, node_name
 from webapp.core import embedded
 
 DEMO_USER = "demo"
+# The evaluation form's example checkpoint (webapp/evaluation/forms.py EXAMPLE_CHECKPOINT),
+# made under the demo's model root so the example is one the page accepts.
+EXAMPLE_CHECKPOINT = ("internlm-7b", "step-1000")
+# The demo's evaluation plan: a 7B model in bf16 is about 14 GB (7e9 parameters x 2 bytes);
+# the placeholder file is small, so the size is given.
+EVAL_MODEL_SIZE_GB = 14
+EVAL_DATASETS = 24  # the first of the default suite
+# How long the demo tries to plan its evaluation while its nodes register their GPUs.
+EVAL_PLAN_WAIT_S = 120
 
 
 class Command(BaseCommand):
@@ -89,6 +98,7 @@ class Command(BaseCommand):
                 "recovery_mode", "--cluster", c, "--mode", "auto", "--executor", "simulated",
                 stdout=io.StringIO(),
             )  # fmt: skip
+        checkpoint = self._model_root(state / "models")
         token_file = state / "tokens.json"
         token_file.write_text(json.dumps(tokens))
         token_file.chmod(0o600)
@@ -97,6 +107,10 @@ class Command(BaseCommand):
         env["PYTHONUNBUFFERED"] = "1"
         # Links in the demo's emails point at this server, not the default port.
         env.setdefault("VIGIL_BASE_URL", f"http://{opts['host']}:{opts['port']}")
+        # The demo's model root first (the form's example lives there), then any configured.
+        roots = [str(state / "models"), *settings.VIGIL_EVAL_MODEL_ROOTS]
+        env["VIGIL_EVAL_MODEL_ROOTS"] = ",".join(dict.fromkeys(roots))
+        settings.VIGIL_EVAL_MODEL_ROOTS = list(dict.fromkeys(roots))
         # What the simulated executor runs (drain, requeue) reaches the simulated scheduler
         # through this folder, so a requeued job runs again; emptied of an earlier run's.
         inbox = state / "scheduler-inbox"
@@ -163,6 +177,14 @@ class Command(BaseCommand):
             self._wait_until_ready(procs["collectors"], ready, logs / "collectors.log")
             if history:
                 history_done.touch()
+            eval_cluster = sorted(clusters)[0]  # the one the evaluation page opens on
+            eval_args = [
+                "--cluster", eval_cluster, "--model", str(checkpoint),
+                "--datasets", str(EVAL_DATASETS), "--model-size-gb", str(EVAL_MODEL_SIZE_GB),
+                "--nodes", str(min(2, opts["nodes_per_cluster"])),
+                "--gpus-per-node", str(opts["gpus_per_node"]), "--plan-only", "--unless-any",
+            ]  # fmt: skip
+            eval_until = time.monotonic() + EVAL_PLAN_WAIT_S
             gpus = len(clusters) * opts["nodes_per_cluster"] * opts["gpus_per_node"]
             self.stdout.write(
                 self.style.SUCCESS(
@@ -175,6 +197,8 @@ class Command(BaseCommand):
                 )
             )
             while True:
+                if eval_args and not self._plan_evaluation(eval_args, eval_until):
+                    eval_args = []
                 for name, proc in procs.items():
                     if proc.poll() is not None:
                         raise CommandError(
@@ -203,6 +227,29 @@ class Command(BaseCommand):
             if "postgres" in embedded.started_here:
                 embedded.postgres_stop()
             self.stdout.write("Stopped.")
+
+    def _model_root(self, root: Path) -> Path:
+        """The demo's model root with the form's example checkpoint in it (a small file)."""
+        checkpoint = root.joinpath(*EXAMPLE_CHECKPOINT)
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        weights = checkpoint / "model.safetensors"
+        if not weights.exists():
+            weights.write_bytes(b"\0" * 4096)
+        return checkpoint
+
+    def _plan_evaluation(self, args: list[str], until: float) -> bool:
+        """Plan the demo's evaluation as an operator would (plans only: the demo has no Slurm
+        to run it). True: try again later (the cluster's GPUs are not registered yet)."""
+        out = io.StringIO()
+        try:
+            call_command("eval_request", *args, stdout=out)
+        except CommandError as exc:
+            if str(exc).startswith("nodes:") and time.monotonic() < until:
+                return True
+            self.stdout.write(self.style.WARNING(f"No evaluation plan: {exc}"))
+            return False
+        self.stdout.write(f"Evaluation: {out.getvalue().strip()}")
+        return False
 
     def _wait_until_ready(self, collector: subprocess.Popen, ready: Path, log: Path) -> None:
         """Until the collector has written its ready file (history handed to the broker)."""
