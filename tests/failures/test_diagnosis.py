@@ -647,3 +647,13 @@ def test_every_iteration_skipped_at_the_minimum_loss_scale_is_divergence():
     # A few skipped iterations among trained ones are the scaler doing its job.
     some = "".join(_megatron_line(it, "1.0", 3) for it in range(1100, 1160, 10))
     assert diagnose_text(healthy + some).cause == "unknown"
+
+
+def test_the_ranks_verdicts_are_listed_first_failed_first():
+    got = diagnose_paths(CORPUS / "native_crash_3_first_agent.log")
+    (line,) = [n for n in got.notes if n.startswith("exit verdicts")]
+    assert line.startswith(
+        "exit verdicts, first failed first: rank 2 on gpu-a: segmentation fault; "
+        "rank 3 on gpu-a: process aborted; rank 5 on gpu-a: process aborted; "
+        "rank 9 on gpu-b: segmentation fault"
+    ), line

@@ -107,6 +107,8 @@ LAST_ONLY_LINES = 3
 # A connection error this many lines from an object-storage client's traceback frame is the
 # store's (a chained traceback's frames follow the error that started it within a screen).
 STORAGE_FRAME_LINES = 60
+# Ranks listed in the exit-verdict note (Diagnosis.notes), the first failed first.
+VERDICTS_SHOWN = 8
 # Diagnosis.blame_evidence values.
 BLAME_NODE_AGENT = "node_agent"
 BLAME_SCHEDULER = "scheduler"
@@ -581,6 +583,9 @@ def _diagnosis(
         if key not in seen and len(evidence) < EVIDENCE_LINES:
             seen.add(key)
             evidence.append(e)
+    verdicts = _verdicts(events)
+    if verdicts:
+        notes.append("exit verdicts, first failed first: " + verdicts)
     detail = best.detail or ""
     if best.cause == "ib_link" and best.peer:
         # The peer is text of the line: a note (shown with the evidence), not the detail.
@@ -604,6 +609,31 @@ def _diagnosis(
         lines_scanned=scan.lines_total,
         notes=tuple(notes),
     )
+
+
+def _verdicts(events: list[Event]) -> str:
+    """How each rank ended, as the launchers and the processes themselves report it, the
+    first failed first (a torchrun record's time, then the record torchrun names the root
+    cause, then the log's order); "" unless at least two ranks or processes are named."""
+    ended = [e for e in events if e.rule.cause == "by_exit"]
+    ended.sort(
+        key=lambda e: (
+            e.failed_at if e.failed_at is not None else math.inf,
+            not e.root_cause,
+            e.seq,
+        )
+    )
+    seen: dict[tuple[str | None, int | None], str] = {}
+    for e in ended:
+        if (e.host, e.rank) in seen:
+            continue
+        who = f"rank {e.rank}" if e.rank is not None else "a process"
+        seen[(e.host, e.rank)] = f"{who}{f' on {e.host}' if e.host else ''}: {e.detail}"
+    if len(seen) < 2:
+        return ""
+    shown = list(seen.values())[:VERDICTS_SHOWN]
+    more = len(seen) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more else "")
 
 
 def _printing_node(e: Event, scan: Scan, nodes: set[str]) -> str | None:
