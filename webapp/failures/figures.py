@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -112,20 +113,20 @@ def xid_history_figure(
     return _done(fig, 260)
 
 
-def lost_by_cause_figure(rows: Sequence[dict]) -> dict:
+def lost_by_cause_figure(rows: Sequence[Any]) -> dict:
     """GPU-hours lost per cause, coloured by category (the paper's Table 3 as bars)."""
     fig = go.Figure()
     for category, colour in CATEGORY_COLOURS.items():
-        mine = [r for r in rows if r["category"] == category]
+        mine = [r for r in rows if r.category == category]
         if not mine:
             continue
         fig.add_trace(
             go.Bar(
                 name=category,
-                x=[r["cause"] for r in mine],
-                y=[r["gpu_hours"] for r in mine],
+                x=[r.cause for r in mine],
+                y=[r.gpu_hours for r in mine],
                 marker_color=colour,
-                customdata=[r["jobs"] for r in mine],
+                customdata=[r.jobs for r in mine],
                 hovertemplate="%{x}: %{y:.1f} GPU-h lost, %{customdata} job(s)<extra></extra>",
             )
         )

@@ -80,7 +80,7 @@ XIDS = Table(
     Column("message", accessor=lambda r: r[1].message, csv_only=True),
 )
 
-# --- Reliability (`failures/reliability.html`); rows are the selector's dicts -----------------
+# --- Reliability (`failures/reliability.html`); rows are reliability.py's dataclasses ---------
 
 # One row: the Reliability itself.
 RELIABILITY_SUMMARY = Table(
@@ -88,11 +88,12 @@ RELIABILITY_SUMMARY = Table(
     Column("since", accessor=lambda r: r.window.since.isoformat(), csv_only=True),
     Column("until", accessor=lambda r: r.window.until.isoformat(), csv_only=True),
     Column("nodes", "Nodes", num=True),
-    Column("node_days", "Node-days", num=True, digits=3),
+    Column("node_days", "Node-days observed", num=True, digits=3),
+    Column("cluster_hours", "Cluster hours observed", num=True, digits=3),
     Column("failures", "Failures", num=True),
     Column(
         "failures_per_1000_node_days",
-        "Failures per 1,000 node-days",
+        "Failures per 1,000 node-days observed",
         "rate_per_1000_node_days",
         num=True,
         digits=3,
@@ -133,12 +134,13 @@ RELIABILITY_RECOVERY = Table(
 RELIABILITY_NODES = Table(
     Column("node", "Node"),
     Column("failures", "Failures", num=True),
+    Column("observed_h", "Observed", unit="h", num=True, digits=3),
     Column("mtbf_h", "MTBF", unit="h", num=True, digits=3),
 )
 
 RELIABILITY_SIZES = Table(
     Column("job_size", "Job size", "size"),
-    Column("job_hours", "Job-hours", num=True, digits=3),
+    Column("job_hours", "Job-hours observed", num=True, digits=3),
     Column("failures", "Failures", num=True),
     Column("mtbf_observed_h", "Observed MTBF", unit="h", num=True, digits=3),
     Column(
@@ -184,14 +186,14 @@ RELIABILITY_CHECKPOINTS = Table(
     Column("used_interval", "Interval used", unit="min", html_only=True, num=True),
     Column(
         "used_interval_s",
-        accessor=lambda x: round(x["used_s"], 0) if x["used_s"] else "unknown",
+        accessor=lambda x: round(x.used_s, 0) if x.used_s else "unknown",
         csv_only=True,
     ),
     Column("checkpoint_write_s", csv_only=True),
     Column(
         "last_checkpoint_at",
         "Last checkpoint (UTC)",
-        lambda x: x["last_checkpoint_at"].isoformat() if x["last_checkpoint_at"] else None,
+        lambda x: x.last_checkpoint_at.isoformat() if x.last_checkpoint_at else None,
     ),
 )
 

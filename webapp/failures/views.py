@@ -202,10 +202,10 @@ def reliability_csv(request: HttpRequest, table: str) -> HttpResponse:
         "summary": [r],
         "nodes": r.per_node,
         "sizes": r.per_size,
-        "causes": [{"category": c["category"], **x} for c in r.table3 for x in c["causes"]],
+        "causes": [x for c in r.table3 for x in c.causes],
         "offenders": r.offenders,
         "ettr": r.ettr,
-        "checkpoints": [{**x, "checkpoint_write_s": r.checkpoint_write_s} for x in r.checkpoints],
+        "checkpoints": r.checkpoints,
         "recovery": r.recovery,
     }[table if table != "table3" else "causes"]
     return declared.csv_response(f"reliability-{r.window.cluster.name}-{table}.csv", rows)
