@@ -33,6 +33,7 @@ from webapp.failures.services import gpu_hours_lost
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobState
 from webapp.jobs.models import Job
+from webapp.telemetry.selectors import cluster_power_limit_mean_w
 
 HOUR = timedelta(hours=1)
 J_PER_KWH = attribution.J_PER_KWH
@@ -193,11 +194,6 @@ LEFT JOIN LATERAL (
 ) e ON true
 WHERE n.cluster_id = %(cluster)s
 GROUP BY n.id
-"""
-_POWER_LIMIT_SQL = """
-SELECT avg(l.power_limit_w) FROM telemetry_gpulatest l
-JOIN fleet_gpu g ON g.id = l.gpu_id JOIN fleet_node n ON n.id = g.node_id
-WHERE n.cluster_id = %(cluster)s
 """
 
 
@@ -418,7 +414,7 @@ def energy_report(
     gpus_per_server = max(1, round(np.mean(list(per_node.values())))) if per_node else 1
     total_cov_h = float(covered_s.sum()) / 3600
     by_method_j = arr[:, :3].sum(axis=0)
-    limit = rows_fetch(_POWER_LIMIT_SQL, params)[0][0]
+    limit = cluster_power_limit_mean_w(cluster.id)
 
     days = []
     for d in range(0, n_hours, 24):

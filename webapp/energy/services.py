@@ -5,10 +5,10 @@ allocation boundaries, so a row is the energy one GPU used in one hour while one
 (job null: no job held it, "idle"). Rows are replaced per (GPU, hour), so a refresh is exact
 whatever was redelivered, and running it twice changes nothing.
 
-Which GPU-hours to recompute: ended hours whose raw-sample count in the 1-minute rollup
-(telemetry_gpurollup1m, maintained by webapp/telemetry rollups_refresh) differs from the
-count this rollup saw, within VIGIL_ENERGY_LOOKBACK_H; and the hour after each (its first
-interval starts with the previous hour's last sample). No hook in ingest is needed; the
+Which GPU-hours to recompute: ended hours whose sample count (telemetry's
+gpus_hourly_sample_counts, from its 1-minute rollup) differs from the count this rollup saw,
+within VIGIL_ENERGY_LOOKBACK_H; and the hour after each (its first interval starts with the
+previous hour's last sample). No hook in ingest is needed; the
 comparison reads the 1-minute rollup of the lookback window each run, which a very large
 fleet would rather avoid: a dirty-range row written by ingest, as RollupDirty is, would let
 this refresh recompute exactly the GPU-hours that changed.
@@ -60,6 +60,7 @@ from webapp.energy.selectors import (
 from webapp.energy.sources import gpu_series, node_series
 from webapp.failures.services import retention_days
 from webapp.fleet.models import Cluster, Node
+from webapp.telemetry.selectors import gpus_hourly_sample_counts, gpus_hours_with_samples
 
 HOUR = timedelta(hours=1)
 # GPUs read and written per statement group: a few hundred keeps each read of raw samples
@@ -127,26 +128,28 @@ WHERE a.start < %(hi)s AND (a."end" IS NULL OR a."end" > %(lo)s)
 ORDER BY a.start
 """
 
-_STALE_SQL = """
-WITH seen AS (
-    SELECT gpu_id, date_trunc('hour', minute) AS hour, sum(n)::bigint AS n
-    FROM telemetry_gpurollup1m WHERE minute >= %(since)s AND minute < %(until)s
-    GROUP BY 1, 2
-), done AS (
-    SELECT gpu_id, hour, max(hour_samples) AS n
-    FROM energy_gpuenergyhour WHERE hour >= %(since)s
-    GROUP BY 1, 2
-), stale AS (
-    SELECT s.gpu_id, s.hour FROM seen s
-    LEFT JOIN done d ON d.gpu_id = s.gpu_id AND d.hour = s.hour
-    WHERE d.n IS DISTINCT FROM s.n
-    ORDER BY s.hour LIMIT %(limit)s
-)
-SELECT gpu_id, hour FROM stale
-UNION
-SELECT s.gpu_id, s.hour + interval '1 hour' FROM stale s
-JOIN seen n ON n.gpu_id = s.gpu_id AND n.hour = s.hour + interval '1 hour'
+# What the rollup saw of each GPU-hour it accounted (telemetry's count when it read them).
+_SEEN_SQL = """
+SELECT gpu_id, hour, max(hour_samples) FROM energy_gpuenergyhour
+WHERE hour >= %(since)s AND hour < %(until)s GROUP BY 1, 2
 """
+
+
+def _stale_gpu_hours(since: datetime, until: datetime, limit: int) -> list[tuple[int, datetime]]:
+    """The GPU-hours in [since, until) whose sample count (telemetry's) differs from the one
+    they were accounted with, oldest first, at most `limit`; and the hour after each that
+    has samples (its first interval starts with the previous hour's last sample)."""
+    counts = gpus_hourly_sample_counts(since, until)
+    with connection.cursor() as cur:
+        cur.execute(_SEEN_SQL, {"since": since, "until": until})
+        accounted = {(gpu_id, hour): n for gpu_id, hour, n in cur.fetchall()}
+    changed = sorted(
+        (key for key, n in counts.items() if accounted.get(key) != n),
+        key=lambda key: (key[1], key[0]),
+    )[:limit]
+    stale = set(changed)
+    stale.update((g, h + HOUR) for g, h in changed if (g, h + HOUR) in counts)
+    return sorted(stale, key=lambda key: (key[1], key[0]))
 
 
 @dataclass(frozen=True)
@@ -345,9 +348,7 @@ def energy_rollups_refresh(now: datetime | None = None) -> RefreshResult:
     # Only hours that have ended: the current one would look stale at every run (its samples
     # keep coming) and cost a full read of it each time; it is accounted once it closes.
     until = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    with connection.cursor() as cur:
-        cur.execute(_STALE_SQL, {"since": since, "until": until, "limit": STALE_PER_RUN})
-        stale = cur.fetchall()
+    stale = _stale_gpu_hours(since, until, STALE_PER_RUN)
     by_hour: dict[datetime, list[int]] = defaultdict(list)
     for gpu_id, hour in stale:
         by_hour[hour].append(gpu_id)
@@ -370,15 +371,8 @@ def energy_rollups_rebuild(cluster_id: int, lo: datetime, hi: datetime) -> Refre
             [cluster_id],
         )
         ids = [r[0] for r in cur.fetchall()]
-        # Hours with samples, raw or compacted (telemetry packs old hours, one row per GPU).
-        cur.execute(
-            "SELECT date_trunc('hour', ts) FROM telemetry_gpusample"
-            " WHERE gpu_id = ANY(%(ids)s) AND ts >= %(lo)s AND ts < %(hi)s"
-            " UNION SELECT hour FROM telemetry_gpusamplepacked"
-            " WHERE gpu_id = ANY(%(ids)s) AND hour >= %(lo)s AND hour < %(hi)s ORDER BY 1",
-            {"ids": ids, "lo": lo, "hi": hi},
-        )
-        hours = [r[0] for r in cur.fetchall()]
+    # Hours with samples, raw or compacted (telemetry packs old hours, one row per GPU).
+    hours = gpus_hours_with_samples(ids, lo, hi)
     rows = 0
     for hour in hours:
         for i in range(0, len(ids), GPUS_PER_CHUNK):

@@ -51,6 +51,13 @@ intervals_idle = reads.intervals_idle
 cluster_distribution = reads.cluster_distribution
 KeptSince = reads.KeptSince
 telemetry_kept_since = reads.telemetry_kept_since
+# Samples as arrays and the GPU-hours that hold samples, for the energy rollup that accounts
+# samples itself (counter, power integration and model fallbacks).
+SampleArrays = reads.SampleArrays
+gpus_sample_arrays = reads.gpus_sample_arrays
+nodes_sample_arrays = reads.nodes_sample_arrays
+gpus_hourly_sample_counts = reads.gpus_hourly_sample_counts
+gpus_hours_with_samples = reads.gpus_hours_with_samples
 
 # Metrics the live pages show, with the unit the figures use.
 SERIES_METRICS: tuple[str, ...] = (
@@ -193,6 +200,19 @@ def gpus_latest(
         values = {} if ts is None else dict(zip(fields, row[11:], strict=True))
         out.append(LatestGpu(*row[:8], ts, values, row[9], when(row[10])))
     return out
+
+
+def cluster_power_limit_mean_w(cluster_id: int) -> float | None:
+    """The mean enforced power limit (W) of the cluster's GPUs, each by its latest sample
+    (None: no GPU reported one)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT avg(l.power_limit_w) FROM telemetry_gpulatest l"
+            " JOIN fleet_gpu g ON g.id = l.gpu_id JOIN fleet_node n ON n.id = g.node_id"
+            " WHERE n.cluster_id = %s",
+            [cluster_id],
+        )
+        return cur.fetchone()[0]
 
 
 @dataclass(frozen=True)
