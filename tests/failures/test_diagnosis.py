@@ -657,3 +657,16 @@ def test_the_ranks_verdicts_are_listed_first_failed_first():
         "rank 3 on gpu-a: process aborted; rank 5 on gpu-a: process aborted; "
         "rank 9 on gpu-b: segmentation fault"
     ), line
+
+
+def test_a_slurmstepd_line_without_a_node_takes_the_node_its_cancel_line_names():
+    # Each node's slurmstepd prints "*** JOB n ON <its node> CANCELLED ***" after the kill it
+    # made (coqui-ai/STT#2238).
+    log = (
+        "slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed\n"
+        "slurmstepd: error: Exceeded job memory limit\n"
+        "slurmstepd: error: *** JOB 7518 ON xantipa CANCELLED AT 2022-06-10T17:11:35 ***\n"
+    )
+    got = diagnose_text(log)
+    assert (got.cause, got.blamed_node) == ("host_oom", "xantipa")
+    assert diagnose_text(log, job_nodes=["gpu-1"]).blamed_node == "gpu-1"

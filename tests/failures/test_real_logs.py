@@ -29,6 +29,12 @@ HELDOUT3 = DATA / "real_logs_heldout3"
 HELDOUT3_LABELS: dict[str, dict] = json.loads(
     (HELDOUT3 / "labels.json").read_text(encoding="utf-8")
 )
+# A fourth, gathered after the rules for scheduler memory kills and native crash handlers were
+# written, on those two families (README there: first contact).
+HELDOUT4 = DATA / "real_logs_heldout4"
+HELDOUT4_LABELS: dict[str, dict] = json.loads(
+    (HELDOUT4 / "labels.json").read_text(encoding="utf-8")
+)
 SYNTHETIC = DATA / "failure_logs"
 SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").read_text())
 
@@ -42,6 +48,8 @@ HELDOUT_CAUSE_MIN = 56
 HELDOUT_BLAME_MIN = 11
 HELDOUT3_CAUSE_MIN = 45
 HELDOUT3_BLAME_MIN = 1
+HELDOUT4_CAUSE_MIN = 12
+HELDOUT4_BLAME_MIN = 9
 SYNTHETIC_BLAME_MIN = 34
 # Issue 15 "Blame": at least 15 real cases whose source establishes the blamed node.
 BLAME_LABELLED_MIN = 15
@@ -130,15 +138,27 @@ def test_third_heldout_batch_is_new_and_well_formed():
     assert not earlier & {label["source"] for label in HELDOUT3_LABELS.values()}
 
 
+def test_fourth_heldout_batch_is_new_and_well_formed():
+    assert len(HELDOUT4_LABELS) >= 12
+    _well_formed(HELDOUT4, HELDOUT4_LABELS)
+    earlier = {
+        label["source"]
+        for label in [*REAL_LABELS.values(), *HELDOUT_LABELS.values(), *HELDOUT3_LABELS.values()]
+    }
+    assert not earlier & {label["source"] for label in HELDOUT4_LABELS.values()}
+
+
 def test_accuracy_on_real_and_synthetic_logs(capsys):
     real = _score(REAL, REAL_LABELS)
     heldout = _score(HELDOUT, HELDOUT_LABELS)
     heldout3 = _score(HELDOUT3, HELDOUT3_LABELS)
+    heldout4 = _score(HELDOUT4, HELDOUT4_LABELS)
     synthetic = _score(SYNTHETIC, SYNTHETIC_LABELS)
     with capsys.disabled():
         _print("real logs (tests/data/real_logs, development)", real)
         _print("real logs held out (tests/data/real_logs_heldout)", heldout)
         _print("real logs held out, third batch (tests/data/real_logs_heldout3)", heldout3)
+        _print("real logs held out, fourth batch (tests/data/real_logs_heldout4)", heldout4)
         _print("synthetic logs (tests/data/failure_logs)", synthetic)
     assert real["cause"] >= REAL_CAUSE_MIN, real["misses"]
     assert real["category"] >= REAL_CATEGORY_MIN, real["misses"]
@@ -150,6 +170,8 @@ def test_accuracy_on_real_and_synthetic_logs(capsys):
     assert heldout["blame"][0] >= HELDOUT_BLAME_MIN, heldout["misses"]
     assert heldout3["cause"] >= HELDOUT3_CAUSE_MIN, heldout3["misses"]
     assert heldout3["blame"][0] >= HELDOUT3_BLAME_MIN, heldout3["misses"]
+    assert heldout4["cause"] >= HELDOUT4_CAUSE_MIN, heldout4["misses"]
+    assert heldout4["blame"][0] >= HELDOUT4_BLAME_MIN, heldout4["misses"]
 
 
 LOSS_CURVES = DATA / "loss_curves"

@@ -107,6 +107,8 @@ LAST_ONLY_LINES = 3
 # A connection error this many lines from an object-storage client's traceback frame is the
 # store's (a chained traceback's frames follow the error that started it within a screen).
 STORAGE_FRAME_LINES = 60
+# A slurmstepd line names the node of the slurmstepd lines this close after it (its own burst).
+SCHEDULER_NEIGHBOUR_LINES = 3
 # Ranks listed in the exit-verdict note (Diagnosis.notes), the first failed first.
 VERDICTS_SHOWN = 8
 # Diagnosis.blame_evidence values.
@@ -539,6 +541,20 @@ def _diagnosis(
             # A GPU fault no line names a host for, pasted with the shell prompt of the one
             # node whose GPUs were inspected (rwth-i6/returnn#1486).
             node = next(iter(scan.inspected_hosts))
+    if node is None and best.rule.blame == "line" and best.is_scheduler:
+        # A slurmstepd line with no node in it: the same slurmstepd's next lines name its node
+        # ("*** JOB 7518 ON xantipa CANCELLED AT ..." after the memory-limit kill it made,
+        # coqui-ai/STT#2238).
+        after = [
+            e
+            for e in events
+            if e.is_scheduler
+            and e.host
+            and e.file_index == best.file_index
+            and 0 < e.line_no - best.line_no <= SCHEDULER_NEIGHBOUR_LINES
+        ]
+        if after:
+            node = min(after, key=lambda e: e.seq).host
     blame_evidence = ""
     if node is not None:
         trusted = best.file_index in scan.kernel_files

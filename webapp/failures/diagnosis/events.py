@@ -143,14 +143,16 @@ _PEER = _Find(
     ("peer", "call to recv from", "connect to"),
 )
 # The host a scheduler or launcher line names (Open MPI's "... on node gpu-07 exited on signal
-# 9" included: the host of the failed rank).
+# 9" included: the host of the failed rank; slurmstepd's "*** JOB 7518 ON xantipa CANCELLED AT
+# ..." names the node of the slurmstepd that printed it).
 _SLURM_NODE = _Find(
     re.compile(
         r"Node failure on ([\w.-]+)|srun: error: ([\w.-]+): task|Nodes? ([\w.-]+) not responding|"
-        r"^error: ([\w.-]+): task|, node: ([\w.-]+)|on node ([\w.-]+) exited",
+        r"^error: ([\w.-]+): task|, node: ([\w.-]+)|on node ([\w.-]+) exited|"
+        r"\*\*\* (?:JOB|STEP) [\w.+]+ ON ([\w.-]+) CANCELLED",
         re.I,
     ),
-    ("node", "error: "),
+    ("node", "error: ", "cancelled"),
 )
 _GPU_INDEX = _Find(
     re.compile(r"\(GPU (\d+);|GPU (\d+) has a total capacity|Device: (\d+)|cuda:(\d+)", re.I),
