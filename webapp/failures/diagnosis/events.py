@@ -11,8 +11,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import webapp.failures.diagnosis.exits as exits
 from webapp.failures import taxonomy
-from webapp.failures.diagnosis import exits
 from webapp.failures.diagnosis.catalogue import Catalogue, Rule, catalogue_load, first_rule
 from webapp.failures.diagnosis.lines import Line, Stamp, folded, kernel_hint, parse_line
 
