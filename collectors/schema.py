@@ -173,9 +173,9 @@ def clean_text(text: str) -> str:
 #
 #     vigil-hmac-sha256:<64 hex digits>\n{"v":1,"batch_id":"…","cluster":"seren",…}
 #
-# The HMAC key is `node_key(token)`, the SHA-256 the server keeps in PostgreSQL instead of the
-# token. The database is the trusted side, so keying by that hash is as good as keying by the
-# token, and the token itself is never stored by the server nor sent by the node. Anyone who
+# The HMAC key is `node_key(token)`, the token's SHA-256. The server keeps it in PostgreSQL
+# only sealed under a secret of its own (webapp/fleet/services.py), so neither the token nor
+# the key can be read from the database, and the token is never sent by the node. Anyone who
 # can read the broker can copy and replay a signed batch, which is harmless: ingest is
 # idempotent on natural keys (a replayed batch stores nothing new), and it cannot be altered
 # without the key.
@@ -207,8 +207,8 @@ Credential = Signature | Bearer
 
 
 def node_key(token: str) -> str:
-    """The HMAC key of a node: SHA-256 of its token, hex (what the server stores as
-    `token_hash`). Tokens are 256 random bits, so no password stretching is needed."""
+    """The HMAC key of a node: SHA-256 of its token, hex (the server stores it sealed).
+    Tokens are 256 random bits, so no password stretching is needed."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
