@@ -114,6 +114,25 @@ def test_a_webhook_that_answers_4xx_disables_its_channel(fleet, operator, webhoo
     assert "HTTP 410" in channel.last_error
 
 
+def test_a_channel_of_an_unknown_kind_is_refused_never_taken_for_alertmanager(
+    fleet, operator, webhook, broker
+):
+    """A kind with no transport (a row written by hand, a kind since removed) fails its
+    notification and disables the channel with the reason; nothing is posted anywhere."""
+    hook, url = webhook
+    channel = Channel.objects.create(kind="pager", config={"url": url})
+    services.subscription_create(operator, channel=channel)
+    _node_down(20)
+    evaluate.alerts_evaluate(timezone.now())
+    deliver(later(2))
+    assert hook.received == []
+    note = Notification.objects.get(channel=channel)
+    assert note.status == NotificationStatus.FAILED
+    assert "channel kind 'pager' has no transport" in note.error
+    channel.refresh_from_db()
+    assert channel.disabled and "'pager' has no transport" in channel.last_error
+
+
 def test_the_alertmanager_refresh_posts_only_what_routing_lets_through(
     fleet, smtp, operator, webhook, broker
 ):

@@ -50,8 +50,16 @@ from webapp.alerts.models import (
     Channel,
     Notification,
 )
-from webapp.alerts.services import implicit_subscription, unsubscribe_url
-from webapp.alerts.transports import PermanentError, TransientError, transport_for
+from webapp.alerts.services import channel_disable, implicit_subscription
+from webapp.alerts.transports import (
+    Message,
+    PermanentError,
+    TransientError,
+    UnknownChannelKind,
+    am_alert,
+    transport_class,
+    transport_for,
+)
 from webapp.celery import app
 from webapp.recovery.choices import ActionKind, Audience
 from webapp.recovery.models import RecoveryAction
@@ -97,42 +105,6 @@ def _group_title(group: AlertGroup) -> str:
     return f"{cluster}, {group.cause.replace('_', ' ')}"
 
 
-def _am_alert(alert: Alert, now: datetime) -> dict:
-    """An alert as Alertmanager's API takes it (same labels; resolved by endsAt)."""
-    body = {
-        "labels": {k: str(v) for k, v in alert.labels.items()},
-        "annotations": {"summary": alert.summary, "vigil_fingerprint": alert.fingerprint},
-        "startsAt": alert.starts_at.isoformat(),
-        "generatorURL": emails.absolute(emails.ALERTS_PATH),
-    }
-    if alert.state == AlertState.RESOLVED and alert.ends_at:
-        body["endsAt"] = alert.ends_at.isoformat()
-    return body
-
-
-def _webhook_payload(items: list[dict], alerts: list[Alert], kind: str, group: str) -> dict:
-    return {
-        "version": "1",
-        "kind": kind,
-        "group": group,
-        "status": "resolved" if kind == NotificationKind.RESOLVED else "firing",
-        "alerts": [
-            {
-                "fingerprint": a.fingerprint,
-                "status": a.state,
-                "labels": a.labels,
-                "startsAt": a.starts_at.isoformat(),
-                "endsAt": a.ends_at.isoformat() if a.ends_at else None,
-                "summary": i["summary"],
-                "url": i["url"],
-                "diagnosis": i["failure"],
-                "evidence": i["evidence"],
-            }
-            for a, i in zip(alerts, items, strict=True)
-        ],
-    }
-
-
 def _sent_last_hour(channel: Channel, now: datetime) -> int:
     return (
         Notification.objects.filter(channel=channel, created_at__gte=now - timedelta(hours=1))
@@ -155,31 +127,21 @@ def _notify(
     title = _group_title(group)
     channel = recipient.channel
     n = Notification(channel=channel, subscription=recipient.subscription, group=group, kind=kind)
-    if channel.kind == ChannelKind.EMAIL:
-        unsub = unsubscribe_url(recipient.subscription)
-        if kind == NotificationKind.FIRING:
-            r = emails.email_alert_firing(items[0], unsubscribe_url=unsub)
-        elif kind == NotificationKind.APPROVAL:
-            r = emails.email_approval_waiting(items[0], unsubscribe_url=unsub)
-        elif kind == NotificationKind.RESOLVED:
-            r = emails.email_alerts_resolved(items, group=title, unsubscribe_url=unsub)
-        else:
-            r = emails.email_alerts_grouped(items, group=title, unsubscribe_url=unsub)
-        n.to = channel.config.get("address", "")
-        n.subject, n.body_text, n.body_html = r.subject, r.text, r.html
-        n.payload = {"unsubscribe_url": unsub}
+    try:
+        transport = transport_class(channel.kind)
+    except UnknownChannelKind as exc:
+        # Written, failed and the channel disabled, so that its page says why nothing arrives.
+        n.to, n.subject = channel.target, title
+        n.status, n.error = NotificationStatus.FAILED, str(exc)
+        channel_disable(channel.pk, str(exc))
+        log.warning("notification to channel %s failed: %s", channel.pk, exc)
+    else:
+        message = Message(kind, alerts, items, title, recipient.subscription)
+        transport.prepare(n, message)
         limit = settings.VIGIL_ALERTS_RATE_LIMIT_PER_HOUR
-        if rules.rate_limited(_sent_last_hour(channel, now), limit):
+        if transport.rate_limited and rules.rate_limited(_sent_last_hour(channel, now), limit):
             n.status = NotificationStatus.SKIPPED
             n.error = f"rate limit: {limit} notifications to this address in the last hour"
-    elif channel.kind == ChannelKind.WEBHOOK:
-        n.to = channel.target  # the transport reads the URL from the channel
-        n.subject = title
-        n.payload = _webhook_payload(items, alerts, kind, title)
-    else:
-        n.to = channel.target
-        n.subject = title
-        n.payload = {"alerts": [_am_alert(a, now) for a in alerts]}
     n.save()
     n.alerts.set(alerts)
     return n
@@ -359,15 +321,12 @@ def notification_send(pk: int, worker: str) -> Outcome:
 
 
 def _failed(n: Notification, error: str, *, disable: bool) -> Outcome:
-    now = timezone.now()
     with transaction.atomic():
         Notification.objects.filter(pk=n.pk).update(
             status=NotificationStatus.FAILED, error=error[:1024], lease_until=None
         )
         if disable:
-            Channel.objects.filter(pk=n.channel_id).update(
-                disabled=True, last_error=error[:512], last_error_at=now
-            )
+            channel_disable(n.channel_id, error)
     log.warning("notification %s to channel %s failed: %s", n.pk, n.channel_id, error)
     return Outcome(NotificationStatus.FAILED, note=error)
 
@@ -439,7 +398,7 @@ def alertmanager_refresh(now: datetime | None = None) -> int:
                 kind=NotificationKind.FIRING,
                 to=channel.target,
                 subject="refresh",
-                payload={"alerts": [_am_alert(a, now) for a in firing]},
+                payload={"alerts": [am_alert(a) for a in firing]},
             )
             n.alerts.set(firing)
             notification_dispatch(n.pk)

@@ -1,6 +1,6 @@
-"""The alert emails: each kind is three templates (templates/emails/<name>-subject.html,
--body-text.html, -body-html.html, as in healthchecks), rendered by one function per kind from
-the context `alert_context` builds for one recipient.
+"""The alert emails: each kind is three templates (templates/emails/alert-<kind>-subject.html,
+-body-text.html, -body-html.html, as in healthchecks), rendered by core.mail.render through one
+function per kind from the context `alert_context` builds for one recipient.
 
 What a recipient may read decides what the context holds: evidence lines only for those who
 may read the job's logs (teams.selectors.job_logs_visible); routing (selectors.py) already
@@ -9,26 +9,18 @@ keeps other teams' jobs out of their emails altogether.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.conf import settings
-from django.template.loader import render_to_string
 from django.urls import NoReverseMatch, reverse
 
 from webapp.alerts.models import Alert
+from webapp.core import mail
+from webapp.failures.selectors import reported_late_s
 from webapp.recovery.choices import ActionKind
 from webapp.recovery.models import RecoveryAction
 
 # Where the pages helper's alert list lives (webapp/alerts/urls.py, "alerts:list"); a fixed
 # path here, so emails link to it even before that page exists.
 ALERTS_PATH = "/alerts/"
-
-
-@dataclass(frozen=True)
-class Rendered:
-    subject: str
-    text: str
-    html: str
 
 
 def absolute(path: str) -> str:
@@ -94,7 +86,10 @@ def alert_context(alert: Alert, *, show_logs: bool) -> dict:
             "url": _url("jobs:detail", job.pk),
         }
     if f is not None:
+        late_s = reported_late_s(f)  # replayed or late: "since" is when it happened
         item["failure"] = {
+            "occurred_at": f.occurred_at,
+            "reported_late_min": round(late_s / 60) if late_s is not None else None,
             "cause": f.cause,
             "category": f.category,
             "confidence": f.confidence,
@@ -112,26 +107,14 @@ def alert_context(alert: Alert, *, show_logs: bool) -> dict:
     return item
 
 
-def _render(name: str, context: dict) -> Rendered:
-    context = {**context, "base_url": settings.VIGIL_BASE_URL}
-    subject = render_to_string(f"emails/{name}-subject.html", context)
-    # A header is one line (RFC 5322 2.2); templates may wrap.
-    subject = " ".join(subject.split())[:512]
-    return Rendered(
-        subject,
-        render_to_string(f"emails/{name}-body-text.html", context),
-        render_to_string(f"emails/{name}-body-html.html", context),
-    )
+def email_alert_firing(item: dict, *, unsubscribe_url: str) -> mail.Rendered:
+    return mail.render("alert-firing", {"a": item, "unsubscribe_url": unsubscribe_url})
 
 
-def email_alert_firing(item: dict, *, unsubscribe_url: str) -> Rendered:
-    return _render("alert-firing", {"a": item, "unsubscribe_url": unsubscribe_url})
-
-
-def email_alerts_grouped(items: list[dict], *, group: str, unsubscribe_url: str) -> Rendered:
+def email_alerts_grouped(items: list[dict], *, group: str, unsubscribe_url: str) -> mail.Rendered:
     firing = [i for i in items if i["state"] == "firing"]
     resolved = [i for i in items if i["state"] == "resolved"]
-    return _render(
+    return mail.render(
         "alert-grouped",
         {
             "firing": firing,
@@ -142,11 +125,11 @@ def email_alerts_grouped(items: list[dict], *, group: str, unsubscribe_url: str)
     )
 
 
-def email_alerts_resolved(items: list[dict], *, group: str, unsubscribe_url: str) -> Rendered:
-    return _render(
+def email_alerts_resolved(items: list[dict], *, group: str, unsubscribe_url: str) -> mail.Rendered:
+    return mail.render(
         "alert-resolved", {"resolved": items, "group": group, "unsubscribe_url": unsubscribe_url}
     )
 
 
-def email_approval_waiting(item: dict, *, unsubscribe_url: str) -> Rendered:
-    return _render("alert-approval", {"a": item, "unsubscribe_url": unsubscribe_url})
+def email_approval_waiting(item: dict, *, unsubscribe_url: str) -> mail.Rendered:
+    return mail.render("alert-approval", {"a": item, "unsubscribe_url": unsubscribe_url})

@@ -8,10 +8,8 @@ import logging
 from datetime import datetime, timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.core import signing
 from django.utils import timezone
 
-from webapp.alerts import emails
 from webapp.alerts import selectors as sel
 from webapp.alerts.choices import (
     ChannelKind,
@@ -24,6 +22,7 @@ from webapp.alerts.models import (
     Silence,
     Subscription,
 )
+from webapp.core import mail
 from webapp.failures import taxonomy
 from webapp.fleet.models import Cluster, Node
 
@@ -32,7 +31,7 @@ log = logging.getLogger("vigil.alerts")
 # The unsubscribe page's path (the pages' urls.py, "alerts:unsubscribe"): fixed here so the
 # link in an email never depends on a page being deployed.
 UNSUBSCRIBE_PATH = "/alerts/unsubscribe/{token}/"
-UNSUBSCRIBE_SALT = "vigil.alerts.unsubscribe"
+UNSUBSCRIBE_PURPOSE = "alerts"  # core.mail's signing purpose of the links
 
 
 class AlertsError(ValueError):
@@ -40,25 +39,37 @@ class AlertsError(ValueError):
 
 
 def unsubscribe_token(subscription: Subscription) -> str:
-    return signing.dumps({"s": subscription.pk}, salt=UNSUBSCRIBE_SALT, compress=True)
+    return mail.unsubscribe_token(UNSUBSCRIBE_PURPOSE, subscription.pk)
 
 
 def unsubscribe_url(subscription: Subscription) -> str:
-    return emails.absolute(UNSUBSCRIBE_PATH.format(token=unsubscribe_token(subscription)))
+    return mail.unsubscribe_url(UNSUBSCRIBE_PATH, UNSUBSCRIBE_PURPOSE, subscription.pk)
 
 
 def subscription_unsubscribe(token: str) -> Subscription:
     """Turn off the one subscription a link names (no login: the signature is the proof)."""
     try:
-        data = signing.loads(token, salt=UNSUBSCRIBE_SALT)
-    except signing.BadSignature:
-        raise AlertsError("this unsubscribe link is not valid (it was changed or cut)") from None
-    sub = Subscription.objects.filter(pk=data.get("s")).first()
+        pk = mail.unsubscribe_pk(UNSUBSCRIBE_PURPOSE, token)
+    except mail.UnsubscribeError as exc:
+        raise AlertsError(str(exc)) from None
+    sub = Subscription.objects.filter(pk=pk).first()
     if sub is None:
         raise AlertsError("this subscription no longer exists")
+    subscription_turn_off(sub)
+    return sub
+
+
+def subscription_turn_off(sub: Subscription) -> None:
     Subscription.objects.filter(pk=sub.pk).update(active=False, updated_at=timezone.now())
     sub.active = False
-    return sub
+
+
+def channel_disable(channel_id: int, error: str) -> None:
+    """A destination that refuses (its address, its URL) is not tried again until an operator
+    enables it; the error stays on it for its page."""
+    Channel.objects.filter(pk=channel_id).update(
+        disabled=True, last_error=error[:512], last_error_at=timezone.now()
+    )
 
 
 # --- subscriptions, silences, channels -------------------------------------------------------

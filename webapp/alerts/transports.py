@@ -1,39 +1,41 @@
 """How a Notification reaches its channel: one transport class per channel kind (healthchecks'
-registry), each sending the message already rendered on the row.
+registry, `TRANSPORTS`), each writing its kind's message onto the row when a group is flushed
+(`prepare`) and sending it later (`send`). A kind with no class is refused (UnknownChannelKind),
+never taken for another.
 
 A transport raises `TransientError` (try again later: the server is away, an SMTP 4xx, an
 HTTP 5xx) or `PermanentError` (this destination refuses: an SMTP 5xx for the recipient, an
 HTTP 4xx). A permanent error that names the destination (`disables=True`) disables the
-channel, with the error kept on it for its page.
+channel, with the error kept on it for its page. Emails are sent by core.mail.send, which
+sorts the mail server's answers.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import http.client
 import json
 import os
-import smtplib
 import socket
-import threading
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.mail import EmailMultiAlternatives, get_connection
-from django.core.mail.backends.smtp import EmailBackend as SMTPBackend
-from django.utils.module_loading import import_string
 
-from webapp.alerts.choices import ChannelKind
+from webapp.alerts import emails
+from webapp.alerts.choices import AlertState, ChannelKind, NotificationKind
 from webapp.alerts.destinations import (
     DestinationError,
     secret_env_check,
     url_check,
     url_redacted,
 )
-from webapp.alerts.models import Notification
+from webapp.alerts.models import Alert, Notification, Subscription
+from webapp.alerts.services import unsubscribe_url
+from webapp.core import mail
+from webapp.core.mail import Deadline
 
 SIGNATURE_HEADER = "X-Vigil-Signature"
 # What a webhook or Alertmanager answers is read (and dropped) up to this much: a receiver
@@ -52,136 +54,69 @@ class PermanentError(Exception):
 
 
 class Transport:
+    rate_limited = False
+
     def __init__(self, notification: Notification) -> None:
         self.n = notification
         self.channel = notification.channel
+
+    @classmethod
+    def prepare(cls, n: Notification, m: Message) -> None:
+        """Write this kind's message for `m` onto `n` (to, subject, bodies, payload)."""
+        raise NotImplementedError
 
     def send(self) -> None:
         raise NotImplementedError
 
 
-class Deadline:
-    """A total limit on one send. Socket timeouts bound each read, not their sum: a server
-    that answers every step just in time could hold a send past its claim's lease, and then
-    another worker claims the row and sends it again. At the deadline the sockets registered
-    here are shut down, which ends whatever read or write is waiting on them."""
+@dataclass(frozen=True)
+class Message:
+    """What one flush tells one recipient: the alerts (firing first), each as the email
+    templates show it to that recipient (emails.alert_context), and the group's title."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self.expired = False
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-
-    def register(self, sock: socket.socket) -> socket.socket:
-        with self._lock:
-            self._sockets.append(sock)
-            if self.expired:
-                _shut(sock)
-        return sock
-
-    def _expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for sock in self._sockets:
-                _shut(sock)
-
-    def __enter__(self) -> Deadline:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-
-    def error(self, what: str) -> TransientError:
-        return TransientError(f"{what} took longer than the send's deadline ({self.seconds} s)")
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):  # already closed
-        sock.shutdown(socket.SHUT_RDWR)
-
-
-def _deadline_smtp(backend_class: type, deadline: Deadline) -> type:
-    """Django's SMTP backend whose connections register their socket with `deadline` as
-    soon as it is connected (before the banner, TLS or login)."""
-
-    class Registering(smtplib.SMTP):
-        def _get_socket(self, host, port, timeout):  # noqa: ANN001, ANN202
-            return deadline.register(super()._get_socket(host, port, timeout))
-
-    class RegisteringSSL(smtplib.SMTP_SSL, Registering):
-        pass  # SMTP_SSL wraps the socket Registering made and registered
-
-    class Backend(backend_class):
-        @property
-        def connection_class(self) -> type:
-            return RegisteringSSL if self.use_ssl else Registering
-
-    return Backend
-
-
-def email_connection(deadline: Deadline):  # noqa: ANN201 (a Django mail backend)
-    """A mail connection whose send ends by `deadline` (the SMTP backend) or as configured."""
-    backend_class = import_string(settings.EMAIL_BACKEND)
-    timeout = settings.VIGIL_ALERTS_SEND_TIMEOUT_S
-    if issubclass(backend_class, SMTPBackend):
-        return _deadline_smtp(backend_class, deadline)(timeout=timeout)
-    return get_connection(timeout=timeout)
+    kind: str  # NotificationKind
+    alerts: list[Alert]
+    items: list[dict]
+    title: str
+    subscription: Subscription | None
 
 
 class EmailTransport(Transport):
+    rate_limited = True  # VIGIL_ALERTS_RATE_LIMIT_PER_HOUR: people read these
+
+    @classmethod
+    def prepare(cls, n: Notification, m: Message) -> None:
+        unsub = unsubscribe_url(m.subscription) if m.subscription else ""
+        if m.kind == NotificationKind.FIRING:
+            r = emails.email_alert_firing(m.items[0], unsubscribe_url=unsub)
+        elif m.kind == NotificationKind.APPROVAL:
+            r = emails.email_approval_waiting(m.items[0], unsubscribe_url=unsub)
+        elif m.kind == NotificationKind.RESOLVED:
+            r = emails.email_alerts_resolved(m.items, group=m.title, unsubscribe_url=unsub)
+        elif m.kind == NotificationKind.GROUPED:
+            r = emails.email_alerts_grouped(m.items, group=m.title, unsubscribe_url=unsub)
+        else:
+            raise ValueError(f"no email for notification kind {m.kind!r}")
+        n.to = n.channel.config.get("address", "")
+        n.subject, n.body_text, n.body_html = r.subject, r.text, r.html
+        n.payload = {"unsubscribe_url": unsub}
+
     def send(self) -> None:
         headers = {"Message-ID": self.n.message_id}
         unsubscribe = self.n.payload.get("unsubscribe_url")
         if unsubscribe:
             headers["List-Unsubscribe"] = f"<{unsubscribe}>"
-        message = EmailMultiAlternatives(
-            subject=self.n.subject,
-            body=self.n.body_text,
-            from_email=settings.DEFAULT_FROM_EMAIL,
-            to=[self.n.to],
+        outcome = mail.send(
+            f"alert-{self.n.kind}",
+            self.n.to,
+            {},
+            rendered=mail.Rendered(self.n.subject, self.n.body_text, self.n.body_html),
             headers=headers,
         )
-        if self.n.body_html:
-            message.attach_alternative(self.n.body_html, "text/html")
-        with Deadline(settings.VIGIL_ALERTS_SEND_TIMEOUT_S) as deadline:
-            message.connection = email_connection(deadline)
-            try:
-                email_send(message, self.n.to)
-            except TransientError:
-                if deadline.expired:
-                    raise deadline.error("the mail server") from None
-                raise
-
-
-def email_send(message: EmailMultiAlternatives, to: str) -> None:
-    """Send one email, the mail server's refusals sorted: PermanentError (a 5xx; for the
-    recipient it disables the channel) or TransientError (try again later)."""
-    try:
-        message.send()
-    except smtplib.SMTPRecipientsRefused as exc:
-        code, text = next(iter(exc.recipients.values()))
-        reply = f"{code} {_text(text)}"
-        if 500 <= code < 600:
-            raise PermanentError(f"the mail server refused {to}: {reply}") from None
-        raise TransientError(f"the mail server deferred {to}: {reply}") from None
-    except smtplib.SMTPResponseException as exc:
-        reply = f"{exc.smtp_code} {_text(exc.smtp_error)}"
-        if 500 <= exc.smtp_code < 600:
-            # Refused for a reason other than the recipient (the message, the sender):
-            # this message fails, the channel stays.
-            raise PermanentError(
-                f"the mail server refused the message: {reply}", disables=False
-            ) from None
-        raise TransientError(f"the mail server answered {reply}") from None
-    except (smtplib.SMTPException, OSError) as exc:
-        raise TransientError(f"could not reach the mail server: {exc}") from None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+        if outcome.status == mail.RETRY:
+            raise TransientError(outcome.error)
+        if outcome.status == mail.REFUSED:
+            raise PermanentError(outcome.error, disables=outcome.recipient_refused)
 
 
 class _Connections:
@@ -248,7 +183,7 @@ def _post_json(url: str, body: bytes, headers: dict[str, str], what: str) -> Non
         with deadline, _opener(deadline).open(request, timeout=deadline.seconds) as response:
             response.read(MAX_REPLY_BYTES)  # the whole answer, inside the deadline
         if deadline.expired:  # a cut-off answer can read as a short, complete one
-            raise deadline.error(what)
+            raise TransientError(deadline.message(what))
         return
     except urllib.error.HTTPError as exc:
         reply = f"HTTP {exc.code} {exc.reason}"
@@ -261,7 +196,7 @@ def _post_json(url: str, body: bytes, headers: dict[str, str], what: str) -> Non
         raise TransientError(f"{what} answered {reply}") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         if deadline.expired:
-            raise deadline.error(what) from None
+            raise TransientError(deadline.message(what)) from None
         raise TransientError(f"could not reach {what}: {_reason(exc, url)}") from None
 
 
@@ -286,7 +221,36 @@ def signature(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
+def webhook_payload(m: Message) -> dict:
+    return {
+        "version": "1",
+        "kind": m.kind,
+        "group": m.title,
+        "status": "resolved" if m.kind == NotificationKind.RESOLVED else "firing",
+        "alerts": [
+            {
+                "fingerprint": a.fingerprint,
+                "status": a.state,
+                "labels": a.labels,
+                "startsAt": a.starts_at.isoformat(),
+                "endsAt": a.ends_at.isoformat() if a.ends_at else None,
+                "summary": i["summary"],
+                "url": i["url"],
+                "diagnosis": i["failure"],
+                "evidence": i["evidence"],
+            }
+            for a, i in zip(m.alerts, m.items, strict=True)
+        ],
+    }
+
+
 class WebhookTransport(Transport):
+    @classmethod
+    def prepare(cls, n: Notification, m: Message) -> None:
+        n.to = n.channel.target  # send reads the URL from the channel
+        n.subject = m.title
+        n.payload = webhook_payload(m)
+
     def send(self) -> None:
         url = self.channel.config.get("url", "")
         if not url:
@@ -299,7 +263,26 @@ class WebhookTransport(Transport):
         _post_json(url, body, headers, f"the webhook {url_redacted(url)}")
 
 
+def am_alert(alert: Alert) -> dict:
+    """An alert as Alertmanager's API takes it (same labels; resolved by endsAt)."""
+    body = {
+        "labels": {k: str(v) for k, v in alert.labels.items()},
+        "annotations": {"summary": alert.summary, "vigil_fingerprint": alert.fingerprint},
+        "startsAt": alert.starts_at.isoformat(),
+        "generatorURL": emails.absolute(emails.ALERTS_PATH),
+    }
+    if alert.state == AlertState.RESOLVED and alert.ends_at:
+        body["endsAt"] = alert.ends_at.isoformat()
+    return body
+
+
 class AlertmanagerTransport(Transport):
+    @classmethod
+    def prepare(cls, n: Notification, m: Message) -> None:
+        n.to = n.channel.target
+        n.subject = m.title
+        n.payload = {"alerts": [am_alert(a) for a in m.alerts]}
+
     def send(self) -> None:
         base = self.channel.config.get("url", "").rstrip("/")
         if not base:
@@ -315,5 +298,20 @@ TRANSPORTS: dict[str, type[Transport]] = {
 }
 
 
+class UnknownChannelKind(PermanentError):
+    """A channel whose kind has no transport (a row written by hand, a kind since removed)."""
+
+    def __init__(self, kind: str) -> None:
+        known = ", ".join(TRANSPORTS)
+        super().__init__(f"channel kind {kind!r} has no transport (known: {known})")
+
+
+def transport_class(kind: str) -> type[Transport]:
+    try:
+        return TRANSPORTS[kind]
+    except KeyError:
+        raise UnknownChannelKind(kind) from None
+
+
 def transport_for(notification: Notification) -> Transport:
-    return TRANSPORTS[notification.channel.kind](notification)
+    return transport_class(notification.channel.kind)(notification)

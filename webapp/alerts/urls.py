@@ -4,6 +4,7 @@ these paths (emails.ALERTS_PATH, services.UNSUBSCRIBE_PATH): keep them."""
 from django.urls import path
 
 from webapp.alerts import views
+from webapp.core import views as core_views
 
 app_name = "alerts"
 
@@ -25,7 +26,12 @@ urlpatterns = [
         name="subscription_delete",
     ),
     path("alerts/deliveries/", views.delivery_list, name="deliveries"),
-    path("alerts/unsubscribe/<str:token>/", views.unsubscribe, name="unsubscribe"),
+    path(
+        "alerts/unsubscribe/<str:token>/",
+        core_views.unsubscribe,
+        {"page": views.UNSUBSCRIBE_PAGE},
+        name="unsubscribe",
+    ),
     path("alerts/outbox/", views.outbox, name="outbox"),
     path("alerts/outbox/<int:message_id>/", views.outbox_message, name="outbox_message"),
 ]

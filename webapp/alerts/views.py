@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-from django.contrib.auth.decorators import login_not_required
-from django.core import signing
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
@@ -35,6 +33,7 @@ from webapp.alerts.forms import (
 )
 from webapp.alerts.models import Alert, AlertRule, Channel, OutboxMessage, Silence, Subscription
 from webapp.core.exports import csv_response
+from webapp.core.views import UnsubscribePage
 from webapp.fleet.models import Cluster
 from webapp.teams.models import Team
 from webapp.teams.selectors import user_is_operator
@@ -478,43 +477,24 @@ def delivery_list_csv(request: HttpRequest) -> HttpResponse:
     )
 
 
-# --- unsubscribe (no login: the signed token is the proof) -----------------------------------
+# --- unsubscribe (the page is core's; no login: the signed token is the proof) --------------
 
 
-def _unsubscribe_target(token: str) -> tuple[Subscription | None, str | None]:
-    """The subscription a link names, or why the link does not work. A read: GET changes
-    nothing (mail scanners follow links); the POST calls the service."""
-    try:
-        data = signing.loads(token, salt=services.UNSUBSCRIBE_SALT)
-    except signing.BadSignature:
-        return None, "This unsubscribe link is not valid (it was changed or cut)."
-    sub = (
-        Subscription.objects.select_related("channel", "user", "team")
-        .filter(pk=data.get("s") if isinstance(data, dict) else None)
-        .first()
-    )
-    if sub is None:
-        return None, "This subscription no longer exists."
-    return sub, None
+def _subscription_what(sub: Subscription) -> str:
+    what = sub.get_scope_display()
+    return f"{what} ({', '.join(sub.severities)})" if sub.severities else what
 
 
-@login_not_required
-def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
-    sub, problem = _unsubscribe_target(token)
-    done = False
-    if sub is not None and request.method == "POST":
-        try:
-            sub = services.subscription_unsubscribe(token)
-        except services.AlertsError as exc:
-            sub, problem = None, str(exc)
-        else:
-            done = True
-    return render(
-        request,
-        "alerts/unsubscribe.html",
-        {"sub": sub, "problem": problem, "done": done},
-        status=400 if problem else 200,
-    )
+UNSUBSCRIBE_PAGE = UnsubscribePage(
+    purpose=services.UNSUBSCRIBE_PURPOSE,
+    title="Vigil alerts",
+    find=lambda pk: (
+        Subscription.objects.select_related("channel", "user", "team").filter(pk=pk).first()
+    ),
+    turn_off=services.subscription_turn_off,
+    what=_subscription_what,
+    note="Your other subscriptions stay as they are.",
+)
 
 
 # --- the demo's outbox -----------------------------------------------------------------------

@@ -17,28 +17,24 @@ this refresh recompute exactly the GPU-hours that changed.
 from __future__ import annotations
 
 import gzip
-import smtplib
 import time
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from email.utils import make_msgid
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
 from django.conf import settings
-from django.core import signing
 from django.core.cache import cache
-from django.core.mail import EmailMultiAlternatives, get_connection
 from django.db import connection, transaction
 from django.db.models import Q
-from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
-from webapp.alerts.transports import PermanentError, TransientError, email_send
+from webapp.alerts.services import channel_disable
 from webapp.celery import app
+from webapp.core import mail
 from webapp.core.exports import csv_response
 from webapp.energy import accounting
 from webapp.energy.carbon import node_power_estimate_w
@@ -382,26 +378,13 @@ def energy_rollups_rebuild(cluster_id: int, lo: datetime, hi: datetime) -> Refre
 
 # --- The monthly report email ------------------------------------------------------------------
 
-UNSUBSCRIBE_SALT = "vigil.energy.unsubscribe"
+# The report email's unsubscribe link (energy/urls.py "energy:unsubscribe"), signed by core.mail.
+UNSUBSCRIBE_PATH = "/energy/unsubscribe/{token}/"
+UNSUBSCRIBE_PURPOSE = "energy"
 
 
 def report_unsubscribe_url(sub: EnergyReportSubscription) -> str:
-    token = signing.dumps({"s": sub.pk}, salt=UNSUBSCRIBE_SALT, compress=True)
-    return f"{settings.VIGIL_BASE_URL}{reverse('energy:unsubscribe', args=[token])}"
-
-
-def report_subscription_for(token: str) -> tuple[EnergyReportSubscription | None, str | None]:
-    """The subscription an unsubscribe link names, or the reason it names none."""
-    try:
-        data = signing.loads(token, salt=UNSUBSCRIBE_SALT)
-    except signing.BadSignature:
-        return None, "this unsubscribe link is not valid (it was changed or cut)"
-    sub = (
-        EnergyReportSubscription.objects.select_related("channel").filter(pk=data.get("s")).first()
-    )
-    if sub is None:
-        return None, "this subscription no longer exists"
-    return sub, None
+    return mail.unsubscribe_url(UNSUBSCRIBE_PATH, UNSUBSCRIBE_PURPOSE, sub.pk)
 
 
 def report_unsubscribe(sub: EnergyReportSubscription) -> None:
@@ -447,13 +430,6 @@ def report_month_due(sub: EnergyReportSubscription, now: datetime) -> str | None
     return month
 
 
-def _render_email(context: dict) -> tuple[str, str, str]:
-    subject = " ".join(render_to_string("emails/energy-report-subject.html", context).split())
-    text = render_to_string("emails/energy-report-body-text.html", context)
-    html = render_to_string("emails/energy-report-body-html.html", context)
-    return subject[:512], text, html
-
-
 def report_send(
     sub: EnergyReportSubscription, cluster: Cluster, month: str, pdf: bytes, context: dict
 ) -> EnergyReportDelivery | None:
@@ -482,43 +458,29 @@ def _deliver(delivery, sub, cluster, month, pdf, context) -> None:
     to = sub.channel.target
     query = urlencode({"cluster": cluster.name, "month": month})
     unsubscribe = report_unsubscribe_url(sub)
-    subject, text, html = _render_email(
+    outcome = mail.send(
+        "energy-report",
+        to,
         {
             **context,
             "report_url": f"{settings.VIGIL_BASE_URL}{reverse('energy:report')}?{query}",
             "page_url": f"{settings.VIGIL_BASE_URL}{reverse('energy:cluster')}?{query}",
             "unsubscribe_url": unsubscribe,
-        }
-    )
-    message = EmailMultiAlternatives(
-        subject=subject,
-        body=text,
-        from_email=settings.DEFAULT_FROM_EMAIL,
-        to=[to],
-        headers={
-            "Message-ID": make_msgid("energy-report", domain=settings.VIGIL_EMAIL_DOMAIN),
-            "List-Unsubscribe": f"<{unsubscribe}>",
         },
-        connection=get_connection(timeout=settings.VIGIL_ALERTS_SEND_TIMEOUT_S),
+        headers={"List-Unsubscribe": f"<{unsubscribe}>"},
+        attachments=[
+            mail.Attachment(f"vigil-energy-{cluster.name}-{month}.pdf", pdf, "application/pdf")
+        ],
     )
-    message.attach_alternative(html, "text/html")
-    message.attach(f"vigil-energy-{cluster.name}-{month}.pdf", pdf, "application/pdf")
-    try:
-        email_send(message, to)
-    except TransientError as exc:  # tried again at the next run
-        delivery.status, delivery.error = EnergyReportDelivery.Status.FAILED, str(exc)[:1024]
-    except PermanentError as exc:
-        delivery.status, delivery.error = EnergyReportDelivery.Status.FAILED, str(exc)[:1024]
-        if exc.disables:
-            # The recipient is refused: as for alerts, the channel is disabled (an admin sees
-            # why) rather than refused again every hour.
-            channel = sub.channel
-            channel.disabled, channel.last_error = True, str(exc)[:512]
-            channel.last_error_at = timezone.now()
-            channel.save(update_fields=["disabled", "last_error", "last_error_at"])
-    else:
+    if outcome.sent:
         delivery.status, delivery.error = EnergyReportDelivery.Status.SENT, ""
         delivery.sent_at = timezone.now()
+    else:  # a retry is tried again at the next run
+        delivery.status, delivery.error = EnergyReportDelivery.Status.FAILED, outcome.error[:1024]
+    if outcome.recipient_refused:
+        # As for alerts, the channel is disabled (an admin sees why) rather than refused
+        # again every hour.
+        channel_disable(sub.channel_id, outcome.error)
     delivery.to, delivery.pdf_bytes = to, len(pdf)
     delivery.save(update_fields=["status", "error", "sent_at", "to", "pdf_bytes"])
 
@@ -777,23 +739,10 @@ def _export_file(export: EnergyExport) -> tuple[bytes, int]:
 
 def _export_email(export: EnergyExport, to: str) -> None:
     context = {"export": export, "url": export_download_url(export), "cluster": export.cluster}
-    subject = " ".join(render_to_string("emails/energy-export-subject.html", context).split())
-    message = EmailMultiAlternatives(
-        subject=subject[:512],
-        body=render_to_string("emails/energy-export-body-text.html", context),
-        from_email=settings.DEFAULT_FROM_EMAIL,
-        to=[to],
-        headers={"Message-ID": make_msgid("energy-export", domain=settings.VIGIL_EMAIL_DOMAIN)},
-        connection=get_connection(timeout=settings.VIGIL_ALERTS_SEND_TIMEOUT_S),
-    )
-    message.attach_alternative(
-        render_to_string("emails/energy-export-body-html.html", context), "text/html"
-    )
-    try:
-        message.send()
-    except (smtplib.SMTPException, OSError) as exc:
+    outcome = mail.send("energy-export", to, context)
+    if not outcome.sent:
         # The file is built and on the page; only the email failed: say so on the row.
-        export.error = f"email to {to} failed: {exc}"[:1024]
+        export.error = f"email to {to} failed: {outcome.error}"[:1024]
         export.save(update_fields=["error"])
         return
     export.emailed_to = to

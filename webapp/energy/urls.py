@@ -4,6 +4,7 @@ email's unsubscribe link. CSV exports are in api_urls.py."""
 
 from django.urls import path
 
+from webapp.core import views as core_views
 from webapp.energy import views
 
 app_name = "energy"
@@ -13,5 +14,10 @@ urlpatterns = [
     path("energy/report/", views.report_page, name="report"),
     path("energy/report.pdf", views.report_pdf, name="report_pdf"),
     path("energy/exports/", views.export_create, name="export_create"),
-    path("energy/unsubscribe/<str:token>/", views.unsubscribe, name="unsubscribe"),
+    path(
+        "energy/unsubscribe/<str:token>/",
+        core_views.unsubscribe,
+        {"page": views.UNSUBSCRIBE_PAGE},
+        name="unsubscribe",
+    ),
 ]

@@ -9,15 +9,16 @@ no data says so plainly, a bad month or cluster is a 400 naming the field.
 from __future__ import annotations
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_not_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from webapp.core.pages import not_found
+from webapp.core.views import UnsubscribePage
 from webapp.energy import figures, report, services, tables
 from webapp.energy.forms import EnergyForm
-from webapp.energy.models import EnergyExport
+from webapp.energy.models import EnergyExport, EnergyReportSubscription
 from webapp.energy.selectors import NoEnergyData, month_report_cached
 from webapp.energy.trends import energy_trends_cached
 from webapp.fleet.models import Cluster
@@ -105,6 +106,21 @@ def energy_csv(request: HttpRequest, table: str) -> HttpResponse:
     return declared.csv_response(name, tables.in_month(cluster.name, month, r.method_version, rows))
 
 
+def _no_data(request: HttpRequest, cluster: Cluster, month: str, exc: NoEnergyData) -> HttpResponse:
+    """A month with nothing accounted, inside Vigil's 404 page: why, and the cluster's energy
+    page for that month (which offers the months that have data)."""
+    return not_found(
+        request,
+        reason=(
+            f"{exc}. Energy is accounted from the hourly rollup once each hour has ended: a "
+            "cluster that began reporting less than an hour ago, or a month before its first "
+            "samples, has none yet."
+        ),
+        hint=f"The energy page of {cluster.name}, {month}",
+        hint_url=f"{reverse('energy:cluster')}?cluster={cluster.name}&month={month}",
+    )
+
+
 def _report_or_error(request: HttpRequest):
     _form, cluster, month, error = _parse(request)
     if error or cluster is None:
@@ -114,7 +130,7 @@ def _report_or_error(request: HttpRequest):
     try:
         return report.report_context(cluster, month), None
     except NoEnergyData as exc:
-        return None, HttpResponse(str(exc), status=404, content_type="text/plain")
+        return None, _no_data(request, cluster, month, exc)
 
 
 def report_page(request: HttpRequest) -> HttpResponse:
@@ -140,7 +156,7 @@ def report_pdf(request: HttpRequest) -> HttpResponse:
     try:
         month_report_cached(cluster, month)
     except NoEnergyData as exc:
-        return HttpResponse(str(exc), status=404, content_type="text/plain")
+        return _no_data(request, cluster, month, exc)
     export = services.export_request(
         cluster, month, request.user, kind=EnergyExport.Kind.REPORT_PDF
     )
@@ -190,18 +206,14 @@ def export_download(request: HttpRequest, pk: int) -> HttpResponse:
     return _export_file_response(export, inline=export.kind == EnergyExport.Kind.REPORT_PDF)
 
 
-@login_not_required
-def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
-    """The link in the report email: GET asks, POST turns the subscription off (a mail
-    scanner following links must not unsubscribe anyone)."""
-    sub, problem = services.report_subscription_for(token)
-    done = False
-    if sub is not None and request.method == "POST":
-        services.report_unsubscribe(sub)
-        done = True
-    return render(
-        request,
-        "energy/unsubscribe.html",
-        {"sub": sub, "problem": problem, "done": done},
-        status=400 if problem else 200,
-    )
+# The report email's unsubscribe link: core's page (no login: the signed token is the proof).
+UNSUBSCRIBE_PAGE = UnsubscribePage(
+    purpose=services.UNSUBSCRIBE_PURPOSE,
+    title="the monthly energy report",
+    find=lambda pk: (
+        EnergyReportSubscription.objects.select_related("channel").filter(pk=pk).first()
+    ),
+    turn_off=services.report_unsubscribe,
+    what=lambda sub: "the monthly energy report",
+    note="Alerts are not affected.",
+)
