@@ -270,3 +270,22 @@ def test_a_deactivated_user_receives_no_alert(fleet, smtp, owner, operator, outs
     deliver(later(2))
     [msg] = smtp.all()
     assert msg["To"] == "alice@example.org"
+
+
+def test_a_late_failure_email_says_since_when_it_happened_and_how_late(fleet, smtp, owner):
+    """A job failure that reached Vigil 53 min after it happened (a watcher's spool replayed):
+    the email's "since" is the failure's time, not the alert's, and says it came late."""
+    with_email(owner)
+    end = _now() - 53 * 60
+    fleet.run_job("500", end - 3600, None, nodes=("gpu-node-01",))
+    fleet.run_job("500", end - 3600, end, nodes=("gpu-node-01",))
+    failure = failure_diagnose(FailureEvent.objects.get(job__scheduler_id="500").pk)
+    evaluate.failure_alerts(failure.pk)
+    deliver(later(2))
+    [msg] = smtp.to("alice@example.org")
+    late_min = round((failure.detected_at - failure.occurred_at).total_seconds() / 60)
+    assert late_min >= 53
+    since = failure.occurred_at.strftime("%Y-%m-%d %H:%M:%S")
+    assert f"Since: {since} UTC (reported {late_min} min later)" in text_of(msg)
+    html = msg.get_body(("html",)).get_content()
+    assert f"since {since} UTC (reported {late_min} min later)" in html

@@ -291,6 +291,39 @@ def test_replayed_failures_are_marked_and_left_out_of_time_to_detect(operator_cl
     assert detect["detect_median_s"] == 30.0
 
 
+def test_a_replayed_failure_is_marked_on_its_page_the_csv_and_reliability(
+    operator_client, diagnosed
+):
+    """The same failure, detected 52 min 50 s after it happened, reads as late everywhere:
+    its own page, the failures CSV (a column) and the reliability page, which leaves it out of
+    time to detect and says how many it left out."""
+    from datetime import timedelta
+
+    FailureEvent.objects.filter(pk=diagnosed.pk).update(
+        detected_at=diagnosed.occurred_at + timedelta(minutes=52, seconds=50)
+    )
+    for f in FailureEvent.objects.exclude(pk=diagnosed.pk):
+        FailureEvent.objects.filter(pk=f.pk).update(
+            detected_at=f.occurred_at + timedelta(seconds=30)
+        )
+    page = operator_client.get(f"/failures/{diagnosed.pk}/").content.decode()
+    assert 'id="reported-late"' in page and "52 min 50 s after it happened" in page
+    others = FailureEvent.objects.exclude(pk=diagnosed.pk).first()
+    assert (
+        'id="reported-late"' not in operator_client.get(f"/failures/{others.pk}/").content.decode()
+    )
+
+    rows = {int(r["id"]): r for r in _rows(operator_client.get("/api/v1/failures.csv"))}
+    assert rows[diagnosed.pk]["replayed"] == "True"
+    assert float(rows[diagnosed.pk]["reported_late_s"]) == pytest.approx(3170.0)
+    assert {r["replayed"] for pk, r in rows.items() if pk != diagnosed.pk} == {"False"}
+    assert {r["reported_late_s"] for pk, r in rows.items() if pk != diagnosed.pk} == {""}
+
+    reliability = operator_client.get("/failures/reliability/?days=30")
+    assert reliability.context["r"].times["detect_median_s"] == 30.0
+    assert 'id="detect-replayed"' in reliability.content.decode()
+
+
 # --- What the engine read is stored apart and never loaded by a list --------------------------
 
 

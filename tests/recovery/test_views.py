@@ -412,3 +412,35 @@ def test_switching_to_dry_run_in_the_admin_cancels_what_has_not_started(admin_cl
     assert awaiting.result == "cancelled: the cluster was switched to dry_run by admin"
     with pytest.raises(services.RecoveryError, match="only an action awaiting approval"):
         services.action_approve(awaiting.pk, "olivia")
+
+
+# --- Replayed or late failures ---------------------------------------------------------------
+
+
+def test_a_replayed_failure_is_left_out_of_time_to_detect_and_marked_late(
+    outsider_client, recovered, fleet
+):
+    """A failure that reached Vigil 42 min after it happened (a spool replayed): the recovery
+    page's detect phase counts only the live one, and the failure page's timeline says the
+    detection was late instead of showing it as a 42-minute detection."""
+    from datetime import timedelta
+
+    policy("approve")
+    late = _xid_79(fleet, "301", _now() - 20, node_no=1)
+    FailureEvent.objects.filter(pk=late.pk).update(
+        occurred_at=late.detected_at - timedelta(minutes=42)
+    )
+    live_detect_s = (recovered.detected_at - recovered.occurred_at).total_seconds()
+    r = outsider_client.get("/recovery/?cluster=testcluster&days=1").context["r"]
+    assert r.failures == 2
+    assert r.phases["detect"]["n"] == 1
+    assert r.phases["detect"]["median_s"] == pytest.approx(live_detect_s, abs=0.01)
+    assert r.phases["detect"]["p95_s"] == pytest.approx(live_detect_s, abs=0.01)
+    assert r.phases["diagnose"]["n"] == 2  # diagnosis starts at detection: both count
+
+    body = outsider_client.get(f"/failures/{late.pk}/").content.decode()
+    assert "reported late" in body and "42 min after it happened" in body
+    rows = _rows(outsider_client.get(f"/api/v1/recovery/failures/{late.pk}/timeline.csv"))
+    assert {r["phase"]: r["status"] for r in rows}["detected"] == "late"
+    live = _rows(outsider_client.get(f"/api/v1/recovery/failures/{recovered.pk}/timeline.csv"))
+    assert {r["phase"]: r["status"] for r in live}["detected"] == ""

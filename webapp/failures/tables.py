@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.utils.safestring import mark_safe
 
 from webapp.core.tables import Column, Table
-from webapp.failures.selectors import xid_meaning
+from webapp.failures.selectors import detected_live, reported_late_s, xid_meaning
 
 
 def _iso(path: str):
@@ -27,6 +27,9 @@ FAILURES = Table(
     Column("occurred_at", "When (UTC)", _iso("occurred_at")),
     Column("detected_at", accessor=_iso("detected_at"), csv_only=True),
     Column("diagnosed_at", accessor=_iso("diagnosed_at"), csv_only=True),
+    # Replayed or reported late: detected_at is when it arrived, not when it was seen.
+    Column("replayed", accessor=lambda e: not detected_live(e), csv_only=True),
+    Column("reported_late_s", accessor=reported_late_s, csv_only=True),
     Column("job", "Job", "job.scheduler_id"),
     Column("job_type", accessor="job.job_type", csv_only=True),
     Column("user", "User", "job.user"),

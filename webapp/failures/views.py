@@ -33,6 +33,7 @@ from webapp.failures.selectors import (
     job_hosts_for,
     node_xid_history,
     reliability,
+    reported_late_s,
     xid_meaning,
 )
 from webapp.fleet.models import Cluster
@@ -112,6 +113,7 @@ def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
         "failures/detail.html",
         {
             "failure": failure,
+            "reported_late_s": reported_late_s(failure),
             "FailureKind": FailureKind,
             "cause": cause,
             "history_node": node,
@@ -173,6 +175,7 @@ def _reliability(request: HttpRequest) -> tuple[Reliability | None, dict]:
         "days": days,
         "error": form.error,
         "ckpt_write_s": write_s,
+        "live_max_min": int(LIVE_DETECTION_MAX.total_seconds() // 60),
         "query": request.GET.urlencode(),
     }
     if cluster is None:

@@ -7,6 +7,8 @@ percentile_cont), so no view loads every row of a window.
 
 Time to recover, by phase, of one failure (the recovery page, its CSV):
 - detect = detected_at - occurred_at, diagnose = diagnosed_at - detected_at (the failure row);
+  a failure replayed or reported late (failures.selectors.detected_live) was not detected in
+  that time: it is marked late and left out of detect and of occurred -> running again;
 - act = the end of the plan's last action that ran (succeeded or failed; notifications are
   not acting) - diagnosed_at;
 - running again = the job's first `started` event at or after the end of the plan's last
@@ -23,8 +25,10 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models import Window as SqlWindow
 from django.db.models.functions import RowNumber
 
+from webapp.core.templatetags.vigil import seconds
 from webapp.core.windows import Window
 from webapp.failures.models import FailureEvent
+from webapp.failures.selectors import LIVE_DETECTION_MAX, reported_late_s
 from webapp.fleet.models import Node
 from webapp.jobs.choices import JobEventKind
 from webapp.jobs.models import JobEvent
@@ -124,6 +128,7 @@ def failure_timeline(failure: FailureEvent) -> FailureRecovery:
         plan = actions[0].plan
     else:
         plan = RecoveryPlan.objects.filter(failure_id=failure.pk).first()
+    late_s = reported_late_s(failure)
     phases = [
         Phase("occurred", "Occurred", failure.occurred_at),
         Phase(
@@ -131,6 +136,16 @@ def failure_timeline(failure: FailureEvent) -> FailureRecovery:
             "Detected",
             failure.detected_at,
             after_s=_seconds(failure.occurred_at, failure.detected_at),
+            **(
+                {
+                    "status": "late",
+                    "status_label": "reported late",
+                    "detail": f"replayed or backfilled: reported {seconds(late_s)} after it "
+                    "happened, so left out of time to detect",
+                }
+                if late_s is not None
+                else {}
+            ),
         ),
     ]
     last = failure.detected_at
@@ -324,6 +339,8 @@ class ClusterRecovery:
     phases: dict[str, dict] = field(default_factory=dict)
     recover_median_s: float | None = None  # occurred -> running again
     recover_p95_s: float | None = None
+    # Failure plans whose failure was replayed or reported late: out of detect and recover.
+    late: int = 0
     failures: int = 0  # failure plans in the window
     auto_recovered: int = 0  # ... of which recovered with no human step
     avoided_share: float | None = None
@@ -360,17 +377,18 @@ WITH p AS (
             AND e.ts >= a.restarted_at) AS again_at
     FROM p LEFT JOIN a ON a.plan_id = p.id
 ), d AS (
-    SELECT mode, n_acts, n_not_ok, again_at,
-        extract(epoch FROM detected_at - occurred_at) AS detect,
+    SELECT mode, n_acts, n_not_ok, again_at, late,
+        CASE WHEN NOT late THEN extract(epoch FROM detected_at - occurred_at) END AS detect,
         extract(epoch FROM diagnosed_at - detected_at) AS diagnose,
         extract(epoch FROM acted_at - diagnosed_at) AS act,
         extract(epoch FROM again_at - restarted_at) AS running_again,
-        extract(epoch FROM again_at - occurred_at) AS recover
-    FROM q
+        CASE WHEN NOT late THEN extract(epoch FROM again_at - occurred_at) END AS recover
+    FROM (SELECT *, coalesce(detected_at - occurred_at > %s, false) AS late FROM q) q
 )
 SELECT count(*),
     count(*) FILTER (WHERE mode = 'auto' AND n_acts > 0 AND n_not_ok = 0
                      AND again_at IS NOT NULL),
+    count(*) FILTER (WHERE late),
     {percentiles}
 FROM d
 """
@@ -415,7 +433,16 @@ def cluster_recovery(window: Window) -> ClusterRecovery:
             action_where, action_params = " AND a.created_at >= %s", [window.since]
         cols = ", ".join(_percentiles(c) for c in (*PHASES, "recover"))
         sql = _PHASE_SQL.format(plan_where=plan_where, action_where=action_where, percentiles=cols)
-        cur.execute(sql, [window.cluster.id, *plan_params, window.cluster.id, *action_params])
+        cur.execute(
+            sql,
+            [
+                window.cluster.id,
+                *plan_params,
+                window.cluster.id,
+                *action_params,
+                LIVE_DETECTION_MAX,
+            ],
+        )
         row = cur.fetchone()
     for _b, kind, status, executor, n in result.over_time:
         result.actions += n
@@ -427,9 +454,9 @@ def cluster_recovery(window: Window) -> ClusterRecovery:
             if status == ActionStatus.SUCCEEDED:
                 result.succeeded += n
     result.success_rate = result.succeeded / result.ran if result.ran else None
-    result.failures, result.auto_recovered = row[0], row[1]
+    result.failures, result.auto_recovered, result.late = row[0], row[1], row[2]
     result.avoided_share = result.auto_recovered / result.failures if result.failures else None
-    values = row[2:]
+    values = row[3:]
     for i, phase in enumerate(PHASES):
         n, median, p95 = values[3 * i : 3 * i + 3]
         result.phases[phase] = {"n": n, "median_s": median, "p95_s": p95}
