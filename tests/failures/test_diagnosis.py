@@ -670,3 +670,15 @@ def test_a_slurmstepd_line_without_a_node_takes_the_node_its_cancel_line_names()
     got = diagnose_text(log)
     assert (got.cause, got.blamed_node) == ("host_oom", "xantipa")
     assert diagnose_text(log, job_nodes=["gpu-1"]).blamed_node == "gpu-1"
+
+
+def test_mvapich_and_hydra_reports_name_rank_and_node():
+    # MVAPICH2's handler "[host:mpi_rank_N][error_sighandler]" (lanl/MPI-Bash#14).
+    got = diagnose_text(
+        "[A-c7-023-14:mpi_rank_24][error_sighandler] Caught error: Segmentation fault (signal 11)\n"
+    )
+    assert (got.cause, got.blamed_node, got.blamed_rank) == ("native_crash", "A-c7-023-14", 24)
+    # MPICH's Hydra launcher: "<host>: rank 0 died from signal 9" (intel/pti-gpu#69 prints
+    # its "rank 1 died from signal 15").
+    got = diagnose_text("gpu-12: rank 3 died from signal 9\n")
+    assert (got.cause, got.blamed_node) == ("host_oom", "gpu-12")

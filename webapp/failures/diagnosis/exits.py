@@ -98,6 +98,8 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
         # Open MPI: "mpirun noticed that process rank 1 ... exited on signal 9 (Killed)", the
         # signal sometimes wrapped onto its own line ("signal 6 (Aborted).")
         r"exited on signal (\d+)",
+        # MPICH's Hydra: "<host>: rank 1 died from signal 15" (intel/pti-gpu#69)
+        r"rank \d+ died from signal (\d+)",
         r"^signal (\d+) \([A-Za-z ]+\)\.?$",
         # srun: "srun: error: node-05: task 40: Bus error", "... task 3: Killed"
         r"tasks? [\d,-]+: (Killed|Segmentation fault|Bus error|Aborted)",

@@ -73,6 +73,8 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
     # Segmentation fault (11)") and UCX's "[host:pid:thread:tid]" or "[host:pid :0:tid]"
     # (deepspeedai/DeepSpeed#2638): the host the process crashed on.
     ("mpi_host", r"\[([A-Za-z0-9][\w.-]*):\d+(?: ?:\d+:\d+)?\] ?", r"\[", True),
+    # MVAPICH2's handler "[host:mpi_rank_24][error_sighandler] " (lanl/MPI-Bash#14): host, rank.
+    ("mvapich", r"\[([A-Za-z0-9][\w.-]*):mpi_rank_(\d+)\](?:\[\w+\])? ?", r"\[", True),
     ("host_program", _HOST_PROGRAM.pattern, "[A-Za-z0-9]", True),
     (
         "program",
@@ -177,6 +179,10 @@ def parse_line(text: str) -> Line:
         end = m.end()
         if kind == "host_pid_tid" or kind == "mpi_host":
             host = host or m.group(g)
+            rest = rest[end:]
+        elif kind == "mvapich":
+            host = host or m.group(g)
+            rank = int(m.group(g + 1)) if rank is None else rank
             rest = rest[end:]
         elif kind == "iso" or kind == "syslog":
             if kind == "iso":
