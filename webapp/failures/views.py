@@ -83,8 +83,17 @@ def timeline(request: HttpRequest) -> HttpResponse:
     )
 
 
-def timeline_csv(request: HttpRequest) -> StreamingHttpResponse:
-    f = TimelineForm(request.GET).failure_filter(timezone.now())
+def _refused(error: str) -> HttpResponse:
+    """A CSV asked with a filter it cannot honour: 400 naming the field, as its page says,
+    never a file of another window."""
+    return HttpResponse(error, status=400, content_type="text/plain")
+
+
+def timeline_csv(request: HttpRequest) -> HttpResponse:
+    form = TimelineForm(request.GET)
+    if form.error:
+        return _refused(form.error)
+    f = form.failure_filter(timezone.now())
     # A server-side cursor: rows are read as the response is written, not all at once.
     rows = failures_filter(f)[:CSV_MAX_ROWS].iterator(chunk_size=2000)
     return tables.FAILURES.csv_stream("failures.csv", rows)
@@ -198,7 +207,9 @@ def reliability_csv(request: HttpRequest, table: str) -> HttpResponse:
     declared = tables.RELIABILITY.get(table)
     if declared is None:
         raise Http404(f"no table {table!r}")
-    r, _ = _reliability(request)
+    r, context = _reliability(request)
+    if context["error"]:
+        return _refused(context["error"])
     if r is None:
         raise Http404("no cluster")
     rows: list = {

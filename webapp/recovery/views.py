@@ -313,6 +313,12 @@ def _iso(value) -> str | None:
     return value.isoformat() if value else None
 
 
+def _refused(error: str) -> HttpResponse:
+    """A CSV asked with a filter it cannot honour (`days=-5`): 400 naming the field, as the
+    page says, never a file of the default window."""
+    return HttpResponse(error, status=400, content_type="text/plain")
+
+
 def _window(form: RecoveryForm) -> Window | None:
     cluster = form.chosen_cluster
     if cluster is None:
@@ -322,7 +328,10 @@ def _window(form: RecoveryForm) -> Window | None:
 
 
 def summary_csv(request: HttpRequest) -> HttpResponse:
-    window = _window(RecoveryForm(request.GET))
+    form = RecoveryForm(request.GET)
+    if form.error:
+        return _refused(form.error)
+    window = _window(form)
     rows = []
     if window is not None:
         r = cluster_recovery(window)
@@ -364,7 +373,10 @@ def summary_csv(request: HttpRequest) -> HttpResponse:
 
 
 def over_time_csv(request: HttpRequest) -> HttpResponse:
-    window = _window(RecoveryForm(request.GET))
+    form = RecoveryForm(request.GET)
+    if form.error:
+        return _refused(form.error)
+    window = _window(form)
     rows = []
     if window is not None:
         r = cluster_recovery(window)
@@ -396,7 +408,10 @@ PLAN_CSV_HEADER = (
 
 
 def plans_csv(request: HttpRequest) -> HttpResponse:
-    window = _window(RecoveryForm(request.GET))
+    form = RecoveryForm(request.GET)
+    if form.error:
+        return _refused(form.error)
+    window = _window(form)
     plans = plans_counted(plans_filter(window))[:CSV_MAX_ROWS].iterator(2000) if window else []
     rows = (
         (
@@ -479,6 +494,8 @@ def _action_row(a: RecoveryAction) -> tuple:
 
 def actions_csv(request: HttpRequest) -> HttpResponse:
     form = ActionsForm(request.GET)
+    if form.error:
+        return _refused(form.error)
     window = _window(form)
     if window is None:
         return csv_response("recovery-actions.csv", ACTION_CSV_HEADER, [])
