@@ -682,3 +682,23 @@ def test_mvapich_and_hydra_reports_name_rank_and_node():
     # its "rank 1 died from signal 15").
     got = diagnose_text("gpu-12: rank 3 died from signal 9\n")
     assert (got.cause, got.blamed_node) == ("host_oom", "gpu-12")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # torch.save's zip writer on a full disk (h2oai/h2o-llmstudio#214, innnky/so-vits-svc#46,
+        # pytorch/pytorch#156955).
+        "RuntimeError: [enforce fail at inline_container.cc:471] . PytorchStreamWriter failed"
+        " writing file data/228: file write failed",
+        "RuntimeError: [enforce fail at inline_container.cc:337] . unexpected pos 190007680 vs"
+        " 190007572",
+        "  what():  [enforce fail at inline_container.cc:659] . unexpected pos 64 vs 0",
+    ],
+)
+def test_a_checkpoint_writer_failing_is_the_filesystem(line):
+    log = (
+        '  File "/usr/local/lib/python3.10/site-packages/torch/serialization.py", line 650,'
+        " in _save\n    zip_file.write_record(name, storage.data_ptr(), num_bytes)\n" + line + "\n"
+    )
+    assert diagnose_text(log).cause == "filesystem"
