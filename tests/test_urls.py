@@ -121,3 +121,10 @@ def test_every_json_and_csv_endpoint_is_under_api_v1():
     assert [r for r in data if not r.startswith("api/v1/")] == []
     assert reverse("pages_api:overview_json") == "/api/v1/overview.json"
     assert reverse("jobs_api:job_events") == "/api/v1/job-events"
+
+
+def test_the_admin_is_vigils(admin_client):
+    """The admin names Vigil in its header, tab title and index, not Django."""
+    html = admin_client.get("/admin/").content.decode()
+    assert "<title>What Vigil stores | Vigil admin</title>" in html
+    assert ">Vigil administration</a>" in html and "Django administration" not in html

@@ -6,6 +6,11 @@ from webapp.core import health, metrics
 
 handler404 = "webapp.core.pages.not_found"
 
+# The admin says whose it is (Django's defaults read "Django administration").
+admin.site.site_header = "Vigil administration"
+admin.site.site_title = "Vigil admin"
+admin.site.index_title = "What Vigil stores"
+
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
