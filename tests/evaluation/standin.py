@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -42,7 +43,8 @@ def main() -> int:
     if a.phase in ("coupled", "infer"):
         for name in names:
             (outputs / f"{name}.{a.phase}.out").write_text("generated\n")
-    Path(a.report).write_text(json.dumps({"phases": report}))
+    # The names of the variables it was given, for a test that none of Vigil's reached it.
+    Path(a.report).write_text(json.dumps({"phases": report, "env": sorted(os.environ)}))
     return 0
 
 

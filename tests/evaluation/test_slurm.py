@@ -5,6 +5,7 @@ for the seconds the test gave as learned estimates (scaled down: seconds, not mi
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
@@ -17,7 +18,6 @@ from collectors.watchers.slurm import SlurmWatcher
 from tests.evaluation.conftest import estimates_set, fleet_make
 from tests.realparts import missing
 from tests.slurm import SlurmCluster, slurm_missing_reason
-from webapp.evaluation import slurm as slurm_argv
 from webapp.evaluation.models import EvaluationRun, RuntimeEstimate, SchedulerLatency
 from webapp.evaluation.services import evaluation_request
 from webapp.fleet import services as fleet_services
@@ -212,12 +212,8 @@ def test_a_failed_trial_is_retried_once_then_reported_without_blocking_others(
     ]
     scripts = list(folders[1].glob("*.sh"))
     assert scripts and {p.stat().st_mode & 0o777 for p in folders + scripts} == {0o700}
-
-
-def test_an_evaluation_job_is_submitted_with_none_of_the_workers_environment(tmp_path):
-    argv = slurm_argv.sbatch_argv(
-        run_id=3, key="infer-0", kind="infer", node="n1", after=[], workdir=tmp_path,
-        script=tmp_path / "infer-0.1.sh",
-    )  # fmt: skip
-    # The script names the program and its arguments in full: it needs nothing exported.
-    assert argv[0] == "sbatch" and "--export=NONE" in argv
+    # The jobs saw none of the worker's settings (its database, broker, VIGIL_*).
+    reports = [json.loads(p.read_text()) for p in folders[1].glob("*.json")]
+    seen = {name for report in reports for name in report["env"]}
+    assert reports and "SLURM_JOB_ID" in seen
+    assert not {n for n in seen if n.startswith(("VIGIL_", "DATABASE", "CELERY", "SECRET"))}

@@ -82,9 +82,11 @@ def sbatch_argv(
     argv = [
         "sbatch",
         "--parsable",
-        # The script names the program and its arguments in full: nothing of the worker's
-        # environment (Vigil's settings and secrets) is exported to the job.
-        "--export=NONE",
+        # sbatch runs with command_env's few variables (PATH, HOME, locale, SLURM_CONF), so
+        # ALL exports just those: none of Vigil's settings or secrets. NONE (or a list) makes
+        # slurmd build the user's login environment (su -) for each job, a login shell that
+        # every short evaluation job would wait for.
+        "--export=ALL",
         f"--job-name={job_name(run_id, key)}",
         f"--comment=vigil-eval-{run_id}",
         f"--chdir={workdir}",
