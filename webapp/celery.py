@@ -1,61 +1,18 @@
 """The Celery app and the one beat schedule."""
 
-import logging
 import os
-from typing import Any
 
-from celery import Celery, Task
+from celery import Celery
 from celery.schedules import crontab
 
-from collectors.schema import INGEST_QUEUE, INGEST_TASK, JOB_EVENTS_TASK, NODE_EVENTS_TASK
 from collectors.transport import reuse_redis_clients
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
-log = logging.getLogger("vigil.ingest")
-
-# What the ingest queue is for. Every node can write to it (deploy/redis/README.md), so it
-# can carry any task name a node chooses: a recovery action, an alert, a prune.
-INGEST_QUEUE_TASKS = frozenset({INGEST_TASK, JOB_EVENTS_TASK, NODE_EVENTS_TASK})
-
-
-class VigilTask(Task):
-    """Every task of the app: one that came through the ingest queue and is not an ingest task
-    is refused (recorded as `foreign_task`) instead of run.
-
-    A worker that consumes only the ingest queue (`-Q ingest`, as the README deploys them)
-    refuses every other task name, whatever the message says of its route. A worker that also
-    consumes other queues can only go by the routing key the message carries, which a node
-    writing to Redis could forge: ingest workers are kept apart for that reason.
-    """
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.name not in INGEST_QUEUE_TASKS and _from_ingest_queue(self.request):
-            return _foreign_task_refuse(self.name)
-        return super().__call__(*args, **kwargs)
-
-
-def _from_ingest_queue(request: Any) -> bool:
-    if getattr(request, "called_directly", True):  # run in-process (eager, tests), not sent
-        return False
-    consumed = app.amqp.queues.consume_from
-    if consumed and set(consumed) == {INGEST_QUEUE}:
-        return True
-    return (getattr(request, "delivery_info", None) or {}).get("routing_key") == INGEST_QUEUE
-
-
-def _foreign_task_refuse(name: str) -> dict:
-    from collectors.schema import UnreadableBatch
-    from webapp.core.ingest import Refused
-    from webapp.core.refusals import batch_reject
-
-    why = f"task {name[:200]} came through the ingest queue, which runs only the ingest tasks"
-    batch_reject(UnreadableBatch(why), Refused("foreign_task", why))
-    return {"rejected": "foreign_task"}
-
-
 reuse_redis_clients()  # one redis-py client per pool, not one per command
-app = Celery("vigil", task_cls=VigilTask)
+# Every task refuses what came through the ingest queue unless it is an ingest task
+# (webapp/core/taskbase.py; named, not imported, so that core may import this app).
+app = Celery("vigil", task_cls="webapp.core.taskbase:VigilTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
