@@ -425,6 +425,8 @@ def test_a_replayed_failure_is_left_out_of_time_to_detect_and_marked_late(
     detection was late instead of showing it as a 42-minute detection."""
     from datetime import timedelta
 
+    from webapp.jobs.models import JobEvent
+
     policy("approve")
     late = _xid_79(fleet, "301", _now() - 20, node_no=1)
     FailureEvent.objects.filter(pk=late.pk).update(
@@ -444,3 +446,16 @@ def test_a_replayed_failure_is_left_out_of_time_to_detect_and_marked_late(
     assert {r["phase"]: r["status"] for r in rows}["detected"] == "late"
     live = _rows(outsider_client.get(f"/api/v1/recovery/failures/{recovered.pk}/timeline.csv"))
     assert {r["phase"]: r["status"] for r in live}["detected"] == ""
+
+    # The reliability page's time to recover agrees: the late failure's job running again
+    # (occurred -> running again holds the replay's delay) gets no time there either.
+    fleet.run_job("301", time.time() + 1, None, nodes=("gpu-node-01",))
+    reliability = outsider_client.get("/failures/reliability/?cluster=testcluster&days=1")
+    rows = {x.category: x for x in reliability.context["r"].recovery}
+    assert (rows["all"].failures, rows["all"].running_again) == (2, 1)
+    assert rows["all"].median_s == pytest.approx(
+        (
+            JobEvent.objects.filter(job__scheduler_id="300", kind="started").latest("ts").ts
+            - recovered.occurred_at
+        ).total_seconds()
+    )

@@ -450,7 +450,9 @@ def running_again_after(failures: list[FailureEvent]) -> dict[int, datetime]:
 
 
 def _time_to_recover(failures: list[FailureEvent]) -> list[RecoveryRow]:
-    """Median and p95 seconds from a failure to its job running again, per category."""
+    """Median and p95 seconds from a failure to its job running again, per category. A
+    failure replayed or reported late is counted but has no time: its time holds the delay
+    before Vigil heard of it (as on the recovery page)."""
     again = running_again_after(failures)
     per: dict[str, list[float]] = defaultdict(list)
     counts: Counter[str] = Counter()
@@ -458,7 +460,7 @@ def _time_to_recover(failures: list[FailureEvent]) -> list[RecoveryRow]:
         category = f.category or taxonomy.Category.UNKNOWN.value
         counts[category] += 1
         counts["all"] += 1
-        if f.pk in again:
+        if f.pk in again and detected_live(f):
             seconds = (again[f.pk] - f.occurred_at).total_seconds()
             per[category].append(seconds)
             per["all"].append(seconds)
