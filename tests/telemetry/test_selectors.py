@@ -1,5 +1,6 @@
 """Selectors: GPU status rules, the latest sample per GPU, summaries, series sources, and the
-read API over (GPU, interval) lists (energy across counter resets, series, refused metrics)."""
+read API over (GPU, interval) lists (energy across counter resets, series, refused metrics),
+and the sample arrays the energy rollup reads."""
 
 from __future__ import annotations
 
@@ -260,4 +261,27 @@ def test_a_read_of_an_unknown_metric_is_refused_by_name(db):
             hi=t0 + timedelta(seconds=60),
             now=timezone.now(),
             budget=BUDGET,
+        )
+
+
+def test_sample_arrays_of_a_window_begin_with_the_sample_before_it(db):
+    """What the energy rollup reads: the window's samples and the one before, so the interval
+    crossing into the window is accounted in it; and the hours that hold samples."""
+    gpu_id, t0 = _one_gpu_with_a_counter_reset("arrays-api")
+    at = lambda k: t0 + timedelta(seconds=10 * k)  # noqa: E731
+    arrays = selectors.gpus_sample_arrays(
+        [gpu_id, gpu_id + 10_000], at(5), at(10), ["energy_mj"], previous=timedelta(minutes=1)
+    )
+    assert list(arrays) == [gpu_id]  # a GPU without samples is absent
+    got = arrays[gpu_id]
+    assert list(got.ts) == [at(k).timestamp() for k in range(4, 10)]
+    assert list(got.values["energy_mj"]) == [k * 1_000_000.0 for k in range(4, 10)]
+    hours = {at(k).replace(minute=0, second=0, microsecond=0) for k in range(21)}
+    assert selectors.gpus_hours_with_samples([gpu_id], at(0), at(21)) == sorted(hours)
+
+
+def test_node_sample_arrays_refuse_a_field_nodes_do_not_report(db):
+    with pytest.raises(ValueError, match="not a node sample field: 'gpu_util'"):
+        selectors.nodes_sample_arrays(
+            [1], NOW, NOW + timedelta(hours=1), ["gpu_util"], previous=timedelta(hours=1)
         )

@@ -33,7 +33,14 @@ from webapp.failures.services import gpu_hours_lost
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobState
 from webapp.jobs.models import Job
-from webapp.telemetry.selectors import cluster_power_limit_mean_w
+from webapp.jobs.selectors import (
+    AllocationRow,
+    allocation_intervals,
+    job_allocations_for,
+    job_read_budget,
+    job_span,
+)
+from webapp.telemetry.selectors import GpuInterval, cluster_power_limit_mean_w, intervals_energy
 
 HOUR = timedelta(hours=1)
 J_PER_KWH = attribution.J_PER_KWH
@@ -580,14 +587,59 @@ def month_report_cached(cluster: Cluster, month: str):
     return cached_for_months("report", cluster, months, lambda: month_report(cluster, month))
 
 
+# --- One job's energy: its accounted hours and, since, its live energy ------------------------
+
+
+@dataclass(frozen=True)
+class GpuEnergy:
+    """One allocation's GPU energy: its accounted hours' (the rollup's, in joules) and its
+    live energy since (counter deltas: the readings summed and the counter resets crossed)."""
+
+    allocation: AllocationRow
+    accounted_j: float = 0.0
+    live_mj: float = 0.0
+    readings: int = 0
+    resets: int = 0
+
+    @property
+    def energy_mj(self) -> float:
+        return self.accounted_j * 1000.0 + self.live_mj
+
+    @property
+    def kwh(self) -> float:
+        return self.energy_mj / 1000.0 / J_PER_KWH
+
+
 @dataclass(frozen=True)
 class JobEnergy:
-    gpu_kwh: float
-    facility_kwh: float
-    co2e_location_kg: float
-    co2e_market_kg: float
-    gpu_kwh_measured: float  # from the NVML counter
+    """A job's energy, the one figure set its page shows: GPU energy of the hours the hourly
+    rollup has accounted (up to `accounted_until`), with their facility energy and CO2e (the
+    job's share of each hour's, as in the monthly report), plus the GPU energy since then,
+    live from the GPUs' energy counters; `method` says both in one line, and `per_gpu`
+    splits the GPU energy per allocation."""
+
+    method: str
+    per_gpu: list[GpuEnergy] = field(default_factory=list)
+    accounted_until: datetime | None = None  # None: no hour accounted yet
+    accounted_gpu_kwh: float = 0.0
+    live_gpu_kwh: float = 0.0
+    facility_kwh: float | None = None  # of the accounted hours (None: none accounted)
+    co2e_location_kg: float | None = None
+    co2e_market_kg: float | None = None
+    gpu_kwh_measured: float = 0.0  # of the accounted hours, from the NVML counter
     method_version: str = METHOD_VERSION
+
+    @property
+    def gpu_kwh(self) -> float:
+        return self.accounted_gpu_kwh + self.live_gpu_kwh
+
+    @property
+    def kwh(self) -> float:
+        return self.gpu_kwh
+
+    @property
+    def resets(self) -> int:
+        return sum(e.resets for e in self.per_gpu)
 
 
 _JOB_HOURS_SQL = """
@@ -600,29 +652,106 @@ SELECT m.hour, m.c, m.j, (
     WHERE e.cluster_id = %(cluster)s AND e.hour = m.hour
 ) FROM mine m ORDER BY m.hour
 """
+_JOB_GPU_HOURS_SQL = """
+SELECT gpu_id, hour, counter_j + integrated_j + model_j FROM energy_gpuenergyhour
+WHERE job_id = %(job)s AND hour = ANY(%(hours)s)
+"""
+_ACCOUNTED = (
+    "the hourly energy rollup (NVML counter deltas, power integrated where the counter "
+    "fails, a utilization model without either; facility energy with PUE, CO2e with the "
+    "grid's intensity, method {version})"
+)
 
 
-def job_energy(job: Job) -> JobEnergy | None:
-    """A job's GPU and facility energy and CO2e from the rollups (None before any): its
-    share of each hour's facility energy, as in the monthly report."""
+def _accounted_per_allocation(
+    job: Job, hours: list[datetime], allocations: list[AllocationRow]
+) -> dict[int, float]:
+    """The accounted GPU energy (J) per allocation: each GPU-hour row goes to the job's
+    allocation of that GPU that held it in that hour (the first one, if several)."""
+    by_gpu: dict[int, list[AllocationRow]] = {}
+    for a in allocations:
+        if a.gpu_id is not None:
+            by_gpu.setdefault(a.gpu_id, []).append(a)
+    out: dict[int, float] = {}
+    for gpu_id, hour, j in rows_fetch(_JOB_GPU_HOURS_SQL, {"job": job.id, "hours": hours}):
+        mine = by_gpu.get(gpu_id)
+        if not mine:
+            continue
+        held = [a for a in mine if a.start < hour + HOUR and (a.end is None or a.end > hour)]
+        a = (held or mine)[0]
+        out[a.id] = out.get(a.id, 0.0) + float(j)
+    return out
+
+
+def job_energy(
+    job: Job, allocations: list[AllocationRow] | None = None, *, now: datetime | None = None
+) -> JobEnergy:
+    """The job's energy: the hours the hourly rollup has accounted (GPU energy, its share
+    of each hour's facility energy and CO2e, as in the monthly report), and after the last
+    of them the GPU energy live from its allocations' energy counters (telemetry's
+    intervals_energy: counter deltas that survive resets, from samples or a rollup)."""
+    now = now or timezone.now()
+    if allocations is None:
+        allocations = job_allocations_for(job)
     rows = rows_fetch(_JOB_HOURS_SQL, {"job": job.id, "cluster": job.cluster_id})
-    if not rows:
-        return None
-    lo = rows[0][0]
-    n_hours = int((rows[-1][0] - lo) / HOUR) + 1
-    idx = _hour_index([r[0] for r in rows], lo)
-    cluster_j = np.zeros(n_hours)
-    cluster_j[idx] = [r[3] for r in rows]
-    inputs, *_ = hourly_inputs(job.cluster, lo, n_hours, cluster_j, {"cluster": job.cluster_id})
-    mine = np.array([r[2] for r in rows], dtype=np.float64)
-    att = attribution.attribute(idx, np.ones(len(rows), dtype=np.int64), mine, inputs)
-    return JobEnergy(
-        float(att.gpu_kwh[0]),
-        float(att.facility_kwh[0]),
-        float(att.co2e_location_kg[0]),
-        float(att.co2e_market_kg[0]),
-        sum(r[1] for r in rows) / J_PER_KWH,
-    )
+    accounted: dict[int, float] = {}
+    parts: list[str] = []
+    figures: dict = {}
+    until = None
+    if rows:
+        lo = rows[0][0]
+        until = rows[-1][0] + HOUR
+        n_hours = int((rows[-1][0] - lo) / HOUR) + 1
+        idx = _hour_index([r[0] for r in rows], lo)
+        cluster_j = np.zeros(n_hours)
+        cluster_j[idx] = [r[3] for r in rows]
+        inputs, *_ = hourly_inputs(job.cluster, lo, n_hours, cluster_j, {"cluster": job.cluster_id})
+        mine = np.array([r[2] for r in rows], dtype=np.float64)
+        att = attribution.attribute(idx, np.ones(len(rows), dtype=np.int64), mine, inputs)
+        figures = {
+            "accounted_gpu_kwh": float(att.gpu_kwh[0]),
+            "facility_kwh": float(att.facility_kwh[0]),
+            "co2e_location_kg": float(att.co2e_location_kg[0]),
+            "co2e_market_kg": float(att.co2e_market_kg[0]),
+            "gpu_kwh_measured": sum(r[1] for r in rows) / J_PER_KWH,
+        }
+        accounted = _accounted_per_allocation(job, [r[0] for r in rows], allocations)
+        parts.append(
+            f"hours up to {until:%Y-%m-%d %H:%M} UTC accounted by "
+            + _ACCOUNTED.format(version=METHOD_VERSION)
+        )
+    # Live: each allocation after the accounted hours, up to its end (an open one: now).
+    start, end = job_span(job, allocations, now)
+    live_lo = max(start, until) if until else start
+    intervals = [
+        GpuInterval(i.key, i.gpu_id, max(i.lo, live_lo), i.hi)
+        for i in allocation_intervals(allocations, now)
+        if i.hi > live_lo
+    ]
+    live: dict = {}
+    if intervals:
+        method, live = intervals_energy(
+            intervals, lo=live_lo, hi=end, now=now, budget=job_read_budget(), noun="allocation"
+        )
+        when = f"since {until:%H:%M} UTC, " if until else ""
+        parts.append(f"{when}live (not yet accounted, board energy only, no PUE): {method}")
+    per_gpu = []
+    for a in allocations:
+        e = live.get(a.id)
+        if a.id in accounted or e is not None:
+            per_gpu.append(
+                GpuEnergy(
+                    a,
+                    accounted.get(a.id, 0.0),
+                    e.energy_mj if e else 0.0,
+                    e.readings if e else 0,
+                    e.resets if e else 0,
+                )
+            )
+    live_kwh = sum(e.live_mj for e in per_gpu) / 1000.0 / J_PER_KWH
+    if not parts:
+        parts.append("no energy yet: no hour accounted and no allocation with a known GPU")
+    return JobEnergy("; ".join(parts), per_gpu, until, live_gpu_kwh=live_kwh, **figures)
 
 
 _TOTALS_GPU_SQL = """

@@ -15,10 +15,10 @@ import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from webapp.jobs.dispatch import JobEnergyAnswer
 from webapp.jobs.models import Job
 from webapp.jobs.selectors import (
     AllocationRow,
-    JobCounterEnergy,
     allocation_intervals,
     job_read_budget,
     job_span,
@@ -221,10 +221,10 @@ class NodeEnergy:
     gpus: list[tuple[int, float, int]] = field(default_factory=list)
 
 
-def energy_by_node(energy: JobCounterEnergy) -> list[NodeEnergy]:
+def energy_by_node(energy: JobEnergyAnswer | None) -> list[NodeEnergy]:
     """The job's per-GPU energy summed per node (hostname order), each GPU kept for detail."""
     nodes: dict[int, NodeEnergy] = {}
-    for e in energy.per_gpu:
+    for e in energy.per_gpu if energy else []:
         a = e.allocation
         row = nodes.setdefault(a.node_id, NodeEnergy(a.node_id, a.hostname))
         row.kwh += e.kwh

@@ -1,4 +1,4 @@
-"""Reads of jobs: the filtered job list, one job's allocations, telemetry and energy, the
+"""Reads of jobs: the filtered job list, one job's allocations and telemetry, the
 GPUs that jobs hold but leave idle, and the cached characterization of a window.
 
 Samples carry no job id (DESIGN.md): per-job telemetry hands the job's allocations to
@@ -10,7 +10,7 @@ the queries below resolve both (`coalesce(a.gpu_id, g.id)`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.core.cache import cache
@@ -18,7 +18,6 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from webapp.core.units import mj_to_kwh
 from webapp.core.windows import Window
 from webapp.fleet.models import Cluster, Node
 from webapp.jobs.characterization import Characterization, jobs_characterize, tally_version
@@ -29,7 +28,6 @@ from webapp.telemetry.selectors import (
     ReadBudget,
     Resolution,
     Series,
-    intervals_energy,
     intervals_idle,
     intervals_series,
 )
@@ -103,7 +101,7 @@ def characterization_cached(window: Window, *, keep: bool = False) -> Characteri
     return result
 
 
-# --- One job: allocations, telemetry, energy ---------------------------------------------------
+# --- One job: allocations, telemetry --------------------------------------------------------------
 
 # Jobs up to this long read raw samples; longer ones the 1-minute rollup (DESIGN.md); jobs
 # older than a tier keeps, the next coarser one (telemetry decides which holds them).
@@ -230,60 +228,6 @@ def means_label(resolution: Resolution, per: str = "") -> str:
     if resolution.cells == 1:
         return resolution.label
     return f"{resolution.label}, {resolution.cells}-{resolution.cell_unit} means{per}"
-
-
-@dataclass(frozen=True)
-class GpuCounterEnergy:
-    allocation: AllocationRow
-    readings: int
-    energy_mj: float
-    resets: int
-
-    @property
-    def kwh(self) -> float:
-        return mj_to_kwh(self.energy_mj)
-
-
-@dataclass
-class JobCounterEnergy:
-    """A job's GPU energy so far from its GPUs' energy counters, per allocation, as the job
-    page shows it live (the energy app's accounted hours are another reading)."""
-
-    method: str
-    per_gpu: list[GpuCounterEnergy] = field(default_factory=list)
-
-    @property
-    def kwh(self) -> float:
-        return sum(e.kwh for e in self.per_gpu)
-
-    @property
-    def resets(self) -> int:
-        return sum(e.resets for e in self.per_gpu)
-
-
-def job_counter_energy(
-    job: Job, allocations: list[AllocationRow], *, now: datetime | None = None
-) -> JobCounterEnergy:
-    """GPU energy of the job so far, per allocation, from energy-counter deltas that survive
-    counter resets (telemetry's intervals_energy): from samples for a short job, the
-    1-minute rollup for a long one, the hourly rollup for one older than the 1-minute rollup
-    keeps."""
-    now = now or timezone.now()
-    start, end = job_span(job, allocations, now)
-    method, read = intervals_energy(
-        allocation_intervals(allocations, now),
-        lo=start,
-        hi=end,
-        now=now,
-        budget=job_read_budget(),
-        noun="allocation",
-    )
-    per_gpu = [
-        GpuCounterEnergy(a, read[a.id].readings, read[a.id].energy_mj, read[a.id].resets)
-        for a in allocations
-        if a.id in read
-    ]
-    return JobCounterEnergy(method=method, per_gpu=per_gpu)
 
 
 # --- Wasted GPUs -------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from webapp.jobs.characterization import (
 )
 from webapp.jobs.choices import JobState, JobType
 from webapp.jobs.data.reference import reference_cdfs, reference_summary_rows, summary_columns
+from webapp.jobs.dispatch import job_energy_asked
 from webapp.jobs.forms import JOB_SORTS, CharacterizationForm, JobListForm, WastedForm
 from webapp.jobs.job_page import (
     allocation_by_node,
@@ -37,7 +38,6 @@ from webapp.jobs.selectors import (
     SERIES_GPUS_MAX,
     characterization_cached,
     job_allocations_for,
-    job_counter_energy,
     job_series,
     job_span,
     jobs_filter,
@@ -245,7 +245,8 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         )
     now = timezone.now()
     allocations = job_allocations_for(job)
-    energy = job_counter_energy(job, allocations, now=now)
+    # The job's energy is the energy app's, one figure set (jobs does not import it).
+    energy = job_energy_asked(job, allocations, now)
     start, end = job_span(job, allocations, now)
     small = len(allocations) <= SERIES_GPUS_MAX
     context: dict = {
@@ -262,7 +263,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     figs: dict = {}
     if small:
         telemetry = job_series(job, allocations, now=now)
-        energy_of = {e.allocation.id: e for e in energy.per_gpu}
+        energy_of = {e.allocation.id: e for e in energy.per_gpu} if energy else {}
         context.update(
             telemetry=telemetry,
             source=telemetry.source,
