@@ -209,3 +209,36 @@ def test_no_import_cycles():
         if v not in index:
             visit(v)
     assert not cycles
+
+
+# Test modules that still take a helper from another test module, to be moved to a helpers
+# module; the list only shrinks.
+TEST_IMPORTS_LEFT = {
+    ("tests/browser/test_pages.py", "tests.telemetry.test_overview"),
+    ("tests/browser/test_pages.py", "tests.telemetry.test_views"),
+    ("tests/collectors/test_server_power.py", "tests.collectors.test_cli"),
+}
+
+
+def _test_module_imports() -> set[tuple[str, str]]:
+    found = set()
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.rpartition(".")[2].startswith("test_")
+            ):
+                found.add((str(path.relative_to(ROOT)), node.module))
+    return found
+
+
+def test_test_modules_take_shared_helpers_from_helpers_modules():
+    """A helper a second test module needs lives in a helpers module (tests/helpers.py or a
+    package's helpers.py), never in a test module: importing a test module also collects its
+    tests and fixtures a second time."""
+    assert sorted(_test_module_imports() - TEST_IMPORTS_LEFT) == []
+
+
+def test_the_list_of_test_imports_left_only_shrinks():
+    assert sorted(TEST_IMPORTS_LEFT - _test_module_imports()) == []

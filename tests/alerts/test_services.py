@@ -14,7 +14,8 @@ import pytest
 from django.utils import timezone
 
 from tests.alerts.conftest import REFUSED, deliver, later, text_of, with_email
-from tests.failures.conftest import nccl_window, xid_event
+from tests.alerts.helpers import _now, failed_job
+from tests.failures.conftest import xid_event
 from webapp.alerts import evaluate, services
 from webapp.alerts.choices import AlertState, NotificationStatus
 from webapp.alerts.models import Alert, Channel, Notification
@@ -27,35 +28,9 @@ from webapp.fleet.models import Cluster, Node
 pytestmark = pytest.mark.django_db
 
 
-def _now() -> float:
-    return float(int(time.time()))
-
-
-def _failed_job(fleet, job_id: str, *, with_logs: bool = True, **kw) -> FailureEvent:
-    """A job that failed and was diagnosed, through the real ingest and diagnosis."""
-    end = _now() - 300
-    start = end - 6 * 3600
-    if with_logs:
-        fleet.run_job(job_id, start, None, last_checkpoint_ts=end - 1800, **kw)
-        node_events_ingest(
-            fleet.node_batch(
-                "gpu-node-02",
-                gpu_events=[
-                    xid_event(end - 700, 79, index=3, message="GPU has fallen off the bus.")
-                ],
-            )
-        )
-        node_events_ingest(
-            fleet.node_batch("gpu-node-01", log_windows=[nccl_window(job_id, end - 60)])
-        )
-    fleet.run_job(job_id, start, end, **kw)
-    failure = FailureEvent.objects.get(kind="job_failure", job__scheduler_id=job_id)
-    return failure_diagnose(failure.pk)
-
-
 def test_a_diagnosed_failure_sends_one_email_with_the_diagnosis_and_evidence(fleet, smtp, owner):
     with_email(owner)
-    failure = _failed_job(fleet, "200")
+    failure = failed_job(fleet, "200")
     evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     deliver(later(3))  # nothing new: nothing more
@@ -76,7 +51,7 @@ def test_a_diagnosed_failure_sends_one_email_with_the_diagnosis_and_evidence(fle
 def test_ten_failures_of_one_cause_within_a_minute_are_one_grouped_email(fleet, smtp, owner):
     with_email(owner)
     for i in range(10):
-        failure = _failed_job(fleet, f"30{i}", with_logs=False, nodes=("gpu-node-01",))
+        failure = failed_job(fleet, f"30{i}", with_logs=False, nodes=("gpu-node-01",))
         evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     deliver(later(70))
@@ -178,7 +153,7 @@ def test_a_node_down_alert_inhibits_that_nodes_gpu_alert(fleet, smtp, operator, 
 
 def test_a_recipient_the_server_refuses_disables_the_channel_with_the_error(fleet, smtp, owner):
     with_email(owner, REFUSED)
-    failure = _failed_job(fleet, "400", with_logs=False, nodes=("gpu-node-01",))
+    failure = failed_job(fleet, "400", with_logs=False, nodes=("gpu-node-01",))
     evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     assert smtp.all() == []
@@ -196,7 +171,7 @@ def test_an_outsiders_subscription_never_receives_another_teams_job_failure(
         with_email(user)
         if user != owner:
             services.subscription_create(user)  # every cluster, every severity
-    failure = _failed_job(fleet, "500", with_logs=False, nodes=("gpu-node-01",))
+    failure = failed_job(fleet, "500", with_logs=False, nodes=("gpu-node-01",))
     evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     assert len(smtp.to("alice@example.org")) == 1  # the owner
@@ -212,7 +187,7 @@ def test_an_outsiders_subscription_never_receives_another_teams_job_failure(
 
 def test_the_unsubscribe_link_turns_off_that_subscription_without_login(fleet, smtp, owner):
     with_email(owner)
-    failure = _failed_job(fleet, "600", with_logs=False, nodes=("gpu-node-01",))
+    failure = failed_job(fleet, "600", with_logs=False, nodes=("gpu-node-01",))
     evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     [msg] = smtp.to("alice@example.org")
@@ -221,7 +196,7 @@ def test_the_unsubscribe_link_turns_off_that_subscription_without_login(fleet, s
     assert not sub.active
     with pytest.raises(services.AlertsError, match="not valid"):
         services.subscription_unsubscribe(token[:-2] + "xx")
-    again = _failed_job(fleet, "601", with_logs=False, nodes=("gpu-node-01",))
+    again = failed_job(fleet, "601", with_logs=False, nodes=("gpu-node-01",))
     evaluate.failure_alerts(again.pk)
     deliver(later(70))
     assert len(smtp.to("alice@example.org")) == 1
@@ -229,10 +204,10 @@ def test_the_unsubscribe_link_turns_off_that_subscription_without_login(fleet, s
 
 def test_a_failed_debug_job_does_not_page_and_big_pretraining_does(fleet, smtp, owner):
     with_email(owner)
-    debug = _failed_job(fleet, "700", with_logs=False, nodes=("gpu-node-01",), job_type="debug")
+    debug = failed_job(fleet, "700", with_logs=False, nodes=("gpu-node-01",), job_type="debug")
     [alert] = evaluate.failure_alerts(debug.pk)
     assert alert.severity == "info"
-    big = _failed_job(fleet, "701", with_logs=False, gpus=8, job_type="pretrain")
+    big = failed_job(fleet, "701", with_logs=False, gpus=8, job_type="pretrain")
     [alert] = evaluate.failure_alerts(big.pk)
     assert alert.severity == "warning"  # 16 GPUs: below the 64 that page
     fleet_job = big.job
@@ -247,10 +222,10 @@ def test_a_recipient_over_its_hourly_limit_gets_no_more_and_the_log_says_why(
 ):
     settings.VIGIL_ALERTS_RATE_LIMIT_PER_HOUR = 1
     with_email(owner)
-    first = _failed_job(fleet, "900", with_logs=False, nodes=("gpu-node-01",))
+    first = failed_job(fleet, "900", with_logs=False, nodes=("gpu-node-01",))
     evaluate.failure_alerts(first.pk)
     deliver(later(2))
-    second = _failed_job(fleet, "901", with_logs=False, nodes=("gpu-node-01",))
+    second = failed_job(fleet, "901", with_logs=False, nodes=("gpu-node-01",))
     evaluate.failure_alerts(second.pk)
     deliver(later(70))
     assert len(smtp.to("alice@example.org")) == 1

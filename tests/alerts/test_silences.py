@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from tests.alerts.conftest import deliver, later, with_email
-from tests.alerts.test_services import _failed_job
+from tests.alerts.helpers import failed_job
 from tests.conftest import PASSWORD
 from webapp.alerts import evaluate, services
 from webapp.alerts.models import Silence
@@ -44,7 +44,7 @@ def test_a_teams_silence_mutes_its_members_but_never_the_operators_hardware_aler
         {"cause": "gpu_off_bus", "team": team.pk, "until": _until(), "why": "reseating"},
     )
     assert made.status_code == 302
-    failure = _failed_job(fleet, "200")  # gpu_off_bus: a hardware cause, operators are told
+    failure = failed_job(fleet, "200")  # gpu_off_bus: a hardware cause, operators are told
     evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     deliver(later(70))
@@ -63,7 +63,7 @@ def test_an_operators_silence_naming_no_team_mutes_everyone(everyone, fleet, ope
         "/alerts/silences/", {"cause": "gpu_off_bus", "until": _until(), "why": "rack 4"}
     )
     assert made.status_code == 302
-    failure = _failed_job(fleet, "200")
+    failure = failed_job(fleet, "200")
     evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     deliver(later(70))
@@ -73,7 +73,7 @@ def test_an_operators_silence_naming_no_team_mutes_everyone(everyone, fleet, ope
 def test_an_operators_silence_link_mutes_everyone_and_a_members_mutes_their_team(
     everyone, fleet, operator_client, teammate_client
 ):
-    failure = _failed_job(fleet, "200")
+    failure = failed_job(fleet, "200")
     evaluate.failure_alerts(failure.pk)
     operator_row = operator_client.get("/alerts/").content.decode()
     member_row = teammate_client.get("/alerts/").content.decode()

@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from tests.alerts.conftest import REFUSED, deliver, later, with_email
-from tests.alerts.test_services import _failed_job
+from tests.alerts.helpers import failed_job
 from webapp.alerts import evaluate, services
 from webapp.alerts.choices import AlertState, ChannelKind, NotificationStatus
 from webapp.alerts.models import Alert, Channel, Notification, OutboxMessage, Silence, Subscription
@@ -33,7 +33,7 @@ def job_alert(fleet, smtp, owner, teammate) -> Alert:
     """Alice's job 200 failed (gpu_off_bus, evidence lines); her email was sent. Carol's team
     owns the job (tests/conftest.py's rule)."""
     with_email(owner)
-    failure = _failed_job(fleet, "200")
+    failure = failed_job(fleet, "200")
     evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     return Alert.objects.get(rule__name="job-failed", job__scheduler_id="200")
@@ -185,7 +185,7 @@ def test_a_refused_address_shows_as_a_disabled_channel_that_an_operator_enables(
     fleet, smtp, owner, owner_client, operator_client
 ):
     with_email(owner, REFUSED)
-    failure = _failed_job(fleet, "210", with_logs=False, nodes=("gpu-node-01",))
+    failure = failed_job(fleet, "210", with_logs=False, nodes=("gpu-node-01",))
     evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     channel = Channel.objects.get(config__address=REFUSED)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.alerts.conftest import default_rules, deliver, later, with_email
-from tests.alerts.test_services import _failed_job
+from tests.alerts.helpers import failed_job
 from tests.failures.conftest import make_fleet
 from webapp.alerts import evaluate
 from webapp.alerts.models import Alert, OutboxMessage, Silence
@@ -22,7 +22,7 @@ def live_alert(transactional_db, settings, operator) -> Alert:
     settings.EMAIL_BACKEND = "webapp.alerts.outbox.OutboxEmailBackend"
     with_email(operator)
     default_rules()
-    failure = _failed_job(make_fleet(), "200")
+    failure = failed_job(make_fleet(), "200")
     evaluate.failure_alerts(failure.pk)
     deliver(later(2))
     return Alert.objects.get(rule__name="job-failed", job__scheduler_id="200")

@@ -9,8 +9,7 @@ import pytest
 from django.core.cache import cache
 
 from tests.browser.figures import drawn_figures as _figures
-from tests.jobs.test_characterization import make_jobs
-from tests.jobs.test_views import SLOW_GPU, SLOW_NODE, allocate, big_job, ingest
+from tests.jobs.helpers import SLOW_GPU, SLOW_NODE, allocate, big_job, ingest, make_jobs
 from webapp.jobs.models import Job
 
 pytestmark = pytest.mark.browser

@@ -11,7 +11,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from tests.alerts.conftest import REFUSED, text_of
-from tests.energy.test_views import pdf_pages
+from tests.energy.helpers import pdf_pages
 from webapp.alerts.models import Channel
 from webapp.energy.models import EnergyReportDelivery, EnergyReportSubscription
 from webapp.energy.selectors import month_report

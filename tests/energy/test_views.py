@@ -8,7 +8,6 @@ import csv
 import io
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -17,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from tests.energy.conftest import build_rig
+from tests.energy.helpers import pdf_pages
 from tests.helpers import wait_for
 from webapp.energy.carbon_services import pue_set
 from webapp.energy.models import EnergyExport
@@ -27,14 +27,6 @@ from webapp.fleet.models import Gpu
 
 def _csv(response) -> list[dict]:
     return list(csv.DictReader(io.StringIO(response.content.decode())))
-
-
-def pdf_pages(pdf: bytes, tmp_path: Path) -> int:
-    """Pages of a PDF as poppler renders them (pdftoppm, one PNG per page)."""
-    src = tmp_path / "report.pdf"
-    src.write_bytes(pdf)
-    subprocess.run(["pdftoppm", "-r", "20", "-png", src, tmp_path / "page"], check=True)
-    return len(list(tmp_path.glob("page*.png")))
 
 
 def test_every_energy_page_needs_a_login(client, built):

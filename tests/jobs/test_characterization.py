@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import random
 import statistics
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from tests.jobs.helpers import T0, TYPES, make_jobs
 from tests.telemetry.conftest import seed_node
 from webapp.core.windows import Window
 from webapp.fleet.models import Cluster
@@ -23,19 +23,6 @@ from webapp.jobs.data import reference
 from webapp.jobs.management.commands.characterize import summary_rows
 from webapp.jobs.models import Job
 
-T0 = datetime(2026, 3, 1, tzinfo=UTC)
-TYPES = ["pretrain", "sft", "mllm", "eval", "debug", "other"]
-STATES = [
-    "completed",
-    "failed",
-    "cancelled",
-    "timeout",
-    "node_fail",
-    "preempted",
-    "out_of_memory",
-    "running",
-    "pending",
-]
 # Written out here, not taken from JobState.final_group, so the test checks the SQL mapping.
 GROUP = {
     "completed": "completed",
@@ -46,39 +33,6 @@ GROUP = {
     "node_fail": "failed",
     "out_of_memory": "failed",
 }
-
-
-def make_jobs(cluster: Cluster, n: int, seed: int = 7, start: datetime = T0) -> list[Job]:
-    """n jobs over 60 days with heavy-tailed durations, some CPU-only, running and pending."""
-    rng = random.Random(seed)
-    jobs = []
-    for i in range(n):
-        job_type = rng.choice(TYPES)
-        state = rng.choice(STATES)
-        submit = start + timedelta(seconds=rng.uniform(0, 60 * 86400))
-        queue = rng.choice([0.0, 0.5, 1.0, 3.0, rng.expovariate(1 / 400)])
-        begin = None if state == "pending" else submit + timedelta(seconds=queue)
-        duration = rng.lognormvariate(5, 2) if job_type != "pretrain" else rng.uniform(1e4, 1e6)
-        end = begin + timedelta(seconds=duration) if begin and state != "running" else None
-        gpus = 0 if rng.random() < 0.15 else rng.choice([1, 1, 2, 4, 8, 16, 64, 256])
-        if job_type == "pretrain" and gpus:
-            gpus = rng.choice([128, 256, 512])
-        jobs.append(
-            Job(
-                cluster=cluster,
-                scheduler_id=f"{seed}-{i}",
-                name=f"{job_type}-{i}",
-                user=f"u{i % 5}",
-                team=f"t{i % 2}",
-                job_type=job_type,
-                state=state,
-                submit_at=submit,
-                start_at=begin,
-                end_at=end,
-                gpus_requested=gpus,
-            )
-        )
-    return Job.objects.bulk_create(jobs)
 
 
 def expected(jobs: list[Job]) -> dict:

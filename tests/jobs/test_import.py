@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import Count, Max
 
-from tests.jobs.test_tallies import assert_tallies_match_jobs
+from tests.jobs.helpers import assert_tallies_match_jobs
 from webapp.core.windows import Window
 from webapp.fleet.models import Cluster
 from webapp.jobs import trace_import

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.jobs.test_views import allocate, ingest
+from tests.jobs.helpers import allocate, ingest
 from webapp.jobs import selectors
 from webapp.jobs.models import Job
 from webapp.telemetry.rollup_hourly import _refresh

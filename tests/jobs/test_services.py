@@ -9,7 +9,7 @@ import pytest
 
 from collectors.schema import BatchError
 from tests.jobs.conftest import event
-from tests.jobs.test_tallies import assert_tallies_match_jobs
+from tests.jobs.helpers import assert_tallies_match_jobs
 from webapp.core.models import RejectedBatch
 from webapp.core.refusals import AuthError, batch_reject
 from webapp.core.windows import Window

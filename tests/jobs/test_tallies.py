@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from django.db import connection
 
-from tests.jobs.test_characterization import make_jobs
+from tests.jobs.helpers import assert_tallies_match_jobs, make_jobs
 from webapp.core.windows import Window
 from webapp.fleet.models import Cluster
 from webapp.jobs import services
@@ -17,24 +17,6 @@ from webapp.jobs.characterization import cluster_tally, jobs_characterize, windo
 from webapp.jobs.models import Job, JobTally
 from webapp.jobs.services import job_tallies_compact, job_tallies_rebuild
 from webapp.jobs.tallies import epoch_s
-
-
-def assert_tallies_match_jobs(cluster: Cluster) -> None:
-    """The cluster's stored tally says exactly what counting its jobs says (GPU time to the
-    rounding of a float sum taken in another order)."""
-    stored, counted = cluster_tally(cluster), window_tally(Window(cluster))
-    assert stored.groups.keys() == counted.groups.keys()
-    for key, want in counted.groups.items():
-        got = stored.groups[key]
-        assert {s: n for s, (n, _) in got.states.items()} == {
-            s: n for s, (n, _) in want.states.items()
-        }, key
-        for state, (_, gpu_time) in want.states.items():
-            assert got.states[state][1] == pytest.approx(gpu_time, rel=1e-12, abs=1e-6), key
-        for name in ("duration", "queue", "gpus"):
-            a, b = getattr(got, name), getattr(want, name)
-            assert np.array_equal(a.values, b.values), (key, name)
-            assert np.array_equal(a.counts, b.counts), (key, name)
 
 
 @pytest.fixture

@@ -5,70 +5,24 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.cache import cache
-from django.db import connection
 from django.urls import reverse
 
-from collectors.schema import GPU_FIELD_NAMES
-from tests.helpers import make_batch
-from tests.jobs.test_characterization import make_jobs
-from tests.telemetry.conftest import rollups_current
-from webapp.fleet import services as fleet_services
-from webapp.fleet.models import Cluster, Gpu, Node
-from webapp.jobs.models import Job, JobAllocation, JobEvent
-from webapp.telemetry.partitions import partition_ensure
-from webapp.telemetry.services import samples_ingest
-
-
-def _col(name: str) -> int:
-    return 2 + GPU_FIELD_NAMES.index(name)  # a wire row is [index, ts, *GPU_FIELDS]
-
-
-def ingest(
-    cluster: str,
-    hostname: str,
-    *,
-    t0: float,
-    intervals: int,
-    step_s: float,
-    gpus: int,
-    util: Callable[[int, int], float] = lambda i, k: 50.0,
-    energy_mj: Callable[[int, int], int | None] | None = None,
-) -> Node:
-    """Samples for `gpus` GPUs at t0 + k*step_s with util(i, k) and energy_mj(i, k)."""
-    token = fleet_services.node_token_issue(cluster, hostname)
-    batch = make_batch(
-        cluster, hostname, token, t0=t0, intervals=intervals, step_s=step_s, gpus=gpus
-    )
-    for row in batch["samples"]:
-        i, k = row[0], round((row[1] - t0) / step_s)
-        row[_col("gpu_util")] = util(i, k)
-        if energy_mj is not None:
-            row[_col("energy_mj")] = energy_mj(i, k)
-    samples_ingest(json.dumps(batch))
-    rollups_current()
-    return Node.objects.get(cluster__name=cluster, hostname=hostname)
-
-
-def allocate(job: Job, node: Node, indices: list[int], start: datetime, end: datetime | None):
-    return JobAllocation.objects.bulk_create(
-        JobAllocation(
-            job=job,
-            node=node,
-            gpu=Gpu.objects.get(node=node, index=i) if i % 2 == 0 else None,  # both ways
-            gpu_index=i,
-            start=start,
-            end=end,
-        )
-        for i in indices
-    )
+from tests.jobs.helpers import (
+    SLOW_GPU,
+    SLOW_NODE,
+    allocate,
+    big_job,
+    ingest,
+    make_jobs,
+)
+from webapp.fleet.models import Cluster
+from webapp.jobs.models import Job, JobEvent
 
 
 @pytest.fixture(autouse=True)
@@ -338,75 +292,6 @@ def test_an_outsider_sees_every_jobs_metadata_as_squeue_does(outsider_client, jo
 
 
 # --- A 2,048-GPU job ---------------------------------------------------------------------------
-
-BIG_NODES, BIG_GPUS_PER_NODE = 256, 8
-SLOW_NODE, SLOW_GPU = "big-007", 3  # the one GPU that lags: util 20 % where the rest run 90 %
-
-
-def big_job(minutes: int = 20) -> Job:
-    """A 2,048-GPU job on 256 nodes, a sample a minute per GPU (bulk SQL: the test is about the
-    page, not ingest). Every GPU runs at 90 % and 600 W and gains 600 J a second, but one."""
-    cluster = Cluster.objects.create(name="big")
-    nodes = Node.objects.bulk_create(
-        Node(cluster=cluster, hostname=f"big-{n:03d}", token_hash=f"h{n}") for n in range(BIG_NODES)
-    )
-    Gpu.objects.bulk_create(
-        Gpu(node=node, index=i, uuid=f"GPU-big-{node.hostname}-{i}", model="NVIDIA H100")
-        for node in nodes
-        for i in range(BIG_GPUS_PER_NODE)
-    )
-    t0 = datetime.fromtimestamp(int(time.time() // 60) * 60 - (minutes + 2) * 60, UTC)
-    end = t0 + timedelta(minutes=minutes)
-    job = Job.objects.create(
-        cluster=cluster,
-        scheduler_id="9001",
-        name="llama-70b-pretrain",
-        job_type="pretrain",
-        state="completed",
-        submit_at=t0,
-        start_at=t0,
-        end_at=end,
-        gpus_requested=BIG_NODES * BIG_GPUS_PER_NODE,
-        nodes_requested=BIG_NODES,
-    )
-    JobAllocation.objects.bulk_create(
-        JobAllocation(job=job, node=g.node, gpu=g, gpu_index=g.index, start=t0, end=end)
-        for g in Gpu.objects.filter(node__cluster=cluster).select_related("node")
-    )
-    JobEvent.objects.create(
-        job=job,
-        kind="started",
-        ts=t0,
-        state="running",
-        detail={
-            "source": "slurm",
-            "sender": "big-000",
-            "allocation": {n.hostname: list(range(8)) for n in nodes},
-        },
-    )
-    for day in {t0.date(), end.date()}:
-        partition_ensure("telemetry_gpusample", day)
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            INSERT INTO telemetry_gpusample (gpu_id, ts, gpu_util, sm_active, fb_used_bytes,
-                power_w, gpu_temp_c, energy_mj)
-            SELECT g.id, %(t0)s + k * interval '1 minute',
-                CASE WHEN n.hostname = %(slow)s AND g.index = %(slow_gpu)s THEN 20 ELSE 90 END,
-                0.8, 60 * 2^30, 600, 60, 10^9 + k * 36000000
-            FROM fleet_gpu g JOIN fleet_node n ON n.id = g.node_id,
-                generate_series(0, %(minutes)s) k
-            WHERE n.cluster_id = %(cluster)s
-            """,
-            {
-                "t0": t0,
-                "slow": SLOW_NODE,
-                "slow_gpu": SLOW_GPU,
-                "minutes": minutes,
-                "cluster": cluster.id,
-            },
-        )
-    return job
 
 
 def test_a_2048_gpu_job_page_is_bands_outliers_and_nodes_not_gpus_squared(

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.jobs.test_views import allocate, ingest
+from tests.jobs.helpers import allocate, ingest
 from webapp.jobs.models import Job
 from webapp.jobs.selectors import waste_totals, wasted_gpus
 

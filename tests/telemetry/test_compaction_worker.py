@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from tests.helpers import make_batch, wait_for
-from tests.telemetry.test_ingest_worker import publish
+from tests.telemetry.helpers import publish
 from webapp.celery import app
 from webapp.telemetry.models import CompactDirty
 from webapp.telemetry.samples import samples_relation

@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from collectors.schema import GPU_FIELD_NAMES, NODE_FIELD_NAMES, BatchError
 from tests.helpers import make_batch
 from tests.telemetry.conftest import plan_json, plan_scans
+from tests.telemetry.helpers import REFUSE_MODEL_SQL, poisoned
 from webapp.core.models import RejectedBatch
 from webapp.core.refusals import AuthError, batch_reject
 from webapp.fleet.choices import NodeState
@@ -310,23 +311,6 @@ def test_gpu_moved_to_another_node_keeps_its_identity(db):
     gpu = Gpu.objects.get(uuid="GPU-X-00")
     assert gpu.node.hostname == "node-b"
     assert Gpu.objects.filter(uuid__startswith="GPU-X").count() == 2
-
-
-# A GPU model the database refuses (a CHECK the tests add on fleet_gpu): the schema lets the
-# batch through, and storing it fails while registering the GPU, as a value out of range for
-# its column would. (A NUL byte, the natural example, is refused by the schema already.)
-REFUSED_MODEL = "NVIDIA H100 refused by the database"
-REFUSE_MODEL_SQL = (
-    f"ALTER TABLE fleet_gpu ADD CONSTRAINT test_refused_model CHECK (model <> '{REFUSED_MODEL}')"
-)
-ALLOW_MODEL_SQL = "ALTER TABLE fleet_gpu DROP CONSTRAINT IF EXISTS test_refused_model"
-
-
-def poisoned(batch: dict) -> dict:
-    """The batch with a GPU swapped in whose model the database refuses (REFUSE_MODEL_SQL)."""
-    gpus = [dict(g) for g in batch["gpus"]]
-    gpus[0].update(uuid="GPU-swapped-in", name=REFUSED_MODEL)
-    return dict(batch, gpus=gpus)
 
 
 def test_a_batch_that_fails_to_store_is_refused_alone_and_its_group_is_stored(node_token):

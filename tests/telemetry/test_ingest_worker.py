@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
-import tempfile
 import time
-from pathlib import Path
 
 import psutil
 import psycopg
@@ -21,26 +19,14 @@ from django.db import connection
 
 from collectors.outbox import OUTBOX_KEY, SINCE_KEY
 from collectors.schema import INGEST_QUEUE, INGEST_TASK
-from collectors.transport import Transport
 from tests.helpers import database_url, make_batch, wait_for
+from tests.telemetry.helpers import publish
 from webapp.celery import app
 from webapp.core import embedded
 from webapp.core.outbox import DELIVERIES_KEY, outbox_redeliver
 from webapp.telemetry.services import rollups_refresh
 
 pytestmark = pytest.mark.integration
-
-
-_transports: dict[str, Transport] = {}
-
-
-def publish(batch: dict) -> None:
-    """Publish as the collector does (its transport: outbox copy, then the task by name)."""
-    url = settings.CELERY_BROKER_URL
-    transport = _transports.get(url)
-    if transport is None:
-        transport = _transports[url] = Transport(url, Path(tempfile.mkdtemp()) / "spool")
-    assert transport.send(json.dumps(batch), batch["batch_id"])
 
 
 def stored_samples() -> int:
@@ -266,7 +252,7 @@ def test_a_poison_batch_in_a_group_is_refused_once_and_the_group_is_stored(
     stored (a GPU model the database refuses, by a CHECK the test adds). The other seven are
     stored, the poison one is refused once, with the exception, and nothing of it is ever
     published again."""
-    from tests.telemetry.test_ingest import ALLOW_MODEL_SQL, REFUSE_MODEL_SQL, poisoned
+    from tests.telemetry.helpers import ALLOW_MODEL_SQL, REFUSE_MODEL_SQL, poisoned
     from webapp.core.models import RejectedBatch
 
     batches = many_batches(committed_node_token, 8, intervals=3)
