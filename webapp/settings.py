@@ -334,7 +334,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "telemetry:overview"
+LOGIN_REDIRECT_URL = "pages:overview"
 LOGOUT_REDIRECT_URL = "login"
 
 # Failed logins are throttled by django-axes: after VIGIL_LOGIN_FAILURE_LIMIT failures for one

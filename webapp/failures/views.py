@@ -89,7 +89,7 @@ def _refused(error: str) -> HttpResponse:
     return HttpResponse(error, status=400, content_type="text/plain")
 
 
-def timeline_csv(request: HttpRequest) -> HttpResponse:
+def timeline_csv(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     form = TimelineForm(request.GET)
     if form.error:
         return _refused(form.error)
