@@ -12,6 +12,7 @@ from django.urls import reverse
 from tests.energy import rig
 from webapp.energy.models import GpuEnergyHour, JobEnergyHour
 from webapp.energy.selectors import job_energy, month_report
+from webapp.jobs.models import JobAllocation
 
 J_PER_KWH = 3.6e6
 
@@ -61,3 +62,31 @@ def test_the_job_page_shows_accounted_hours_and_live_ones_as_one_job_energy(oper
     assert sum(e.kwh for e in energy.per_gpu) == pytest.approx(total_kwh)
     assert f'id="energy-total">{total_kwh:.3f} kWh' in html
     assert f'id="facility-energy">{energy.facility_kwh:.3f} kWh' in html
+
+
+def test_a_gpu_held_twice_splits_its_accounted_hours_between_its_allocations(built):
+    """Job 2 held b0 again from 3 h (a requeue on the same GPU): hours 1 and 2 are the first
+    allocation's, hour 3 the second's; the job's total does not move."""
+    t0, job = built["t0"], built["jobs"]["2"]
+    before = job_energy(job)
+    first = JobAllocation.objects.get(job=job, gpu_index=0)
+    JobAllocation.objects.create(
+        job=job,
+        node=first.node,
+        gpu=first.gpu,
+        gpu_index=0,
+        start=t0 + timedelta(hours=3),
+        end=first.end,
+    )
+    first.end = t0 + timedelta(hours=3)
+    first.save(update_fields=["end"])
+    rows = GpuEnergyHour.objects.filter(job=job, gpu=first.gpu)
+    hour_j = {r.hour: r.counter_j + r.integrated_j + r.model_j for r in rows}
+    energy = job_energy(job)
+    by_alloc = {e.allocation.id: e.accounted_j for e in energy.per_gpu}
+    second = JobAllocation.objects.filter(job=job, gpu_index=0).exclude(pk=first.pk).get()
+    third_hour = t0 + timedelta(hours=3)
+    assert by_alloc[second.id] == pytest.approx(hour_j[third_hour])
+    assert by_alloc[first.id] == pytest.approx(sum(hour_j.values()) - hour_j[third_hour])
+    assert energy.gpu_kwh == pytest.approx(before.gpu_kwh)
+    assert sum(e.kwh for e in energy.per_gpu) == pytest.approx(before.gpu_kwh)

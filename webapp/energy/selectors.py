@@ -652,9 +652,13 @@ SELECT m.hour, m.c, m.j, (
     WHERE e.cluster_id = %(cluster)s AND e.hour = m.hour
 ) FROM mine m ORDER BY m.hour
 """
-_JOB_GPU_HOURS_SQL = """
-SELECT gpu_id, hour, counter_j + integrated_j + model_j FROM energy_gpuenergyhour
-WHERE job_id = %(job)s AND hour = ANY(%(hours)s)
+# A job's accounted GPU energy per GPU; per GPU and hour for the GPUs it held more than once.
+_JOB_GPUS_SQL = """
+SELECT gpu_id, NULL::timestamptz, sum(counter_j + integrated_j + model_j)
+FROM energy_gpuenergyhour WHERE job_id = %(job)s AND NOT gpu_id = ANY(%(again)s) GROUP BY 1
+UNION ALL
+SELECT gpu_id, hour, counter_j + integrated_j + model_j
+FROM energy_gpuenergyhour WHERE job_id = %(job)s AND gpu_id = ANY(%(again)s)
 """
 _ACCOUNTED = (
     "the hourly energy rollup (NVML counter deltas, power integrated where the counter "
@@ -663,21 +667,25 @@ _ACCOUNTED = (
 )
 
 
-def _accounted_per_allocation(
-    job: Job, hours: list[datetime], allocations: list[AllocationRow]
-) -> dict[int, float]:
-    """The accounted GPU energy (J) per allocation: each GPU-hour row goes to the job's
-    allocation of that GPU that held it in that hour (the first one, if several)."""
+def _accounted_per_allocation(job: Job, allocations: list[AllocationRow]) -> dict[int, float]:
+    """The accounted GPU energy (J) per allocation: a GPU the job held once gives it all its
+    rows; one it held again (a requeue) gives each hour's row to the allocation that held it
+    then (the first, if several)."""
     by_gpu: dict[int, list[AllocationRow]] = {}
     for a in allocations:
         if a.gpu_id is not None:
             by_gpu.setdefault(a.gpu_id, []).append(a)
+    again = [g for g, mine in by_gpu.items() if len(mine) > 1]
     out: dict[int, float] = {}
-    for gpu_id, hour, j in rows_fetch(_JOB_GPU_HOURS_SQL, {"job": job.id, "hours": hours}):
+    for gpu_id, hour, j in rows_fetch(_JOB_GPUS_SQL, {"job": job.id, "again": again}):
         mine = by_gpu.get(gpu_id)
         if not mine:
             continue
-        held = [a for a in mine if a.start < hour + HOUR and (a.end is None or a.end > hour)]
+        held = [
+            a
+            for a in mine
+            if hour is None or (a.start < hour + HOUR and (a.end is None or a.end > hour))
+        ]
         a = (held or mine)[0]
         out[a.id] = out.get(a.id, 0.0) + float(j)
     return out
@@ -715,7 +723,7 @@ def job_energy(
             "co2e_market_kg": float(att.co2e_market_kg[0]),
             "gpu_kwh_measured": sum(r[1] for r in rows) / J_PER_KWH,
         }
-        accounted = _accounted_per_allocation(job, [r[0] for r in rows], allocations)
+        accounted = _accounted_per_allocation(job, allocations)
         parts.append(
             f"hours up to {until:%Y-%m-%d %H:%M} UTC accounted by "
             + _ACCOUNTED.format(version=METHOD_VERSION)
