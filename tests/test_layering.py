@@ -214,8 +214,6 @@ def test_no_import_cycles():
 # Test modules that still take a helper from another test module, to be moved to a helpers
 # module; the list only shrinks.
 TEST_IMPORTS_LEFT = {
-    ("tests/browser/test_pages.py", "tests.telemetry.test_overview"),
-    ("tests/browser/test_pages.py", "tests.telemetry.test_views"),
     ("tests/collectors/test_server_power.py", "tests.collectors.test_cli"),
 }
 

@@ -126,12 +126,12 @@ def test_overview_names_each_node_and_tells_held_idle_gpus_from_free_ones(
     """Eight nodes in alpha (four columns of two rows), gpu-a-01 drained by the scheduler and
     job 77 holding its GPUs 0, 1 (busy) and 4, 5 (idle)."""
     from tests.telemetry.conftest import seed_node
-    from tests.telemetry.test_overview import _drain, _hold
+    from tests.telemetry.helpers import gpus_hold, node_a01_drain
 
     for n in range(3, 9):
         seed_node("alpha", f"gpu-a-0{n}", utils=[70, 0, 90, 40, 95, 3, 88, 60])
-    _hold(live_fleet, "77", [0, 1, 4, 5])
-    _drain(live_fleet)
+    gpus_hold(live_fleet, "77", [0, 1, 4, 5])
+    node_a01_drain(live_fleet)
     page.set_viewport_size({"width": 1440, "height": 900})
     operator_login("/")
     page.wait_for_function(
@@ -221,7 +221,7 @@ def test_node_and_gpu_pages_draw_their_figures(
 def test_node_page_links_the_job_holding_each_gpu(
     page, live_server, live_fleet, operator_login, screenshot_dir, page_log
 ):
-    from tests.telemetry.test_views import node_history
+    from tests.telemetry.helpers import node_history
 
     history = node_history(live_fleet)
     operator_login(f"/nodes/{live_fleet.a01.id}/")

@@ -3,58 +3,18 @@ holds: each node's row is named with its state, and each GPU carries the job hol
 
 from __future__ import annotations
 
-import time
-from datetime import timedelta
-
 from django.urls import reverse
 from django.utils import timezone
 
-from collectors.schema import NodeStateIn
-from webapp.fleet.services import node_states_apply
-from webapp.jobs.models import Job, JobAllocation
-
-
-def _hold(fleet, scheduler_id: str, indices: list[int], *, ended: bool = False) -> Job:
-    """A job holding GPUs `indices` of gpu-a-01 (ended an hour ago when `ended`); GPUs 0-3 are
-    named by id, the others by (node, index) only, as a watcher that did not know them does."""
-    now = timezone.now()
-    node = fleet.a01
-    job = Job.objects.create(
-        cluster=node.cluster,
-        scheduler_id=scheduler_id,
-        name=f"train-{scheduler_id}",
-        user="alice",
-        state="completed" if ended else "running",
-        start_at=now - timedelta(hours=2),
-    )
-    JobAllocation.objects.bulk_create(
-        JobAllocation(
-            job=job,
-            node=node,
-            gpu=fleet.gpu(node, i) if i < 4 else None,
-            gpu_index=i,
-            start=now - timedelta(hours=2),
-            end=now - timedelta(hours=1) if ended else None,
-        )
-        for i in indices
-    )
-    return job
-
-
-def _drain(fleet) -> None:
-    """The scheduler reports gpu-a-01 drained (as Vigil's drain leaves it)."""
-    node_states_apply(
-        fleet.a01.cluster_id,
-        [NodeStateIn(node="gpu-a-01", state="drained", reason="Xid 79", since=time.time())],
-    )
+from tests.telemetry.helpers import gpus_hold, node_a01_drain
 
 
 def test_overview_names_each_node_with_its_state_and_each_gpus_job(operator_client, small_fleet):
     # gpu-a-01: GPUs 0, 1 busy, 4, 5 idle (5 %, 0 %), 6, 7 busy; job 77 holds 0, 1, 4, 5; job 76
     # held 6 and 7 until an hour ago.
-    _hold(small_fleet, "76", [6, 7], ended=True)
-    _hold(small_fleet, "77", [0, 1, 4, 5])
-    _drain(small_fleet)
+    gpus_hold(small_fleet, "76", [6, 7], ended=True)
+    gpus_hold(small_fleet, "77", [0, 1, 4, 5])
+    node_a01_drain(small_fleet)
 
     data = operator_client.get(reverse("pages_api:overview_json")).json()
     alpha = next(c for c in data["clusters"] if c["name"] == "alpha")
@@ -78,8 +38,8 @@ def test_overview_names_each_node_with_its_state_and_each_gpus_job(operator_clie
 
 
 def test_overview_json_for_scripts_names_node_state_and_job(operator_client, small_fleet):
-    _hold(small_fleet, "77", [0, 4])
-    _drain(small_fleet)
+    gpus_hold(small_fleet, "77", [0, 4])
+    node_a01_drain(small_fleet)
     data = operator_client.get(reverse("pages_api:overview_json"), {"gpus": "1"}).json()
     by_gpu = {(g["node"], g["index"]): g for g in data["gpus"]}
     assert by_gpu[("gpu-a-01", 0)]["job"] == "77" and by_gpu[("gpu-a-01", 4)]["job"] == "77"
@@ -94,8 +54,8 @@ def test_overview_of_a_large_cluster_counts_held_idle_gpus_per_node(small_fleet)
     from webapp.pages.overview import overview_payload
     from webapp.telemetry.selectors import clusters_overview
 
-    _hold(small_fleet, "77", [0, 4, 5])
-    _drain(small_fleet)
+    gpus_hold(small_fleet, "77", [0, 4, 5])
+    node_a01_drain(small_fleet)
     summaries, gpus = clusters_overview()
     now = timezone.now()
     data = overview_payload(

@@ -13,6 +13,7 @@ from django.urls import reverse
 
 from collectors.schema import GPU_FIELD_NAMES
 from tests.telemetry.conftest import MODEL, seed_node
+from tests.telemetry.helpers import node_history
 from webapp.telemetry.selectors import gpu_sample_latest
 
 
@@ -198,71 +199,6 @@ def test_node_page_shows_each_gpu_and_its_last_hour(operator_client, small_fleet
     assert len(_traces_with_points(figure)) == 40
     assert all(len(t["x"]) == 3 for t in figure["data"])
     assert {t["name"] for t in figure["data"]} == {f"GPU {i}" for i in range(8)}
-
-
-def node_history(fleet) -> dict:
-    """On gpu-a-01: job 77 holds GPUs 0-3 now (job 76 held them before), an Xid 79 on GPU 2,
-    the job failure it caused and the drain that followed; one of each elsewhere."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from webapp.failures.models import FailureEvent, GpuErrorEvent
-    from webapp.jobs.models import Job, JobAllocation
-    from webapp.recovery.models import RecoveryAction, RecoveryPlan
-
-    now = timezone.now()
-    node, cluster = fleet.a01, fleet.a01.cluster
-
-    def job(scheduler_id: str, state: str, start, end=None) -> Job:
-        j = Job.objects.create(
-            cluster=cluster,
-            scheduler_id=scheduler_id,
-            name=f"train-{scheduler_id}",
-            user="alice",
-            state=state,
-            submit_at=start,
-            start_at=start,
-            end_at=end,
-            gpus_requested=4,
-        )
-        JobAllocation.objects.bulk_create(
-            JobAllocation(job=j, node=node, gpu_index=i, start=start, end=end) for i in range(4)
-        )
-        return j
-
-    old = job("76", "failed", now - timedelta(hours=3), now - timedelta(hours=2))
-    current = job("77", "running", now - timedelta(hours=1))
-    xid = GpuErrorEvent.objects.create(
-        node=node,
-        gpu=fleet.gpu(node, 2),
-        gpu_index=2,
-        ts=now - timedelta(hours=2),
-        kind="xid",
-        xid=79,
-        message="GPU has fallen off the bus",
-    )
-    # The failed job opened its failure (a signal); the diagnosis blamed this node.
-    failure = FailureEvent.objects.get(job=old)
-    FailureEvent.objects.filter(pk=failure.pk).update(
-        node=node, blamed_node=node, cause="gpu_xid_79"
-    )
-    plan = RecoveryPlan.objects.create(
-        cluster=cluster, failure=failure, node=node, mode="auto", executor="simulated"
-    )
-    RecoveryAction.objects.create(
-        plan=plan,
-        cluster=cluster,
-        kind="drain",
-        status="succeeded",
-        mode="auto",
-        executor="simulated",
-        node=node,
-        host=node.hostname,
-        reason="Xid 79 on GPU 2",
-        result="node drained",
-    )
-    return {"current": current, "old": old, "xid": xid, "failure": failure}
 
 
 def test_node_page_says_which_job_holds_each_gpu_and_what_happened(operator_client, small_fleet):
