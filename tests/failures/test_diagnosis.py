@@ -77,7 +77,7 @@ def test_nccl_timeout_everywhere_plus_xid79_is_gpu_off_bus_on_that_node():
         "0000:3b:00",
     )
     assert result.rule_id == "kernel-xid"
-    assert result.action == "cordon_restart"
+    assert result.action == "reboot"  # RESTART_BM in NVIDIA's Xid catalog
     assert result.category == "infrastructure"
     assert "nccl_timeout" in result.symptoms
     assert "fallen off the bus" in result.evidence[0].text

@@ -50,7 +50,8 @@ HELDOUT3_CAUSE_MIN = 45
 HELDOUT3_BLAME_MIN = 1
 HELDOUT4_CAUSE_MIN = 12
 HELDOUT4_BLAME_MIN = 9
-SYNTHETIC_BLAME_MIN = 34
+# 33: gpu_ecc_4_rowremap lost its blamed node as a label (Xid 63 is ignorable, NVIDIA's catalog).
+SYNTHETIC_BLAME_MIN = 33
 # Issue 15 "Blame": at least 15 real cases whose source establishes the blamed node.
 BLAME_LABELLED_MIN = 15
 

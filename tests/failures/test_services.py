@@ -40,7 +40,7 @@ def test_nccl_timeout_with_an_xid_79_on_one_node_is_gpu_off_bus_blaming_that_nod
     failure.refresh_from_db()
     assert failure.cause == "gpu_off_bus"
     assert failure.category == "infrastructure"
-    assert failure.action == "cordon_restart"
+    assert failure.action == "reboot"  # RESTART_BM in NVIDIA's Xid catalog
     assert failure.blamed_node.hostname == "gpu-node-02"
     assert failure.blamed_gpu.index == 3
     assert failure.alias == "NodeFailure"

@@ -69,7 +69,7 @@ def test_worker_diagnoses_gpu_off_bus_blaming_the_node(committed_fleet, worker_f
     )
     failure = wait_for(_diagnosed("4242", "gpu_off_bus"), timeout=60)
     assert failure.blamed_node.hostname == "gpu-node-02"
-    assert failure.action == "cordon_restart"
+    assert failure.action == "reboot"  # RESTART_BM in NVIDIA's Xid catalog
     assert failure.gpu_hours_lost == 16 * 4.0
     # The Xid alone opened a gpu_error failure too, diagnosed the same way.
     gpu_failure = wait_for(

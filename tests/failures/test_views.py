@@ -140,7 +140,7 @@ def test_csv_has_the_diagnosis(operator_client, diagnosed):
     row = next(r for r in rows if r["job"] == "200")
     assert row["cause"] == "gpu_off_bus"
     assert row["blamed_node"] == "gpu-node-02"
-    assert row["action"] == "cordon_restart"
+    assert row["action"] == "reboot"
     assert float(row["gpu_hours_lost"]) == pytest.approx(96.0)
 
 
@@ -150,7 +150,7 @@ def test_failure_page_shows_diagnosis_evidence_in_context_and_xid_history(
     response = operator_client.get(f"/failures/{diagnosed.pk}/")
     assert response.status_code == 200
     body = response.content.decode()
-    assert "gpu_off_bus" in body and "cordon_restart" in body
+    assert "gpu_off_bus" in body and "reboot" in body
     assert f'href="/jobs/{diagnosed.job_id}/"' in body
     blocks = response.context["context"]
     hits = [text for b in blocks for _, text, hit in b.lines if hit]
@@ -213,7 +213,7 @@ def test_outsider_sees_the_diagnosis_but_not_the_log_lines(outsider_client, diag
     response = outsider_client.get(f"/failures/{diagnosed.pk}/")
     assert response.status_code == 200
     body = response.content.decode()
-    assert "gpu_off_bus" in body and "cordon_restart" in body and "gpu-node-02" in body
+    assert "gpu_off_bus" in body and "reboot" in body and "gpu-node-02" in body
     assert HIDDEN_NOTE in body
     assert LOG_LINE not in body and "step 1200 loss" not in body
     assert response.context["context"] == []

@@ -66,13 +66,14 @@ def test_each_xid_of_the_table_carries_the_catalogs_resolutions(code, immediate,
 def test_the_table_keeps_its_causes_and_adds_every_catalog_code():
     catalog = xid_catalog.catalog_load()
     assert catalog.keys() <= taxonomy.XIDS.keys()
-    # Existing mappings are kept as they were (the recovery policy reads them).
+    # Causes are kept where the catalog agrees; its resolution sets the action.
     assert (taxonomy.XIDS[79].cause, taxonomy.XIDS[79].page) == ("gpu_off_bus", True)
+    assert taxonomy.XIDS[79].action == taxonomy.Action.REBOOT
     assert taxonomy.XIDS[94].action == taxonomy.Action.RESTART
     assert taxonomy.XIDS[61].cause == "gpu_firmware" and taxonomy.XIDS[61].immediate is None
-    # A catalog code with no mapping is evidence only, named as the catalog names it.
+    # A RESTART_APP code with no mapping is the job's own fault, named as the catalog names it.
     copy_engine = taxonomy.xid_info(39)
-    assert (copy_engine.cause, copy_engine.tier) == (None, "ignore")
+    assert (copy_engine.cause, copy_engine.tier) == ("cuda_fault", "cuda")
     assert copy_engine.meaning == "Copy Engine Exception"
 
 

@@ -23,6 +23,7 @@ from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Node
 from webapp.jobs.choices import JobState
 from webapp.jobs.models import Job, JobAllocation
+from webapp.telemetry.selectors import gpu_sample_latest
 
 # The diagnosis window of docs/failure-taxonomy.md step 1, widened by the engine for long NCCL
 # timeouts: kernel events this far before the end are handed to it (it keeps what fits).
@@ -31,6 +32,8 @@ EVIDENCE_AFTER = timedelta(seconds=engine.WINDOW_AFTER_S)
 # A node's Xids form one burst until 3 min of silence (docs/telemetry.md section 5, NVIDIA Fleet
 # Intelligence): one gpu_error failure per burst (node_events.py), diagnosed from its burst.
 BURST_SILENCE = timedelta(minutes=3)
+# NVIDIA's catalog: Xid 48 (double-bit ECC) follows WORKFLOW_XID_48, which reads the row remap.
+XID_DOUBLE_BIT_ECC = 48
 
 
 class EvidenceStream(NamedTuple):
@@ -68,13 +71,47 @@ def failure_evidence(failure: FailureEvent) -> EngineInput:
     return EngineInput([], [])
 
 
-def xid_line(e: GpuErrorEvent, hostname: str) -> str:
-    """A GPU error event as the kernel log line the driver prints for it (what rules read)."""
+def xid_line(e: GpuErrorEvent, hostname: str, remap_state: str | None = None) -> str:
+    """A GPU error event as the kernel log line the driver prints for it (what rules read).
+    `remap_state` (an Xid 48's GPU: "pending" or "failure") rides along in the line, where
+    the taxonomy reads it (taxonomy.remap_note)."""
     info = taxonomy.xid_info(e.xid)
     pci = e.pci_bus_id or (f"GPU{e.gpu_index}" if e.gpu_index is not None else "unknown")
     meaning = e.message.strip() or info.meaning
     count = f" [x{e.count}]" if e.count > 1 else ""
-    return f"{iso_utc(e.ts, 'seconds')} {hostname} kernel: NVRM: Xid (PCI:{pci}): {e.xid}, {meaning}{count}"
+    remap = f" {taxonomy.remap_note(remap_state)}" if remap_state else ""
+    return (
+        f"{iso_utc(e.ts, 'seconds')} {hostname} kernel: NVRM: Xid (PCI:{pci}): {e.xid}, "
+        f"{meaning}{count}{remap}"
+    )
+
+
+def gpu_remap_state(gpu_id: int | None) -> str | None:
+    """The GPU's row-remap state from the agent's newest sample: "failure" (no spare row
+    left), "pending" (a remap waits for a reset), else None (none pending, or not sampled)."""
+    if gpu_id is None:
+        return None
+    _, values = gpu_sample_latest(gpu_id)
+    if values.get("remap_failure") == 1:
+        return "failure"
+    if values.get("remap_pending") == 1:
+        return "pending"
+    return None
+
+
+def _xid_lines(errors, hosts: dict[int, str]) -> list[str]:
+    """The kernel lines of GPU error events; an Xid 48 carries its GPU's row-remap state
+    (NVIDIA's Xid 48 workflow decides reset or escalate by it)."""
+    states: dict[int | None, str | None] = {}
+    lines = []
+    for e in errors:
+        state = None
+        if e.xid == XID_DOUBLE_BIT_ECC:
+            if e.gpu_id not in states:
+                states[e.gpu_id] = gpu_remap_state(e.gpu_id)
+            state = states[e.gpu_id]
+        lines.append(xid_line(e, hosts[e.node_id], state))
+    return lines
 
 
 def scheduler_end_line(job: Job, hostname: str | None) -> str:
@@ -127,9 +164,7 @@ def _job_input(job: Job) -> EngineInput:
     ).order_by("ts", "id")
     # A rise of the corrected (single-bit) ECC counter is not the driver's Xid 92 (a high
     # corrected-error rate): it explains no failure (node_events._critical).
-    kernel = [
-        xid_line(e, nodes[e.node_id]) for e in errors if e.xid and e.kind != GpuErrorKind.ECC_SBE
-    ]
+    kernel = _xid_lines([e for e in errors if e.xid and e.kind != GpuErrorKind.ECC_SBE], nodes)
     end_line = scheduler_end_line(job, _end_line_host(job, nodes))
     streams.append(EvidenceStream("scheduler", [end_line], kernel_evidence=True))
     if kernel:
@@ -159,5 +194,5 @@ def _gpu_error_input(failure: FailureEvent) -> EngineInput:
     burst = GpuErrorEvent.objects.filter(
         node_id=failure.node_id, ts__gte=e.ts, ts__lte=e.ts + BURST_SILENCE
     ).order_by("ts", "id")
-    kernel = [xid_line(x, host) for x in burst if x.xid]
+    kernel = _xid_lines([x for x in burst if x.xid], {failure.node_id: host})
     return EngineInput([EvidenceStream("kernel", kernel, kernel_evidence=True)], [host])

@@ -196,8 +196,9 @@ def _log_windows_store(node_id: int, cluster_id: int, batch: NodeEventBatch) -> 
 
 
 def _critical(e: GpuErrorEvent) -> bool:
-    """A page-worthy Xid (the `page` column of the Xid table)."""
-    return e.xid is not None and taxonomy.xid_info(e.xid).page
+    """A page-worthy Xid (the `page` column of the Xid table). A rise of the corrected ECC
+    counter is not the driver's Xid 92 (a high corrected-error rate): recorded, never paged."""
+    return e.xid is not None and e.kind != GpuErrorKind.ECC_SBE and taxonomy.xid_info(e.xid).page
 
 
 def _gpu_failures_open(cluster_id: int, errors: Sequence[GpuErrorEvent]) -> int:

@@ -9,6 +9,7 @@ Django: the rule engine, the CLI and (later) the models' choices all read it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -34,6 +35,10 @@ class Action(StrEnum):
     NOTIFY = "notify"
     ESCALATE = "escalate"
     NONE = "none"
+    # NVIDIA's Xid catalog buckets RESET_GPU and RESTART_BM / RESTART_VM (docs/xid-catalog.md):
+    # the node is drained, then its GPU reset or the node rebooted, then health-checked.
+    RESET_GPU = "reset_gpu"
+    REBOOT = "reboot"
 
 
 @dataclass(frozen=True)
@@ -294,15 +299,82 @@ _MAPPED: dict[int, Xid] = {
 }
 
 
+# What each resolution bucket of NVIDIA's Xid catalog does (docs/xid-catalog.md section 3). The
+# catalog wins over the mapping above where they disagree (docs/telemetry.md section 5).
+# RESTART_APP, CHECK_UVM: the job's own category, the job restarts, the node stays in service
+# (CHECK_UVM resets only with UVM / vGPU, which Slurm nodes here do not run).
+JOB_RESOLUTIONS = frozenset({"RESTART_APP", "CHECK_UVM"})
+# The node-level buckets: drained, then the GPU reset, the node rebooted, or a person called in
+# (never resumed by Vigil). WORKFLOW_XID_48 resets unless the row remap failed (xid_action).
+NODE_RESOLUTIONS: dict[str, Action] = {
+    "RESET_GPU": Action.RESET_GPU,
+    "WORKFLOW_XID_48": Action.RESET_GPU,
+    "RESTART_BM": Action.REBOOT,
+    "RESTART_VM": Action.REBOOT,
+    "CONTACT_SUPPORT": Action.ESCALATE,
+    "CHECK_MECHANICALS": Action.ESCALATE,
+    "UPDATE_SWFW": Action.ESCALATE,
+}
+# The buckets whose Xid is no failure cause by itself: IGNORE, and the two that follow another
+# Xid (45's root, 154's phrase: xid_resolved).
+NO_CAUSE_RESOLUTIONS = frozenset({"IGNORE", "WORKFLOW_XID_45", "XID_154"})
+_HARDWARE_CAUSES = frozenset({"gpu_ecc", "gpu_nvlink", "gpu_off_bus", "gpu_firmware"})
+
+
+def _hardware_cause(base: Xid | None, mnemonic: str) -> str:
+    """A GPU cause for a node-level Xid: the mapping's when it has one, else from the catalog's
+    mnemonic (memory, link, bus), else the GPU's engines and firmware."""
+    if base is not None and base.cause in _HARDWARE_CAUSES:
+        return base.cause
+    m = mnemonic.upper()
+    if "ECC" in m or "DRAM" in m or "RETIREMENT" in m:
+        return "gpu_ecc"
+    if "NVLINK" in m or "ALI_TRAINING" in m or "C2C" in m:
+        return "gpu_nvlink"
+    if "FALLEN_OFF" in m or "PCIE" in m:
+        return "gpu_off_bus"
+    return "gpu_firmware"
+
+
+def _by_resolution(
+    code: int, base: Xid | None, immediate: str, investigatory: str, mnemonic: str
+) -> Xid:
+    """The Xid's cause, tier, action and page flag as its immediate resolution says."""
+    row = base or Xid(code, "", None, "ignore")
+    if immediate in JOB_RESOLUTIONS:
+        # Keep a job-side cause the mapping names (cuda_fault); the node is never drained.
+        keep = base is not None and base.cause is not None and base.tier == "cuda"
+        cause = base.cause if keep else "cuda_fault"
+        return replace(row, cause=cause, tier="cuda", action=Action.RESTART, page=False)
+    if immediate in NODE_RESOLUTIONS:
+        return replace(
+            row,
+            cause=_hardware_cause(base, mnemonic),
+            tier="hardware",
+            action=NODE_RESOLUTIONS[immediate],
+            page=True,
+        )
+    if immediate in NO_CAUSE_RESOLUTIONS:
+        # Recorded on the GPU's history only. Where a recurrence asks for support (92, 157),
+        # operators are told once per incident (page), without a drain.
+        told = investigatory == "CONTACT_SUPPORT"
+        return replace(row, cause=None, tier="ignore", action=None, page=told)
+    # WORKFLOW_NVLINK_ERR / WORKFLOW_NVLINK5_ERR (the link's registers need decoding) and the
+    # codes the catalog gives no resolution (162-172): as mapped, or evidence only.
+    return row
+
+
 def _with_catalog(mapped: dict[int, Xid]) -> dict[int, Xid]:
-    """Every Xid of the catalog file, with its resolutions; a code mapped above keeps its cause,
-    tier, action and page, and one the catalog does not list (61, unused since Ampere) stays as
-    mapped, with no resolution. A catalog code with no mapping is evidence only (no cause)."""
+    """Every Xid of the catalog file, with its resolutions, acting as its resolution says. One
+    the catalog does not list (61, unused since Ampere) stays as mapped, with no resolution."""
     out: dict[int, Xid] = {}
     for code, entry in catalog_load().items():
-        base = mapped.get(code) or Xid(code, entry.description, None, "ignore")
+        base = _by_resolution(
+            code, mapped.get(code), entry.immediate, entry.investigatory, entry.mnemonic
+        )
         out[code] = replace(
             base,
+            meaning=base.meaning or entry.description,
             mnemonic=entry.mnemonic,
             description=entry.description,
             immediate=entry.immediate,
@@ -326,3 +398,92 @@ def xid_info(code: int) -> Xid:
 def cause_choices() -> list[tuple[str, str]]:
     """(value, label) pairs for a model field or a form."""
     return [(name, name.replace("_", " ")) for name in CAUSES]
+
+
+# --- Reading one Xid line ----------------------------------------------------------------------
+
+_PREVIOUS_XID = re.compile(r"caused by previous Xid (\d+)", re.I)
+# Xid 154 names the recovery the GPU needs: "GPU recovery action changed from 0x0 (None) to 0x1
+# (GPU Reset Required)". The values are NVML's recovery action field (docs/telemetry.md section
+# 2, `recovery_action`): 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset,
+# 5 IMEX recovery, 6 bus reset, 7 system reboot.
+_RECOVERY_TO = re.compile(r"\bto\s+(?:0x[0-9a-f]+\s*)?\(([^)]*)\)", re.I)
+RECOVERY_PHRASES: dict[str, Action] = {
+    "none": Action.NONE,
+    "gpu reset required": Action.RESET_GPU,
+    "node reboot required": Action.REBOOT,
+    # P2P traffic through the GPU is unsafe until it is reset: drain first, then reset (every
+    # reset runs on a drained node).
+    "drain p2p": Action.RESET_GPU,
+    "drain and reset": Action.RESET_GPU,
+    "imex recovery": Action.ESCALATE,
+    "bus reset": Action.RESET_GPU,
+    "system reboot": Action.REBOOT,
+}
+# NVIDIA's Xid 48 workflow reads the GPU's row-remap state (NVML, the agent's `remap_pending`
+# and `remap_failure` samples): pending -> reset the GPU to apply the remap; failure (no spare
+# row left) -> the GPU needs replacing.
+REMAP_STATES = ("pending", "failure")
+_REMAP_NOTE = re.compile(r"\[row remap (pending|failure)\]", re.I)
+
+
+def remap_note(state: str) -> str:
+    """How an Xid 48 line rendered from the agent's events carries the GPU's row-remap state
+    (failures/evidence.py writes it, xid_resolved reads it back)."""
+    if state not in REMAP_STATES:
+        raise ValueError(f"remap state {state!r} is not one of {', '.join(REMAP_STATES)}")
+    return f"[row remap {state}]"
+
+
+def _recovery_phrase(line: str) -> Action | None:
+    """The action of the recovery Xid 154 changed to; None when the line names none known."""
+    m = _RECOVERY_TO.search(line)
+    if m:
+        return RECOVERY_PHRASES.get(m.group(1).strip().lower())
+    low = line.lower()
+    hits = [a for phrase, a in RECOVERY_PHRASES.items() if phrase != "none" and phrase in low]
+    return hits[-1] if hits else None
+
+
+def xid_resolved(code: int, line: str = "", remap_state: str | None = None) -> Xid:
+    """The table row an Xid line acts by, once the line's own words are read: the root Xid of
+    "caused by previous Xid N", the recovery Xid 154 names, Xid 48's row-remap state (given,
+    or carried in the line as `remap_note` writes it). Raises ValueError for a remap state
+    other than REMAP_STATES or None."""
+    if remap_state is not None and remap_state not in REMAP_STATES:
+        raise ValueError(
+            f"remap state {remap_state!r} is not one of {', '.join(REMAP_STATES)} or None"
+        )
+    xid = xid_info(code)
+    if xid.cause is None:
+        pm = _PREVIOUS_XID.search(line)
+        if pm and int(pm.group(1)) != code:
+            # "Xid 45 ... caused by previous Xid 149": the cleanup names the root, which may
+            # be all that is left of a burst (NVIDIA/open-gpu-kernel-modules#1150).
+            return xid_resolved(int(pm.group(1)), "", remap_state)
+    if xid.immediate == "XID_154":
+        action = _recovery_phrase(line)
+        if action is None or action == Action.NONE:
+            return xid
+        cause = "gpu_off_bus" if action == Action.REBOOT else "gpu_firmware"
+        return replace(xid, cause=cause, tier="hardware", action=action, page=True)
+    if xid.immediate == "WORKFLOW_XID_48":
+        if remap_state is None:
+            nm = _REMAP_NOTE.search(line)
+            remap_state = nm.group(1).lower() if nm else None
+        if remap_state == "failure":
+            return replace(xid, action=Action.ESCALATE)
+    return xid
+
+
+def xid_action(code: int, line: str = "", remap_state: str | None = None) -> Action:
+    """What to do about one Xid line, as NVIDIA's catalog says (docs/xid-catalog.md): the node
+    action for node-level Xids, RESTART for the job's own, NOTIFY for an ignorable Xid whose
+    recurrence asks for support (92, 157) and for Xid 45 alone (its fabric manager), NONE for
+    the rest. See xid_resolved for what the line and `remap_state` decide."""
+    xid = xid_resolved(code, line, remap_state)
+    if xid.cause is None:
+        if xid.immediate == "WORKFLOW_XID_45":
+            return Action.NOTIFY
+        return Action.NOTIFY if xid.page else Action.NONE
+    return xid.action or CAUSES[xid.cause].action

@@ -112,7 +112,6 @@ class Event:
 
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d+)", re.I)
-_PREVIOUS_XID = re.compile(r"caused by previous Xid (\d+)", re.I)
 
 
 @dataclass(frozen=True)
@@ -209,12 +208,9 @@ def event_of(
         xm = _XID.search(msg)
         if not xm:
             return None
-        xid = taxonomy.xid_info(int(xm.group(2)))
-        pm = _PREVIOUS_XID.search(msg) if xid.cause is None else None
-        if pm:
-            # "Xid 45 ... caused by previous Xid 149": the cleanup names the root, which may
-            # be all that is left of a burst (NVIDIA/open-gpu-kernel-modules#1150).
-            xid = taxonomy.xid_info(int(pm.group(1)))
+        # The line's own words can decide (a root Xid it names, Xid 154's recovery phrase,
+        # Xid 48's row-remap state): the taxonomy reads them.
+        xid = taxonomy.xid_resolved(int(xm.group(2)), msg)
         if xid.cause is None:
             return None
         cause, tier, gpu = xid.cause, xid.tier, xm.group(1)
