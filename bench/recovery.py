@@ -85,10 +85,21 @@ def main() -> None:
                 time.sleep(0.05)
             t0_wall = rig.xid(79)
             t0 = time.monotonic()
-            info = rig.wait_running(job, restarts=1, timeout=120)
+            try:
+                info = rig.wait_running(job, restarts=1, timeout=120)
+            except AssertionError:
+                seen = list(RecoveryAction.objects.values_list("kind", "status", "result", "error"))
+                sys.exit(
+                    f"bench/recovery.py: run {i + 1}: no requeue; actions {seen}\n{rig.logs()}"
+                )
             total = time.monotonic() - t0
             failure = FailureEvent.objects.filter(kind="gpu_error").latest("detected_at")
             actions = {a.kind: a for a in RecoveryAction.objects.filter(plan__failure=failure)}
+            if "drain" not in actions or "requeue" not in actions:
+                seen = list(
+                    RecoveryAction.objects.values_list("kind", "status", "host", "rule", "result")
+                )
+                sys.exit(f"bench/recovery.py: run {i + 1}: failure {failure.cause}, actions {seen}")
             drain_end = actions["drain"].ended_at.timestamp() - t0_wall
             requeue_end = actions["requeue"].ended_at.timestamp() - t0_wall
             totals.append(total)
