@@ -56,7 +56,7 @@ def test_teammate_reads_the_log_lines_and_the_outsider_reads_the_diagnosis(
     assert page.url.endswith(url)
     assert page.locator("#cause").inner_text() == "gpu_off_bus"
     assert page.locator("#blamed").inner_text().startswith("gpu-node-02")
-    assert page.locator("#action").inner_text().startswith("cordon_restart")
+    assert page.locator("#action").inner_text().startswith("reboot")
     evidence = page.locator("#evidence").inner_text()
     assert "Log lines are visible to the job's team and operators." in evidence
     assert "Watchdog" not in evidence and "loss" not in evidence

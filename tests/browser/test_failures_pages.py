@@ -199,7 +199,7 @@ def test_end_to_end_real_slurm_nccl_timeout_and_xid_79_is_gpu_off_bus_on_the_tim
     transport.close()
     events.close()
     assert failure.blamed_node.hostname == node
-    assert failure.action == "cordon_restart"
+    assert failure.action == "reboot"  # Xid 79: RESTART_BM in NVIDIA's Xid catalog
     assert any("Watchdog caught collective" in e["text"] for e in failure.evidence)
 
     operator_login("/failures/")

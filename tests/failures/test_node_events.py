@@ -7,15 +7,19 @@ import json
 import time
 
 import pytest
+from django.utils import timezone
 
-from collectors.schema import BatchError
+from collectors.schema import NODE_EVENTS_TASK, BatchError
 from tests.failures.conftest import nccl_window, xid_event
+from tests.helpers import send_signed, wait_for
 from webapp.core.refusals import AuthError
 from webapp.failures.models import FailureEvent, GpuErrorEvent, JobLogWindow
 from webapp.failures.node_events import node_events_ingest
 from webapp.failures.services import failure_diagnose
+from webapp.fleet.models import Gpu
 from webapp.jobs.models import Job
 from webapp.jobs.services import job_events_ingest
+from webapp.telemetry.models import GpuLatest
 
 pytestmark = pytest.mark.django_db
 
@@ -69,16 +73,53 @@ def test_ingest_stores_gpu_errors_and_windows_and_a_redelivery_adds_nothing(flee
     )
 
 
-def test_a_burst_of_xids_is_one_gpu_error_failure(fleet):
+def test_a_burst_of_xids_on_one_gpu_is_one_incident_row_set_and_one_failure(fleet):
+    t = _now() - 900
+    # Xid 48 then its cleanup Xid 45, repeated every 20 s on GPU 2, in two batches.
+    lines = [xid_event(t + i * 20, 48 if i % 2 == 0 else 45, index=2, node_no=1) for i in range(8)]
+    for part in (lines[:4], lines[4:]):
+        node_events_ingest(fleet.node_batch("gpu-node-01", gpu_events=part))
+    rows = {e.xid: e for e in GpuErrorEvent.objects.all()}
+    assert sorted(rows) == [45, 48]
+    assert (rows[48].count, rows[45].count) == (4, 4)
+    assert (rows[48].ts.timestamp(), rows[48].last_ts.timestamp()) == (t, t + 120)
+    failure = FailureEvent.objects.get(kind="gpu_error")
+    assert failure.gpu_error == rows[48]  # the root Xid of the incident
+    burst = failure.gpu_error.burst()
+    assert (burst.lines, burst.xids, burst.last.timestamp()) == (8, [45, 48], t + 140)
+    # After 3 min of silence the GPU's next Xid 48 is a new incident.
+    node_events_ingest(
+        fleet.node_batch(
+            "gpu-node-01", gpu_events=[xid_event(t + 140 + 181, 48, index=2, node_no=1)]
+        )
+    )
+    assert FailureEvent.objects.filter(kind="gpu_error").count() == 2
+    assert GpuErrorEvent.objects.filter(xid=48).count() == 2
+
+
+def test_two_gpus_failing_in_one_burst_are_two_incidents(fleet):
     t = _now() - 600
     node_events_ingest(
         fleet.node_batch(
             "gpu-node-01",
-            gpu_events=[xid_event(t + i * 20, 48, index=i, node_no=1) for i in range(4)],
+            gpu_events=[xid_event(t + i * 20, 79, index=i % 2, node_no=1) for i in range(6)],
         )
     )
-    assert GpuErrorEvent.objects.count() == 4
-    assert FailureEvent.objects.filter(kind="gpu_error").count() == 1
+    assert GpuErrorEvent.objects.count() == 2
+    failures = FailureEvent.objects.filter(kind="gpu_error")
+    assert sorted(f.gpu_error.gpu_index for f in failures) == [0, 1]
+
+
+def test_an_xid_48_on_a_gpu_whose_remap_failed_escalates(fleet):
+    t = _now() - 600
+    gpu = Gpu.objects.get(node__hostname="gpu-node-01", index=2)
+    GpuLatest.objects.create(gpu=gpu, ts=timezone.now(), remap_failure=1, remap_pending=0)
+    node_events_ingest(
+        fleet.node_batch("gpu-node-01", gpu_events=[xid_event(t, 48, index=2, node_no=1)])
+    )
+    failure = failure_diagnose(FailureEvent.objects.get(kind="gpu_error").pk)
+    assert (failure.cause, failure.action) == ("gpu_ecc", "escalate")
+    assert any("row remap failure" in e["text"] for e in failure.evidence)
 
 
 def test_non_critical_xids_open_no_failure(fleet):
@@ -184,3 +225,46 @@ def test_corrected_ecc_errors_counted_by_a_gpu_open_no_failure(fleet):
     # An uncorrectable (double-bit) error on the same GPU does.
     node_events_ingest(fleet.node_batch("gpu-node-02", gpu_events=[xid_event(t + 60, 48)]))
     assert FailureEvent.objects.filter(kind="gpu_error").count() == 1
+
+
+def test_a_flood_of_1000_xid_lines_through_the_worker_is_one_row_and_one_failure(
+    committed_fleet, worker_factory
+):
+    """NVSentinel's users saw one repeated Xid become hundreds of fatal events: here 1,000
+    lines of one burst on one GPU, in four batches through a real worker, are one row (count
+    1,000) and one gpu_error failure, diagnosed once to one action."""
+    worker_factory()
+    t = _now() - 1800
+    lines = [xid_event(t + i, 79, index=5, node_no=1) for i in range(1000)]
+    for n in range(4):
+        batch = committed_fleet.node_batch("gpu-node-01", gpu_events=lines[n * 250 : (n + 1) * 250])
+        send_signed(NODE_EVENTS_TASK, args=[batch])
+    row = wait_for(lambda: GpuErrorEvent.objects.filter(xid=79, count=1000).first(), timeout=60)
+    failure = wait_for(
+        lambda: FailureEvent.objects.filter(kind="gpu_error", diagnosed_at__isnull=False).first(),
+        timeout=60,
+    )
+    assert GpuErrorEvent.objects.count() == 1
+    assert (row.ts.timestamp(), row.last_ts.timestamp()) == (t, t + 999)
+    assert FailureEvent.objects.count() == 1
+    assert (failure.gpu_error_id, failure.cause, failure.action) == (
+        row.pk,
+        "gpu_off_bus",
+        "reboot",
+    )
+    # The evidence is one kernel line with the count, not 1,000.
+    assert [e["text"].endswith("[x1000]") for e in failure.evidence] == [True]
+
+
+def test_the_failure_page_shows_the_incidents_burst(fleet, operator_client):
+    t = _now() - 900
+    lines = [xid_event(t + i * 20, 48 if i % 2 == 0 else 45, index=2, node_no=1) for i in range(8)]
+    node_events_ingest(fleet.node_batch("gpu-node-01", gpu_events=lines))
+    failure = FailureEvent.objects.get(kind="gpu_error")
+    body = operator_client.get(f"/failures/{failure.pk}/").content.decode()
+    incident = body.split('id="incident">', 1)[1].split("</td>", 1)[0]
+    assert incident.startswith("root Xid 48 on GPU 2 · 8 lines from ")
+    assert incident.endswith("UTC · Xids 45, 48")
+    # The GPU history: one row per Xid and burst, its first and last line and count.
+    table = body.split('id="xid-table"', 1)[1].split("</table>", 1)[0]
+    assert table.count("<tr><td>") == 2 and '<td class="num">4</td>' in table

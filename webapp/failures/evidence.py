@@ -18,7 +18,14 @@ from webapp.core.units import iso_utc
 from webapp.failures import diagnosis as engine
 from webapp.failures import taxonomy
 from webapp.failures.choices import GpuErrorKind
-from webapp.failures.models import FailureEvent, FailureKind, GpuErrorEvent, JobLogWindow
+
+# A gpu_error failure is diagnosed from its GPU's burst (GpuErrorEvent.burst).
+from webapp.failures.models import (
+    FailureEvent,
+    FailureKind,
+    GpuErrorEvent,
+    JobLogWindow,
+)
 from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Node
 from webapp.jobs.choices import JobState
@@ -29,9 +36,6 @@ from webapp.telemetry.selectors import gpu_sample_latest
 # timeouts: kernel events this far before the end are handed to it (it keeps what fits).
 EVIDENCE_BEFORE = timedelta(minutes=45)
 EVIDENCE_AFTER = timedelta(seconds=engine.WINDOW_AFTER_S)
-# A node's Xids form one burst until 3 min of silence (docs/telemetry.md section 5, NVIDIA Fleet
-# Intelligence): one gpu_error failure per burst (node_events.py), diagnosed from its burst.
-BURST_SILENCE = timedelta(minutes=3)
 # NVIDIA's catalog: Xid 48 (double-bit ECC) follows WORKFLOW_XID_48, which reads the row remap.
 XID_DOUBLE_BIT_ECC = 48
 
@@ -160,7 +164,7 @@ def _job_input(job: Job) -> EngineInput:
     # off the bus as it was handed over): the taxonomy's 15-minute window reaches back that far.
     lo = max(start - timedelta(seconds=engine.WINDOW_BEFORE_S), job.end_at - EVIDENCE_BEFORE)
     errors = GpuErrorEvent.objects.filter(
-        node_id__in=list(nodes), ts__gte=lo, ts__lte=job.end_at + EVIDENCE_AFTER
+        node_id__in=list(nodes), last_ts__gte=lo, ts__lte=job.end_at + EVIDENCE_AFTER
     ).order_by("ts", "id")
     # A rise of the corrected (single-bit) ECC counter is not the driver's Xid 92 (a high
     # corrected-error rate): it explains no failure (node_events._critical).
@@ -189,10 +193,7 @@ def _end_line_host(job: Job, nodes: dict[int, str]) -> str | None:
 
 
 def _gpu_error_input(failure: FailureEvent) -> EngineInput:
-    e = failure.gpu_error
     host = failure.node.hostname if failure.node else "unknown"
-    burst = GpuErrorEvent.objects.filter(
-        node_id=failure.node_id, ts__gte=e.ts, ts__lte=e.ts + BURST_SILENCE
-    ).order_by("ts", "id")
-    kernel = _xid_lines([x for x in burst if x.xid], {failure.node_id: host})
+    burst = [x for x in failure.gpu_error.burst().rows if x.xid]
+    kernel = _xid_lines(burst, {failure.node_id: host})
     return EngineInput([EvidenceStream("kernel", kernel, kernel_evidence=True)], [host])

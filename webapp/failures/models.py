@@ -6,6 +6,9 @@ Causes, categories and actions are choices built from `taxonomy.py` (the one hom
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
 from django.db import models
 
 from webapp.failures import taxonomy
@@ -16,9 +19,27 @@ from webapp.jobs.models import Job
 CAUSE_CHOICES = taxonomy.cause_choices()
 CATEGORY_CHOICES = [(c.value, c.value) for c in taxonomy.Category]
 ACTION_CHOICES = [(a.value, a.value.replace("_", " ")) for a in taxonomy.Action]
+# A GPU's Xids form one burst until 3 min of silence (docs/telemetry.md section 5, NVIDIA Fleet
+# Intelligence).
+BURST_SILENCE = timedelta(minutes=3)
+
+
+@dataclass(frozen=True)
+class Burst:
+    """A GPU's burst of errors as the failure page shows it."""
+
+    rows: list[GpuErrorEvent]
+    lines: int
+    first: datetime
+    last: datetime
+    xids: list[int]
 
 
 class GpuErrorEvent(models.Model):
+    """One Xid (or counter kind) of one GPU over one burst: `ts` the first line, `last_ts` the
+    last, `count` how many lines. A burst ends after BURST_SILENCE without that Xid on that GPU
+    (NVIDIA's fleet tooling groups Xids so; evidence.py): a flood of lines stays one row."""
+
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_errors")
     gpu = models.ForeignKey(
         Gpu, on_delete=models.SET_NULL, null=True, blank=True, related_name="errors"
@@ -26,6 +47,7 @@ class GpuErrorEvent(models.Model):
     gpu_index = models.PositiveSmallIntegerField(null=True, blank=True)
     pci_bus_id = models.CharField(max_length=32, blank=True, default="")
     ts = models.DateTimeField()
+    last_ts = models.DateTimeField()
     kind = models.CharField(max_length=16, choices=GpuErrorKind.choices)
     # 0 for the counter kinds: a real value keeps the natural key below unique-able.
     xid = models.PositiveIntegerField(default=0)
@@ -51,6 +73,44 @@ class GpuErrorEvent(models.Model):
     def __str__(self) -> str:
         what = f"Xid {self.xid}" if self.kind == GpuErrorKind.XID else self.kind
         return f"{self.node.hostname} GPU {self.gpu_index} {what} at {self.ts:%Y-%m-%d %H:%M:%S}"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.last_ts is None:  # one line so far: its last line is its first
+            self.last_ts = self.ts
+        super().save(*args, **kwargs)
+
+    def burst(self) -> Burst:
+        """The burst this error opened: its GPU's error rows from it on, while each starts
+        less than BURST_SILENCE after the last line before it (NVIDIA's grouping)."""
+        rows = GpuErrorEvent.objects.filter(
+            node_id=self.node_id, gpu_index=self.gpu_index, ts__gte=self.ts
+        ).order_by("ts", "id")
+        burst: list[GpuErrorEvent] = []
+        last = self.last_ts
+        for row in rows.iterator():
+            if row.ts > last + BURST_SILENCE:
+                break
+            burst.append(row)
+            last = max(last, row.last_ts)
+        xids = sorted({r.xid for r in burst if r.xid})
+        return Burst(burst, sum(r.count for r in burst), self.ts, last, xids)
+
+
+class GpuErrorBatch(models.Model):
+    """A node-event batch whose GPU errors were counted: counts add up, so a redelivered batch
+    (the broker's at-least-once delivery) must be recognised to add nothing."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    batch_id = models.UUIDField()
+    received_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "batch_id"], name="gpuerrorbatch_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"batch {self.batch_id} of node {self.node_id}"
 
 
 class JobLogWindow(models.Model):

@@ -1,7 +1,8 @@
 """Node events in: one NodeEventBatch (GPU errors, job log windows) from a node agent.
 
-Stored idempotently (natural keys, INSERT ... ON CONFLICT DO NOTHING): a redelivered batch
-stores nothing new. A critical GPU error (a page-worthy Xid) opens a `gpu_error` FailureEvent;
+Stored idempotently: a redelivered batch stores nothing new (log windows by natural key, GPU
+errors by the batch's id, since they are counted into one row per GPU, Xid and burst). The first
+critical GPU error (a page-worthy Xid) of a GPU's burst opens one `gpu_error` FailureEvent;
 new evidence for a job that already failed gets that failure diagnosed again (after commit).
 """
 
@@ -14,14 +15,21 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from collectors.schema import NodeEventBatch, parse_node_events
 from webapp.core.units import epoch_to_utc
 from webapp.failures import taxonomy
 from webapp.failures.dispatch import failure_diagnose_later
-from webapp.failures.evidence import BURST_SILENCE, EVIDENCE_AFTER, EVIDENCE_BEFORE
-from webapp.failures.models import FailureEvent, FailureKind, GpuErrorEvent, GpuErrorKind
+from webapp.failures.evidence import EVIDENCE_AFTER, EVIDENCE_BEFORE
+from webapp.failures.models import (
+    BURST_SILENCE,
+    FailureEvent,
+    FailureKind,
+    GpuErrorEvent,
+    GpuErrorKind,
+)
 from webapp.fleet.models import Gpu
 from webapp.fleet.services import node_authenticate
 from webapp.jobs.models import Job, JobAllocation
@@ -55,23 +63,35 @@ def node_events_ingest(raw: str | bytes) -> NodeEventsResult:
     batch = parse_node_events(raw, max_future_s=settings.VIGIL_MAX_FUTURE_SKEW_S)
     node = node_authenticate(batch.cluster, batch.node, batch.credential)
     with transaction.atomic():
-        new_errors = _gpu_errors_store(node.id, batch)
+        counted, new_errors = _gpu_errors_store(node.id, batch)
         new_windows = _log_windows_store(node.id, node.cluster_id, batch)
         opened = _gpu_failures_open(node.cluster_id, new_errors)
         _rediagnose(node.id, new_errors, new_windows)
     return NodeEventsResult(
         str(batch.batch_id),
         len(batch.gpu_events),
-        len(new_errors),
+        counted,
         len(batch.log_windows),
         len(new_windows),
         opened,
     )
 
 
-def _gpu_errors_store(node_id: int, batch: NodeEventBatch) -> list[GpuErrorEvent]:
+def _gpu_errors_store(node_id: int, batch: NodeEventBatch) -> tuple[int, list[GpuErrorEvent]]:
+    """Count the batch's GPU errors into their bursts: one row per (GPU, kind, Xid, burst),
+    its count and first and last time. Returns how many lines were counted and the rows they
+    touched (new bursts first opened here, and bursts that grew). A batch counted before (a
+    redelivery) counts nothing."""
     if not batch.gpu_events:
-        return []
+        return 0, []
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO failures_gpuerrorbatch (node_id, batch_id, received_at) "
+            "VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING id",
+            [node_id, batch.batch_id, timezone.now()],
+        )
+        if cur.fetchone() is None:
+            return 0, []
     gpus = list(
         Gpu.objects.filter(node_id=node_id).values_list("id", "index", "uuid", "pci_bus_id")
     )
@@ -80,7 +100,7 @@ def _gpu_errors_store(node_id: int, batch: NodeEventBatch) -> list[GpuErrorEvent
     by_index: dict[int, tuple] = {}
     for g in sorted(gpus, key=lambda g: g[0]):  # the most recently registered holds the slot
         by_index[g[1]] = g
-    rows = []
+    lines: dict[tuple, list[tuple]] = {}
     for e in batch.gpu_events:
         gpu = (
             (by_uuid.get(e.gpu_uuid) if e.gpu_uuid else None)
@@ -90,35 +110,58 @@ def _gpu_errors_store(node_id: int, batch: NodeEventBatch) -> list[GpuErrorEvent
         index = e.gpu_index if e.gpu_index is not None else (gpu[1] if gpu else None)
         pci = e.pci_bus_id or (gpu[3] if gpu else "") or ""
         xid = e.xid if e.xid is not None else KIND_XID.get(e.kind, 0)
-        rows.append(
-            (
-                node_id,
-                gpu[0] if gpu else None,
-                index,
-                pci,
-                epoch_to_utc(e.ts),
-                e.kind,
-                xid,
-                e.count,
-                e.source,
-                e.message,
+        key = (index, e.kind, xid)
+        lines.setdefault(key, []).append(
+            (epoch_to_utc(e.ts), e.count, gpu[0] if gpu else None, pci, e.source, e.message)
+        )
+    touched: dict[int, GpuErrorEvent] = {}
+    for (index, kind, xid), found in lines.items():
+        found.sort(key=lambda x: x[0])
+        # The bursts of this GPU and Xid that the batch's lines may extend (locked: two
+        # workers counting into one row would lose a count).
+        open_rows = list(
+            GpuErrorEvent.objects.select_for_update()
+            .filter(
+                node_id=node_id,
+                gpu_index=index,
+                kind=kind,
+                xid=xid,
+                last_ts__gte=found[0][0] - BURST_SILENCE,
+                ts__lte=found[-1][0] + BURST_SILENCE,
             )
+            .order_by("ts")
         )
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            INSERT INTO failures_gpuerrorevent
-                (node_id, gpu_id, gpu_index, pci_bus_id, ts, kind, xid, count, source, message)
-            SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::int[], %s::text[],
-                                 %s::timestamptz[], %s::text[], %s::int[], %s::int[],
-                                 %s::text[], %s::text[])
-            ON CONFLICT DO NOTHING
-            RETURNING id
-            """,
-            [list(column) for column in zip(*rows, strict=True)],  # one array per column
+        for ts, count, gpu_id, pci, source, message in found:
+            row = next(
+                (r for r in open_rows if r.ts - BURST_SILENCE <= ts <= r.last_ts + BURST_SILENCE),
+                None,
+            )
+            if row is None:
+                row = GpuErrorEvent(
+                    node_id=node_id,
+                    gpu_id=gpu_id,
+                    gpu_index=index,
+                    pci_bus_id=pci,
+                    ts=ts,
+                    last_ts=ts,
+                    kind=kind,
+                    xid=xid,
+                    count=0,
+                    source=source,
+                    message=message,
+                )
+                open_rows.append(row)
+            row.ts, row.last_ts = min(row.ts, ts), max(row.last_ts, ts)
+            row.count += count
+            if row.pk is None:
+                row.save()
+            touched[row.pk] = row
+    for row in touched.values():
+        GpuErrorEvent.objects.filter(pk=row.pk).update(
+            ts=row.ts, last_ts=row.last_ts, count=row.count
         )
-        ids = [r[0] for r in cur.fetchall()]
-    return list(GpuErrorEvent.objects.filter(id__in=ids).order_by("ts", "id"))
+    counted = sum(c for found in lines.values() for _, c, *_ in found)
+    return counted, sorted(touched.values(), key=lambda r: (r.ts, r.pk))
 
 
 def pci_bdf(pci: str | None) -> str:
@@ -202,18 +245,13 @@ def _critical(e: GpuErrorEvent) -> bool:
 
 
 def _gpu_failures_open(cluster_id: int, errors: Sequence[GpuErrorEvent]) -> int:
-    """One gpu_error FailureEvent per burst of critical errors on a node."""
+    """One gpu_error FailureEvent per incident: a GPU's burst of Xids with a critical one,
+    its root the first critical Xid. Keyed by GPU, not node: each GPU's recovery (its reset)
+    is its own, and two GPUs failing together on a node are two incidents (recovery drains the
+    node once)."""
     opened = 0
     for e in errors:
-        if not _critical(e):
-            continue
-        burst = FailureEvent.objects.filter(
-            kind=FailureKind.GPU_ERROR,
-            node_id=e.node_id,
-            occurred_at__gte=e.ts - BURST_SILENCE,
-            occurred_at__lte=e.ts + BURST_SILENCE,
-        ).exists()
-        if burst:
+        if not _critical(e) or _in_open_incident(e):
             continue
         failure = FailureEvent.objects.create(
             cluster_id=cluster_id,
@@ -227,6 +265,36 @@ def _gpu_failures_open(cluster_id: int, errors: Sequence[GpuErrorEvent]) -> int:
         failure_diagnose_later(failure.pk)
         opened += 1
     return opened
+
+
+def _in_open_incident(e: GpuErrorEvent) -> bool:
+    """Whether the error continues an incident of its GPU already on record: the GPU's errors
+    since that incident's root kept coming with less than BURST_SILENCE between them."""
+    incident = (
+        FailureEvent.objects.filter(
+            kind=FailureKind.GPU_ERROR,
+            node_id=e.node_id,
+            gpu_error__gpu_index=e.gpu_index,
+            occurred_at__lte=e.ts + BURST_SILENCE,
+        )
+        .order_by("-occurred_at")
+        .first()
+    )
+    if incident is None:
+        return False
+    if incident.gpu_error_id == e.pk:
+        return True
+    last = (
+        GpuErrorEvent.objects.filter(
+            node_id=e.node_id,
+            gpu_index=e.gpu_index,
+            ts__gte=incident.occurred_at - BURST_SILENCE,
+            ts__lte=e.ts,
+        )
+        .exclude(pk=e.pk)
+        .aggregate(last=Max("last_ts"))["last"]
+    )
+    return last is not None and e.ts <= last + BURST_SILENCE
 
 
 def _rediagnose(node_id: int, errors: Sequence[GpuErrorEvent], job_ids: Iterable[int]) -> None:

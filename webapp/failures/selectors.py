@@ -192,7 +192,7 @@ def node_xid_history(node: Node | None, days: int = 30, limit: int = 200) -> lis
         return []
     since = timezone.now() - timedelta(days=days)
     return list(
-        GpuErrorEvent.objects.filter(node=node, ts__gte=since)
+        GpuErrorEvent.objects.filter(node=node, last_ts__gte=since)
         .select_related("gpu")
         .order_by("-ts", "-id")[:limit]
     )

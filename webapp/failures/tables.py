@@ -74,6 +74,8 @@ EVIDENCE = Table(Column("file"), Column("line"), Column("rule_id"), Column("text
 XIDS = Table(
     Column("node", accessor=lambda r: r[0], csv_only=True),
     Column("ts", "When (UTC)", lambda r: r[1].ts.isoformat()),
+    # A row is one Xid's burst on one GPU: its last line, and how many lines (count).
+    Column("last_ts", "Last (UTC)", lambda r: r[1].last_ts.isoformat()),
     Column("gpu_index", "GPU", lambda r: r[1].gpu_index),
     Column("kind", "Kind", lambda r: r[1].kind),
     Column("xid", "Xid", lambda r: r[1].xid or None),
