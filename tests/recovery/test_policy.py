@@ -137,3 +137,14 @@ def test_a_drain_on_the_jobs_log_alone_waits_for_an_operator():
     trusted = decide(Facts(cause="ib_link", action="cordon_restart", blamed_host="n2", job=JOB,
                            node_evidence=True))  # fmt: skip
     assert not trusted.steps[0].needs_approval
+
+
+def test_a_reset_or_reboot_drains_the_node_and_restarts_its_jobs_elsewhere():
+    for action, then in (("reboot", "reboot needed"), ("reset_gpu", "GPU reset needed")):
+        d = decide(
+            Facts(cause="gpu_off_bus", action=action, error_host="n1", node_evidence=True,
+                  jobs_on_host=(JobFacts("10", hosts=("n1",)),))
+        )  # fmt: skip
+        assert (d.action, d.rule) == (action, f"default_{action}")
+        assert kinds(d) == [("drain", "n1"), ("requeue", "10")]
+        assert d.steps[0].reason == f"gpu_off_bus on n1: {then}"

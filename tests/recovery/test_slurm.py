@@ -64,7 +64,7 @@ def test_an_xid_79_drains_the_node_and_the_job_runs_again_elsewhere(rig):
     info = rig.wait_running(job, restarts=1)
 
     failure = plan.failure
-    assert (failure.cause, failure.action) == ("gpu_off_bus", "cordon_restart")
+    assert (failure.cause, failure.action) == ("gpu_off_bus", "reboot")  # RESTART_BM: drained
     assert (drain.kind, drain.host, drain.status) == ("drain", vn1, "succeeded")
     reason = f"vigil: gpu_off_bus failure {failure.pk}"
     assert drain.commands == [

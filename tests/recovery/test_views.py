@@ -270,7 +270,7 @@ def test_recovery_csv_exports_have_the_rows(outsider_client, recovered):
     q = "?cluster=testcluster&days=1"
     plans = _rows(outsider_client.get("/api/v1/recovery/plans.csv" + q))
     assert [(p["failure"], p["action"], p["mode"], p["executor"]) for p in plans] == [
-        (str(recovered.pk), "cordon_restart", "auto", "simulated")
+        (str(recovered.pk), "reboot", "auto", "simulated")  # Xid 79: RESTART_BM
     ]
     assert (plans[0]["actions"], plans[0]["succeeded"]) == ("2", "2")
     actions = _rows(outsider_client.get("/api/v1/recovery/actions.csv" + q))

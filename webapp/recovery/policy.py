@@ -36,8 +36,15 @@ AUTO_RESTART_ACTIONS = frozenset(
         Action.CORDON_RESTART,
         Action.LOCATE_RESTART,
         Action.ROLLBACK_SKIP,
+        Action.RESET_GPU,
+        Action.REBOOT,
     }
 )
+# Actions that take the node out of service and restart its jobs elsewhere. A GPU reset or a
+# reboot (NVIDIA's Xid catalog, docs/xid-catalog.md) starts with that drain; the node stays
+# drained until an operator has reset or rebooted it and returns it to service (health check
+# first, services.node_return_to_service).
+DRAINING = frozenset({Action.CORDON_RESTART, Action.RESET_GPU, Action.REBOOT})
 # "restart (once), then notify" (docs/failure-taxonomy.md, cuda_fault and native_crash).
 RESTART_ONCE_CAUSES = frozenset({"cuda_fault", "native_crash"})
 # Exponential backoff of `retry` (transient auxiliary services): 30 s, 60 s, 120 s, ... capped
@@ -165,7 +172,7 @@ def decide(facts: Facts) -> Decision:
     if action in AUTO_RESTART_ACTIONS and job and restarts >= facts.max_restarts:
         why = _limited(restarts, facts.max_restarts)
         notify = _notify(facts, "restart_limit", why)
-        drains = tuple(_drain(facts, host)) if action == Action.CORDON_RESTART else ()
+        drains = tuple(_drain(facts, host, action)) if action in DRAINING else ()
         return Decision(Action.NOTIFY.value, "restart_limit", why, drains + notify.steps)
     once = facts.cause in RESTART_ONCE_CAUSES
     if action == Action.RESTART and job and once and job.restarts_for_cause >= 1:
@@ -178,7 +185,7 @@ def decide(facts: Facts) -> Decision:
     if action in (Action.NOTIFY, Action.ESCALATE):
         return _notify(facts, rule, why, escalate=action == Action.ESCALATE, action=action)
     jobs = _jobs(facts)
-    if action == Action.CORDON_RESTART and not host:
+    if action in DRAINING and not host:
         if job and job.hosts and outsider:
             action, rule = Action.LOCATE_RESTART.value, "blamed_outside_job"
             why = (
@@ -191,8 +198,8 @@ def decide(facts: Facts) -> Decision:
         else:
             return _notify(facts, "cordon_without_node", f"{facts.cause} names no node", True)
     steps: list[Step] = []
-    if action == Action.CORDON_RESTART:
-        steps += _drain(facts, host)
+    if action in DRAINING:
+        steps += _drain(facts, host, action)
     elif action == Action.LOCATE_RESTART:
         hosts = job.hosts if job else ()
         if not hosts:
@@ -220,13 +227,15 @@ def _jobs(facts: Facts) -> tuple[JobFacts, ...]:
     return facts.jobs_on_host
 
 
-def _drain(facts: Facts, host: str | None) -> list[Step]:
+def _drain(facts: Facts, host: str | None, action: str = Action.CORDON_RESTART) -> list[Step]:
     if not host or host in facts.hosts_drained:
         return []
+    then = {Action.RESET_GPU: ": GPU reset needed", Action.REBOOT: ": reboot needed"}
+    why = f"{facts.cause} on {host}{then.get(action, '')}"
     if not facts.node_evidence:
-        why = f"{facts.cause} on {host}, from the job's log only: proposed for approval"
+        why += ", from the job's log only: proposed for approval"
         return [Step("drain", host=host, reason=why, needs_approval=True)]
-    return [Step("drain", host=host, reason=f"{facts.cause} on {host}")]
+    return [Step("drain", host=host, reason=why)]
 
 
 def _rollback(job: JobFacts) -> Step:
