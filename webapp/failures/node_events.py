@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -27,6 +28,7 @@ from webapp.failures.models import (
     BURST_SILENCE,
     FailureEvent,
     FailureKind,
+    GpuErrorBatch,
     GpuErrorEvent,
     GpuErrorKind,
 )
@@ -43,6 +45,8 @@ KIND_XID = {
     GpuErrorKind.REMAP: 63,
     GpuErrorKind.ECC_SBE: 92,
 }
+
+BATCH_IDS_KEPT = timedelta(days=7)
 
 log = logging.getLogger("vigil.failures")
 
@@ -92,6 +96,11 @@ def _gpu_errors_store(node_id: int, batch: NodeEventBatch) -> tuple[int, list[Gp
         )
         if cur.fetchone() is None:
             return 0, []
+    # A redelivery comes within the broker's visibility timeout (hours); a week of batch ids is
+    # ample, and the table stays as small as a week of one node's batches with GPU errors.
+    GpuErrorBatch.objects.filter(
+        node_id=node_id, received_at__lt=timezone.now() - BATCH_IDS_KEPT
+    ).delete()
     gpus = list(
         Gpu.objects.filter(node_id=node_id).values_list("id", "index", "uuid", "pci_bus_id")
     )
