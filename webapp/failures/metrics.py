@@ -67,7 +67,7 @@ class FailuresCollector(Collector):
             GpuErrorEvent.objects.values_list(
                 "node__cluster__name", "node__hostname", "kind", "xid"
             )
-            .annotate(n=Sum("count"), last=Max("ts"))
+            .annotate(n=Sum("count"), last=Max("last_ts"))
             .order_by()
         )
         for cluster, node, kind, xid, n, last in rows:
