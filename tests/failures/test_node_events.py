@@ -268,3 +268,22 @@ def test_the_failure_page_shows_the_incidents_burst(fleet, operator_client):
     # The GPU history: one row per Xid and burst, its first and last line and count.
     table = body.split('id="xid-table"', 1)[1].split("</table>", 1)[0]
     assert table.count("<tr><td>") == 2 and '<td class="num">4</td>' in table
+
+
+def test_an_xid_154_naming_a_reboot_opens_an_incident_that_reboots(fleet):
+    t = _now() - 600
+    changed = "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
+    back = "GPU recovery action changed from 0x2 (Node Reboot Required) to 0x0 (None)"
+    node_events_ingest(
+        fleet.node_batch(
+            "gpu-node-01", gpu_events=[xid_event(t, 154, index=4, node_no=1, message=back)]
+        )
+    )
+    assert not FailureEvent.objects.exists()  # back to none: nothing to do
+    node_events_ingest(
+        fleet.node_batch(
+            "gpu-node-01", gpu_events=[xid_event(t + 600, 154, index=4, node_no=1, message=changed)]
+        )
+    )
+    failure = failure_diagnose(FailureEvent.objects.get(kind="gpu_error").pk)
+    assert (failure.action, failure.blamed_node.hostname) == ("reboot", "gpu-node-01")

@@ -248,9 +248,12 @@ def _log_windows_store(node_id: int, cluster_id: int, batch: NodeEventBatch) -> 
 
 
 def _critical(e: GpuErrorEvent) -> bool:
-    """A page-worthy Xid (the `page` column of the Xid table). A rise of the corrected ECC
-    counter is not the driver's Xid 92 (a high corrected-error rate): recorded, never paged."""
-    return e.xid is not None and e.kind != GpuErrorKind.ECC_SBE and taxonomy.xid_info(e.xid).page
+    """A page-worthy Xid (the `page` column of the Xid table, once its line is read: Xid 154
+    naming a reset or reboot pages). A rise of the corrected ECC counter is not the driver's
+    Xid 92 (a high corrected-error rate): recorded, never paged."""
+    if e.xid is None or e.kind == GpuErrorKind.ECC_SBE:
+        return False
+    return taxonomy.xid_resolved(e.xid, e.message).page
 
 
 def _gpu_failures_open(cluster_id: int, errors: Sequence[GpuErrorEvent]) -> int:
