@@ -90,6 +90,11 @@ app.conf.beat_schedule = {
         "task": "vigil.alerts.prune_notifications",
         "schedule": crontab(hour=3, minute=47),
     },
+    # Ingest refusals past VIGIL_REFUSALS_RETENTION_DAYS (their counts by reason are kept).
+    "core-prune-refusals": {
+        "task": "vigil.core.prune_refusals",
+        "schedule": crontab(hour=3, minute=53),
+    },
     "fleet-node-states": {
         "task": "vigil.fleet.mark_stale_nodes",
         "schedule": 30.0,

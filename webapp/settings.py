@@ -454,6 +454,8 @@ VIGIL_ENERGY_EXPORT_RETENTION_DAYS = envint("VIGIL_ENERGY_EXPORT_RETENTION_DAYS"
 VIGIL_ALERTS_NOTIFICATION_RETENTION_DAYS = envint(
     "VIGIL_ALERTS_NOTIFICATION_RETENTION_DAYS", "90", minimum=1
 )
+# Ingest refusals (the admin's refused batches); /metrics keeps counting them by reason.
+VIGIL_REFUSALS_RETENTION_DAYS = envint("VIGIL_REFUSALS_RETENTION_DAYS", "90", minimum=1)
 # How long a closed month's energy report stays cached (its key changes with its rollups and
 # carbon inputs; this bounds what the key does not follow, such as a job moved to another team).
 VIGIL_ENERGY_REPORT_CACHE_S = envint("VIGIL_ENERGY_REPORT_CACHE_S", "3600", minimum=0)

@@ -30,7 +30,6 @@ from typing import Protocol
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
-from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import never_cache
@@ -41,7 +40,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from webapp.core.keyauth import key_refusal
-from webapp.core.models import RejectedBatch
+from webapp.core.refusals import refusals_by_reason
 
 
 class TextCollector(Protocol):
@@ -120,8 +119,8 @@ class IngestCollector(Collector):
         rejected = CounterMetricFamily(
             "vigil_ingest_rejected_batches", "Batches refused whole, by reason", labels=["reason"]
         )
-        for row in RejectedBatch.objects.values("reason").annotate(n=Count("id")).order_by():
-            rejected.add_metric([row["reason"]], row["n"])
+        for reason, n in sorted(refusals_by_reason().items()):
+            rejected.add_metric([reason], n)
         yield rejected
 
 

@@ -23,3 +23,14 @@ class RejectedBatch(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reason} {self.cluster}/{self.node}"
+
+
+class RejectedBatchPruned(models.Model):
+    """Refusals pruned past their retention, counted by reason: `/metrics` adds them to the rows
+    still kept, so the rejection counter never goes down (Prometheus would read a reset)."""
+
+    reason = models.CharField(max_length=32, primary_key=True)
+    count = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.count} pruned"

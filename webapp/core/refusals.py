@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import datetime, timedelta
 from typing import Protocol
 
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Count
+from django.utils import timezone
+
 from collectors.schema import batch_body
-from webapp.core.models import RejectedBatch
+from webapp.core.models import RejectedBatch, RejectedBatchPruned
 
 log = logging.getLogger("vigil.ingest")
 
@@ -63,3 +69,50 @@ def batch_reject(raw: str | bytes, error: Refusal) -> RejectedBatch:
         error.detail,
     )
     return rejected
+
+
+PRUNE_CHUNK = 10_000  # refusals deleted per statement, so one run never holds a long lock
+
+# Delete one chunk of old refusals and add them, by reason, to the pruned counts, in one
+# statement: the rejection counter (rows kept + pruned) stays the same at every instant.
+_PRUNE_SQL = """
+WITH gone AS (
+    DELETE FROM telemetry_rejectedbatch
+    WHERE id IN (
+        SELECT id FROM telemetry_rejectedbatch WHERE received_at < %s ORDER BY id LIMIT %s
+    )
+    RETURNING reason
+), counted AS (
+    INSERT INTO core_rejectedbatchpruned (reason, count)
+    SELECT reason, count(*) FROM gone GROUP BY reason
+    ON CONFLICT (reason) DO UPDATE
+        SET count = core_rejectedbatchpruned.count + excluded.count
+    RETURNING count
+)
+SELECT count(*) FROM gone
+"""
+
+
+def refusals_prune(now: datetime | None = None) -> int:
+    """Delete refusals older than VIGIL_REFUSALS_RETENTION_DAYS, a chunk at a time, keeping
+    their count by reason; how many were deleted."""
+    before = (now or timezone.now()) - timedelta(days=settings.VIGIL_REFUSALS_RETENTION_DAYS)
+    deleted = 0
+    while True:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(_PRUNE_SQL, [before, PRUNE_CHUNK])
+            n = cur.fetchone()[0]
+        deleted += n
+        if n < PRUNE_CHUNK:
+            return deleted
+
+
+def refusals_by_reason() -> dict[str, int]:
+    """Every refusal ever recorded, by reason: the rows kept plus those pruned."""
+    counts = {
+        row["reason"]: row["n"]
+        for row in RejectedBatch.objects.values("reason").annotate(n=Count("id")).order_by()
+    }
+    for reason, pruned in RejectedBatchPruned.objects.values_list("reason", "count"):
+        counts[reason] = counts.get(reason, 0) + pruned
+    return counts
