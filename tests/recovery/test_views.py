@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import time
 
 import pytest
@@ -459,3 +460,22 @@ def test_a_replayed_failure_is_left_out_of_time_to_detect_and_marked_late(
             - recovered.occurred_at
         ).total_seconds()
     )
+
+
+def test_the_demos_simulated_scheduler_receives_the_commands_it_must_carry_out(
+    fleet, tmp_path, monkeypatch, django_capture_on_commit_callbacks
+):
+    """The demo closes the loop: the simulated executor hands the drain and the requeue to
+    the simulated scheduler's inbox once each action has committed, so the job runs again
+    (the inbox's reader is tested in tests/collectors/test_simjobs.py)."""
+    from collectors.backends.simjobs import INBOX_ENV
+
+    monkeypatch.setenv(INBOX_ENV, str(tmp_path))
+    policy("auto")
+    failure = _xid_79(fleet, "310", _now() - 120)
+    with django_capture_on_commit_callbacks(execute=True):
+        actions = _run_all(failure)
+    sent = [json.loads(p.read_text()) for p in sorted(tmp_path.rglob("*.json"))]
+    lines = [c for message in sent for c in message.get("commands", [])]
+    assert any(c[:2] == ["scontrol", "requeue"] and c[-1] == "310" for c in lines), sent
+    assert len(sent) == len([a for a in actions if a.commands])

@@ -11,9 +11,11 @@ check's verdicts become drains of the nodes that failed.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
@@ -21,6 +23,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from collectors.backends.simjobs import INBOX_ENV, scheduler_commands_send
 from collectors.schema import NodeStateIn
 from webapp.core.units import iso_utc
 from webapp.fleet.services import node_states_apply
@@ -314,8 +317,16 @@ def _after_health_check(action: RecoveryAction, failed: list[str]) -> None:
 
 
 def _simulated_effects(action: RecoveryAction) -> None:
-    """The demo's simulated executor: what Slurm's watcher would report, recorded at once."""
-    if action.executor != ExecutorKind.SIMULATED or not action.host:
+    """The demo's simulated executor: what Slurm's watcher would report, recorded at once, and
+    the action's commands handed to the simulated scheduler, which carries out what a real
+    Slurm would (a requeued job runs again) once the action has committed."""
+    if action.executor != ExecutorKind.SIMULATED:
+        return
+    inbox = os.environ.get(INBOX_ENV)
+    if inbox and action.commands:
+        cluster, commands = action.cluster.name, list(action.commands)
+        transaction.on_commit(lambda: scheduler_commands_send(Path(inbox), cluster, commands))
+    if not action.host:
         return
     if action.kind not in (ActionKind.DRAIN, ActionKind.RESUME):
         return
