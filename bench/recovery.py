@@ -49,7 +49,7 @@ def main() -> None:
     from tests.recovery.rig import Rig
     from tests.slurm import SlurmCluster, slurm_missing_reason
     from webapp.core import embedded
-    from webapp.failures.models import FailureEvent
+    from webapp.failures.models import FailureEvent, GpuErrorEvent
     from webapp.jobs.models import JobEvent
     from webapp.recovery.models import RecoveryAction
 
@@ -114,7 +114,9 @@ def main() -> None:
             )
             slurm.cancel_all()
             slurm.run("scontrol", "update", f"NodeName={vn1}", "State=RESUME")
-            FailureEvent.objects.all().delete()  # the next GPU error is a failure of its own
+            # The next GPU error is a failure of its own, not a repeat of this burst.
+            GpuErrorEvent.objects.all().delete()
+            FailureEvent.objects.all().delete()
             time.sleep(1.5)  # the watcher reports vn1 up again before the next failure
 
         median = statistics.median
