@@ -145,8 +145,13 @@ def live_busy(transactional_db) -> int:
     happen over the last ten minutes, so the phases' durations are those of a live system."""
     fleet = make_fleet()
     now = float(int(time.time()))
-    for i in range(200):
-        mode = "approve" if i % 10 == 7 else "dry_run" if i % 10 == 9 else "auto"
+    modes = {
+        i: "approve" if i % 10 == 7 else "dry_run" if i % 10 == 9 else "auto" for i in range(200)
+    }
+    # The approve-mode failures come last: switching a cluster to dry_run cancels what awaits
+    # approval (the kill switch), so they would otherwise never reach the approvals page.
+    for i in sorted(modes, key=lambda i: (modes[i] == "approve", i)):
+        mode = modes[i]
         policy(mode)
         node = ("gpu-node-01", "gpu-node-02")[i % 2]
         failure = _cuda_fault(fleet, str(1000 + i), node, now - (200 - i) * 3)
