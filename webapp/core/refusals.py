@@ -74,13 +74,13 @@ def batch_reject(raw: str | bytes, error: Refusal) -> RejectedBatch:
 PRUNE_CHUNK = 10_000  # refusals deleted per statement, so one run never holds a long lock
 
 # Delete one chunk of old refusals and add them, by reason, to the pruned counts, in one
-# statement: the rejection counter (rows kept + pruned) stays the same at every instant.
-_PRUNE_SQL = """
+# statement: the rejection counter (rows kept + pruned) stays the same at every instant. The
+# refusal log's table keeps the name it had under telemetry (RejectedBatch's Meta).
+_LOG = RejectedBatch._meta.db_table
+_PRUNE_SQL = f"""
 WITH gone AS (
-    DELETE FROM telemetry_rejectedbatch
-    WHERE id IN (
-        SELECT id FROM telemetry_rejectedbatch WHERE received_at < %s ORDER BY id LIMIT %s
-    )
+    DELETE FROM {_LOG}
+    WHERE id IN (SELECT id FROM {_LOG} WHERE received_at < %s ORDER BY id LIMIT %s)
     RETURNING reason
 ), counted AS (
     INSERT INTO core_rejectedbatchpruned (reason, count)
