@@ -409,3 +409,47 @@ def test_what_the_engine_read_is_pruned_after_its_retention(operator_client, dia
     assert any("NameError" in text for b in kept for _, text, _ in b.lines)
     assert prune_inputs() == {"pruned": 0}
     assert "vigil.failures.prune_inputs" in {e["task"] for e in app.conf.beat_schedule.values()}
+
+
+def test_what_every_user_reads_of_a_failure_never_quotes_its_log(
+    fleet, outsider_client, owner_client, operator_client
+):
+    """A failure's detail is the rule's label (here the exception class), never the line it
+    matched: a path or token a job prints stays in the evidence, behind the team rule, and
+    reaches no page, list or CSV that every logged-in user reads."""
+    secret = "/home/bob/.aws/token-AKIAIOSFODNN7EXAMPLE"
+    end = float(int(time.time())) - 300
+    fleet.run_job("202", end - 600, None, nodes=("gpu-node-01",), job_type="debug", user="bob")
+    node_events_ingest(
+        fleet.node_batch(
+            "gpu-node-01",
+            log_windows=[
+                {
+                    "job_id": "202",
+                    "ts": end - 2,
+                    "path": "/logs/202.err",
+                    "first_line_no": 1,
+                    "lines": [
+                        "Traceback (most recent call last):",
+                        '  File "/home/bob/train.py", line 9, in <module>',
+                        f"OSError: [Errno 28] No space left on device: '{secret}'",
+                    ],
+                }
+            ],
+        )
+    )
+    fleet.run_job("202", end - 600, end, nodes=("gpu-node-01",), job_type="debug", user="bob")
+    failure = FailureEvent.objects.get(job__scheduler_id="202")
+    failure_diagnose(failure.pk)
+    failure.refresh_from_db()
+    assert failure.detail and "AKIA" not in failure.detail and ".aws" not in failure.detail
+    for client in (outsider_client, owner_client, operator_client):
+        for url in ("/failures/", "/api/v1/failures.csv", f"/failures/{failure.pk}/"):
+            response = client.get(url)
+            body = (
+                b"".join(response.streaming_content) if response.streaming else response.content
+            ).decode()
+            if client is operator_client and url == f"/failures/{failure.pk}/":
+                assert "AKIAIOSFODNN7EXAMPLE" in body  # operators read the evidence
+            else:
+                assert "AKIAIOSFODNN7EXAMPLE" not in body, url
