@@ -74,3 +74,16 @@ def test_overview_of_a_large_cluster_counts_held_idle_gpus_per_node(small_fleet)
     # gpu-a-01 at a 50 % busy line: GPUs 4 and 5 idle and held; 0 is held but busy.
     assert grid["held_idle"] == [2, 0]
     assert "drained" in data["out_of_service"]
+
+
+def test_a_job_name_in_the_overview_hover_is_text_not_markup(operator_client, small_fleet):
+    """Plotly reads <a href> and <b> in hover text: a job named so must not draw a link."""
+    job = gpus_hold(small_fleet, "78", [0])
+    job.name = '<a href="https://evil.example">click</a>'
+    job.user = "<b>mallory</b>"
+    job.save()
+    data = operator_client.get(reverse("pages_api:overview_json")).json()
+    alpha = next(c for c in data["clusters"] if c["name"] == "alpha")
+    [(_, name, user)] = alpha["grid"]["jobs"]
+    assert "<a" not in name and "&lt;a href" in name
+    assert user == "&lt;b&gt;mallory&lt;/b&gt;"

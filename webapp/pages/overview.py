@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from webapp.core.charts import plain
 from webapp.core.units import GIB, iso_utc
 from webapp.fleet.choices import SCHEDULER_OUT_OF_SERVICE, NodeState
 from webapp.fleet.selectors import node_state_now
@@ -106,7 +107,10 @@ def gpu_grid(
             if holder is not None:
                 if holder.job_id not in jobs:
                     jobs[holder.job_id] = len(jobs_out)
-                    jobs_out.append([holder.scheduler_id, holder.name, holder.user])
+                    # Shown in Plotly hover text, which reads <a href>, <b>: escaped.
+                    jobs_out.append(
+                        [plain(holder.scheduler_id), plain(holder.name), plain(holder.user)]
+                    )
                 held[i] = jobs[holder.job_id]
             st = gpu_status(g.ts, g.values, busy_util_pct)
             status[i] = STATUS_CODES[st]
@@ -123,7 +127,7 @@ def gpu_grid(
         "level": "gpu",
         "columns": GPU_LEVEL_COLUMNS,
         "width": width,
-        "hosts": [n.hostname for n in nodes],
+        "hosts": [plain(n.hostname) for n in nodes],
         "node_ids": [n.id for n in nodes],
         "states": [n.state for n in nodes],
         "status": "".join(status),
@@ -172,7 +176,7 @@ def node_grid(
         "level": "node",
         "per_row": NODE_LEVEL_PER_ROW,
         "width": 1,
-        "hosts": [n.hostname for n in nodes],
+        "hosts": [plain(n.hostname) for n in nodes],
         "node_ids": [n.id for n in nodes],
         "states": [n.state for n in nodes],
         "util": util,
