@@ -46,7 +46,8 @@ from typing import Any
 
 from collectors.backends import simphases
 from collectors.backends.base import GPU_POS, NODE_POS, NodeReading, Source
-from collectors.backends.simjobs import INBOX_ENV, JobSimulator
+from collectors.backends.siminbox import INBOX_ENV
+from collectors.backends.simjobs import JobSimulator
 from collectors.schema import GPU_FIELD_NAMES, NODE_FIELD_NAMES, GpuInfo
 
 DEFAULT_CLUSTERS = ("seren", "kalos")

@@ -11,7 +11,7 @@ import pytest
 from collectors.agent import Agent
 from collectors.backends import simfailures
 from collectors.backends.base import GPU_POS
-from collectors.backends.simjobs import INBOX_ENV, scheduler_commands_send
+from collectors.backends.siminbox import INBOX_ENV, scheduler_commands_send
 from collectors.backends.simulated import SimulatedBackend
 from collectors.schema import JobEventBatch
 

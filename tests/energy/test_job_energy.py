@@ -10,8 +10,9 @@ import pytest
 from django.urls import reverse
 
 from tests.energy import rig
+from webapp.energy.job_energy import job_energy
 from webapp.energy.models import GpuEnergyHour, JobEnergyHour
-from webapp.energy.selectors import job_energy, month_report
+from webapp.energy.selectors import month_report
 from webapp.jobs.models import JobAllocation
 
 J_PER_KWH = 3.6e6

@@ -468,7 +468,7 @@ def test_the_demos_simulated_scheduler_receives_the_commands_it_must_carry_out(
     """The demo closes the loop: the simulated executor hands the drain and the requeue to
     the simulated scheduler's inbox once each action has committed, so the job runs again
     (the inbox's reader is tested in tests/collectors/test_simjobs.py)."""
-    from collectors.backends.simjobs import INBOX_ENV
+    from collectors.backends.siminbox import INBOX_ENV
 
     monkeypatch.setenv(INBOX_ENV, str(tmp_path))
     policy("auto")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.db.models.signals import post_delete, post_save
 
 from webapp.energy import models as m
-from webapp.energy.selectors import JobEnergy, job_energy
+from webapp.energy.job_energy import JobEnergy, job_energy
 from webapp.energy.services import report_inputs_changed
 from webapp.fleet.models import Cluster
 from webapp.jobs.dispatch import job_energy_wanted

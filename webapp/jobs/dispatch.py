@@ -2,7 +2,7 @@
 
 `job_energy_wanted`: the job page asks for a job's energy (sent with `job`, `allocations` and
 `now`); the energy app answers with its one reading of a job's energy
-(`webapp.energy.selectors.job_energy`), connected when it loads.
+(`webapp.energy.job_energy.job_energy`), connected when it loads.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from collectors.backends.simjobs import INBOX_ENV, scheduler_commands_send
+from collectors.backends.siminbox import INBOX_ENV, scheduler_commands_send
 from collectors.schema import NodeStateIn
 from webapp.core.units import iso_utc
 from webapp.fleet.services import node_states_apply

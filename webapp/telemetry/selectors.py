@@ -26,7 +26,7 @@ from collectors.schema import GPU_FIELD_NAMES
 from webapp.fleet.choices import NodeState
 from webapp.fleet.models import Cluster, Node
 from webapp.fleet.selectors import node_state_now
-from webapp.telemetry import reads
+from webapp.telemetry import arrays, distributions, reads
 from webapp.telemetry.choices import GPU_STATUSES, GpuStatus
 from webapp.telemetry.partitions import oldest_kept
 from webapp.telemetry.samples import samples_source
@@ -42,22 +42,22 @@ Bands = reads.Bands
 CounterEnergy = reads.CounterEnergy
 Activity = reads.Activity
 Idle = reads.Idle
-Distribution = reads.Distribution
+Distribution = distributions.Distribution
 intervals_series = reads.intervals_series
 intervals_bands = reads.intervals_bands
 intervals_energy = reads.intervals_energy
 intervals_activity = reads.intervals_activity
 intervals_idle = reads.intervals_idle
-cluster_distribution = reads.cluster_distribution
-KeptSince = reads.KeptSince
-telemetry_kept_since = reads.telemetry_kept_since
+cluster_distribution = distributions.cluster_distribution
+KeptSince = distributions.KeptSince
+telemetry_kept_since = distributions.telemetry_kept_since
 # Samples as arrays and the GPU-hours that hold samples, for the energy rollup that accounts
 # samples itself (counter, power integration and model fallbacks).
-SampleArrays = reads.SampleArrays
-gpus_sample_arrays = reads.gpus_sample_arrays
-nodes_sample_arrays = reads.nodes_sample_arrays
-gpus_hourly_sample_counts = reads.gpus_hourly_sample_counts
-gpus_hours_with_samples = reads.gpus_hours_with_samples
+SampleArrays = arrays.SampleArrays
+gpus_sample_arrays = arrays.gpus_sample_arrays
+nodes_sample_arrays = arrays.nodes_sample_arrays
+gpus_hourly_sample_counts = arrays.gpus_hourly_sample_counts
+gpus_hours_with_samples = arrays.gpus_hours_with_samples
 
 # Metrics the live pages show, with the unit the figures use.
 SERIES_METRICS: tuple[str, ...] = (

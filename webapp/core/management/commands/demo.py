@@ -28,7 +28,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from collectors.backends.simjobs import INBOX_ENV
+from collectors.backends.siminbox import INBOX_ENV
 from collectors.backends.simulated import DEFAULT_CLUSTERS, node_name
 from webapp.core import embedded
 
