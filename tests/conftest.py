@@ -89,7 +89,7 @@ def committed_node_token(transactional_db) -> tuple[str, str, str]:
     return "testcluster", "gpu-node-01", token
 
 
-# Personas (STYLE.md): an operator who may see everything; the owner of the fleet fixtures'
+# Personas: an operator who may see everything; the owner of the fleet fixtures'
 # jobs (they run as scheduler user "alice", tests/failures/conftest.py), a teammate in the team
 # a rule gives alice's jobs, and an outsider who is logged in but in no team; and an anonymous
 # visitor. Each has its own client, so one test can compare what they see.

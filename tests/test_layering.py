@@ -1,4 +1,5 @@
-"""The layering DESIGN.md promises, checked on the source: who may import whom, and no cycles.
+"""The layering of the apps (docs/architecture.md), checked on the source: who may import whom,
+and no cycles.
 
 Read with `ast` (nothing is imported), counting imports inside functions too: a deferred
 import is still a dependency.
@@ -40,7 +41,7 @@ FLOORS = (
     ("pages",),
 )
 FLOOR = {app: level for level, apps in enumerate(FLOORS) for app in apps}
-# What an app shows the apps above it (STYLE.md): its models, choices, reads, writes and
+# What an app shows the apps above it: its models, choices, reads, writes and
 # dispatch, plus the one failure taxonomy. The top floor draws other apps' data the way they
 # do, so it may also use their figures and request forms.
 PUBLIC = {"models", "choices", "selectors", "services", "dispatch", "taxonomy"}

@@ -1,4 +1,4 @@
-"""Tables declared once (STYLE.md 9): no view writes a CSV header by hand, and every CSV a
+"""Tables declared once: no view writes a CSV header by hand, and every CSV a
 table declaration serves starts with exactly the declaration's header."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class CoreConfig(AppConfig):
-    """What every app shares (DESIGN.md: core imports no app; apps plug into it)."""
+    """What every app shares (core imports no app; apps plug into it)."""
 
     name = "webapp.core"
     label = "core"

@@ -2,7 +2,8 @@
 
 Values come from PostgreSQL when Prometheus scrapes (custom collectors), so every web process
 answers the same and nothing is kept in process memory. Guarded by VIGIL_METRICS_KEY (see
-webapp/core/keyauth.py). Names follow Prometheus conventions (STYLE.md).
+webapp/core/keyauth.py). Names follow Prometheus' naming conventions
+(https://prometheus.io/docs/practices/naming/).
 
 Each app contributes its own metric families: it calls `register(SomeCollector)` when it
 loads (its AppConfig.ready), so a new app adds metrics without editing core. A collector is

@@ -1,4 +1,4 @@
-"""Unit conversions, defined once (STYLE.md: names say what and in which unit)."""
+"""Unit conversions, defined once; names say what and in which unit."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Shared by `manage.py diagnose` and `python -m webapp.failures.cli` (no Django needed). Exit
 status 0 with a diagnosis (`unknown` included), 2 with one line on stderr when a file cannot
-be read (STYLE.md convention 4).
+be read: errors are part of the interface.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The failure label set: causes, categories, actions, Acme aliases, ordering tiers and Xids.
 
-This module is the one home of the labels (STYLE.md, convention 1). Everything here is copied
+This module is the one home of the labels. Everything here is copied
 from `docs/failure-taxonomy.md` (binding: it wins on conflict), the Xid mapping from
 `docs/failure-signatures.md` section 1 and `docs/telemetry.md` section 5; each Xid's NVIDIA
 resolutions from the Xid catalog file (`xid_catalog.py`, docs/xid-catalog.md). Plain Python, no

@@ -1,9 +1,9 @@
 """Jobs, which GPUs they held when (an interval table), their events, and their tallies.
 
-Samples carry no job id (DESIGN.md): per-job views join samples to JobAllocation intervals at
-query time. The characterization reads JobTally (webapp/jobs/tallies.py), kept up to date by
-triggers on the jobs table, instead of aggregating a million jobs.
-"""
+Samples carry no job id, so that a requeue or a late allocation never rewrites them: per-job views
+join samples to JobAllocation intervals at query time. The characterization reads JobTally
+(webapp/jobs/tallies.py), kept up to date by triggers on the jobs table, instead of aggregating a
+million jobs."""
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models

@@ -1,11 +1,11 @@
 """Reads of jobs: the filtered job list, one job's allocations and telemetry, the
 GPUs that jobs hold but leave idle, and the cached characterization of a window.
 
-Samples carry no job id (DESIGN.md): per-job telemetry hands the job's allocations to
-telemetry's read API as (GPU, interval) lists, which reads raw samples for short jobs, the
-1-minute rollup for long ones, or the coarser tier that still holds an older job.
-An allocation names its GPU by id when the watcher knew it and by (node, index) otherwise;
-the queries below resolve both (`coalesce(a.gpu_id, g.id)`).
+Samples carry no job id (allocations are joined at query time): per-job telemetry hands the job's
+allocations to telemetry's read API as (GPU, interval) lists, which reads raw samples for short
+jobs, the 1-minute rollup for long ones, or the coarser tier that still holds an older job. An
+allocation names its GPU by id when the watcher knew it and by (node, index) otherwise; the queries
+below resolve both (`coalesce(a.gpu_id, g.id)`).
 """
 
 from __future__ import annotations
@@ -103,8 +103,9 @@ def characterization_cached(window: Window, *, keep: bool = False) -> Characteri
 
 # --- One job: allocations, telemetry --------------------------------------------------------------
 
-# Jobs up to this long read raw samples; longer ones the 1-minute rollup (DESIGN.md); jobs
-# older than a tier keeps, the next coarser one (telemetry decides which holds them).
+# Jobs up to this long read raw samples; longer ones the 1-minute rollup (raw samples are for
+# short ranges); jobs older than a tier keeps, the next coarser one (telemetry decides which
+# holds them).
 RAW_JOB_MAX = timedelta(hours=3)
 # At most this many points per GPU line: longer jobs average rollup minutes into buckets.
 SERIES_POINTS = 600

@@ -2,7 +2,7 @@
 node's recent GPU errors, failures and recovery actions.
 
 Reads of the jobs, failures and recovery apps' tables through their models and selectors (an
-app may use another's selectors, DESIGN.md); each list is one query, bounded by a limit.
+app may use another's selectors); each list is one query, bounded by a limit.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The sample tables are partitioned by day in PostgreSQL (see the 0001 migration), which Django
 cannot create, so their models are unmanaged: Django reads them, `services.py` writes them
 with binary COPY. Columns are the metrics of `collectors.schema` in wire order; samples carry
-no job id (allocations are joined at query time, DESIGN.md).
+no job id (allocations are joined at query time).
 """
 
 from django.contrib.postgres.fields import ArrayField

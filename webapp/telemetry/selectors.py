@@ -320,7 +320,7 @@ class TimeRange:
         return "hourly rollup" if self.hourly else "1-minute rollup"
 
 
-# Ranges of a day or more read a rollup only (DESIGN.md: raw samples are for short ranges);
+# Ranges of a day or more read a rollup only (raw samples are for short ranges);
 # past the 1-minute rollup's month (VIGIL_ROLLUP_RETENTION_DAYS), the hourly one.
 RANGES: dict[str, TimeRange] = {
     r.key: r
