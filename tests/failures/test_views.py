@@ -187,10 +187,15 @@ def test_job_link_from_the_jobs_app(operator_client, diagnosed):
 def test_timeline_and_failure_page_query_counts_stay_flat(
     operator_client, diagnosed, django_assert_max_num_queries
 ):
+    # Each response is checked: a redirect to the login page would count few queries too.
     with django_assert_max_num_queries(8):
-        operator_client.get("/failures/")
+        timeline = operator_client.get("/failures/")
     with django_assert_max_num_queries(8):
-        operator_client.get(f"/failures/{diagnosed.pk}/")
+        page = operator_client.get(f"/failures/{diagnosed.pk}/")
+    assert timeline.status_code == 200
+    assert '<td class="num">96.00</td>' in timeline.content.decode()  # job 200's GPU-hours lost
+    assert page.status_code == 200
+    assert 'id="gpu-hours-lost">96.00 ' in page.content.decode()
 
 
 # --- Who reads the log lines: owner, teammate, operator; not the outsider --------------------
@@ -250,7 +255,11 @@ def test_failure_page_query_count_stays_flat_for_a_teammate(
     # The access check adds three (operators group, rules, membership) to the operator's page,
     # and one reads what the engine read (kept apart from the failure row).
     with django_assert_max_num_queries(9):
-        teammate_client.get(f"/failures/{diagnosed.pk}/")
+        page = teammate_client.get(f"/failures/{diagnosed.pk}/")
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert 'id="gpu-hours-lost">96.00 ' in body
+    assert LOG_LINE in body  # the teammate's page, not the outsider's
 
 
 def test_a_job_failure_naming_no_node_sits_on_its_node_or_job_lane(operator_client, diagnosed):
