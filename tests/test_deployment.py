@@ -29,7 +29,28 @@ def _command(name: str) -> list[str]:
 
 
 def test_compose_has_the_services_of_a_deployment():
-    assert {"postgres", "redis", "web", "worker", "beat", "collector"} <= set(SERVICES)
+    assert {"postgres", "redis", "web", "worker-ingest", "worker", "beat", "collector"} <= set(
+        SERVICES
+    )
+
+
+def _worker_queues() -> dict[str, set[str]]:
+    return {
+        name: set(command[command.index("-Q") + 1].split(","))
+        for name in SERVICES
+        if (command := _command(name))[:4] == ["celery", "-A", "webapp", "worker"]
+    }
+
+
+def test_the_ingest_queue_has_workers_of_its_own():
+    """A node can write any task name to `ingest`; only a worker consuming `ingest` alone
+    refuses what is not an ingest task, so no worker of the compose file shares it."""
+    from collectors.schema import INGEST_QUEUE
+
+    queues = _worker_queues()
+    consuming = {name: q for name, q in queues.items() if INGEST_QUEUE in q}
+    assert consuming, "no worker consumes the ingest queue"
+    assert all(q == {INGEST_QUEUE} for q in consuming.values()), consuming
 
 
 def test_web_serves_the_wsgi_application_with_gunicorn():
@@ -41,17 +62,23 @@ def test_web_serves_the_wsgi_application_with_gunicorn():
     assert "whitenoise.middleware.WhiteNoiseMiddleware" in settings_text
 
 
-@pytest.mark.parametrize("service", ["worker", "beat"])
+@pytest.mark.parametrize("service", ["worker-ingest", "worker", "beat"])
 def test_celery_services_use_the_project_app(service):
     command = _command(service)
     assert command[:3] == ["celery", "-A", "webapp"]
     from webapp.celery import app
 
     assert app.main == "vigil"
-    if service == "worker":
-        queues = set(command[command.index("-Q") + 1].split(","))
-        routed = {r["queue"] for r in app.conf.task_routes.values()}
-        assert routed <= queues, f"tasks routed to {routed - queues} that no worker consumes"
+
+
+def test_every_routed_queue_has_a_worker():
+    from webapp.celery import app
+
+    consumed = set().union(*_worker_queues().values())
+    routed = {r["queue"] for r in app.conf.task_routes.values()} | {
+        app.conf.task_default_queue
+    }
+    assert routed <= consumed, f"tasks routed to {routed - consumed} that no worker consumes"
 
 
 def test_migrate_runs_a_real_management_command():
