@@ -28,6 +28,7 @@ from tests.prometheus import (  # noqa: F401 (prometheus_dir: a fixture)
     prometheus_dir,
     promtool,
 )
+from webapp.failures.metrics import xid_page_label
 from webapp.failures.node_events import node_events_ingest
 from webapp.failures.taxonomy import XIDS
 from webapp.telemetry.services import samples_ingest
@@ -62,16 +63,23 @@ def test_the_shipped_rules_pass_promtool_check_and_their_unit_tests():
     assert "SUCCESS" in tested.stdout
 
 
-def test_the_node_xid_rule_pages_on_the_catalogues_page_set():
-    """Vigil marks page-worthy Xids itself (page="true"); the node rule has to list them."""
-    listed = {
-        int(code)
-        for code in re.findall(
-            r"DCGM_FI_DEV_XID_ERRORS == (\d+)", _alert("VigilNodeCriticalXid")["expr"]
-        )
-    }
-    assert listed == {x.code for x in XIDS.values() if x.page}
+def _listed(alert: str) -> set[int]:
+    return {int(c) for c in re.findall(r"DCGM_FI_DEV_XID_ERRORS == (\d+)", _alert(alert)["expr"])}
+
+
+def test_the_node_xid_rules_page_only_where_the_catalog_says_act_now():
+    """Vigil marks each Xid's page label itself; the node rules list the same codes: a
+    critical page for the codes whose node is acted on, a warning for those the catalog says
+    to ignore once and take to support if they recur (92, 157), never a page."""
+    labels = {x.code: xid_page_label(x.code) for x in XIDS.values()}
+    assert _listed("VigilNodeCriticalXid") == {c for c, v in labels.items() if v == "true"}
+    assert _listed("VigilNodeXidForSupport") == {c for c, v in labels.items() if v == "support"}
+    assert {92, 157} <= _listed("VigilNodeXidForSupport")
+    assert not {63, 92, 157} & _listed("VigilNodeCriticalXid")
     assert 'page="true"' in _alert("VigilCriticalXid")["expr"]
+    assert _alert("VigilCriticalXid")["labels"]["severity"] == "critical"
+    assert 'page="support"' in _alert("VigilXidForSupport")["expr"]
+    assert _alert("VigilXidForSupport")["labels"]["severity"] == "warning"
 
 
 def _job(config: dict, name: str) -> dict:

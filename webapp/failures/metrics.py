@@ -54,8 +54,10 @@ class FailuresCollector(Collector):
         errors = CounterMetricFamily(
             "vigil_gpu_errors",
             "GPU error events reported by the nodes (Xids, ECC, row remap, NVLink, PCIe, GPU "
-            "lost), by node, kind and Xid code (empty for the other kinds); page is the Xid "
-            "catalogue's page column (reference/telemetry.md section 5)",
+            "lost), by node, kind and Xid code (empty for the other kinds); page is what the "
+            "Xid asks of operators by NVIDIA's catalog (docs/xid-catalog.md): true, act now "
+            "(the node is reset, rebooted or escalated); support, tell operators without a "
+            "drain (the catalog ignores it once and asks for support when it recurs); false",
             labels=labels,
         )
         last_error = GaugeMetricFamily(
@@ -72,9 +74,19 @@ class FailuresCollector(Collector):
         )
         for cluster, node, kind, xid, n, last in rows:
             is_xid = kind == GpuErrorKind.XID
-            page = is_xid and xid_info(xid).page
-            values = [cluster, node, kind, str(xid) if is_xid else "", "true" if page else "false"]
+            page = xid_page_label(xid) if is_xid else "false"
+            values = [cluster, node, kind, str(xid) if is_xid else "", page]
             errors.add_metric(values, n)
             last_error.add_metric(values, last.timestamp())
         yield errors
         yield last_error
+
+
+def xid_page_label(code: int) -> str:
+    """The `page` label of an Xid: "true" where the node needs a person or a repair now,
+    "support" where the catalog says to ignore it but asks for support when it recurs (92,
+    157: operators are told, nothing is drained), "false" otherwise."""
+    info = xid_info(code)
+    if not info.page:
+        return "false"
+    return "support" if info.tier == "ignore" else "true"
