@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from webapp.core.scheduler import command_run, private_dir
 from webapp.evaluation import slurm
 from webapp.evaluation.actuals import (
     RanJob,
@@ -44,7 +45,6 @@ from webapp.evaluation.planner import DISPATCH_S
 from webapp.evaluation.selectors import cluster_capacity, estimates_known
 from webapp.jobs.choices import JobState
 from webapp.jobs.models import Job
-from webapp.recovery.executors.base import command_run, private_dir
 
 log = logging.getLogger("vigil.evaluation")
 # What submitting and tracking change on a run's jobs.

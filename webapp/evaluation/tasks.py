@@ -6,15 +6,15 @@ from __future__ import annotations
 from celery import shared_task
 
 from webapp.core.ingest import DURABLE_TASK
+from webapp.core.scheduler import scheduler_queue
 from webapp.evaluation.execution import run_submit, run_track
-from webapp.recovery.actions import recovery_queue
 
 SUBMIT_TASK = "vigil.evaluation.submit"
 TRACK_TASK = "vigil.evaluation.track"
 
 
 def submit_send(run_id: int, cluster_name: str) -> None:
-    submit.apply_async((run_id,), queue=recovery_queue(cluster_name))
+    submit.apply_async((run_id,), queue=scheduler_queue(cluster_name))
 
 
 @shared_task(name=SUBMIT_TASK, **DURABLE_TASK)

@@ -1,8 +1,8 @@
 """Execution: claim one action and run its commands, recorded step by step.
 
-`action_execute(pk, worker)` claims the action by a conditional UPDATE (two workers never run
-one action), then runs its commands one by one, each recorded before it starts and when it
-ends. A started-but-unfinished command (the worker died) is checked against the scheduler
+`action_execute(pk, worker)` claims the action with a lease (core/workrows.py: two workers
+never run one action), then runs its commands one by one, each recorded before it starts and
+when it ends. A started-but-unfinished command (the worker died) is checked against the scheduler
 before it is run again. Transient scheduler errors come back for a retry with backoff;
 permanent ones end the action as failed, with the reason, and cancel what followed. A health
 check's verdicts become drains of the nodes that failed.
@@ -13,19 +13,18 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
-from django.db.models.functions import Coalesce
+from django.db.models import F
 from django.utils import timezone
 
 from collectors.backends.siminbox import INBOX_ENV, scheduler_commands_send
 from collectors.schema import NodeStateIn
+from webapp.core import workrows
 from webapp.core.units import iso_utc
+from webapp.core.workrows import Outcome
 from webapp.fleet.services import node_states_apply
 from webapp.recovery import policy
 from webapp.recovery.actions import (
@@ -51,11 +50,15 @@ from webapp.recovery.models import RecoveryAction, RecoveryPolicy
 log = logging.getLogger("vigil.recovery")
 
 
-@dataclass(frozen=True)
-class Outcome:
-    status: str
-    retry_in_s: float | None = None
-    note: str = ""
+# A ready action is claimed; a running one whose worker's lease ran out is claimed again.
+# A transient failure waits its backoff as ready, not before `not_before`.
+LEASE = workrows.LeaseSpec(
+    RecoveryAction,
+    claimable=(ActionStatus.READY,),
+    running=ActionStatus.RUNNING,
+    due_field="not_before",
+    started="started_at",
+)
 
 
 def _lease_s(action: RecoveryAction) -> float:
@@ -64,21 +67,6 @@ def _lease_s(action: RecoveryAction) -> float:
     except UnsupportedAction:
         command_s = 0.0
     return command_s + settings.VIGIL_RECOVERY_LEASE_GRACE_S
-
-
-def _claim(action: RecoveryAction, worker: str) -> bool:
-    now = timezone.now()
-    return bool(
-        RecoveryAction.objects.filter(pk=action.pk)
-        .filter(Q(status=ActionStatus.READY) | Q(status=ActionStatus.RUNNING, lease_until__lt=now))
-        .update(
-            status=ActionStatus.RUNNING,
-            claimed_by=worker[:128],
-            lease_until=now + timedelta(seconds=_lease_s(action)),
-            attempts=F("attempts") + 1,
-            started_at=Coalesce(F("started_at"), now),
-        )
-    )
 
 
 def action_execute(pk: int, worker: str) -> Outcome:
@@ -91,8 +79,11 @@ def action_execute(pk: int, worker: str) -> Outcome:
     blocked = action_blocked(action)
     if blocked == "cancel":
         with transaction.atomic():
-            RecoveryAction.objects.filter(pk=pk).exclude(status__in=FINAL_STATES).update(
-                status=ActionStatus.CANCELLED,
+            workrows.finish(
+                LEASE,
+                pk,
+                ActionStatus.CANCELLED,
+                unless=FINAL_STATES,
                 result="cancelled: an earlier action of the plan did not succeed",
                 ended_at=timezone.now(),
             )
@@ -107,13 +98,9 @@ def action_execute(pk: int, worker: str) -> Outcome:
     if early > 0 and action.status == ActionStatus.READY:
         # Sent before its time (a settle time, a retry's backoff): come back then.
         return Outcome("early", retry_in_s=early, note="not before its earliest start")
-    if not _claim(action, worker):
-        action.refresh_from_db()
-        if action.status == ActionStatus.RUNNING and action.lease_until:
-            # Another worker holds it (or held it and died): look again when its lease ends.
-            left = (action.lease_until - timezone.now()).total_seconds()
-            return Outcome("held", retry_in_s=max(1.0, left + 1))
-        return Outcome(action.status)
+    if not workrows.claim(LEASE, action.pk, worker, _lease_s(action)):
+        # Another worker holds it (or held it and died): look again when its lease ends.
+        return workrows.not_claimed(LEASE, RecoveryAction.objects.filter(pk=pk).first())
     action.refresh_from_db()
     return _run(action)
 
@@ -132,9 +119,9 @@ def _dry_run(action: RecoveryAction) -> bool:
 def _stop(action: RecoveryAction, why: str) -> None:
     """End an action that has not finished as cancelled, and what would follow it."""
     with transaction.atomic():
-        RecoveryAction.objects.filter(pk=action.pk).exclude(status__in=FINAL_STATES).update(
-            status=ActionStatus.CANCELLED, result=why[:512], ended_at=timezone.now(),
-            lease_until=None,
+        workrows.finish(
+            LEASE, action.pk, ActionStatus.CANCELLED, unless=FINAL_STATES,
+            result=why[:512], ended_at=timezone.now(),
         )  # fmt: skip
         actions_cancel_after(action, why)
     log.warning("recovery action %s (%s) %s", action.pk, action.kind, why)
@@ -150,8 +137,7 @@ def _last_step(steps: list[dict], i: int) -> dict | None:
 
 
 def _save_steps(action: RecoveryAction) -> None:
-    lease = timezone.now() + timedelta(seconds=_lease_s(action))
-    RecoveryAction.objects.filter(pk=action.pk).update(steps=action.steps, lease_until=lease)
+    workrows.lease_extend(LEASE, action.pk, _lease_s(action), steps=action.steps)
 
 
 def _run(action: RecoveryAction) -> Outcome:
@@ -208,22 +194,17 @@ def _failed(action: RecoveryAction, transient: bool, result: CommandResult) -> O
         detail += f" (output: {result.stdout.strip()[-300:]})"
     first = detail.splitlines()[0] if detail else ""
     if transient and action.attempts < settings.VIGIL_RECOVERY_MAX_ATTEMPTS:
-        # Exponential backoff: 2, 4, 8, ... s, capped at 5 minutes.
-        backoff = min(300.0, 2.0**action.attempts)
-        RecoveryAction.objects.filter(pk=action.pk, status=ActionStatus.RUNNING).update(
-            status=ActionStatus.READY,
-            error=detail[:4000],
-            lease_until=None,
-            not_before=timezone.now() + timedelta(seconds=backoff),
-        )
+        backoff = workrows.backoff_s(action.attempts)
+        workrows.retry_later(LEASE, action.pk, backoff, error=detail[:4000])
         return Outcome("retry", retry_in_s=backoff, note=first)
     with transaction.atomic():
-        RecoveryAction.objects.filter(pk=action.pk).update(
-            status=ActionStatus.FAILED,
+        workrows.finish(
+            LEASE,
+            action.pk,
+            ActionStatus.FAILED,
             error=detail[:4000],
             result=f"failed: {first}"[:512],
             ended_at=timezone.now(),
-            lease_until=None,
         )
         actions_cancel_after(action, f"cancelled: action {action.pk} failed")
         action_failed.send(sender=RecoveryAction, action=action)
@@ -254,13 +235,15 @@ def _succeeded(action: RecoveryAction, found: dict) -> Outcome:
         params = dict(action.params)
         if found:
             params["found"] = found
-        n = RecoveryAction.objects.filter(pk=action.pk, status=ActionStatus.RUNNING).update(
-            status=ActionStatus.SUCCEEDED,
+        n = workrows.finish(
+            LEASE,
+            action.pk,
+            ActionStatus.SUCCEEDED,
+            if_running=True,
             params=params,
             result=_result_text(action, found)[:512],
             error="",
             ended_at=timezone.now(),
-            lease_until=None,
         )
         if not n:
             return Outcome(ActionStatus.SUCCEEDED, note="finished by another worker")

@@ -27,6 +27,7 @@ from webapp.recovery.choices import (
     Mode,
     PlanKind,
 )
+from webapp.recovery.execution import LEASE
 from webapp.recovery.models import RecoveryAction, RecoveryPlan, RecoveryPolicy
 
 log = logging.getLogger("vigil.recovery")
@@ -169,9 +170,9 @@ def actions_sweep(now: datetime | None = None) -> int:
     ready_lost = Q(status=ActionStatus.READY) & (
         Q(not_before__isnull=True, created_at__lt=overdue) | Q(not_before__lt=overdue)
     )
-    stale = RecoveryAction.objects.filter(
-        ready_lost | Q(status=ActionStatus.RUNNING, lease_until__lt=now)
-    ).select_related("cluster", "plan")
+    stale = RecoveryAction.objects.filter(ready_lost | LEASE.lost_q(now)).select_related(
+        "cluster", "plan"
+    )
     sent = 0
     with transaction.atomic():
         for action in stale:
