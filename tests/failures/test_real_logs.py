@@ -35,6 +35,12 @@ HELDOUT4 = DATA / "real_logs_heldout4"
 HELDOUT4_LABELS: dict[str, dict] = json.loads(
     (HELDOUT4 / "labels.json").read_text(encoding="utf-8")
 )
+# A fifth, gathered over every family of the diagnosis issue and labelled from the threads
+# before the diagnoser ran on it (README there: first contact).
+HELDOUT5 = DATA / "real_logs_heldout5"
+HELDOUT5_LABELS: dict[str, dict] = json.loads(
+    (HELDOUT5 / "labels.json").read_text(encoding="utf-8")
+)
 SYNTHETIC = DATA / "failure_logs"
 SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").read_text())
 
@@ -147,6 +153,25 @@ def test_fourth_heldout_batch_is_new_and_well_formed():
         for label in [*REAL_LABELS.values(), *HELDOUT_LABELS.values(), *HELDOUT3_LABELS.values()]
     }
     assert not earlier & {label["source"] for label in HELDOUT4_LABELS.values()}
+
+
+def test_fifth_heldout_batch_is_new_and_well_formed():
+    assert len(HELDOUT5_LABELS) >= 40
+    _well_formed(HELDOUT5, HELDOUT5_LABELS)
+    earlier = {
+        label["source"]
+        for labels in (REAL_LABELS, HELDOUT_LABELS, HELDOUT3_LABELS, HELDOUT4_LABELS)
+        for label in labels.values()
+    }
+    assert not earlier & {label["source"] for label in HELDOUT5_LABELS.values()}
+    # No log's text is already another corpus' log.
+    earlier_texts = {
+        path.read_text(encoding="utf-8").strip()
+        for folder in (REAL, HELDOUT, HELDOUT3, HELDOUT4, SYNTHETIC)
+        for path in folder.glob("*.log")
+    }
+    for name in HELDOUT5_LABELS:
+        assert (HELDOUT5 / name).read_text(encoding="utf-8").strip() not in earlier_texts, name
 
 
 def test_accuracy_on_real_and_synthetic_logs(capsys):
