@@ -6,7 +6,8 @@ The path of a failure (nothing waits on a poll):
 -> `failure_alerts` raises the alert and plans its group's flush (group_wait, 1 s by default)
 -> task `vigil.alerts.flush` -> `group_flush` writes one Notification per recipient, each with
 its message rendered, and on commit sends task `vigil.alerts.send` for each
--> `notification_send` claims the row by a conditional UPDATE, sends, records `sent_at`.
+-> `notification_send` claims the row with a lease (core/workrows.py), sends, records
+`sent_at`.
 
 Condition rules (temperature, node down, idle GPUs, ingest) are evaluated by the beat task
 (`alerts_evaluate`, every 15 s), which also flushes due groups and hands lost or stale
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -61,6 +61,8 @@ from webapp.alerts.transports import (
     transport_for,
 )
 from webapp.celery import app
+from webapp.core import workrows
+from webapp.core.workrows import Outcome
 from webapp.recovery.choices import ActionKind, Audience
 from webapp.recovery.models import RecoveryAction
 
@@ -247,53 +249,26 @@ def notification_dispatch(pk: int, countdown: float | None = None) -> None:
 # --- delivery --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Outcome:
-    status: str
-    retry_in_s: float | None = None
-    note: str = ""
-
-
-def _claim(pk: int, worker: str, now: datetime) -> bool:
-    lease = now + timedelta(seconds=settings.VIGIL_ALERTS_LEASE_S)
-    return bool(
-        Notification.objects.filter(pk=pk, sent_at__isnull=True)
-        .filter(
-            Q(status=NotificationStatus.PENDING)
-            | Q(status=NotificationStatus.RETRY, lease_until__lte=now)
-            | Q(status=NotificationStatus.SENDING, lease_until__lt=now)
-        )
-        .update(
-            status=NotificationStatus.SENDING,
-            claimed_by=worker[:128],
-            lease_until=lease,
-            attempts=F("attempts") + 1,
-        )
-    )
+# A pending notification is claimed; a retry once its backoff is over (its lease is the
+# wait); a sending one whose worker's lease ran out (it died) is claimed again.
+LEASE = workrows.LeaseSpec(
+    Notification,
+    claimable=(NotificationStatus.PENDING,),
+    running=NotificationStatus.SENDING,
+    retry=NotificationStatus.RETRY,
+)
 
 
 def notification_send(pk: int, worker: str) -> Outcome:
     """Claim one notification and deliver it (from the send task; runs in autocommit, so the
     claim is committed before the send and `sent_at` right after it)."""
-    now = timezone.now()
-    if not _claim(pk, worker, now):
-        n = Notification.objects.filter(pk=pk).first()
-        if n is None:
-            return Outcome("missing")
-        if n.status == NotificationStatus.SENDING and n.lease_until:
-            left = (n.lease_until - timezone.now()).total_seconds()
-            return Outcome("held", retry_in_s=max(1.0, left + 1))
-        if n.status == NotificationStatus.RETRY and n.lease_until:
-            left = (n.lease_until - timezone.now()).total_seconds()
-            return Outcome("retry", retry_in_s=max(0.5, left))
-        return Outcome(n.status)
+    unsent = Q(sent_at__isnull=True)
+    if not workrows.claim(LEASE, pk, worker, settings.VIGIL_ALERTS_LEASE_S, only=unsent):
+        return workrows.not_claimed(LEASE, Notification.objects.filter(pk=pk).first())
     n = Notification.objects.select_related("channel").get(pk=pk)
     if n.channel.disabled:
-        Notification.objects.filter(pk=pk).update(
-            status=NotificationStatus.SKIPPED,
-            error=f"channel disabled: {n.channel.last_error}"[:1024],
-            lease_until=None,
-        )
+        why = f"channel disabled: {n.channel.last_error}"[:1024]
+        workrows.finish(LEASE, pk, NotificationStatus.SKIPPED, error=why)
         return Outcome(NotificationStatus.SKIPPED)
     pause = settings.VIGIL_ALERTS_TEST_PAUSE_BEFORE_SEND_S
     if pause and n.attempts == 1:
@@ -303,28 +278,20 @@ def notification_send(pk: int, worker: str) -> Outcome:
     except TransientError as exc:
         if n.attempts >= settings.VIGIL_ALERTS_MAX_ATTEMPTS:
             return _failed(n, f"gave up after {n.attempts} attempts: {exc}", disable=False)
-        wait = rules.backoff_s(n.attempts)
-        Notification.objects.filter(pk=pk, status=NotificationStatus.SENDING).update(
-            status=NotificationStatus.RETRY,
-            error=str(exc)[:1024],
-            lease_until=timezone.now() + timedelta(seconds=wait),
-        )
+        wait = workrows.backoff_s(n.attempts)
+        workrows.retry_later(LEASE, pk, wait, error=str(exc)[:1024])
         log.warning("notification %s: %s (retry in %.0f s)", pk, exc, wait)
         return Outcome(NotificationStatus.RETRY, retry_in_s=wait, note=str(exc))
     except PermanentError as exc:
         return _failed(n, str(exc), disable=exc.disables)
     # The one window: the server has it, and this UPDATE records that.
-    Notification.objects.filter(pk=pk).update(
-        status=NotificationStatus.SENT, sent_at=timezone.now(), error="", lease_until=None
-    )
+    workrows.finish(LEASE, pk, NotificationStatus.SENT, sent_at=timezone.now(), error="")
     return Outcome(NotificationStatus.SENT)
 
 
 def _failed(n: Notification, error: str, *, disable: bool) -> Outcome:
     with transaction.atomic():
-        Notification.objects.filter(pk=n.pk).update(
-            status=NotificationStatus.FAILED, error=error[:1024], lease_until=None
-        )
+        workrows.finish(LEASE, n.pk, NotificationStatus.FAILED, error=error[:1024])
         if disable:
             channel_disable(n.channel_id, error)
     log.warning("notification %s to channel %s failed: %s", n.pk, n.channel_id, error)
@@ -337,8 +304,7 @@ def notifications_sweep(now: datetime | None = None) -> int:
     now = now or timezone.now()
     stale = Notification.objects.filter(sent_at__isnull=True).filter(
         Q(status=NotificationStatus.PENDING, created_at__lt=now - timedelta(seconds=10))
-        | Q(status=NotificationStatus.RETRY, lease_until__lte=now)
-        | Q(status=NotificationStatus.SENDING, lease_until__lt=now)
+        | LEASE.lost_q(now)
     )
     pks = list(stale.values_list("pk", flat=True)[:1000])
     for pk in pks:

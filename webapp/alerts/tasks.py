@@ -13,6 +13,7 @@ from webapp.alerts.delivery import group_flush, notification_send
 from webapp.alerts.dispatch import ACTION_TASK, FAILURE_TASK, FLUSH_TASK, SEND_TASK
 from webapp.alerts.evaluate import alerts_evaluate, failure_alerts, recovery_action_alerts
 from webapp.core.ingest import DURABLE_TASK
+from webapp.core.workrows import task_outcome
 
 
 @shared_task(name=FAILURE_TASK, **DURABLE_TASK)
@@ -36,9 +37,7 @@ def flush(self, group_id: int) -> dict:
 def send(self, notification_id: int) -> dict:
     """Deliver one notification; come back when asked to (backoff, another worker's lease)."""
     outcome = notification_send(notification_id, worker=self.request.hostname or "worker")
-    if outcome.retry_in_s is not None:
-        raise self.retry(countdown=outcome.retry_in_s, max_retries=None)
-    return {"notification": notification_id, "status": outcome.status}
+    return task_outcome(self, outcome, notification=notification_id)
 
 
 @shared_task(name="vigil.alerts.evaluate", ignore_result=True)

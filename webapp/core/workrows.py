@@ -17,7 +17,6 @@ Each model keeps its own statuses: a `LeaseSpec` says which of them mean what.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -174,7 +173,7 @@ def retry_later(spec: LeaseSpec, pk: Any, wait_s: float, **fields: Any) -> int:
     )
 
 
-def task_outcome(task: Task, outcome: Outcome, **result: Any) -> Mapping[str, Any]:
+def task_outcome(task: Task, outcome: Outcome, **result: Any) -> dict[str, Any]:
     """What a Celery task returns for `outcome`, or its retry (at the outcome's time, with no
     limit: the row's own attempts count decides when to stop)."""
     if outcome.retry_in_s is not None:
