@@ -98,12 +98,21 @@ def test_daily_csv_rows_add_up_to_the_report(
 
 
 def test_an_export_left_running_by_a_dead_worker_is_built_when_its_task_comes_again(built):
-    started = timezone.now() - EXPORT_STALE - timedelta(minutes=1)
+    # A worker's lease lasts EXPORT_STALE from its claim: the dead one's ran out.
+    started, now = timezone.now() - EXPORT_STALE - timedelta(minutes=1), timezone.now()
     lost = EnergyExport.objects.create(
-        cluster=built["cluster"], month=built["month"], status="running", started_at=started
+        cluster=built["cluster"],
+        month=built["month"],
+        status="running",
+        started_at=started,
+        lease_until=started + EXPORT_STALE,
     )
     busy = EnergyExport.objects.create(
-        cluster=built["cluster"], month=built["month"], status="running", started_at=timezone.now()
+        cluster=built["cluster"],
+        month=built["month"],
+        status="running",
+        started_at=now,
+        lease_until=now + EXPORT_STALE,
     )
     assert export_build(busy.pk) is None  # another worker is building it now
     done = export_build(lost.pk)

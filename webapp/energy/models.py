@@ -358,6 +358,7 @@ class EnergyReportDelivery(models.Model):
     run record, and what keeps a month from being sent twice."""
 
     class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
         SENDING = "sending", "Sending"
         SENT = "sent", "Sent"
         FAILED = "failed", "Failed"
@@ -368,14 +369,19 @@ class EnergyReportDelivery(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
     month = models.CharField(max_length=7)  # YYYY-MM
     to = models.CharField(max_length=512)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.SENDING)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     error = models.CharField(max_length=1024, blank=True, default="")
     pdf_bytes = models.PositiveIntegerField(default=0)
+    # The worker sending it, until when (core/workrows.py): one that died is replaced then.
+    claimed_by = models.CharField(max_length=128, blank=True, default="")
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
+        verbose_name_plural = "energy report deliveries"
         constraints = [
             models.UniqueConstraint(
                 fields=["subscription", "cluster", "month"], name="energyreport_once"
@@ -437,6 +443,10 @@ class EnergyExport(models.Model):
     file_gz = models.BinaryField(null=True, blank=True, editable=False)
     file_bytes = models.PositiveIntegerField(default=0)  # uncompressed
     emailed_to = models.CharField(max_length=254, blank=True, default="")
+    # The worker building it, until when (core/workrows.py): one that died is replaced then.
+    claimed_by = models.CharField(max_length=128, blank=True, default="")
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

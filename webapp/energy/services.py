@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from webapp.alerts.services import channel_disable
 from webapp.celery import app
-from webapp.core import mail
+from webapp.core import mail, workrows
 from webapp.core.exports import csv_response
 from webapp.energy import accounting
 from webapp.energy.carbon import node_power_estimate_w
@@ -430,27 +430,40 @@ def report_month_due(sub: EnergyReportSubscription, now: datetime) -> str | None
     return month
 
 
+# A report delivery is claimed to send it (pending, or failed at an earlier run); one whose
+# worker died mid-send is free again once its lease has run out.
+DELIVERY_LEASE = workrows.LeaseSpec(
+    EnergyReportDelivery,
+    claimable=(EnergyReportDelivery.Status.PENDING, EnergyReportDelivery.Status.FAILED),
+    running=EnergyReportDelivery.Status.SENDING,
+)
+# How long one report email may take (render, SMTP) before another worker may send it.
+DELIVERY_LEASE_S = 600.0
+
+
 def report_send(
-    sub: EnergyReportSubscription, cluster: Cluster, month: str, pdf: bytes, context: dict
+    sub: EnergyReportSubscription,
+    cluster: Cluster,
+    month: str,
+    pdf: bytes,
+    context: dict,
+    worker: str = "worker",
 ) -> EnergyReportDelivery | None:
     """Send one report email with its PDF, at most once. The delivery row is written (and
-    committed) before sending and is locked while the email goes out: a second worker skips
-    it (None), a crash mid-send leaves a 'sending' row that the next run sends again."""
+    committed) before sending and claimed with a lease while the email goes out: a second
+    worker skips it (None), a crash mid-send leaves a 'sending' row that a run after its
+    lease sends again."""
     to = sub.channel.target
-    EnergyReportDelivery.objects.get_or_create(
+    delivery, _ = EnergyReportDelivery.objects.get_or_create(
         subscription=sub, cluster=cluster, month=month, defaults={"to": to}
     )
-    with transaction.atomic():
-        delivery = (
-            EnergyReportDelivery.objects.select_for_update(skip_locked=True)
-            .filter(subscription=sub, cluster=cluster, month=month)
-            .first()
-        )
-        if delivery is None:
-            return None  # another worker is sending it now
+    if not workrows.claim(DELIVERY_LEASE, delivery.pk, worker, DELIVERY_LEASE_S):
+        delivery.refresh_from_db()
         if delivery.status == EnergyReportDelivery.Status.SENT:
             return delivery
-        _deliver(delivery, sub, cluster, month, pdf, context)
+        return None  # another worker is sending it now
+    delivery.refresh_from_db()
+    _deliver(delivery, sub, cluster, month, pdf, context)
     return delivery
 
 
@@ -475,14 +488,22 @@ def _deliver(delivery, sub, cluster, month, pdf, context) -> None:
     if outcome.sent:
         delivery.status, delivery.error = EnergyReportDelivery.Status.SENT, ""
         delivery.sent_at = timezone.now()
-    else:  # a retry is tried again at the next run
+    else:  # claimable again at the next run
         delivery.status, delivery.error = EnergyReportDelivery.Status.FAILED, outcome.error[:1024]
     if outcome.recipient_refused:
         # As for alerts, the channel is disabled (an admin sees why) rather than refused
         # again every hour.
         channel_disable(sub.channel_id, outcome.error)
-    delivery.to, delivery.pdf_bytes = to, len(pdf)
-    delivery.save(update_fields=["status", "error", "sent_at", "to", "pdf_bytes"])
+    delivery.to, delivery.pdf_bytes, delivery.lease_until = to, len(pdf), None
+    workrows.finish(
+        DELIVERY_LEASE,
+        delivery.pk,
+        delivery.status,
+        error=delivery.error,
+        sent_at=delivery.sent_at,
+        to=to,
+        pdf_bytes=len(pdf),
+    )
 
 
 def _active_subscriptions() -> list[EnergyReportSubscription]:
@@ -638,9 +659,15 @@ EXPORT_UNSENT = timedelta(minutes=2)
 EXPORTS_RESENT_PER_RUN = 100
 
 
-def _export_lost_running(now: datetime) -> Q:
-    """Exports a worker claimed and died building (no build takes EXPORT_STALE)."""
-    return Q(status=EnergyExport.Status.RUNNING, started_at__lt=now - EXPORT_STALE)
+# A pending export is claimed; one whose worker died building it (no build takes
+# EXPORT_STALE: a month's CSV takes under a second, bench/energy_report.py daily_csv_s, and
+# Chromium is stopped after report.PDF_TIMEOUT_S) is claimed again once its lease is over.
+EXPORT_LEASE = workrows.LeaseSpec(
+    EnergyExport,
+    claimable=(EnergyExport.Status.PENDING,),
+    running=EnergyExport.Status.RUNNING,
+    started="started_at",
+)
 
 
 def exports_resend(now: datetime | None = None) -> int:
@@ -650,7 +677,7 @@ def exports_resend(now: datetime | None = None) -> int:
     now = now or timezone.now()
     lost = Q(
         status=EnergyExport.Status.PENDING, created_at__lt=now - EXPORT_UNSENT
-    ) | _export_lost_running(now)
+    ) | EXPORT_LEASE.lost_q(now)
     ids = list(
         EnergyExport.objects.filter(lost)
         .order_by("created_at", "id")
@@ -682,22 +709,14 @@ def export_download_url(export: EnergyExport) -> str:
     return f"{settings.VIGIL_BASE_URL}{reverse('energy_api:export_download', args=[export.pk])}"
 
 
-def export_build(export_id: int) -> EnergyExport | None:
-    """Build a pending export: claimed by a conditional UPDATE (two workers given the same
-    id build it once), the file (the daily CSV, or the report printed by Chromium) stored
+def export_build(export_id: int, worker: str = "worker") -> EnergyExport | None:
+    """Build a pending export: claimed with a lease (two workers given the same id build it
+    once), the file (the daily CSV, or the report printed by Chromium) stored
     gzip-compressed, and a CSV's link emailed to the requester when they have an address.
     None: not pending (done, or another worker's build in progress)."""
     from webapp.energy.report import ReportError
 
-    now = timezone.now()
-    # Pending, or left running by a worker that died (its task is redelivered): a month's CSV
-    # takes under a second (bench/energy_report.py daily_csv_s) and Chromium is stopped after
-    # report.PDF_TIMEOUT_S, so EXPORT_STALE means lost.
-    claimable = Q(status=EnergyExport.Status.PENDING) | _export_lost_running(now)
-    claimed = EnergyExport.objects.filter(claimable, pk=export_id).update(
-        status=EnergyExport.Status.RUNNING, started_at=now
-    )
-    if not claimed:
+    if not workrows.claim(EXPORT_LEASE, export_id, worker, EXPORT_STALE.total_seconds()):
         return None
     export = EnergyExport.objects.select_related("cluster", "requested_by").get(pk=export_id)
     # Read before the data: a change while building leaves an older version on the row, and
@@ -708,12 +727,26 @@ def export_build(export_id: int) -> EnergyExport | None:
     except (NoEnergyData, ReportError) as exc:
         export.status, export.error = EnergyExport.Status.FAILED, str(exc)[:1024]
         export.finished_at = timezone.now()
-        export.save(update_fields=["status", "error", "finished_at", "data_version"])
+        workrows.finish(
+            EXPORT_LEASE,
+            export.pk,
+            export.status,
+            error=export.error,
+            finished_at=export.finished_at,
+            data_version=export.data_version,
+        )
         return export
     export.file_gz, export.file_bytes, export.rows = gzip.compress(data), len(data), rows
     export.status, export.finished_at = EnergyExport.Status.DONE, timezone.now()
-    export.save(
-        update_fields=["file_gz", "file_bytes", "rows", "status", "finished_at", "data_version"]
+    workrows.finish(
+        EXPORT_LEASE,
+        export.pk,
+        export.status,
+        file_gz=export.file_gz,
+        file_bytes=export.file_bytes,
+        rows=rows,
+        finished_at=export.finished_at,
+        data_version=export.data_version,
     )
     user = export.requested_by
     # The PDF is served to the page that polls for it; the CSV's link is also emailed.

@@ -26,10 +26,10 @@ def send_monthly_reports() -> dict | None:
     return energy_reports_due()
 
 
-@shared_task(name=BUILD_EXPORT_TASK, ignore_result=True)
-def build_export(export_id: int) -> str | None:
-    """Build one CSV export; the row is claimed, so a redelivered task builds nothing."""
-    export = export_build(export_id)
+@shared_task(name=BUILD_EXPORT_TASK, bind=True, ignore_result=True)
+def build_export(self, export_id: int) -> str | None:
+    """Build one export; the row is claimed, so a redelivered task builds nothing."""
+    export = export_build(export_id, worker=self.request.hostname or "worker")
     return None if export is None else export.status
 
 
