@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from webapp.alerts import selectors, services
+from webapp.alerts import selectors, services, tables
 from webapp.alerts.choices import AlertState, NotificationStatus, Severity, SubscriptionScope
 from webapp.alerts.forms import (
     AlertFilterForm,
@@ -32,7 +32,6 @@ from webapp.alerts.forms import (
     silence_default_until,
 )
 from webapp.alerts.models import Alert, AlertRule, Channel, OutboxMessage, Silence, Subscription
-from webapp.core.exports import csv_response
 from webapp.core.views import UnsubscribePage
 from webapp.fleet.models import Cluster
 from webapp.teams.models import Team
@@ -52,10 +51,6 @@ def _query_without_page(request: HttpRequest) -> str:
     params = request.GET.copy()
     params.pop("page", None)
     return params.urlencode()
-
-
-def _iso(value) -> str | None:
-    return value.isoformat() if value else None
 
 
 # --- alerts ----------------------------------------------------------------------------------
@@ -108,52 +103,9 @@ def alert_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-ALERT_CSV_HEADER = (
-    "id",
-    "rule",
-    "state",
-    "severity",
-    "summary",
-    "cluster",
-    "node",
-    "job",
-    "team",
-    "cause",
-    "value",
-    "starts_at",
-    "last_seen_at",
-    "ends_at",
-    "notified_at",
-    "resolved_notified_at",
-    "failure_id",
-)
-
-
 def alert_list_csv(request: HttpRequest) -> HttpResponse:
     qs = selectors.alerts_filter(**AlertFilterForm(request.GET).filters)[:CSV_MAX_ROWS]
-    rows = (
-        (
-            a.pk,
-            a.rule.name,
-            a.state,
-            a.severity,
-            a.summary,
-            a.cluster.name if a.cluster else None,
-            a.node.hostname if a.node else None,
-            a.job.scheduler_id if a.job else None,
-            a.team.name if a.team else None,
-            a.cause,
-            a.value,
-            _iso(a.starts_at),
-            _iso(a.last_seen_at),
-            _iso(a.ends_at),
-            _iso(a.notified_at),
-            _iso(a.resolved_notified_at),
-            a.failure_id,
-        )
-        for a in qs.iterator(chunk_size=2000)
-    )
-    return csv_response("alerts.csv", ALERT_CSV_HEADER, rows)
+    return tables.ALERTS.csv_response("alerts.csv", qs.iterator(chunk_size=2000))
 
 
 # --- silences --------------------------------------------------------------------------------
@@ -248,25 +200,8 @@ def silence_expire(request: HttpRequest, silence_id: int) -> HttpResponse:
 
 
 def silence_list_csv(request: HttpRequest) -> HttpResponse:
-    rows = (
-        (
-            s.pk,
-            s.cluster.name if s.cluster else None,
-            s.node.hostname if s.node else None,
-            s.cause,
-            s.team.name if s.team else None,
-            _iso(s.starts_at),
-            _iso(s.ends_at),
-            s.created_by,
-            s.comment,
-        )
-        for s in selectors.silences_visible()[:CSV_MAX_ROWS].iterator(chunk_size=2000)
-    )
-    return csv_response(
-        "silences.csv",
-        ("id", "cluster", "node", "cause", "team", "starts_at", "ends_at", "created_by", "why"),
-        rows,
-    )
+    silences = selectors.silences_visible()[:CSV_MAX_ROWS].iterator(chunk_size=2000)
+    return tables.SILENCES.csv_response("silences.csv", silences)
 
 
 # --- channels and subscriptions --------------------------------------------------------------
@@ -360,56 +295,13 @@ def channel_enable(request: HttpRequest, channel_id: int) -> HttpResponse:
 
 
 def channel_list_csv(request: HttpRequest) -> HttpResponse:
-    rows = (
-        (
-            c.pk,
-            c.kind,
-            c.name,
-            c.target,
-            c.user.get_username() if c.user else None,
-            c.team.name if c.team else None,
-            c.disabled,
-            c.last_error,
-            _iso(c.last_error_at),
-            c.n_subscriptions,
-        )
-        for c in selectors.channels_visible(request.user)[:CSV_MAX_ROWS]
-    )
-    return csv_response(
-        "channels.csv",
-        (
-            "id",
-            "kind",
-            "name",
-            "target",
-            "user",
-            "team",
-            "disabled",
-            "last_error",
-            "last_error_at",
-            "subscriptions",
-        ),
-        rows,
-    )
+    channels = selectors.channels_visible(request.user)[:CSV_MAX_ROWS]
+    return tables.CHANNELS.csv_response("channels.csv", channels)
 
 
 def subscription_list_csv(request: HttpRequest) -> HttpResponse:
-    rows = (
-        (
-            s.pk,
-            s.scope,
-            s.channel.kind,
-            s.channel.target,
-            " ".join(c.name for c in s.clusters.all()),
-            " ".join(s.severities),
-            s.active,
-        )
-        for s in selectors.subscriptions_of(request.user)
-    )
-    return csv_response(
-        "subscriptions.csv",
-        ("id", "scope", "channel_kind", "channel", "clusters", "severities", "active"),
-        rows,
+    return tables.SUBSCRIPTIONS.csv_response(
+        "subscriptions.csv", selectors.subscriptions_of(request.user)
     )
 
 
@@ -442,38 +334,8 @@ def delivery_list(request: HttpRequest) -> HttpResponse:
 
 def delivery_list_csv(request: HttpRequest) -> HttpResponse:
     _, qs = _deliveries(request)
-    rows = (
-        (
-            n.pk,
-            _iso(n.created_at),
-            _iso(n.sent_at),
-            n.channel.kind,
-            str(n.channel),
-            n.to,
-            n.kind,
-            n.status,
-            n.attempts,
-            n.subject,
-            n.error,
-        )
-        for n in qs[:CSV_MAX_ROWS].iterator(chunk_size=2000)
-    )
-    return csv_response(
-        "deliveries.csv",
-        (
-            "id",
-            "created_at",
-            "sent_at",
-            "channel_kind",
-            "channel",
-            "recipient",
-            "kind",
-            "status",
-            "attempts",
-            "subject",
-            "error",
-        ),
-        rows,
+    return tables.DELIVERIES.csv_response(
+        "deliveries.csv", qs[:CSV_MAX_ROWS].iterator(chunk_size=2000)
     )
 
 
@@ -530,12 +392,4 @@ def outbox_csv(request: HttpRequest) -> HttpResponse:
     if not user_is_operator(request.user):
         return _forbidden_outbox()
     qs = OutboxMessage.objects.order_by("-created_at", "-id")[:CSV_MAX_ROWS]
-    rows = (
-        (m.pk, _iso(m.created_at), m.from_email, m.to, m.subject, m.message_id, m.body_text)
-        for m in qs.iterator(chunk_size=500)
-    )
-    return csv_response(
-        "outbox.csv",
-        ("id", "created_at", "from", "to", "subject", "message_id", "body_text"),
-        rows,
-    )
+    return tables.OUTBOX.csv_response("outbox.csv", qs.iterator(chunk_size=500))

@@ -45,14 +45,14 @@ def _read(row: Any, path: str) -> object:
 @dataclass(frozen=True)
 class Column:
     """One column. `key` is the CSV column's name (units in it); `header` the page's text (markup
-    when given as a SafeString),
-    shown with `unit` in brackets when given; `accessor` reads the CSV value from a row: a
-    callable, a dotted attribute or key path, or None for the path `key` itself. `num`
-    right-aligns the page's cell; `csv_only` and `html_only` say where the column shows;
+    when given as a SafeString; "" for a column of buttons or links with no heading, None for
+    the key itself), shown with `unit` in brackets when given; `accessor` reads the CSV value
+    from a row: a callable, a dotted attribute or key path, or None for the path `key` itself.
+    `num` right-aligns the page's cell; `csv_only` and `html_only` say where the column shows;
     `digits` rounds the CSV's number."""
 
     key: str
-    header: str = ""
+    header: str | None = None
     accessor: Accessor = None
     unit: str | None = None
     csv_only: bool = False
@@ -69,7 +69,7 @@ class Column:
     @property
     def label(self) -> str:
         """The page's header text: the header with its unit, "Power now (kW)"."""
-        text = self.header or self.key
+        text = self.key if self.header is None else self.header
         if not self.unit:
             return text
         # A header given as markup (a legend's dot) keeps it; format_html escapes the unit.
@@ -138,6 +138,16 @@ class Table:
     def csv_stream(self, filename: str, rows: Iterable[Any]) -> StreamingHttpResponse:
         """The CSV written as the client reads it, for exports that may be large."""
         return csv_stream(filename, self.csv_header(), self.csv_rows(rows))
+
+
+def iso(path: str) -> Callable[[Any], str | None]:
+    """An accessor for a datetime at a dotted path, written in ISO 8601; None when unset."""
+
+    def read(row: Any) -> str | None:
+        value = _read(row, path)
+        return value.isoformat() if value else None
+
+    return read
 
 
 def tables_of(namespace: Mapping[str, object]) -> dict[str, Table]:

@@ -14,8 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from webapp.core.exports import csv_response
-from webapp.evaluation import figures
+from webapp.evaluation import figures, tables
 from webapp.evaluation.choices import PlanKind
 from webapp.evaluation.estimates import DEFAULT_SUITE
 from webapp.evaluation.forms import PageForm, RequestForm
@@ -131,89 +130,30 @@ def evaluation_submit(request: HttpRequest) -> HttpResponse:
 
 
 def runs_csv(request: HttpRequest) -> HttpResponse:
-    page = PageForm(request.GET)
-    cluster = page.values["cluster"]
+    cluster = PageForm(request.GET).values["cluster"]
     runs = runs_recent(cluster.pk if cluster else None, 100_000)
-    return csv_response(
-        "evaluation-runs.csv",
-        [
-            "run", "cluster", "created_utc", "requested_by", "model_path", "model_size_gb",
-            "datasets", "nodes", "gpus_per_node", "plan", "status", "predicted_makespan_s",
-            "actual_makespan_s", "predicted_baseline_s", "predicted_decoupled_s",
-            "predicted_speedup", "error",
-        ],
-        (
-            [
-                r.pk, r.cluster.name, r.created_at.isoformat(), r.requested_by, r.model_path,
-                round(r.model_size_gb, 3), len(r.datasets), r.nodes, r.gpus_per_node, r.plan,
-                r.status, r.predicted_makespan_s, r.actual_makespan_s,
-                r.prediction.get("baseline", {}).get("makespan_s"),
-                r.prediction.get("decoupled", {}).get("makespan_s"),
-                r.prediction.get("speedup"), r.error,
-            ]
-            for r in runs
-        ),
-    )  # fmt: skip
+    return tables.RUNS.csv_response("evaluation-runs.csv", runs)
 
 
 def jobs_csv(request: HttpRequest, run_id: int) -> HttpResponse:
     run = get_object_or_404(EvaluationRun, pk=run_id)
-    return csv_response(
-        f"evaluation-{run.pk}-jobs.csv",
-        [
-            "key", "kind", "node", "gpu", "datasets", "depends_on", "planned_start_s",
-            "planned_end_s", "slurm_job", "attempts", "status", "start_utc", "end_utc",
-            "load_s", "infer_s", "metrics_s", "error",
-        ],
-        (
-            [
-                j.key, j.kind, (run.node_names[j.node_index] if j.node_index < len(run.node_names) else j.node_index),
-                j.gpu_index, " ".join(f"{d[0]}:{d[1]}/{d[2]}" for d in j.datasets),
-                " ".join(j.depends_on), j.planned_start_s, j.planned_end_s, j.scheduler_id,
-                j.attempts, j.status, j.start_at.isoformat() if j.start_at else "",
-                j.end_at.isoformat() if j.end_at else "",
-                *(
-                    round(j.measured[p][1] - j.measured[p][0], 3) if p in j.measured else ""
-                    for p in ("load", "infer", "metrics")
-                ),
-                j.error,
-            ]
-            for j in run_jobs(run)
-        ),
-    )  # fmt: skip
+    rows = ((run, j) for j in run_jobs(run))
+    return tables.JOBS.csv_response(f"evaluation-{run.pk}-jobs.csv", rows)
 
 
 def plan_csv(request: HttpRequest, run_id: int) -> HttpResponse:
     """Both plans as predicted (the Gantt charts' data)."""
     run = get_object_or_404(EvaluationRun, pk=run_id)
-    rows = []
-    for kind in (PlanKind.BASELINE, PlanKind.DECOUPLED):
-        for j in run.prediction.get(kind, {}).get("plan", []):
-            rows.append(
-                [
-                    kind, j["key"], j["kind"], j["node"], j["gpu"], j["start_s"], j["end_s"],
-                    *(j["phases"].get(p, 0.0) for p in ("load", "infer", "metrics")),
-                    " ".join(f"{d[0]}:{d[1]}/{d[2]}" for d in j["datasets"]),
-                    " ".join(j["depends_on"]),
-                ]
-            )  # fmt: skip
-    return csv_response(
-        f"evaluation-{run.pk}-plans.csv",
-        ["plan", "key", "kind", "node", "gpu", "start_s", "end_s", "load_s", "infer_s",
-         "metrics_s", "datasets", "depends_on"],
-        rows,
-    )  # fmt: skip
+    rows = (
+        (kind, j)
+        for kind in (PlanKind.BASELINE, PlanKind.DECOUPLED)
+        for j in run.prediction.get(kind, {}).get("plan", [])
+    )
+    return tables.PLANS.csv_response(f"evaluation-{run.pk}-plans.csv", rows)
 
 
 def estimates_csv(request: HttpRequest) -> HttpResponse:
-    return csv_response(
-        "evaluation-estimates.csv",
-        ["dataset", "load_s", "infer_s", "metrics_s", "runs", "updated_utc"],
-        (
-            [e.dataset, e.load_s, e.infer_s, e.metrics_s, e.runs, e.updated_at.isoformat()]
-            for e in RuntimeEstimate.objects.all()
-        ),
-    )
+    return tables.ESTIMATES.csv_response("evaluation-estimates.csv", RuntimeEstimate.objects.all())
 
 
 def characterization_csv(request: HttpRequest) -> HttpResponse:
@@ -222,14 +162,7 @@ def characterization_csv(request: HttpRequest) -> HttpResponse:
     if form.window is None:
         return JsonResponse({"error": form.error or "cluster: none chosen"}, status=400)
     phases = eval_phases(form.window)
-    return csv_response(
+    return tables.PHASES.csv_response(
         f"evaluation-phases-{form.window.cluster.name}.csv",
-        ["phase", "gpu_s", "share", "paper_share", "jobs", "allocations"],
-        (
-            [
-                phase, round(phases.gpu_s[phase], 3), phases.share[phase],
-                phases.paper.get(phase), phases.jobs, phases.allocations,
-            ]
-            for phase in EVAL_PHASES
-        ),
-    )  # fmt: skip
+        ((phase, phases) for phase in EVAL_PHASES),
+    )

@@ -10,7 +10,7 @@ error for a client that asked for JSON.
 
 from __future__ import annotations
 
-import shlex
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from urllib.parse import urlencode
 
@@ -22,11 +22,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from webapp.core.exports import csv_response
+from webapp.core.tables import Table
 from webapp.core.windows import Window
 from webapp.failures.models import FailureEvent
 from webapp.fleet.models import Cluster, Node
-from webapp.recovery import figures, services
+from webapp.recovery import figures, services, tables
 from webapp.recovery.choices import ExecutorKind, Mode
 from webapp.recovery.forms import ActionsForm, ListForm, ModeForm, RecoveryForm, RejectForm
 from webapp.recovery.models import RecoveryAction
@@ -221,8 +221,21 @@ def _nodes_context(request: HttpRequest) -> dict:
     page = Paginator(drained_nodes(cluster.pk if cluster else None), NODES_PER_PAGE).get_page(
         form.values["page"]
     )
-    drains = node_drains([n.pk for n in page])
-    rows = [
+    return {
+        "clusters": Cluster.objects.order_by("name"),
+        "cluster": cluster,
+        "page": page,
+        "rows": _node_rows(list(page)),
+        "query": _query(request),
+        "error": form.error,
+        "is_operator": user_is_operator(request.user),
+    }
+
+
+def _node_rows(nodes: list[Node]) -> list[dict]:
+    """The page's and the CSV's rows (tables.NODES): each node with the drains behind it."""
+    drains = node_drains([n.pk for n in nodes])
+    return [
         {
             "node": n,
             # Node.state_reason / state_since come with the scheduler watcher's node states.
@@ -230,17 +243,8 @@ def _nodes_context(request: HttpRequest) -> dict:
             "since": getattr(n, "state_since", None),
             "drains": drains.get(n.pk, []),
         }
-        for n in page
+        for n in nodes
     ]
-    return {
-        "clusters": Cluster.objects.order_by("name"),
-        "cluster": cluster,
-        "page": page,
-        "rows": rows,
-        "query": _query(request),
-        "error": form.error,
-        "is_operator": user_is_operator(request.user),
-    }
 
 
 def nodes(request: HttpRequest) -> HttpResponse:
@@ -309,197 +313,86 @@ def _steps(action: RecoveryAction) -> list[dict]:
 # --- CSV exports -----------------------------------------------------------------------------
 
 
-def _iso(value) -> str | None:
-    return value.isoformat() if value else None
-
-
 def _refused(error: str) -> HttpResponse:
     """A CSV asked with a filter it cannot honour (`days=-5`): 400 naming the field, as the
     page says, never a file of the default window."""
     return HttpResponse(error, status=400, content_type="text/plain")
 
 
-def _window(form: RecoveryForm) -> Window | None:
+def _csv_window(
+    request: HttpRequest, form_class: type[RecoveryForm] = RecoveryForm
+) -> tuple[Window | None, dict, str | None]:
+    """The window a CSV's query names (None: no cluster yet), the form's values, and why the
+    query cannot be honoured (None when it can)."""
+    form = form_class(request.GET)
     cluster = form.chosen_cluster
-    if cluster is None:
-        return None
+    if form.error or cluster is None:
+        return None, form.values, form.error
     now = timezone.now()
-    return Window(cluster, now - timedelta(days=form.values["days"]), now)
+    return Window(cluster, now - timedelta(days=form.values["days"]), now), form.values, None
+
+
+def _summary_rows(window: Window) -> list[dict]:
+    r = cluster_recovery(window)
+    rows = []
+    for phase in (*PHASES, "recover"):
+        stats = r.phases.get(phase) or {
+            "n": None,
+            "median_s": r.recover_median_s,
+            "p95_s": r.recover_p95_s,
+        }
+        rows.append(("time_to_recover", phase, stats["n"], stats["median_s"], stats["p95_s"]))
+    rows += [
+        ("actions", "total", r.actions, None, None),
+        ("actions", "ran", r.ran, None, None),
+        ("actions", "succeeded", r.succeeded, r.success_rate, None),
+        ("actions", "simulated", r.simulated, None, None),
+        ("failures", "planned", r.failures, None, None),
+        ("failures", "recovered_without_a_human", r.auto_recovered, r.avoided_share, None),
+    ]
+    keys = ("group", "name", "count", "median_s_or_share", "p95_s")
+    return [{"cluster": window.cluster.name, **dict(zip(keys, row, strict=True))} for row in rows]
+
+
+def _cluster_csv(
+    request: HttpRequest, what: str, table: Table, rows_of: Callable[[Window], Iterable]
+) -> HttpResponse:
+    """A CSV of the cluster's recovery in the query's window; none chosen: the header alone."""
+    window, _, error = _csv_window(request)
+    if error:
+        return _refused(error)
+    name = f"recovery-{window.cluster.name if window else 'none'}-{what}.csv"
+    return table.csv_response(name, rows_of(window) if window else [])
 
 
 def summary_csv(request: HttpRequest) -> HttpResponse:
-    form = RecoveryForm(request.GET)
-    if form.error:
-        return _refused(form.error)
-    window = _window(form)
-    rows = []
-    if window is not None:
-        r = cluster_recovery(window)
-        for phase in (*PHASES, "recover"):
-            stats = r.phases.get(phase) or {
-                "n": None,
-                "median_s": r.recover_median_s,
-                "p95_s": r.recover_p95_s,
-            }
-            rows.append(
-                (
-                    window.cluster.name,
-                    "time_to_recover",
-                    phase,
-                    stats["n"],
-                    stats["median_s"],
-                    stats["p95_s"],
-                )
-            )
-        rows += [
-            (window.cluster.name, "actions", "total", r.actions, None, None),
-            (window.cluster.name, "actions", "ran", r.ran, None, None),
-            (window.cluster.name, "actions", "succeeded", r.succeeded, r.success_rate, None),
-            (window.cluster.name, "actions", "simulated", r.simulated, None, None),
-            (window.cluster.name, "failures", "planned", r.failures, None, None),
-            (
-                window.cluster.name,
-                "failures",
-                "recovered_without_a_human",
-                r.auto_recovered,
-                r.avoided_share,
-                None,
-            ),
-        ]
-    name = f"recovery-{window.cluster.name if window else 'none'}-summary.csv"
-    return csv_response(
-        name, ("cluster", "group", "name", "count", "median_s_or_share", "p95_s"), rows
-    )
+    return _cluster_csv(request, "summary", tables.SUMMARY, _summary_rows)
 
 
 def over_time_csv(request: HttpRequest) -> HttpResponse:
-    form = RecoveryForm(request.GET)
-    if form.error:
-        return _refused(form.error)
-    window = _window(form)
-    rows = []
-    if window is not None:
-        r = cluster_recovery(window)
-        rows = [(b.isoformat(), k, s, e, n) for b, k, s, e, n in r.over_time]
-    name = f"recovery-{window.cluster.name if window else 'none'}-actions-over-time.csv"
-    return csv_response(name, ("bucket_start", "kind", "status", "executor", "actions"), rows)
-
-
-PLAN_CSV_HEADER = (
-    "plan",
-    "cluster",
-    "kind",
-    "created_at",
-    "failure",
-    "cause",
-    "proposed_action",
-    "action",
-    "rule",
-    "reason",
-    "mode",
-    "executor",
-    "node",
-    "job",
-    "actions",
-    "succeeded",
-    "failed",
-    "waiting",
-)
+    return _cluster_csv(
+        request, "actions-over-time", tables.OVER_TIME, lambda w: cluster_recovery(w).over_time
+    )
 
 
 def plans_csv(request: HttpRequest) -> HttpResponse:
-    form = RecoveryForm(request.GET)
-    if form.error:
-        return _refused(form.error)
-    window = _window(form)
-    plans = plans_counted(plans_filter(window))[:CSV_MAX_ROWS].iterator(2000) if window else []
-    rows = (
-        (
-            p.pk,
-            window.cluster.name,
-            p.kind,
-            p.created_at.isoformat(),
-            p.failure_id,
-            p.cause,
-            p.proposed_action,
-            p.action,
-            p.rule,
-            p.reason,
-            p.mode,
-            p.executor,
-            p.node.hostname if p.node else None,
-            p.job.scheduler_id if p.job else None,
-            p.n_actions,
-            p.n_succeeded,
-            p.n_failed,
-            p.n_waiting,
-        )
-        for p in plans
+    window, _, error = _csv_window(request)
+    if error:
+        return _refused(error)
+    plans = (
+        plans_counted(plans_filter(window)).select_related("cluster")[:CSV_MAX_ROWS].iterator(2000)
+        if window
+        else []
     )
-    return csv_response("recovery-plans.csv", PLAN_CSV_HEADER, rows)
-
-
-ACTION_CSV_HEADER = (
-    "action",
-    "plan",
-    "failure",
-    "cluster",
-    "seq",
-    "kind",
-    "status",
-    "mode",
-    "executor",
-    "rule",
-    "reason",
-    "host",
-    "job",
-    "commands",
-    "result",
-    "error",
-    "attempts",
-    "approved_by",
-    "approved_at",
-    "created_at",
-    "started_at",
-    "ended_at",
-)
-
-
-def _action_row(a: RecoveryAction) -> tuple:
-    return (
-        a.pk,
-        a.plan_id,
-        a.plan.failure_id,
-        a.cluster.name,
-        a.seq,
-        a.kind,
-        a.status,
-        a.mode,
-        a.executor,
-        a.rule,
-        a.reason,
-        a.host,
-        a.job_scheduler_id,
-        " ; ".join(shlex.join(argv) for argv in a.commands),
-        a.result,
-        a.error,
-        a.attempts,
-        a.approved_by,
-        _iso(a.approved_at),
-        _iso(a.created_at),
-        _iso(a.started_at),
-        _iso(a.ended_at),
-    )
+    return tables.PLANS.csv_response("recovery-plans.csv", plans)
 
 
 def actions_csv(request: HttpRequest) -> HttpResponse:
-    form = ActionsForm(request.GET)
-    if form.error:
-        return _refused(form.error)
-    window = _window(form)
+    window, v, error = _csv_window(request, ActionsForm)
+    if error:
+        return _refused(error)
     if window is None:
-        return csv_response("recovery-actions.csv", ACTION_CSV_HEADER, [])
-    v = form.values
+        return tables.ACTIONS.csv_response("recovery-actions.csv", [])
     qs = actions_filter(
         cluster_id=window.cluster.id,
         status=v["status"],
@@ -508,116 +401,31 @@ def actions_csv(request: HttpRequest) -> HttpResponse:
         since=window.since,
         until=window.until,
     )
-    rows = (_action_row(a) for a in qs[:CSV_MAX_ROWS].iterator(2000))
-    return csv_response(f"recovery-{window.cluster.name}-actions.csv", ACTION_CSV_HEADER, rows)
+    return tables.ACTIONS.csv_response(
+        f"recovery-{window.cluster.name}-actions.csv", qs[:CSV_MAX_ROWS].iterator(2000)
+    )
 
 
 def approvals_csv(request: HttpRequest) -> HttpResponse:
     cluster = ListForm(request.GET).values["cluster"]
     queue = approvals_queue(cluster.pk if cluster else None).select_related(None)
-    rows = (
-        _action_row(a)
-        for a in queue.select_related("cluster", "plan")[:CSV_MAX_ROWS].iterator(2000)
-    )
-    return csv_response("recovery-approvals.csv", ACTION_CSV_HEADER, rows)
+    rows = queue.select_related("cluster", "plan")[:CSV_MAX_ROWS].iterator(2000)
+    return tables.ACTIONS.csv_response("recovery-approvals.csv", rows)
 
 
 def nodes_csv(request: HttpRequest) -> HttpResponse:
     cluster = ListForm(request.GET).values["cluster"]
-    qs = drained_nodes(cluster.pk if cluster else None)
-    ids = list(qs.values_list("pk", flat=True)[:CSV_MAX_ROWS])
-    drains = node_drains(ids)
-    rows = (
-        (
-            n.cluster.name,
-            n.hostname,
-            n.state,
-            getattr(n, "state_reason", ""),
-            _iso(getattr(n, "state_since", None)),
-            " ".join(
-                str(d["plan__failure_id"]) for d in drains.get(n.pk, []) if d["plan__failure_id"]
-            ),
-            " ".join(str(d["pk"]) for d in drains.get(n.pk, [])),
-        )
-        for n in qs[:CSV_MAX_ROWS]
-    )
-    return csv_response(
-        "recovery-nodes.csv",
-        ("cluster", "node", "state", "reason", "since", "failures", "drain_actions"),
-        rows,
-    )
+    nodes = list(drained_nodes(cluster.pk if cluster else None)[:CSV_MAX_ROWS])
+    return tables.NODES.csv_response("recovery-nodes.csv", _node_rows(nodes))
 
 
 def action_steps_csv(request: HttpRequest, action_id: int) -> HttpResponse:
     action = _action(action_id)
-    rows = (
-        (
-            action.pk,
-            s.get("i"),
-            s.get("attempt"),
-            shlex.join(s.get("argv", [])),
-            s.get("started_at"),
-            s.get("ended_at"),
-            s.get("exit"),
-            s.get("verified", False),
-            s.get("optional", False),
-            s.get("stdout", ""),
-            s.get("stderr", ""),
-        )
-        for s in action.steps or []
-    )
-    return csv_response(
-        f"recovery-action-{action.pk}-steps.csv",
-        (
-            "action",
-            "command",
-            "attempt",
-            "argv",
-            "started_at",
-            "ended_at",
-            "exit",
-            "verified",
-            "optional",
-            "stdout",
-            "stderr",
-        ),
-        rows,
-    )
+    rows = ({**step, "action": action.pk} for step in action.steps or [])
+    return tables.STEPS.csv_response(f"recovery-action-{action.pk}-steps.csv", rows)
 
 
 def failure_timeline_csv(request: HttpRequest, failure_id: int) -> HttpResponse:
     failure = get_object_or_404(FailureEvent, pk=failure_id)
-    t = failure_timeline(failure)
-    rows = (
-        (
-            failure.pk,
-            p.key,
-            p.label,
-            _iso(p.at),
-            _iso(p.ended_at),
-            p.after_s,
-            p.took_s,
-            p.status,
-            p.detail,
-            p.action.pk if p.action else None,
-            p.action.executor if p.action else None,
-        )
-        for p in t.phases
-    )
-    return csv_response(
-        f"failure-{failure.pk}-recovery.csv",
-        (
-            "failure",
-            "phase",
-            "label",
-            "at",
-            "ended_at",
-            "after_s",
-            "took_s",
-            "status",
-            "detail",
-            "action",
-            "executor",
-        ),
-        rows,
-    )
+    rows = ((failure.pk, p) for p in failure_timeline(failure).phases)
+    return tables.TIMELINE.csv_response(f"failure-{failure.pk}-recovery.csv", rows)
