@@ -24,7 +24,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from webapp.core import workrows
 from webapp.core.scheduler import command_run, private_dir
+from webapp.core.workrows import Outcome
 from webapp.evaluation import slurm
 from webapp.evaluation.actuals import (
     RanJob,
@@ -151,34 +153,48 @@ def _orphans_cancel(run_id: int) -> None:
     _cancel(mine)
 
 
-def run_submit(run_id: int) -> float | None:
-    """Submit a planned run; seconds until it should be tracked, None if nothing to track."""
+# A planned run is claimed to submit it; one whose worker died mid-submit (its jobs rolled
+# back, those Slurm took are cancelled as orphans) is claimed again once its lease is over.
+LEASE = workrows.LeaseSpec(EvaluationRun, claimable=(RunStatus.PLANNED,), running=RunStatus.RUNNING)
+# How long submitting a run's jobs may take (one sbatch each) before another worker may.
+SUBMIT_LEASE_S = 600.0
+
+
+def run_submit(run_id: int, worker: str = "worker") -> Outcome:
+    """Claim a planned run and submit its jobs. Outcome: running (track it from now on),
+    failed (why in the note), held by another worker (come back when its lease ends), or
+    not_planned (its status in the note): nothing to submit."""
+    now = timezone.now()
+    if not workrows.claim(LEASE, run_id, worker, SUBMIT_LEASE_S, submitted_at=now):
+        found = workrows.not_claimed(LEASE, EvaluationRun.objects.filter(pk=run_id).first())
+        if found.retry_in_s is None:
+            # Submitted already, or ended: nothing to submit, nor to track a second time.
+            return Outcome("not_planned", note=found.status)
+        return found
     with transaction.atomic():
         run = EvaluationRun.objects.select_for_update().get(pk=run_id)
-        if run.status != RunStatus.PLANNED:
-            return None
         _orphans_cancel(run.pk)
         fit = nodes_choose(run)
         jobs = list(run.jobs.order_by("order"))
         if len(fit) < run.nodes:
-            run.status, run.error = RunStatus.FAILED, f"nodes: only {len(fit)} in service now"
-            run.save(update_fields=["status", "error"])
-            return None
+            error = f"nodes: only {len(fit)} in service now"
+            workrows.finish(LEASE, run.pk, RunStatus.FAILED, error=error)
+            return Outcome(RunStatus.FAILED, note=error)
         run.node_names = fit[: run.nodes]
-        run.submitted_at = timezone.now()
         ids: dict[str, str] = {}
         try:
             for job in jobs:
                 _submit(run, job, ids)
         except SubmitError as exc:
             _cancel(list(ids.values()))
-            run.status, run.error = RunStatus.FAILED, str(exc)
-            run.save(update_fields=["status", "error", "node_names", "submitted_at"])
-            return None
-        run.status = RunStatus.RUNNING
-        run.save(update_fields=["status", "node_names", "submitted_at"])
+            workrows.finish(
+                LEASE, run.pk, RunStatus.FAILED, error=str(exc), node_names=run.node_names
+            )
+            return Outcome(RunStatus.FAILED, note=str(exc))
+        # The lease ends here: a running run without one is tracked (run_track).
+        workrows.finish(LEASE, run.pk, RunStatus.RUNNING, node_names=run.node_names)
         EvaluationJob.objects.bulk_update(jobs, _TRACKED)
-    return settings.VIGIL_EVAL_TRACK_S
+    return Outcome(RunStatus.RUNNING)
 
 
 def nodes_choose(run: EvaluationRun) -> list[str]:

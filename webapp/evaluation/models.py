@@ -34,6 +34,11 @@ class EvaluationRun(models.Model):
     actual_makespan_s = models.FloatField(null=True, blank=True)
     actual_gpu_time_s = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
+    # The worker submitting it, until when (core/workrows.py): one that died mid-submit is
+    # replaced then. Cleared once submitted: a running run without a lease is being tracked.
+    claimed_by = models.CharField(max_length=128, blank=True, default="")
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at", "-id"]
