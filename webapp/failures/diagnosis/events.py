@@ -236,7 +236,12 @@ def event_of(
             return None
         detail = name
         library = _innermost_frame(line, before) if before else None
-        if name in CHECKPOINT_READ_ERRORS and before and _in_checkpoint_read(line, before):
+        if msg.startswith(DATASET_LIBRARY_MODULES):
+            # Root cause over the frame that raised it: the dataset library's own exception
+            # (a schema it cannot infer or cast, a split it cannot generate) is the data's,
+            # whichever trainer frame it surfaces in.
+            cause = "dataset_loading"
+        elif name in CHECKPOINT_READ_ERRORS and before and _in_checkpoint_read(line, before):
             # Root cause over the frame that raised it: torch.load's reader failing (a
             # truncated or corrupt checkpoint, whatever its message) is a model loading error.
             cause = "model_loading"
@@ -300,6 +305,9 @@ def rule_label(rule: Rule) -> str:
     return rule.detail or rule.id.replace("-", " ")
 
 
+# The modules of Hugging Face datasets, whose exceptions name them ("datasets.table.CastError:
+# Couldn't cast", ibrahimethemhamamci/CT-CLIP#9; "datasets.builder.DatasetGenerationError").
+DATASET_LIBRARY_MODULES = ("datasets.",)
 # Exceptions torch.load's reader raises on a file it cannot read (a zip archive with no central
 # directory, an unpickling error, a short read): open-mmlab/mmagic#876, junyanz/pytorch-CycleGAN-
 # and-pix2pix#1703, zhufq00/mcnc#3. A missing file (FileNotFoundError) is the job's path.
