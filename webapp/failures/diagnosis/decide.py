@@ -107,6 +107,9 @@ LAST_ONLY_LINES = 3
 # A connection error this many lines from an object-storage client's traceback frame is the
 # store's (a chained traceback's frames follow the error that started it within a screen).
 STORAGE_FRAME_LINES = 60
+# A Java exception's own frames follow it; its message (a JSON error body) may run this many
+# lines before the first.
+JAVA_FRAME_LINES = 12
 # A slurmstepd line names the node of the slurmstepd lines this close after it (its own burst).
 SCHEDULER_NEIGHBOUR_LINES = 3
 # Ranks listed in the exit-verdict note (Diagnosis.notes), the first failed first.
@@ -449,6 +452,13 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
         # client's frames (a chained traceback through botocore) is the storage endpoint's.
         best.cause, best.detail, best.action = "object_storage", "object storage unavailable", None
         notes.append("the connection error was raised inside an object-storage client")
+    elif best.rule.cause == "by_exception" and any(
+        f == best.file_index and 0 < line - best.line_no <= JAVA_FRAME_LINES
+        for f, line in scan.storage_frames
+    ):
+        # The same for a Java exception whose top frames are an object-store client's.
+        best.cause, best.detail, best.action = "object_storage", "object storage unavailable", None
+        notes.append("the exception was raised inside an object-storage client")
     return _diagnosis(best, events, scan, notes, nodes)
 
 

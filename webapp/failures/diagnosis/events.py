@@ -168,6 +168,11 @@ _DETAIL_NOISE = re.compile(
     r"^(?:error: |\[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:WARN|INFO) |\[[EWI] [\w./-]+:\d+\] )+"
 )
 _FRAME = re.compile(r'File "([^"]+)", line \d+')
+# The packages of object-store clients (rules.yaml storage-client-frame names the same ones).
+_STORE_CLIENT_FRAME = re.compile(
+    r"[/\\](?:botocore|boto3|s3transfer|s3fs|minio|gcsfs|adlfs|google[/\\]cloud[/\\]storage|"
+    r"azure[/\\]storage)[/\\]"
+)
 
 
 def _frame_is_library(path: str) -> bool | None:
@@ -235,7 +240,8 @@ def event_of(
         if name in EXCEPTIONS_IGNORED:
             return None
         detail = name
-        library = _innermost_frame(line, before) if before else None
+        frame = _innermost_frame(line, before) if before else None
+        library = _frame_is_library(frame) if frame else None
         if msg.startswith(DATASET_LIBRARY_MODULES):
             # Root cause over the frame that raised it: the dataset library's own exception
             # (a schema it cannot infer or cast, a split it cannot generate) is the data's,
@@ -245,6 +251,10 @@ def event_of(
             # Root cause over the frame that raised it: torch.load's reader failing (a
             # truncated or corrupt checkpoint, whatever its message) is a model loading error.
             cause = "model_loading"
+        elif frame and _STORE_CLIENT_FRAME.search(frame):
+            # Root cause over the frame that raised it: the object-store client raising on
+            # its endpoint's answer is the store's, whatever the exception's name.
+            cause = "object_storage"
         elif library is None:
             cause = taxonomy.EXCEPTION_DEFAULT_CAUSE.get(
                 taxonomy.EXCEPTION_ALIAS.get(name, name), "framework_exception"
@@ -331,8 +341,9 @@ def _in_checkpoint_read(exc: Line, before: Callable[[], list[str]]) -> bool:
     return False
 
 
-def _innermost_frame(exc: Line, before: Callable[[], list[str]]) -> bool | None:
-    """Walk back from an exception line to its innermost non-stdlib frame (same host/rank)."""
+def _innermost_frame(exc: Line, before: Callable[[], list[str]]) -> str | None:
+    """Walk back from an exception line to its innermost non-stdlib frame (same host/rank):
+    the frame's file, or None."""
     for text in before():
         prev = parse_line(text)
         if (prev.host, prev.rank) != (exc.host, exc.rank):
@@ -342,9 +353,8 @@ def _innermost_frame(exc: Line, before: Callable[[], list[str]]) -> bool | None:
             return None
         fm = _FRAME.match(msg)
         if fm:
-            library = _frame_is_library(fm.group(1))
-            if library is not None:
-                return library
+            if _frame_is_library(fm.group(1)) is not None:
+                return fm.group(1)
         elif _EXC_NAME.fullmatch(msg.split(":", 1)[0]) and msg.split(":", 1)[0].endswith(
             ("Error", "Exception")
         ):
