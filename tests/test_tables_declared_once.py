@@ -30,6 +30,7 @@ from webapp.failures.choices import FailureKind
 from webapp.failures.models import FailureEvent
 from webapp.fleet.models import Cluster, Gpu, Node
 from webapp.jobs import tables as jobs_tables
+from webapp.jobs.models import Job
 from webapp.recovery import tables as recovery_tables
 from webapp.recovery.models import RecoveryAction, RecoveryPlan
 from webapp.telemetry import tables as telemetry_tables
@@ -157,6 +158,11 @@ def _recovery(w: World, name: str) -> str:
     return f"{reverse(f'recovery_api:{name}_csv')}?cluster={w.cluster.name}"
 
 
+def _job_page(w: World, name: str) -> str:
+    job = Job.objects.create(cluster=w.cluster, scheduler_id="j1", state="running")
+    return reverse("jobs_api:detail_csv", args=[job.id, name])
+
+
 def _characterization(w: World, name: str) -> str:
     url = reverse("jobs_api:characterization_csv", args=[name])
     return f"{url}?cluster={w.cluster.name}"
@@ -170,6 +176,10 @@ CSV_OF: dict[str, Callable[[World], str]] = {
     "telemetry.NODES": lambda w: reverse("telemetry_api:nodes_csv", args=[w.cluster.name]),
     "jobs.JOBS": lambda w: reverse("jobs_api:list_csv"),
     "jobs.WASTED": lambda w: reverse("jobs_api:wasted_csv"),
+    "jobs.JOB_TIMELINE": lambda w: _job_page(w, "timeline"),
+    "jobs.JOB_ALLOCATIONS": lambda w: _job_page(w, "allocations"),
+    "jobs.JOB_OUTLIERS": lambda w: _job_page(w, "outliers"),
+    "jobs.JOB_NODE_ENERGY": lambda w: _job_page(w, "node-energy"),
     **{
         f"jobs.{table}": lambda w, name=name: _characterization(w, name)
         for table, name in [

@@ -148,6 +148,8 @@ INSTALLED_APPS = [
     "webapp.alerts",
     "webapp.energy",
     "webapp.evaluation",
+    # Pages composing several apps (the node page, the job page's incident timeline).
+    "webapp.pages",
 ]
 
 MIDDLEWARE = [

@@ -193,7 +193,7 @@ def node_xid_history(node: Node | None, days: int = 30, limit: int = 200) -> lis
     since = timezone.now() - timedelta(days=days)
     return list(
         GpuErrorEvent.objects.filter(node=node, last_ts__gte=since)
-        .select_related("gpu")
+        .select_related("gpu", "failure")
         .order_by("-ts", "-id")[:limit]
     )
 

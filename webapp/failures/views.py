@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from urllib.parse import urlencode
 
+from django.db.models import Q
 from django.http import (
     Http404,
     HttpRequest,
@@ -21,7 +22,7 @@ from webapp.core.windows import Window
 from webapp.failures import figures, tables, taxonomy
 from webapp.failures.choices import FailureKind
 from webapp.failures.forms import ReliabilityForm, TimelineForm
-from webapp.failures.models import FailureEvent
+from webapp.failures.models import FailureEvent, GpuErrorEvent
 from webapp.failures.selectors import (
     LIVE_DETECTION_MAX,
     Reliability,
@@ -38,6 +39,7 @@ from webapp.failures.selectors import (
 )
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobType
+from webapp.jobs.models import Job
 from webapp.teams.selectors import LOG_LINES_HIDDEN, job_logs_visible
 
 TIMELINE_MAX = 2000  # failures drawn and listed (the CSV has them all, up to CSV_MAX_ROWS)
@@ -108,6 +110,57 @@ def _failure(failure_id: int) -> FailureEvent:
     )
 
 
+# How far apart a GPU error and the job failure it caused may be: the job's end follows the
+# Xid within the scheduler's kill and the collector's next interval, a few minutes at most.
+INCIDENT_SPAN = timedelta(minutes=15)
+
+
+def incident_links(failure: FailureEvent, xids: list[GpuErrorEvent]) -> list[tuple[str, str]]:
+    """The other pages of the failure's incident, as (text, url): for a GPU error, the jobs
+    that held the GPU when it failed and their job failures; for a job failure, the GPU errors
+    on its blamed GPU (or node) shortly before its end (`xids`: the blamed node's GPU error
+    history, each with its failure), where the drain and requeue are recorded."""
+    if failure.kind == FailureKind.GPU_ERROR and failure.node_id:
+        on_gpu = Q(allocations__node_id=failure.node_id)
+        if failure.gpu_error and failure.gpu_error.gpu_index is not None:
+            on_gpu &= Q(allocations__gpu_index=failure.gpu_error.gpu_index)
+        held = Q(allocations__start__lte=failure.occurred_at) & (
+            Q(allocations__end__isnull=True) | Q(allocations__end__gte=failure.occurred_at)
+        )
+        jobs = list(Job.objects.filter(on_gpu & held).distinct().order_by("id")[:20])
+        out = [(f"job {j.scheduler_id}", reverse("jobs:detail", args=[j.pk])) for j in jobs]
+        related = FailureEvent.objects.filter(
+            job__in=jobs,
+            kind=FailureKind.JOB_FAILURE,
+            occurred_at__gte=failure.occurred_at,
+            occurred_at__lte=failure.occurred_at + INCIDENT_SPAN,
+        ).select_related("job")
+        out += [
+            (f"job {f.job.scheduler_id}'s failure", reverse("failures:detail", args=[f.pk]))
+            for f in related
+        ]
+        return out
+    if failure.kind == FailureKind.JOB_FAILURE and failure.blamed_node_id:
+        # Read from the node's GPU error history the page shows already (no query of its own).
+        lo = failure.occurred_at - INCIDENT_SPAN
+        errors = [
+            e
+            for e in reversed(xids)
+            if lo <= e.ts <= failure.occurred_at
+            and (failure.blamed_gpu_id is None or e.gpu_id == failure.blamed_gpu_id)
+            and getattr(e, "failure", None) is not None
+        ]
+        return [
+            (
+                f"GPU error{f' Xid {e.xid}' if e.xid else ''} on "
+                f"{failure.blamed_node.hostname} GPU {e.gpu_index}",
+                reverse("failures:detail", args=[e.failure.pk]),
+            )
+            for e in errors[:10]
+        ]
+    return []
+
+
 def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
     failure = _failure(failure_id)
     node = failure.blamed_node or failure.node
@@ -122,6 +175,7 @@ def detail(request: HttpRequest, failure_id: int) -> HttpResponse:
         "failures/detail.html",
         {
             "failure": failure,
+            "incident": incident_links(failure, xids),
             "reported_late_s": reported_late_s(failure),
             "FailureKind": FailureKind,
             "cause": cause,

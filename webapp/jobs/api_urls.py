@@ -16,4 +16,5 @@ urlpatterns = [
         name="characterization_csv",
     ),
     path("jobs/wasted.csv", views.wasted_csv, name="wasted_csv"),
+    path("jobs/<int:job_id>/<slug:name>.csv", views.job_detail_csv, name="detail_csv"),
 ]

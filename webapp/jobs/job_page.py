@@ -15,8 +15,9 @@ import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from webapp.jobs.dispatch import JobEnergyAnswer
-from webapp.jobs.models import Job
+from webapp.jobs.choices import JobEventKind
+from webapp.jobs.dispatch import JobEnergyAnswer, TimelineEntry
+from webapp.jobs.models import Job, JobEvent
 from webapp.jobs.selectors import (
     AllocationRow,
     allocation_intervals,
@@ -25,7 +26,13 @@ from webapp.jobs.selectors import (
     means_label,
 )
 from webapp.telemetry.figures import SERIES_AXES
-from webapp.telemetry.selectors import SERIES_METRICS, Band, intervals_bands, intervals_series
+from webapp.telemetry.selectors import (
+    SERIES_METRICS,
+    Band,
+    gpu_sample_latest,
+    intervals_bands,
+    intervals_series,
+)
 
 # Points per band line: enough to show a checkpoint stall of a few minutes in a day-long job.
 BAND_POINTS = 240
@@ -284,3 +291,159 @@ def event_words(detail: dict | None) -> str:
         parts.append(f"{key.replace('_', ' ')}: {value}")
     text = "; ".join(parts)
     return text[:1].upper() + text[1:]
+
+
+# --- Efficiency verdict ------------------------------------------------------------------------
+
+# Below this mean GPU utilization the job's GPUs were idle more than half their time, so its
+# GPU-hours bought less than half their work: the verdict calls it low.
+LOW_UTIL_PCT = 50.0
+# A GPU whose mean utilization over its allocation rounds to 0% did nothing while held.
+IDLE_GPU_PCT = 0.5
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The job's efficiency at a glance, as Princeton's jobstats opens its report: a level
+    ("idle", "low", "good", "none"), a headline and one line per quantity."""
+
+    level: str
+    headline: str
+    lines: list[str] = field(default_factory=list)
+    idle: list[str] = field(default_factory=list)  # labels of the GPUs held at 0% throughout
+
+
+def job_means(
+    job: Job, allocations: list[AllocationRow], *, now: datetime
+) -> dict[int, dict[str, float | None]]:
+    """Each allocation's mean of SERIES_METRICS over its own time (one query, the tier
+    job_bands would read): what the verdict of a job too small for bands reads."""
+    start, end = job_span(job, allocations, now)
+    read = intervals_bands(
+        allocation_intervals(allocations, now),
+        SERIES_METRICS,
+        lo=start,
+        hi=end,
+        now=now,
+        budget=job_read_budget(),
+        points=1,
+        min_bucket_s=RAW_BUCKET_MIN_S,
+    )
+    return read.means
+
+
+def job_gpu_limits(allocations: list[AllocationRow]) -> tuple[float | None, float | None]:
+    """(power limit W, memory total bytes) of the job's GPUs, read from the latest sample of its
+    first GPU: a job's GPUs are one model (a scheduler allocates a job one GPU type)."""
+    first = next((a.gpu_id for a in allocations if a.gpu_id), None)
+    if first is None:
+        return None, None
+    _, values = gpu_sample_latest(first)
+    return values.get("power_limit_w"), values.get("fb_total_bytes")
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def job_verdict(
+    means: dict[int, dict[str, float | None]],
+    allocations: list[AllocationRow],
+    *,
+    power_limit_w: float | None,
+    memory_total_bytes: float | None,
+    busy_util_pct: float,
+) -> Verdict:
+    """The verdict from each allocation's means over its own time (telemetry's per-interval
+    means): the job's figure is the mean over its GPUs, each GPU weighing the same.
+
+    `power_limit_w` and `memory_total_bytes`: of the job's GPUs (None: not reported, and the
+    line gives the absolute figure only)."""
+    labels = {a.id: a.label for a in allocations}
+    per = {a: m for a, m in means.items() if m.get("gpu_util") is not None}
+    if not per:
+        return Verdict(
+            "none", "No telemetry from the job's GPUs yet: no verdict on its efficiency."
+        )
+
+    def col(metric: str) -> list[float]:
+        return [m[metric] for m in per.values() if m.get(metric) is not None]
+
+    util = _mean(col("gpu_util")) or 0.0
+    idle = sorted(labels.get(a, str(a)) for a, m in per.items() if m["gpu_util"] < IDLE_GPU_PCT)
+    under = [a for a, m in per.items() if m["gpu_util"] < busy_util_pct]
+    n = len(per)
+    lines = [f"Mean GPU utilization {util:.0f}% over {n:,} GPU{'s' if n != 1 else ''}."]
+    sm = _mean(col("sm_active"))
+    if sm is not None:
+        lines.append(f"Mean SM activity {100 * sm:.0f}% (the share of SMs busy).")
+    mem = _mean(col("fb_used_bytes"))
+    if mem is not None:
+        used = f"Mean GPU memory used {mem / 2**30:.1f} GiB"
+        lines.append(
+            f"{used} of {memory_total_bytes / 2**30:.0f} GiB "
+            f"({100 * mem / memory_total_bytes:.0f}%)."
+            if memory_total_bytes
+            else f"{used}."
+        )
+    power = _mean(col("power_w"))
+    if power is not None:
+        lines.append(
+            f"Mean power {power:.0f} W against a {power_limit_w:.0f} W limit "
+            f"({100 * power / power_limit_w:.0f}%)."
+            if power_limit_w
+            else f"Mean power {power:.0f} W."
+        )
+    if under and len(under) > len(idle):
+        lines.append(f"{len(under):,} of {n:,} GPUs averaged under {busy_util_pct:g}% utilization.")
+    if idle:
+        k = len(idle)
+        gpus = f"{k:,} GPU{'s' if k != 1 else ''}"
+        held = gpus if k < n else (f"its {gpus}" if k == 1 else f"all its {gpus}")
+        headline = (
+            f"This job held {held} at 0% utilization for "
+            f"{'its' if k == 1 else 'their'} whole allocation"
+            + (f": {', '.join(idle)}" if k < n and k <= _NODES_NAMED else "")
+            + "."
+        )
+        return Verdict("idle", headline, lines, idle)
+    if util < LOW_UTIL_PCT:
+        return Verdict(
+            "low",
+            f"Low GPU utilization: {util:.0f}% on average, its GPUs idle over half their time.",
+            lines,
+        )
+    return Verdict("good", f"GPUs well used: {util:.0f}% mean utilization.", lines)
+
+
+# --- Timeline ----------------------------------------------------------------------------------
+
+
+def run_entries(events: list[JobEvent]) -> list[TimelineEntry]:
+    """The job's scheduler events as runs: its first run, each requeue, each run after one
+    ("running again", numbered), and its end."""
+    out = []
+    runs = 0
+    for e in events:
+        words = event_words(e.detail)
+        if e.kind == JobEventKind.STARTED:
+            runs += 1
+            title = "First run started" if runs == 1 else f"Running again (run {runs})"
+            out.append(TimelineEntry(e.ts, "run", title, words, status="Running"))
+        elif e.kind == JobEventKind.REQUEUED:
+            out.append(TimelineEntry(e.ts, "run", "Requeued", words, status="Pending"))
+        elif e.kind == JobEventKind.ENDED:
+            state = e.get_state_display() if e.state else "ended"
+            code = f" (exit {e.exit_code})" if e.exit_code is not None else ""
+            out.append(
+                TimelineEntry(e.ts, "run", f"Ended: {state.lower()}{code}", words, status=state)
+            )
+        else:
+            out.append(TimelineEntry(e.ts, "run", e.get_kind_display(), words))
+    return out
+
+
+def job_timeline(events: list[JobEvent], incident: list[TimelineEntry]) -> list[TimelineEntry]:
+    """Runs, failures, diagnoses, GPU errors and recovery actions in time order (a step at the
+    same instant as another keeps its place: a run's end before the failure it opened)."""
+    return sorted([*run_entries(events), *incident], key=lambda t: t.ts)

@@ -101,3 +101,50 @@ TELEMETRY_CDF = Table(
 # This site's row of AcmeTrace's cluster_summary.csv beside the paper's (CSV; the page shows
 # it transposed, one line per column), rows dicts keyed by that file's columns.
 SUMMARY = Table(*(Column(key) for key in summary_columns()))
+
+
+# --- The job page (`jobs/detail.html`): each table has its CSV (api_urls "jobs/<id>/<name>.csv").
+
+# Its timeline, rows dispatch.TimelineEntry.
+JOB_TIMELINE = Table(
+    Column("time_utc", "Time (UTC)", lambda t: iso_utc(t.ts)),
+    Column("step", "Step", "kind_label"),
+    Column("title", "What"),
+    Column("status", "Status"),
+    Column("detail", "Detail"),
+    Column("url", accessor="url", csv_only=True),
+)
+
+# Its allocations with their energy (a job of up to SERIES_GPUS_MAX GPUs), rows
+# (AllocationRow, AllocationEnergy or None).
+JOB_ALLOCATIONS = Table(
+    Column("node", "Node", lambda r: r[0].hostname),
+    Column("gpu_index", "GPU", lambda r: r[0].gpu_index, num=True),
+    Column("start_utc", "From (UTC)", lambda r: iso_utc(r[0].start)),
+    Column("end_utc", "Until (UTC)", lambda r: iso_utc(r[0].end)),
+    Column(
+        "energy_kwh", "Energy", lambda r: r[1].kwh if r[1] else None, unit="kWh", num=True, digits=4
+    ),
+    Column("counter_resets", "Counter resets", lambda r: r[1].resets if r[1] else None, num=True),
+)
+
+# Its outlier GPUs (a larger job), rows (Outlier, metric title, mean, median): the page shows
+# display units, the CSV the stored ones.
+JOB_OUTLIERS = Table(
+    Column("gpu", "GPU", lambda r: r[0].allocation.label),
+    Column("metric", "Metric", lambda r: r[0].metric),
+    Column("mean", "Its mean over the job", lambda r: r[0].mean, num=True, digits=4),
+    Column("job_median", "Median of the job's GPUs", lambda r: r[0].median, num=True, digits=4),
+)
+
+# Its energy per node (a larger job), rows job_page.NodeEnergy.
+JOB_NODE_ENERGY = Table(
+    Column("node", "Node", "hostname"),
+    Column("energy_kwh", "Energy", "kwh", unit="kWh", num=True, digits=4),
+    Column("counter_resets", "Counter resets", "resets", num=True),
+    Column(
+        "per_gpu_kwh",
+        "Per GPU: index kWh",
+        lambda n: " ".join(f"{i}:{kwh:.4f}" for i, kwh, _ in n.gpus),
+    ),
+)

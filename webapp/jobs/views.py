@@ -24,13 +24,17 @@ from webapp.jobs.characterization import (
 )
 from webapp.jobs.choices import JobState, JobType
 from webapp.jobs.data.reference import reference_cdfs, reference_summary_rows, summary_columns
-from webapp.jobs.dispatch import job_energy_asked
+from webapp.jobs.dispatch import job_energy_asked, job_incident_asked
 from webapp.jobs.forms import JOB_SORTS, CharacterizationForm, JobListForm, WastedForm
 from webapp.jobs.job_page import (
     allocation_by_node,
     energy_by_node,
     event_words,
     job_bands,
+    job_gpu_limits,
+    job_means,
+    job_timeline,
+    job_verdict,
     outlier_rows,
 )
 from webapp.jobs.models import Job
@@ -249,6 +253,9 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     energy = job_energy_asked(job, allocations, now)
     start, end = job_span(job, allocations, now)
     small = len(allocations) <= SERIES_GPUS_MAX
+    events = list(job.events.all())
+    # Failures, diagnoses, GPU errors and recovery actions come from the apps above jobs.
+    timeline = job_timeline(events, job_incident_asked(job))
     context: dict = {
         "job": job,
         "allocations": allocations,
@@ -256,7 +263,8 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "nodes": energy_by_node(energy),
         "node_count": len({a.node_id for a in allocations}),
         "energy": energy,
-        "events": [(e, event_words(e.detail)) for e in job.events.all()],
+        "events": [(e, event_words(e.detail)) for e in events],
+        "timeline": timeline,
         "failures_url": _failures_url(job),
         "now": now,
     }
@@ -274,6 +282,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         figs["series"] = series_figure(
             telemetry.series, x_range=(start, end) if allocations else None
         )
+        means = job_means(job, allocations, now=now) if allocations else {}
     else:
         bands = job_bands(job, allocations, now=now)
         labels = {a.id: a.label for a in allocations}
@@ -287,8 +296,46 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         figs["allocations"] = figures.allocation_heatmap(edges, per_node)
         figs["series"] = figures.bands_figure(bands, labels)
         figs["energy"] = figures.node_energy_figure(context["nodes"])
+        means = bands.means
+    power_limit_w, memory_total_bytes = job_gpu_limits(allocations)
+    context["verdict"] = job_verdict(
+        means,
+        allocations,
+        power_limit_w=power_limit_w,
+        memory_total_bytes=memory_total_bytes,
+        busy_util_pct=settings.VIGIL_BUSY_UTIL_PCT,
+    )
     context["figures"] = figs
     return render(request, "jobs/detail.html", context)
+
+
+def job_detail_csv(request: HttpRequest, job_id: int, name: str) -> HttpResponse:
+    """The job page's tables as CSV: timeline, allocations (with energy), outliers (a job of
+    more than SERIES_GPUS_MAX GPUs) and energy per node."""
+    job = Job.objects.select_related("cluster").filter(id=job_id).first()
+    if job is None:
+        return HttpResponse(f"Vigil has no job {job_id}.", status=404, content_type="text/plain")
+    filename = f"vigil-job-{job.cluster.name}-{job.scheduler_id}-{name}.csv"
+    if name == "timeline":
+        timeline = job_timeline(list(job.events.all()), job_incident_asked(job))
+        return tables.JOB_TIMELINE.csv_response(filename, timeline)
+    now = timezone.now()
+    allocations = job_allocations_for(job)
+    if name == "outliers":
+        bands = job_bands(job, allocations, now=now)
+        return tables.JOB_OUTLIERS.csv_response(filename, outlier_rows(bands.outliers))
+    energy = job_energy_asked(job, allocations, now)
+    if name == "allocations":
+        energy_of = {e.allocation.id: e for e in energy.per_gpu} if energy else {}
+        rows = [(a, energy_of.get(a.id)) for a in allocations]
+        return tables.JOB_ALLOCATIONS.csv_response(filename, rows)
+    if name == "node-energy":
+        return tables.JOB_NODE_ENERGY.csv_response(filename, energy_by_node(energy))
+    return HttpResponse(
+        f"no table {name!r} on the job page (timeline, allocations, outliers, node-energy)",
+        status=404,
+        content_type="text/plain",
+    )
 
 
 # --- Wasted GPUs -------------------------------------------------------------------------------
