@@ -10,16 +10,14 @@ import importlib
 
 import pytest
 from django.apps import apps as django_apps
-from django.contrib.auth.models import Group
 from django.core.cache import cache
 from django.db import connection
 from django.test import Client
 
+from tests import factory
 from tests.helpers import WorkerProcess, database_url
 from webapp.fleet import services as fleet_services
 from webapp.jobs import services as jobs_services
-from webapp.teams.selectors import OPERATORS_GROUP
-from webapp.teams.services import team_create
 from webapp.telemetry import partitions
 
 SAMPLE_TABLES = (
@@ -89,21 +87,17 @@ def committed_node_token(transactional_db) -> tuple[str, str, str]:
     return "testcluster", "gpu-node-01", token
 
 
-# Personas: an operator who may see everything; the owner of the fleet fixtures'
-# jobs (they run as scheduler user "alice", tests/failures/conftest.py), a teammate in the team
-# a rule gives alice's jobs, and an outsider who is logged in but in no team; and an anonymous
-# visitor. Each has its own client, so one test can compare what they see.
-PASSWORD = "correct-horse-battery"
-OWNER = "alice"
+# Personas (tests/factory.py): an operator who may see everything; the owner of the fleet
+# fixtures' jobs (they run as scheduler user "alice"), a teammate in the team a rule gives
+# alice's jobs, and an outsider who is logged in but in no team; and an anonymous visitor. Each
+# has its own client, so one test can compare what they see.
+PASSWORD = factory.PASSWORD
+OWNER = factory.ENGINEER
 
 
 @pytest.fixture
-def operator(django_user_model):
-    user = django_user_model.objects.create_user("operator", password=PASSWORD)
-    # get_or_create: a transactional test's flush empties the group migration 0002 made.
-    group, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
-    user.groups.add(group)
-    return user
+def operator(db):
+    return factory.operator_make()
 
 
 @pytest.fixture
@@ -113,41 +107,33 @@ def operator_client(client, operator):
 
 
 @pytest.fixture
-def owner(django_user_model):
-    return django_user_model.objects.create_user(OWNER, password=PASSWORD)
+def owner(db):
+    return factory.engineer_make(OWNER)
 
 
 @pytest.fixture
-def teammate(django_user_model, owner):
-    user = django_user_model.objects.create_user("carol", password=PASSWORD)
-    team_create("pretraining", users=[user], rules=[("user", OWNER)])
-    return user
+def teammate(db, owner):
+    return factory.teammate_make(of=OWNER)
 
 
 @pytest.fixture
-def outsider(django_user_model):
-    return django_user_model.objects.create_user("mallory", password=PASSWORD)
-
-
-def _client_for(user) -> Client:
-    c = Client()
-    c.force_login(user)
-    return c
+def outsider(db):
+    return factory.outsider_make()
 
 
 @pytest.fixture
 def owner_client(owner) -> Client:
-    return _client_for(owner)
+    return factory.client_for(owner)
 
 
 @pytest.fixture
 def teammate_client(teammate) -> Client:
-    return _client_for(teammate)
+    return factory.client_for(teammate)
 
 
 @pytest.fixture
 def outsider_client(outsider) -> Client:
-    return _client_for(outsider)
+    return factory.client_for(outsider)
 
 
 @pytest.fixture

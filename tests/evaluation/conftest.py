@@ -8,25 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from collectors.schema import GpuInfo
+from tests.factory import cluster_make
 from webapp.evaluation.models import RuntimeEstimate
-from webapp.fleet import services as fleet_services
 
 STANDIN = Path(__file__).with_name("standin.py")
 
 
 def fleet_make(cluster: str, nodes: dict[str, int]) -> None:
     """Nodes known to Vigil with their GPUs registered (as their agents would)."""
-    for hostname, gpus in nodes.items():
-        token = fleet_services.node_token_issue(cluster, hostname)
-        node = fleet_services.node_authenticate(cluster, hostname, token)
-        fleet_services.gpus_register(
-            node.id,
-            [
-                GpuInfo(index=i, uuid=f"GPU-{cluster}-{hostname}-{i}", name="A100")
-                for i in range(gpus)
-            ],
-        )
+    cluster_make(cluster, nodes, scheduler=None, uuid_format="GPU-{cluster}-{host}-{index}")
 
 
 def estimates_set(rows: dict[str, tuple[float, float, float]]) -> None:

@@ -3,99 +3,23 @@ run and fail through the real scheduler-event path (jobs.services.job_events_ing
 
 from __future__ import annotations
 
-import json
-import time
-import uuid
-from dataclasses import dataclass
-
 import pytest
 
-from collectors.schema import GpuInfo
-from webapp.fleet import services as fleet_services
-from webapp.jobs.services import job_events_ingest
+from tests.factory import SmallCluster, cluster_make
 
 CLUSTER = "testcluster"
 NODES = ("gpu-node-01", "gpu-node-02")
+# The failure tests name a GPU as its node's agent reports it (GPU-gpu-node-02-03, the bus id
+# 00000000:23:00.0 of GPU 3 on the second node).
+UUID_FORMAT = "GPU-{host}-{index:02d}"
+PCI_FORMAT = "00000000:{node_no}{index}:00.0"
+
+# The fleet: node_batch, job_batch and run_job (jobs run as "alice" on both nodes by default).
+Fleet = SmallCluster
 
 
 def pci(node_no: int, index: int) -> str:
-    return f"00000000:{node_no}{index}:00.0"
-
-
-@dataclass
-class Fleet:
-    cluster: str
-    tokens: dict[str, str]
-
-    def node_batch(self, node: str, gpu_events=(), log_windows=(), **overrides) -> str:
-        batch = {
-            "v": 1,
-            "batch_id": str(uuid.uuid4()),
-            "cluster": self.cluster,
-            "node": node,
-            "token": self.tokens[node],
-            "sent_at": time.time(),
-            "gpu_events": list(gpu_events),
-            "log_windows": list(log_windows),
-        }
-        batch.update(overrides)
-        return json.dumps(batch)
-
-    def job_batch(self, *events: dict) -> str:
-        return json.dumps(
-            {
-                "v": 1,
-                "batch_id": str(uuid.uuid4()),
-                "cluster": self.cluster,
-                "node": NODES[0],
-                "token": self.tokens[NODES[0]],
-                "sent_at": time.time(),
-                "source": "slurm",
-                "events": list(events),
-            }
-        )
-
-    def run_job(
-        self,
-        job_id: str,
-        start: float,
-        end: float | None,
-        *,
-        state: str = "FAILED",
-        nodes: tuple[str, ...] = NODES,
-        gpus: int = 8,
-        exit_code: int = 1,
-        job_type: str = "pretrain",
-        user: str = "alice",
-        last_checkpoint_ts: float | None = None,
-    ) -> None:
-        """Start a job on `nodes` (all 8 GPUs each) and, with `end`, end it in `state`."""
-        alloc = [{"node": n, "gpu_indices": list(range(gpus))} for n in nodes]
-        events = [
-            {
-                "job_id": job_id,
-                "kind": "started",
-                "ts": start,
-                "name": f"train-{job_id}",
-                "user": user,
-                "job_type": job_type,
-                "allocation": alloc,
-                "gpus_requested": gpus * len(nodes),
-                "nodes_requested": len(nodes),
-                **({"last_checkpoint_ts": last_checkpoint_ts} if last_checkpoint_ts else {}),
-            }
-        ]
-        if end is not None:
-            events.append(
-                {
-                    "job_id": job_id,
-                    "kind": "ended",
-                    "ts": end,
-                    "state": state,
-                    "exit_code": exit_code,
-                }
-            )
-        job_events_ingest(self.job_batch(*events))
+    return PCI_FORMAT.format(node_no=node_no, index=index)
 
 
 def xid_event(ts: float, xid: int, index: int = 3, node_no: int = 2, **kw) -> dict:
@@ -129,20 +53,8 @@ def nccl_window(job_id: str, ts: float, rank: int = 3, first_line_no: int = 120)
 
 
 def make_fleet() -> Fleet:
-    tokens = {}
-    for no, host in enumerate(NODES, 1):
-        tokens[host] = fleet_services.node_token_issue(CLUSTER, host)
-        if host == NODES[0]:
-            fleet_services.node_scheduler_grant(CLUSTER, host)  # it sends the job events
-        node = fleet_services.node_authenticate(CLUSTER, host, tokens[host])
-        fleet_services.gpus_register(
-            node.id,
-            [
-                GpuInfo(index=i, uuid=f"GPU-{host}-{i:02d}", name="A100", pci_bus_id=pci(no, i))
-                for i in range(8)
-            ],
-        )
-    return Fleet(CLUSTER, tokens)
+    """Two 8-GPU nodes; the first sends the job events."""
+    return cluster_make(CLUSTER, NODES, 8, uuid_format=UUID_FORMAT, pci_format=PCI_FORMAT)
 
 
 @pytest.fixture

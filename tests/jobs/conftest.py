@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from dataclasses import dataclass
 
 import pytest
 
-from collectors.schema import GpuInfo
-from webapp.fleet import services as fleet_services
+from tests.factory import cluster_make, job_event_batch
 from webapp.jobs import services as job_services
 
 CLUSTER = "testcluster"
+SCHEDULER = "scheduler-k8s"
 
 
 @dataclass
@@ -29,18 +28,7 @@ class Sender:
 
     def batch(self, *events: dict, **overrides) -> dict:
         """A JobEventBatch (as a dict) carrying `events`."""
-        batch = {
-            "v": 1,
-            "batch_id": str(uuid.uuid4()),
-            "cluster": self.cluster,
-            "node": self.node,
-            "token": self.token,
-            "sent_at": time.time(),
-            "source": "slurm",
-            "events": list(events),
-        }
-        batch.update(overrides)
-        return batch
+        return job_event_batch(self.cluster, self.node, self.token, *events, **overrides)
 
     def raw(self, *events: dict, **overrides) -> str:
         return json.dumps(self.batch(*events, **overrides))
@@ -51,15 +39,13 @@ def event(job_id: str, kind: str, ts: float, **fields) -> dict:
 
 
 def _fleet() -> Sender:
-    token = fleet_services.node_token_issue(CLUSTER, "scheduler-k8s")
-    fleet_services.node_scheduler_grant(CLUSTER, "scheduler-k8s")
-    node1_token = fleet_services.node_token_issue(CLUSTER, "gpu-node-01")
-    fleet_services.node_token_issue(CLUSTER, "gpu-node-02")
-    node = fleet_services.node_authenticate(CLUSTER, "gpu-node-01", node1_token)
-    fleet_services.gpus_register(
-        node.id, [GpuInfo(index=i, uuid=f"GPU-node01-{i:02d}", name="A100") for i in range(8)]
+    made = cluster_make(
+        CLUSTER,
+        {SCHEDULER: 0, "gpu-node-01": 8, "gpu-node-02": 0},
+        scheduler=SCHEDULER,
+        uuid_format="GPU-node01-{index:02d}",  # gpu-node-01's are the only GPUs registered
     )
-    return Sender(CLUSTER, "scheduler-k8s", token)
+    return Sender(CLUSTER, SCHEDULER, made.tokens[SCHEDULER])
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,5 @@
-"""A small fleet seeded through the real ingest path (`samples_ingest` + `make_batch`)."""
+"""Telemetry fixtures: a small fleet seeded through the real ingest path (the factory's
+`samples_send`), and what PostgreSQL plans for a query."""
 
 from __future__ import annotations
 
@@ -9,72 +10,14 @@ from dataclasses import dataclass
 import pytest
 from django.db import connection, transaction
 
-from collectors.schema import GPU_FIELD_NAMES
-from tests.helpers import make_batch
-from webapp.fleet import services as fleet_services
+from tests.factory import rollups_current as rollups_current  # used by tests/jobs/helpers.py
+from tests.factory import samples_send
 from webapp.fleet.models import Gpu, Node
-from webapp.telemetry import services as telemetry_services
-from webapp.telemetry.services import samples_ingest
 
-MODEL = "NVIDIA H100 80GB HBM3"
+MODEL = "NVIDIA H100 80GB HBM3"  # the GPU name tests.helpers.make_batch reports
 
-
-def _col(name: str) -> int:
-    return 2 + GPU_FIELD_NAMES.index(name)  # a wire row is [index, ts, *GPU_FIELDS]
-
-
-def seed_node(
-    cluster: str,
-    hostname: str,
-    *,
-    utils: list[float],
-    powers: list[float] | None = None,
-    t0: float | None = None,
-    intervals: int = 3,
-    step_s: float = 10.0,
-    latest: dict[int, dict[str, float | int]] | None = None,
-) -> Node:
-    """Ingest `intervals` samples per GPU; only the newest carries `utils`, `powers`, `latest`.
-
-    Older samples show util 1 % and 100 W, so a page showing them instead of the newest one
-    is caught.
-    """
-    token = fleet_services.node_token_issue(cluster, hostname)
-    batch = make_batch(
-        cluster,
-        hostname,
-        token,
-        t0=t0,
-        intervals=intervals,
-        step_s=step_s,
-        gpus=len(utils),
-        uuid_prefix=f"GPU-{cluster}-{hostname}",
-    )
-    newest = max(row[1] for row in batch["samples"])
-    for row in batch["samples"]:
-        index = row[0]
-        if row[1] == newest:
-            row[_col("gpu_util")] = utils[index]
-            row[_col("power_w")] = powers[index] if powers else 300.0
-            for name, value in (latest or {}).get(index, {}).items():
-                row[_col(name)] = value
-        else:
-            row[_col("gpu_util")] = 1.0
-            row[_col("power_w")] = 100.0
-    samples_ingest(json.dumps(batch))
-    rollups_current()
-    return Node.objects.get(cluster__name=cluster, hostname=hostname)
-
-
-def rollups_current() -> None:
-    """Bring the 1-minute rollup up to date, as the periodic refresh does in production.
-
-    Ingest folds samples into the rollup in its own transaction today; where the rollup is
-    refreshed by a separate service (`rollups_refresh`), call it, so day-range views see data.
-    """
-    refresh = getattr(telemetry_services, "rollups_refresh", None)
-    if refresh is not None:
-        refresh()
+# The names the telemetry and jobs tests use for the factory's sample path.
+seed_node = samples_send
 
 
 @dataclass
