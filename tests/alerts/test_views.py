@@ -193,7 +193,9 @@ def test_a_refused_address_shows_as_a_disabled_channel_that_an_operator_enables(
     page = owner_client.get("/alerts/channels/").content.decode()
     assert "disabled" in page and "User unknown" in page  # the server's words
     log = owner_client.get("/alerts/deliveries/").content.decode()
-    assert REFUSED in log and "st-failed" in log and "User unknown" in log
+    assert (
+        REFUSED in log and '<span class="badge bad">failed</span>' in log and "User unknown" in log
+    )
     assert owner_client.post(f"/alerts/channels/{channel.pk}/enable/").status_code == 403
     assert operator_client.post(f"/alerts/channels/{channel.pk}/enable/").status_code == 302
     channel.refresh_from_db()

@@ -32,6 +32,7 @@ from webapp.alerts.forms import (
     silence_default_until,
 )
 from webapp.alerts.models import Alert, AlertRule, Channel, OutboxMessage, Silence, Subscription
+from webapp.core.nav import Tab, Tabs
 from webapp.core.views import UnsubscribePage
 from webapp.fleet.models import Cluster
 from webapp.teams.models import Team
@@ -42,6 +43,18 @@ DELIVERIES_PER_PAGE = 50
 SILENCES_SHOWN = 200  # the newest; the CSV has up to CSV_MAX_ROWS
 OUTBOX_SHOWN = 200
 CSV_MAX_ROWS = 100_000
+
+# The alerts pages' sub-navigation (`{% subnav "webapp.alerts.views.TABS" "alerts" %}`).
+TABS = Tabs(
+    "alerts pages",
+    (
+        Tab("alerts", "alerts:list", "Alerts"),
+        Tab("silences", "alerts:silences", "Silences"),
+        Tab("channels", "alerts:channels", "Channels & subscriptions"),
+        Tab("deliveries", "alerts:deliveries", "Delivery log"),
+        Tab("outbox", "alerts:outbox", "Outbox", link_id="outbox-link"),
+    ),
+)
 
 OPERATORS_ONLY = "Only operators may do this."
 OUTBOX_OPERATORS_ONLY = "The outbox shows whole emails (with log lines): operators only."

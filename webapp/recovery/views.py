@@ -22,6 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from webapp.core.nav import Tab, Tabs
 from webapp.core.tables import Table
 from webapp.core.windows import Window
 from webapp.failures.models import FailureEvent
@@ -34,6 +35,7 @@ from webapp.recovery.selectors import (
     PHASES,
     actions_filter,
     approvals_queue,
+    approvals_waiting,
     cluster_mode_meaning,
     cluster_recovery,
     drained_nodes,
@@ -48,6 +50,22 @@ PLANS_PER_PAGE = 50
 APPROVALS_PER_PAGE = 50
 NODES_PER_PAGE = 100
 CSV_MAX_ROWS = 100_000  # as the failure exports
+# The recovery pages' sub-navigation (`{% subnav "webapp.recovery.views.TABS" "nodes" %}`).
+TABS = Tabs(
+    "recovery pages",
+    (
+        Tab("cluster", "recovery:cluster", "Recovery", keep_cluster=True),
+        Tab(
+            "approvals",
+            "recovery:approvals",
+            "Approvals",
+            count=approvals_waiting,
+            count_id="approvals-waiting",
+        ),
+        Tab("nodes", "recovery:nodes", "Nodes out of service"),
+    ),
+)
+
 OPERATORS_ONLY = "Only operators may change recovery: ask one, or join the operators group."
 
 
