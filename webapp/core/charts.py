@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 TEMPLATE = "plotly_white"
 
@@ -28,6 +33,22 @@ GPU_COLOURS = (
 NO_DATA_COLOUR = "#b9bec7"
 ERROR_COLOUR = "#d62728"
 UTIL_COLOURSCALE = "Viridis"
+
+
+# Legends in one row above the plot, from its left edge.
+LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
+
+
+def figure_json(fig: go.Figure, height: int) -> dict:
+    """A finished figure in the theme, `height` px tall with the legend above, as the plain
+    dict a page writes with `json_script` for the vendored plotly.js."""
+    fig.update_layout(
+        template=TEMPLATE,
+        height=height,
+        margin={"l": 10, "r": 10, "t": 40, "b": 45},
+        legend=LEGEND,
+    )
+    return json.loads(fig.to_json())
 
 
 def plain(text: str) -> str:

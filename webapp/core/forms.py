@@ -20,7 +20,22 @@ from django.utils.functional import cached_property
 from webapp.core.windows import Window, window_parse
 
 
-class FilterForm(forms.Form):
+class NamedErrorForm(forms.Form):
+    """A form whose `error` says its first problem the way every page and CSV does."""
+
+    @property
+    def error(self) -> str | None:
+        """The first problem, naming its field ("cluster: unknown cluster 'x'"), or None."""
+        if self.is_valid():
+            return None
+        for name, errors in self.errors.items():
+            if name == NON_FIELD_ERRORS:
+                continue
+            return f"{name}: {errors[0]}"
+        return self.errors[NON_FIELD_ERRORS][0]
+
+
+class FilterForm(NamedErrorForm):
     """A GET filter bar; `values` holds every field, with defaults where the input was bad."""
 
     @cached_property
@@ -38,17 +53,6 @@ class FilterForm(forms.Form):
         for name, value in self.cleaned_data.items():
             values.setdefault(name, value)  # what clean() derived (a window)
         return values
-
-    @property
-    def error(self) -> str | None:
-        """The first problem, naming its field ("cluster: unknown cluster 'x'"), or None."""
-        if self.is_valid():
-            return None
-        for name, errors in self.errors.items():
-            if name == NON_FIELD_ERRORS:
-                continue
-            return f"{name}: {errors[0]}"
-        return self.errors[NON_FIELD_ERRORS][0]
 
 
 class ClusterField(forms.ModelChoiceField):

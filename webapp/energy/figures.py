@@ -3,7 +3,6 @@ for `json_script`) and drawn by the vendored plotly.js, like webapp/recovery/fig
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
@@ -11,9 +10,9 @@ import plotly.graph_objects as go
 from webapp.core.charts import (
     GPU_COLOURS,
     NO_DATA_COLOUR,
-    TEMPLATE,
     bucket_axis,
     bucket_bars,
+    figure_json,
     plain,
 )
 from webapp.energy.selectors import Day, EnergyReport, Line
@@ -22,21 +21,10 @@ from webapp.energy.trends import IDLE_KEY, Trends
 # Bars and points sit in the middle of their day (one day alone is a day wide, not 1 ms).
 _DAY = bucket_bars("day")
 _DAY_POINT = {"xperiod": _DAY["xperiod"], "xperiodalignment": _DAY["xperiodalignment"]}
-_LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
 # GPU, rest of the node (IT - GPU), facility overhead (facility - IT): three shades of one
 # hue so the stack reads as one quantity growing.
 ENERGY_COLOURS = ("#1f4e99", "#5b8bd6", "#a9c4ee")
 CO2_COLOUR = "#6b6b6b"
-
-
-def _done(fig: go.Figure, height: int) -> dict:
-    fig.update_layout(
-        template=TEMPLATE,
-        height=height,
-        margin={"l": 10, "r": 10, "t": 40, "b": 45},
-        legend=_LEGEND,
-    )
-    return json.loads(fig.to_json())
 
 
 def _x(days: Sequence[Day]) -> list[str]:
@@ -72,7 +60,7 @@ def daily_energy_figure(days: Sequence[Day]) -> dict:
         xaxis=_day_axis(days),
         yaxis={"title": {"text": "kWh"}, "rangemode": "tozero"},
     )
-    return _done(fig, 300)
+    return figure_json(fig, 300)
 
 
 def daily_co2_pue_figure(days: Sequence[Day]) -> dict:
@@ -110,7 +98,7 @@ def daily_co2_pue_figure(days: Sequence[Day]) -> dict:
             "rangemode": "tozero",
         },
     )
-    return _done(fig, 300)
+    return figure_json(fig, 300)
 
 
 def power_figure(days: Sequence[Day], limit_w: float | None) -> dict:
@@ -143,7 +131,7 @@ def power_figure(days: Sequence[Day], limit_w: float | None) -> dict:
         xaxis=axis,
         yaxis={"title": {"text": "W per GPU"}, "rangemode": "tozero"},
     )
-    return _done(fig, 260)
+    return figure_json(fig, 260)
 
 
 # Bars a breakdown draws: past this, the smallest are one bar (a site has hundreds of Slurm
@@ -195,7 +183,7 @@ def breakdown_figure(lines: Sequence[Line], idle: Line | None, title: str) -> di
         yaxis={"autorange": "reversed", "automargin": True},
         showlegend=False,
     )
-    return _done(fig, 80 + 28 * max(3, len(rows)))
+    return figure_json(fig, 80 + 28 * max(3, len(rows)))
 
 
 _MONTH_AXIS = {"title": {"text": "month (UTC)"}, "type": "category"}
@@ -233,12 +221,12 @@ def _trend_bars(t: Trends, values: str, unit: str, digits: int) -> go.Figure:
 
 def trend_energy_figure(t: Trends, height: int = 260) -> dict:
     """12 months of facility kWh, stacked by team."""
-    return _done(_trend_bars(t, "team_kwh", "facility kWh", 1), height)
+    return figure_json(_trend_bars(t, "team_kwh", "facility kWh", 1), height)
 
 
 def trend_co2_figure(t: Trends, height: int = 260) -> dict:
     """12 months of location-based CO2e, stacked by team."""
-    return _done(_trend_bars(t, "team_co2e_kg", "kg CO2e", 1), height)
+    return figure_json(_trend_bars(t, "team_co2e_kg", "kg CO2e", 1), height)
 
 
 def trend_pue_figure(t: Trends, height: int = 220) -> dict:
@@ -276,7 +264,7 @@ def trend_pue_figure(t: Trends, height: int = 220) -> dict:
             "rangemode": "tozero",
         },
     )
-    return _done(fig, height)
+    return figure_json(fig, height)
 
 
 def trend_figures(t: Trends, *, compact: bool = False) -> dict:

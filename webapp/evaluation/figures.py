@@ -5,12 +5,11 @@ phase."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from webapp.core.charts import NO_DATA_COLOUR, TEMPLATE, plain
+from webapp.core.charts import NO_DATA_COLOUR, figure_json, plain
 
 # One colour per phase, the same on every figure (Plotly's qualitative palette): loading
 # orange, inference blue, metrics green, idle grey.
@@ -24,17 +23,6 @@ PHASE_LABELS = {"load": "loading", "infer": "inference", "metrics": "metrics", "
 ACTUAL_COLOUR = "#d62728"
 # A Gantt chart of hundreds of nodes stays one screen and a half tall.
 GANTT_MAX_HEIGHT = 1400
-_LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
-
-
-def _done(fig: go.Figure, height: int) -> dict:
-    fig.update_layout(
-        template=TEMPLATE,
-        height=height,
-        margin={"l": 10, "r": 10, "t": 40, "b": 45},
-        legend=_LEGEND,
-    )
-    return json.loads(fig.to_json())
 
 
 def _lanes(jobs: Sequence[Mapping]) -> tuple[list[tuple[str, Mapping]], list[str]]:
@@ -140,7 +128,7 @@ def gantt_figure(
         bargap=0.25,
     )
     # 16 px a lane, up to GANTT_MAX_HEIGHT: past that, lanes thin out (hover still names them).
-    return _done(fig, min(GANTT_MAX_HEIGHT, max(260, 60 + 16 * len(lanes))))
+    return figure_json(fig, min(GANTT_MAX_HEIGHT, max(260, 60 + 16 * len(lanes))))
 
 
 def makespan_figure(prediction: Mapping, executed: str, actual_s: float | None) -> dict:
@@ -167,7 +155,7 @@ def makespan_figure(prediction: Mapping, executed: str, actual_s: float | None) 
             )
         )
     fig.update_layout(barmode="group", yaxis={"title": "makespan (s)", "rangemode": "tozero"})
-    return _done(fig, 300)
+    return figure_json(fig, 300)
 
 
 def gpu_time_figure(prediction: Mapping, executed: str, actual: Mapping[str, float] | None) -> dict:
@@ -187,4 +175,4 @@ def gpu_time_figure(prediction: Mapping, executed: str, actual: Mapping[str, flo
             )
         )
     fig.update_layout(barmode="stack", yaxis={"title": "GPU-hours"})
-    return _done(fig, 300)
+    return figure_json(fig, 300)

@@ -9,7 +9,7 @@ from pathlib import Path
 from django import forms
 from django.conf import settings
 
-from webapp.core.forms import ClusterField, FilterForm
+from webapp.core.forms import ClusterField, FilterForm, NamedErrorForm, WindowForm
 from webapp.evaluation.choices import PlanKind
 from webapp.fleet.models import Cluster
 
@@ -38,7 +38,7 @@ def example_checkpoint() -> str:
     return str(Path(roots[0] if roots else "/models", *EXAMPLE_CHECKPOINT))
 
 
-class RequestForm(forms.Form):
+class RequestForm(NamedErrorForm):
     cluster = forms.ModelChoiceField(
         _clusters(), to_field_name="name", error_messages={"invalid_choice": "unknown cluster"}
     )
@@ -58,9 +58,10 @@ class RequestForm(forms.Form):
     def dataset_names(self) -> list[str]:
         return [d for d in re.split(r"[\s,]+", self.cleaned_data.get("datasets") or "") if d]
 
-    @property
-    def error(self) -> str | None:
-        if self.is_valid():
-            return None
-        name, errors = next(iter(self.errors.items()))
-        return f"{name}: {errors[0]}"
+
+class PhasesForm(WindowForm):
+    """The evaluation phases' CSV: a cluster (default: the first) and the submission window,
+    as the characterization page that links it."""
+
+    cluster = ClusterField(_clusters())
+    field_order = ["cluster", "since", "until"]

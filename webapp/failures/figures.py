@@ -3,14 +3,13 @@ drawn by the vendored plotly.js, like webapp/telemetry/figures.py."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import plotly.graph_objects as go
 
-from webapp.core.charts import TEMPLATE, instant_axis, plain
+from webapp.core.charts import figure_json, instant_axis, plain
 from webapp.failures import taxonomy
 from webapp.failures.models import FailureEvent, GpuErrorEvent
 
@@ -25,17 +24,6 @@ CATEGORY_COLOURS: dict[str, str] = {
     "performance": "#17becf",  # stragglers: not a failure label
     "": "#b9bec7",  # pending diagnosis
 }
-_LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
-
-
-def _done(fig: go.Figure, height: int) -> dict:
-    fig.update_layout(
-        template=TEMPLATE,
-        height=height,
-        margin={"l": 10, "r": 10, "t": 40, "b": 45},
-        legend=_LEGEND,
-    )
-    return json.loads(fig.to_json())
 
 
 def _colour_key(f: FailureEvent) -> str:
@@ -83,7 +71,7 @@ def timeline_figure(rows: Sequence[tuple[FailureEvent, str, str]]) -> dict:
         hovermode="closest",
         showlegend=True,
     )
-    return _done(fig, 120 + 28 * max(len(lanes), 4))
+    return figure_json(fig, 120 + 28 * max(len(lanes), 4))
 
 
 def xid_history_figure(
@@ -110,7 +98,7 @@ def xid_history_figure(
     if since and until:
         xaxis["range"] = [since.isoformat(), until.isoformat()]
     fig.update_layout(xaxis=xaxis, yaxis={"type": "category", "automargin": True}, showlegend=True)
-    return _done(fig, 260)
+    return figure_json(fig, 260)
 
 
 def lost_by_cause_figure(rows: Sequence[Any]) -> dict:
@@ -135,4 +123,4 @@ def lost_by_cause_figure(rows: Sequence[Any]) -> dict:
         xaxis={"categoryorder": "total descending"},
         barmode="stack",
     )
-    return _done(fig, 340)
+    return figure_json(fig, 340)

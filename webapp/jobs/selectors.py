@@ -20,7 +20,9 @@ from django.utils import timezone
 
 from webapp.core.windows import Window
 from webapp.fleet.models import Cluster, Node
+from webapp.jobs.characterization import EVAL_PHASES as EVAL_PHASES  # evaluation reads it here
 from webapp.jobs.characterization import Characterization, jobs_characterize, tally_version
+from webapp.jobs.characterization import eval_phases as eval_phases  # as EVAL_PHASES
 from webapp.jobs.models import Job
 from webapp.telemetry.selectors import (
     SERIES_METRICS,

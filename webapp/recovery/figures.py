@@ -3,7 +3,6 @@ drawn by the vendored plotly.js, like webapp/failures/figures.py."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -12,9 +11,9 @@ import plotly.graph_objects as go
 from webapp.core.charts import (
     ERROR_COLOUR,
     NO_DATA_COLOUR,
-    TEMPLATE,
     bucket_axis,
     bucket_bars,
+    figure_json,
 )
 from webapp.recovery.choices import ActionStatus
 
@@ -36,17 +35,6 @@ PHASE_LABELS = {
     "act": "act",
     "running_again": "running again",
 }
-_LEGEND = {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom", "xanchor": "left"}
-
-
-def _done(fig: go.Figure, height: int) -> dict:
-    fig.update_layout(
-        template=TEMPLATE,
-        height=height,
-        margin={"l": 10, "r": 10, "t": 40, "b": 45},
-        legend=_LEGEND,
-    )
-    return json.loads(fig.to_json())
 
 
 def actions_figure(rows: Sequence[tuple[datetime, str, str, str, int]], bucket: str) -> dict:
@@ -83,7 +71,7 @@ def actions_figure(rows: Sequence[tuple[datetime, str, str, str, int]], bucket: 
         yaxis={"title": {"text": "actions"}, "rangemode": "tozero"},
         showlegend=True,
     )
-    return _done(fig, 300)
+    return figure_json(fig, 300)
 
 
 def phases_figure(phases: dict[str, dict]) -> dict:
@@ -109,4 +97,4 @@ def phases_figure(phases: dict[str, dict]) -> dict:
         yaxis={"autorange": "reversed", "automargin": True},
         showlegend=True,
     )
-    return _done(fig, 260)
+    return figure_json(fig, 260)

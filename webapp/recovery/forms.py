@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from django import forms
 
-from webapp.core.forms import ClusterField, FilterForm, ValueChoiceField, days_field
+from webapp.core.forms import (
+    ClusterField,
+    FilterForm,
+    NamedErrorForm,
+    ValueChoiceField,
+    days_field,
+)
 from webapp.fleet.models import Cluster
 from webapp.recovery.choices import ActionKind, ActionStatus, ExecutorKind, Mode
 
@@ -36,7 +42,7 @@ class ListForm(FilterForm):
     page = forms.IntegerField(required=False, min_value=1, initial=1)
 
 
-class ModeForm(forms.Form):
+class ModeForm(NamedErrorForm):
     """An operator sets a cluster's recovery mode (POST)."""
 
     cluster = forms.ModelChoiceField(
@@ -45,13 +51,6 @@ class ModeForm(forms.Form):
     mode = forms.ChoiceField(
         choices=Mode.choices, error_messages={"invalid_choice": "%(value)r is not a mode"}
     )
-
-    @property
-    def error(self) -> str | None:
-        if self.is_valid():
-            return None
-        name, errors = next(iter(self.errors.items()))
-        return f"{name}: {errors[0]}"
 
 
 class RejectForm(forms.Form):

@@ -18,9 +18,10 @@ ingest drops a redelivered sample of a packed hour before it stores it (`compact
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
+from typing import ParamSpec
 
 import numpy as np
 import psycopg
@@ -222,24 +223,11 @@ def samples_source(
     sample_pct: float | None = None,
     index: bool = False,
 ) -> str:
-    """As `samples_relation`, for a reader that runs its SQL right after: the unpacked rows
-    stay in the session's temp table until the next call (or the connection's end)."""
-    return _fill(gpu_ids, lo, hi, fields, sample_pct=sample_pct, index=index)
-
-
-@contextmanager
-def samples_relation(
-    gpu_ids: Sequence[int],
-    lo: datetime,
-    hi: datetime,
-    fields: Sequence[str] | None = None,
-    *,
-    sample_pct: float | None = None,
-    index: bool = False,
-) -> Iterator[str]:
     """A relation (SQL text for FROM or JOIN, with the columns of telemetry_gpusample) holding
     every sample of these GPUs with lo <= ts <= hi, raw or compacted; the reader's own SQL
-    applies its exact bounds. Use it inside the `with` block.
+    applies its exact bounds. For a reader that runs its SQL right after: the unpacked rows
+    stay in the session's temp table until the next call (or the connection's end);
+    `samples_relation` empties it when its `with` block ends.
 
     `fields`: the metric columns the reader uses (default: all). Only those are unpacked
     from packed hours, the others read NULL there: a reader's cost then follows what it
@@ -248,24 +236,6 @@ def samples_relation(
     block-sample the raw table); `index` builds a (gpu_id, ts) index on the unpacked rows,
     for readers that look up cells one by one.
     """
-    source = _fill(gpu_ids, lo, hi, fields, sample_pct=sample_pct, index=index)
-    try:
-        yield source
-    finally:
-        if source != RAW:
-            with connection.cursor() as cur:
-                cur.execute(f"TRUNCATE {UNPACKED}")
-
-
-def _fill(
-    gpu_ids: Sequence[int],
-    lo: datetime,
-    hi: datetime,
-    fields: Sequence[str] | None,
-    *,
-    sample_pct: float | None,
-    index: bool,
-) -> str:
     names = [n for n, _ in FIELDS] if fields is None else list(dict.fromkeys(fields))
     unknown = [n for n in names if n not in _KIND]
     if unknown:
@@ -304,3 +274,26 @@ def _fill(
                 cur.execute(f"CREATE INDEX IF NOT EXISTS {UNPACKED}_key ON {UNPACKED} (gpu_id, ts)")
             cur.execute(f"ANALYZE {UNPACKED}")
     return f"(SELECT * FROM {RAW} UNION ALL SELECT * FROM {UNPACKED})"
+
+
+P = ParamSpec("P")
+
+
+def _emptied_after(fill: Callable[P, str]) -> Callable[P, AbstractContextManager[str]]:
+    """`fill` as a `with` block that empties the unpacked rows when it ends."""
+
+    @contextmanager
+    def relation(*args: P.args, **kwargs: P.kwargs) -> Iterator[str]:
+        source = fill(*args, **kwargs)
+        try:
+            yield source
+        finally:
+            if source != RAW:
+                with connection.cursor() as cur:
+                    cur.execute(f"TRUNCATE {UNPACKED}")
+
+    return relation
+
+
+# `samples_source` for use inside a `with` block, which frees the unpacked rows at its end.
+samples_relation = _emptied_after(samples_source)
