@@ -81,12 +81,14 @@ MEGATRON_LOSS = "lm loss:"
 # (apex prints "Gradient overflow. Skipping step, loss scaler 0 reducing loss scale to
 # 9.9e-206", NVIDIA/apex#318; DeepSpeed stops at its min_loss_scale, default 1,
 # https://www.deepspeed.ai/docs/config-json/#fp16-training-options, with "Current loss scale
-# already at minimum", rule loss-nan-grad-norm). LOSS_SCALE_RUN reductions in a row end the log.
+# already at minimum", rule loss-nan-grad-norm; fairseq prints "overflow detected, setting loss
+# scale to: 0.0001220703125" down to its 1e-4 floor, facebookresearch/fairseq#512).
+# LOSS_SCALE_RUN reductions in a row end the log.
 MIN_LOSS_SCALE = 1.0
 LOSS_SCALE_RUN = 5
 _LOSS_SCALE = re.compile(
-    r"reducing loss scale to ([0-9.]+(?:e[-+]?\d+)?)|Attempted loss scale: \S+, reducing to "
-    r"([0-9.]+(?:e[-+]?\d+)?)",
+    r"(?:reducing|setting) loss scale to:? ([0-9.]+(?:e[-+]?\d+)?)|Attempted loss scale: \S+, "
+    r"reducing to ([0-9.]+(?:e[-+]?\d+)?)",
     re.I,
 )
 # The same in Megatron's own iteration lines (fp16): its scaler halves the scale on an
