@@ -37,12 +37,16 @@ from webapp.alerts.models import (
 from webapp.failures import taxonomy
 from webapp.failures.choices import FailureKind, GpuErrorKind
 from webapp.failures.models import FailureEvent
+from webapp.fleet.choices import SCHEDULER_OUT_OF_SERVICE
 from webapp.fleet.models import Cluster, Node
 from webapp.jobs.models import Job
 from webapp.recovery.choices import ActionKind, ActionStatus
 from webapp.recovery.models import RecoveryAction
 
 log = logging.getLogger("vigil.alerts")
+
+# A drain that waits for approval, is ready or runs: its node is on its way out of service.
+DRAIN_LIVE = (ActionStatus.AWAITING_APPROVAL, ActionStatus.READY, ActionStatus.RUNNING)
 
 # --- event rules -----------------------------------------------------------------------------
 
@@ -200,6 +204,12 @@ def recovery_action_alerts(action_id: int, now: datetime | None = None) -> list[
 # --- condition rules (beat) ------------------------------------------------------------------
 
 
+def _raised(rule: AlertRule, found: Raise, now: datetime) -> str:
+    """Raise (or refresh) a condition's alert, pending until it has held: its fingerprint,
+    for the set of alerts the evaluation keeps."""
+    return alert_raise(rule, found, now, pending=True).fingerprint
+
+
 def _eval_node_down(rule: AlertRule, now: datetime) -> set[str]:
     keep = set()
     since = now - timedelta(seconds=rule.for_s)
@@ -241,23 +251,46 @@ def _eval_gpu_thermal(rule: AlertRule, now: datetime) -> set[str]:
         if not (hot or throttled):
             continue
         why = f"{temp:.0f} C" if hot else "thermally throttled"
-        a = alert_raise(
-            rule,
-            Raise(
-                identity={"gpu": g.uuid},
-                labels={"cluster": g.cluster, "node": g.hostname, "gpu": str(g.index)},
-                summary=f"{g.hostname} GPU {g.index} {why}",
-                severity=rule.severity,
-                cluster=clusters.get(g.cluster_id),
-                node_id=g.node_id,
-                gpu_id=g.gpu_id,
-                value=temp,
-            ),
-            now,
-            pending=True,
+        found = Raise(
+            identity={"gpu": g.uuid},
+            labels={"cluster": g.cluster, "node": g.hostname, "gpu": str(g.index)},
+            summary=f"{g.hostname} GPU {g.index} {why}",
+            severity=rule.severity,
+            cluster=clusters.get(g.cluster_id),
+            node_id=g.node_id,
+            gpu_id=g.gpu_id,
+            value=temp,
         )
-        keep.add(a.fingerprint)
+        keep.add(_raised(rule, found, now))
     return keep
+
+
+# Idle GPUs: how long an idle job's alert stays active after its GPUs look busy again, so that
+# a job whose utilization hovers about the threshold between samples keeps one pending alert
+# instead of raising and resolving one every evaluation (15 s): Alertmanager's keep_firing_for,
+# applied to pending too. A tenth of the rule's default for_s (1,800 s).
+IDLE_CLEAR_S = 180.0
+# The idle GPU-time that fires the alert before for_s has passed: a 112-GPU job idle for two
+# minutes has wasted what a 4-GPU job wastes in an hour. GPU-hours.
+IDLE_FIRE_GPU_HOURS = 4.0
+# Severity by the number of GPUs idle: at least this many GPUs raise this severity (the
+# rule's own below the first): a node's worth is a warning, a pretraining job's a page.
+IDLE_SEVERITY_GPUS = {"warning": 8, "critical": 64}
+
+
+def idle_severity(params: dict, base: str, idle_gpus: int) -> str:
+    """The idle alert's severity for `idle_gpus` GPUs: the highest of params.severity_gpus
+    (default IDLE_SEVERITY_GPUS) whose count it reaches, else the rule's."""
+    levels = params.get("severity_gpus") or IDLE_SEVERITY_GPUS
+    reached = [(int(n), sev) for sev, n in levels.items() if idle_gpus >= int(n)]
+    return max(reached)[1] if reached else base
+
+
+def idle_hold_s(params: dict, for_s: float, idle_gpus: int) -> float:
+    """How long the idle condition must hold before it fires: the rule's for_s, or less when
+    the idle GPU-time reaches params.fire_gpu_hours (default IDLE_FIRE_GPU_HOURS) first."""
+    gpu_hours = float(params.get("fire_gpu_hours") or IDLE_FIRE_GPU_HOURS)
+    return min(float(for_s), gpu_hours * 3600 / max(idle_gpus, 1))
 
 
 def _eval_gpus_idle(rule: AlertRule, now: datetime) -> set[str]:
@@ -277,22 +310,27 @@ def _eval_gpus_idle(rule: AlertRule, now: datetime) -> set[str]:
             idle[job_id] = idle.get(job_id, 0) + 1
     keep = set()
     for job in Job.objects.filter(pk__in=idle).select_related("cluster"):
-        a = alert_raise(
-            rule,
-            Raise(
-                identity={"job": job.pk},
-                labels={"cluster": job.cluster.name, "job": job.scheduler_id},
-                summary=f"Job {job.scheduler_id} ({job.name or 'unnamed'}): "
-                f"{idle[job.pk]} allocated GPU(s) idle",
-                severity=rule.severity,
-                cluster=job.cluster,
-                job=job,
-                value=idle[job.pk],
-            ),
-            now,
-            pending=True,
+        n = idle[job.pk]
+        found = Raise(
+            identity={"job": job.pk},
+            labels={"cluster": job.cluster.name, "job": job.scheduler_id},
+            summary=f"Job {job.scheduler_id} ({job.name or 'unnamed'}): "
+            f"{n} of its {max(job.gpus_requested, n)} allocated GPU(s) idle",
+            severity=idle_severity(rule.params, rule.severity, n),
+            cluster=job.cluster,
+            job=job,
+            value=n,
+            for_s=idle_hold_s(rule.params, rule.for_s, n),
         )
-        keep.add(a.fingerprint)
+        keep.add(_raised(rule, found, now))
+    # Hysteresis: a job seen idle within the clear time keeps its alert.
+    clear_s = float(rule.params.get("clear_s") or IDLE_CLEAR_S)
+    recent = Alert.objects.filter(
+        rule=rule,
+        state__in=ACTIVE_STATES,
+        last_seen_at__gte=now - timedelta(seconds=clear_s),
+    )
+    keep.update(recent.values_list("fingerprint", flat=True))
     return keep
 
 
@@ -306,20 +344,15 @@ def _eval_ingest_lag(rule: AlertRule, now: datetime) -> set[str]:
         lag = (now - cluster.seen).total_seconds()
         if lag <= limit:
             continue
-        a = alert_raise(
-            rule,
-            Raise(
-                identity={"cluster": cluster.name},
-                labels={"cluster": cluster.name},
-                summary=f"{cluster.name}: newest stored data is {lag:.0f} s old",
-                severity=rule.severity,
-                cluster=cluster,
-                value=lag,
-            ),
-            now,
-            pending=True,
+        found = Raise(
+            identity={"cluster": cluster.name},
+            labels={"cluster": cluster.name},
+            summary=f"{cluster.name}: newest stored data is {lag:.0f} s old",
+            severity=rule.severity,
+            cluster=cluster,
+            value=lag,
         )
-        keep.add(a.fingerprint)
+        keep.add(_raised(rule, found, now))
     return keep
 
 
@@ -342,20 +375,15 @@ def _eval_ingest_refused(rule: AlertRule, now: datetime) -> set[str]:
         if row["n"] <= limit:
             continue
         name = row["cluster"] or "-"
-        a = alert_raise(
-            rule,
-            Raise(
-                identity={"cluster": name},
-                labels={"cluster": name},
-                summary=f"{row['n']} batches refused from {name} in {window_s / 60:.0f} min",
-                severity=rule.severity,
-                cluster=clusters.get(row["cluster"]),
-                value=row["n"],
-            ),
-            now,
-            pending=True,
+        found = Raise(
+            identity={"cluster": name},
+            labels={"cluster": name},
+            summary=f"{row['n']} batches refused from {name} in {window_s / 60:.0f} min",
+            severity=rule.severity,
+            cluster=clusters.get(row["cluster"]),
+            value=row["n"],
         )
-        keep.add(a.fingerprint)
+        keep.add(_raised(rule, found, now))
     return keep
 
 
@@ -368,16 +396,37 @@ CONDITIONS = {
 }
 
 
+def node_back_in_service(node: Node | None, since: datetime) -> bool:
+    """Whether a node is in service again after a hardware error at `since`: the scheduler
+    reports it in service, no drain of it waits or runs, and any drain Vigil made of it since
+    the error has been followed by the scheduler reporting it again (a node Vigil drained is
+    out of service until an operator returns it, even before the scheduler says so)."""
+    if node is None:
+        return True
+    if node.state in SCHEDULER_OUT_OF_SERVICE:
+        return False
+    drains = RecoveryAction.objects.filter(node_id=node.pk, kind=ActionKind.DRAIN)
+    if drains.filter(status__in=DRAIN_LIVE).exists():
+        return False
+    done = drains.filter(status=ActionStatus.SUCCEEDED, ended_at__gte=since)
+    if node.state_since is not None:
+        done = done.filter(ended_at__gt=node.state_since)
+    return not done.exists()
+
+
 def _events_expire(now: datetime) -> int:
     """Event alerts end resolve_after_s after their last event; an approval alert ends when
-    its action no longer waits."""
+    its action no longer waits; a hardware alert not before its node is back in service (a
+    drained node has not been repaired)."""
     n = 0
     active = Alert.objects.filter(state__in=ACTIVE_STATES, rule__kind__in=EVENT_RULES)
-    for alert in active.select_related("rule", "recovery_action"):
+    for alert in active.select_related("rule", "recovery_action", "node"):
         over = now - alert.last_seen_at >= timedelta(seconds=alert.rule.resolve_after_s)
         if alert.rule.kind == RuleKind.RECOVERY_APPROVAL:
             action = alert.recovery_action
             over = action is None or action.status != ActionStatus.AWAITING_APPROVAL
+        elif over and alert.rule.kind == RuleKind.GPU_HARDWARE:
+            over = node_back_in_service(alert.node, alert.starts_at)
         if over:
             alert_resolve(alert, now)
             n += 1

@@ -80,6 +80,8 @@ class Raise:
     failure_id: int | None = None
     action_id: int | None = None
     value: float | None = None
+    # How long the condition must hold before it fires (None: the rule's for_s).
+    for_s: float | None = None
 
 
 def alert_raise(rule: AlertRule, found: Raise, now: datetime, *, pending: bool = False) -> Alert:
@@ -88,6 +90,7 @@ def alert_raise(rule: AlertRule, found: Raise, now: datetime, *, pending: bool =
     fp = rules.fingerprint(rule.name, found.identity)
     group = _group(found.cluster, found.cause or rule.name)
     labels = {"alertname": rule.name, "severity": found.severity, **found.labels}
+    hold_s = rule.for_s if found.for_s is None else found.for_s
     with transaction.atomic():
         alert = (
             Alert.objects.select_for_update()
@@ -96,7 +99,7 @@ def alert_raise(rule: AlertRule, found: Raise, now: datetime, *, pending: bool =
         )
         if alert is None:
             team_id = job_team_id(found.job) if found.job is not None else None
-            state = AlertState.PENDING if pending and rule.for_s > 0 else AlertState.FIRING
+            state = AlertState.PENDING if pending and hold_s > 0 else AlertState.FIRING
             try:
                 with transaction.atomic():
                     alert = Alert.objects.create(
@@ -133,7 +136,7 @@ def alert_raise(rule: AlertRule, found: Raise, now: datetime, *, pending: bool =
         alert.last_seen_at = now
         fields = ["labels", "summary", "severity", "value", "cause", "last_seen_at"]
         became_firing = alert.state == AlertState.PENDING and (
-            not pending or now - alert.starts_at >= timedelta(seconds=rule.for_s)
+            not pending or now - alert.starts_at >= timedelta(seconds=hold_s)
         )
         if became_firing:
             alert.state = AlertState.FIRING
