@@ -140,11 +140,15 @@ def test_a_drain_on_the_jobs_log_alone_waits_for_an_operator():
 
 
 def test_a_reset_or_reboot_drains_the_node_and_restarts_its_jobs_elsewhere():
-    for action, then in (("reboot", "reboot needed"), ("reset_gpu", "GPU reset needed")):
+    for action, then, last in (
+        ("reboot", "reboot needed", [("reboot", "n1")]),
+        ("reset_gpu", "GPU reset needed", [("reset_gpu", "n1"), ("health_check", ""),
+                                           ("resume", "n1")]),
+    ):  # fmt: skip
         d = decide(
             Facts(cause="gpu_off_bus", action=action, error_host="n1", node_evidence=True,
-                  jobs_on_host=(JobFacts("10", hosts=("n1",)),))
+                  jobs_on_host=(JobFacts("10", hosts=("n1",)),), gpu_bus_id="00000000:18:00.0")
         )  # fmt: skip
         assert (d.action, d.rule) == (action, f"default_{action}")
-        assert kinds(d) == [("drain", "n1"), ("requeue", "10")]
+        assert kinds(d) == [("drain", "n1"), ("requeue", "10"), *last]
         assert d.steps[0].reason == f"gpu_off_bus on n1: {then}"

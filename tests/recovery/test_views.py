@@ -65,6 +65,7 @@ def recovered(fleet) -> FailureEvent:
     assert [(a.kind, a.status) for a in actions] == [
         ("drain", "succeeded"),
         ("requeue", "succeeded"),
+        ("reboot", "succeeded"),  # Xid 79: RESTART_BM, through the scheduler
     ]
     # The requeued job starts on the other node (a second after the requeue ended: within
     # the clock skew a batch may carry, VIGIL_MAX_FUTURE_SKEW_S).
@@ -210,6 +211,7 @@ def test_failure_page_shows_the_recovery_timeline_with_durations(owner_client, r
         "diagnosed",
         "action",
         "action",
+        "action",  # the reboot Xid 79 asks for (RESTART_BM)
         "running_again",
     ]
     assert rows[-1]["at"] and float(rows[-1]["after_s"]) >= 0
@@ -238,8 +240,10 @@ def test_recovery_page_counts_an_automatic_recovery_as_an_intervention_avoided(
     assert response.status_code == 200
     r = response.context["r"]
     assert (r.failures, r.auto_recovered) == (2, 1)
-    assert (r.ran, r.succeeded, r.success_rate) == (2, 2, 1.0)
-    assert r.simulated == 4
+    assert (r.ran, r.succeeded, r.success_rate) == (3, 3, 1.0)  # drain, requeue, reboot
+    # 3 + 4: with gpu-node-02 drained, draining gpu-node-01 too would take half the cluster
+    # out: past the guard rail, operators are told (a notify).
+    assert r.simulated == 7
     assert r.phases["running_again"]["n"] == 1 and r.phases["act"]["n"] == 1
     assert r.recover_median_s is not None and r.recover_median_s >= 0
     body = response.content.decode()
@@ -273,9 +277,10 @@ def test_recovery_csv_exports_have_the_rows(outsider_client, recovered):
     assert [(p["failure"], p["action"], p["mode"], p["executor"]) for p in plans] == [
         (str(recovered.pk), "reboot", "auto", "simulated")  # Xid 79: RESTART_BM
     ]
-    assert (plans[0]["actions"], plans[0]["succeeded"]) == ("2", "2")
+    assert (plans[0]["actions"], plans[0]["succeeded"]) == ("3", "3")
     actions = _rows(outsider_client.get("/api/v1/recovery/actions.csv" + q))
     assert [(a["kind"], a["status"], a["executor"]) for a in actions] == [
+        ("reboot", "succeeded", "simulated"),
         ("requeue", "succeeded", "simulated"),
         ("drain", "succeeded", "simulated"),
     ]
@@ -288,7 +293,7 @@ def test_recovery_csv_exports_have_the_rows(outsider_client, recovered):
     assert summary[("failures", "recovered_without_a_human")]["count"] == "1"
     assert summary[("time_to_recover", "running_again")]["count"] == "1"
     over = _rows(outsider_client.get("/api/v1/recovery/actions-over-time.csv" + q))
-    assert sum(int(r["actions"]) for r in over) == 2
+    assert sum(int(r["actions"]) for r in over) == 3
 
 
 def test_recovery_page_with_a_bad_window_says_which_field(operator_client, recovered):
@@ -405,7 +410,8 @@ def test_switching_to_dry_run_in_the_admin_cancels_what_has_not_started(admin_cl
     response = admin_client.post(
         f"/admin/recovery/recoverypolicy/{row.pk}/change/",
         {"cluster": row.cluster_id, "mode": "dry_run", "executor": row.executor,
-         "max_auto_restarts": "", "updated_by": ""},
+         "max_auto_restarts": "", "updated_by": "", "max_drains_per_hour": "3",
+         "max_out_percent": "10"},
     )  # fmt: skip
     assert response.status_code == 302, response.content[:2000]
     awaiting.refresh_from_db()

@@ -36,11 +36,25 @@ def recovery_queue(cluster_name: str) -> str:
     return f"recovery.{cluster_name}"
 
 
+# Order of a plan's steps: health check (locating the bad node), drains, restarts, the GPU
+# reset or reboot, what runs in the reset's reservation (its health check), the resume.
+RANK = {
+    "health_check": 0, "drain": 1, "requeue": 2, "resubmit": 2, "reset_gpu": 3, "reboot": 3,
+    "resume": 5,
+}  # fmt: skip
+
+
+def _rank(step: policy.Step) -> int | None:
+    if step.params.get("reserved") and step.kind != "resume":
+        return 4
+    return RANK.get(step.kind)
+
+
 def _seqs(steps: tuple[policy.Step, ...], first: int) -> list[int]:
-    """Order: health check, then drains, then restarts; notifications with the first step."""
-    rank = {"health_check": 0, "drain": 1, "requeue": 2, "resubmit": 2, "resume": 3}
-    kinds = sorted({rank[s.kind] for s in steps if s.kind in rank})
-    return [first + kinds.index(rank[s.kind]) if s.kind in rank else first for s in steps]
+    """Each step's seq by its rank (RANK); notifications with the first step."""
+    ranks = [_rank(s) for s in steps]
+    kinds = sorted({r for r in ranks if r is not None})
+    return [first + kinds.index(r) if r is not None else first for r in ranks]
 
 
 def actions_create(
@@ -62,6 +76,9 @@ def actions_create(
     for step, seq in zip(steps, _seqs(steps, first_seq), strict=True):
         job = jobs.get(step.job)
         params = dict(step.params)
+        if "{plan}" in str(params.get("reservation", "")):
+            # A reservation of the plan's own (policy.py cannot know the plan's id).
+            params["reservation"] = params["reservation"].format(plan=plan.pk)
         action = RecoveryAction(
             plan=plan,
             cluster_id=plan.cluster_id,

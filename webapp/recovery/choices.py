@@ -21,6 +21,9 @@ class ActionKind(models.TextChoices):
     REQUEUE = "requeue", "Requeue job"
     RESUBMIT = "resubmit", "Resubmit from checkpoint (rollback, skip data)"
     HEALTH_CHECK = "health_check", "Node health check"
+    # NVIDIA's Xid catalog resolutions RESET_GPU and RESTART_BM / RESTART_VM.
+    RESET_GPU = "reset_gpu", "Reset GPU"
+    REBOOT = "reboot", "Reboot node"
     RESUME = "resume", "Return node to service"
     NOTIFY = "notify", "Notify"
 

@@ -39,6 +39,13 @@ class RecoveryPolicy(models.Model):
     # A rollback (rollback_skip: requeue from an earlier checkpoint, skipping data) changes
     # what a job trains on: it waits for an operator's approval unless this is set.
     rollback_auto = models.BooleanField(default=False)
+    # Guard rails: past either, a drain waits for an operator's approval and operators are
+    # told. At most this many drains by Vigil an hour (Meta's gcm-sentinel caps its agent at
+    # 3), and at most this share of the cluster's nodes out of service at once (at least one
+    # node): a fault on more nodes at once points to a shared cause (a software rollout, the
+    # fabric, power) that draining cannot fix.
+    max_drains_per_hour = models.PositiveSmallIntegerField(default=3)
+    max_out_percent = models.PositiveSmallIntegerField(default=10)
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.CharField(max_length=150, blank=True, default="")
 

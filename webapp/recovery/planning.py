@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -31,7 +32,7 @@ from webapp.recovery.choices import (
     ActionStatus,
     PlanKind,
 )
-from webapp.recovery.models import RecoveryAction, RecoveryPlan
+from webapp.recovery.models import RecoveryAction, RecoveryPlan, RecoveryPolicy
 from webapp.recovery.services import recovery_policy
 
 log = logging.getLogger("vigil.recovery")
@@ -45,6 +46,7 @@ LIVE = (
     ActionStatus.SUCCEEDED,
 )
 DRAIN_STATES = ("draining", "drained")
+OUT_STATES = ("draining", "drained", "down")
 # A drain that succeeded this recently counts even before the scheduler watcher reports it.
 DRAIN_REPORT_LAG = timedelta(minutes=5)
 
@@ -112,6 +114,35 @@ def _hosts_drained(cluster_id: int, now: datetime) -> frozenset[str]:
     )
 
 
+def _hosts_held(cluster_id: int) -> frozenset[str]:
+    """Nodes a person drained (the scheduler's reason for the drain is not Vigil's)."""
+    drained = Node.objects.filter(cluster_id=cluster_id, state__in=DRAIN_STATES)
+    people = drained.exclude(state_reason__startswith=policy.VIGIL_REASON_PREFIX)
+    return frozenset(people.values_list("hostname", flat=True))
+
+
+def _guard_facts(cluster_id: int, now: datetime) -> dict:
+    """Where the cluster stands against its guard rails: drains Vigil made in the last hour
+    (those that acted or will; a drain inside a GPU reset's reservation keeps a node out that
+    is out already), nodes out of service now, nodes in all."""
+    drains = (
+        RecoveryAction.objects.filter(
+            cluster_id=cluster_id,
+            kind=ActionKind.DRAIN,
+            created_at__gte=now - timedelta(hours=1),
+            status__in=[ActionStatus.READY, ActionStatus.RUNNING, ActionStatus.SUCCEEDED],
+        )
+        .exclude(params__reserved=True)
+        .count()
+    )
+    nodes = Node.objects.filter(cluster_id=cluster_id)
+    return {
+        "drains_last_hour": drains,
+        "nodes_out": nodes.filter(state__in=OUT_STATES).count(),
+        "nodes_total": nodes.count(),
+    }
+
+
 def _jobs_requeued(jobs: list[Job]) -> frozenset[str]:
     """Jobs whose current run another failure of the same incident already restarted."""
     out = set()
@@ -162,7 +193,9 @@ def _by_node_evidence() -> Q:
     return Q(kind=FailureKind.GPU_ERROR) | Q(evidence__0__file__in=NODE_AGENT_STREAMS)
 
 
-def _facts(failure: FailureEvent, max_restarts: int) -> tuple[policy.Facts, dict[str, Job]]:
+def _facts(
+    failure: FailureEvent, max_restarts: int, rails: RecoveryPolicy | None = None
+) -> tuple[policy.Facts, dict[str, Job]]:
     since = failure.occurred_at - timedelta(hours=policy.BREAKER_WINDOW_H)
     earlier = (
         FailureEvent.objects.filter(
@@ -200,7 +233,17 @@ def _facts(failure: FailureEvent, max_restarts: int) -> tuple[policy.Facts, dict
         hosts_drained=_hosts_drained(failure.cluster_id, timezone.now()),
         jobs_requeued=_jobs_requeued(jobs),
         retry_base_s=settings.VIGIL_RECOVERY_RETRY_BASE_S,
+        hosts_held=_hosts_held(failure.cluster_id),
+        gpu_bus_id=failure.gpu.pci_bus_id if failure.gpu_id else "",
+        health_check=bool(settings.VIGIL_HEALTHCHECK_SCRIPT),
+        **_guard_facts(failure.cluster_id, timezone.now()),
     )
+    if rails is not None:
+        facts = replace(
+            facts,
+            max_drains_per_hour=rails.max_drains_per_hour,
+            max_out_share=rails.max_out_percent / 100,
+        )
     return facts, {j.scheduler_id: j for j in jobs}
 
 
@@ -235,7 +278,7 @@ def failure_recovery_plan(failure: FailureEvent) -> RecoveryPlan | None:
     max_restarts = settings_row.max_auto_restarts
     if max_restarts is None:
         max_restarts = settings.VIGIL_MAX_AUTO_RESTARTS
-    facts, jobs = _facts(failure, max_restarts)
+    facts, jobs = _facts(failure, max_restarts, settings_row)
     decision = policy.decide(facts)
     fields = {
         "cluster_id": failure.cluster_id,

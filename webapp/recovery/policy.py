@@ -21,8 +21,9 @@ sentence of why, and the steps to run in order. The services turn steps into aud
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from webapp.failures.taxonomy import CAUSES, Action, Category
 
@@ -41,10 +42,15 @@ AUTO_RESTART_ACTIONS = frozenset(
     }
 )
 # Actions that take the node out of service and restart its jobs elsewhere. A GPU reset or a
-# reboot (NVIDIA's Xid catalog, docs/xid-catalog.md) starts with that drain; the node stays
-# drained until an operator has reset or rebooted it and returns it to service (health check
-# first, services.node_return_to_service).
+# reboot (NVIDIA's Xid catalog, docs/xid-catalog.md) starts with that drain, then Vigil resets
+# the GPU (health check, resume) or has the scheduler reboot the node (`_after_drain`).
 DRAINING = frozenset({Action.CORDON_RESTART, Action.RESET_GPU, Action.REBOOT})
+# The prefix of every drain reason Vigil writes (executors/slurm.py drain_reason): a node
+# drained with any other reason was drained by a person, and Vigil never resumes it.
+VIGIL_REASON_PREFIX = "vigil"
+# Guard rails per cluster (RecoveryPolicy): past either, a drain waits for an operator.
+MAX_DRAINS_PER_HOUR = 3
+MAX_OUT_SHARE = 0.10
 # "restart (once), then notify" (docs/failure-taxonomy.md, cuda_fault and native_crash).
 RESTART_ONCE_CAUSES = frozenset({"cuda_fault", "native_crash"})
 # Exponential backoff of `retry` (transient auxiliary services): 30 s, 60 s, 120 s, ... capped
@@ -88,6 +94,21 @@ class Facts:
     hosts_drained: frozenset[str] = frozenset()
     jobs_requeued: frozenset[str] = frozenset()
     retry_base_s: float = RETRY_BASE_S
+    # Hosts drained by a person (their reason is not Vigil's): Vigil neither resets nor
+    # reboots them, and never resumes them.
+    hosts_held: frozenset[str] = frozenset()
+    # The failing GPU's PCI bus id (what `nvidia-smi -r -i` takes), when known.
+    gpu_bus_id: str = ""
+    # Whether a node health check is configured (VIGIL_HEALTHCHECK_SCRIPT): without one a
+    # reset node stays drained for an operator.
+    health_check: bool = True
+    # The cluster's guard rails and where it stands: drains Vigil made in the last hour, nodes
+    # out of service now, nodes in all.
+    max_drains_per_hour: int = MAX_DRAINS_PER_HOUR
+    max_out_share: float = MAX_OUT_SHARE
+    drains_last_hour: int = 0
+    nodes_out: int = 0
+    nodes_total: int = 0
 
 
 @dataclass(frozen=True)
@@ -173,7 +194,8 @@ def decide(facts: Facts) -> Decision:
         why = _limited(restarts, facts.max_restarts)
         notify = _notify(facts, "restart_limit", why)
         drains = tuple(_drain(facts, host, action)) if action in DRAINING else ()
-        return Decision(Action.NOTIFY.value, "restart_limit", why, drains + notify.steps)
+        limited = Decision(Action.NOTIFY.value, "restart_limit", why, drains + notify.steps)
+        return guard_apply(facts, limited)
     once = facts.cause in RESTART_ONCE_CAUSES
     if action == Action.RESTART and job and once and job.restarts_for_cause >= 1:
         action, rule = Action.NOTIFY.value, "restart_once"
@@ -198,8 +220,11 @@ def decide(facts: Facts) -> Decision:
         else:
             return _notify(facts, "cordon_without_node", f"{facts.cause} names no node", True)
     steps: list[Step] = []
+    after: list[Step] = []
     if action in DRAINING:
-        steps += _drain(facts, host, action)
+        drains = _drain(facts, host, action)
+        steps += drains
+        after = _after_drain(facts, host, action, drained_here=bool(drains))
     elif action == Action.LOCATE_RESTART:
         hosts = job.hosts if job else ()
         if not hosts:
@@ -218,7 +243,89 @@ def decide(facts: Facts) -> Decision:
                 delay = facts.retry_base_s * 2**j.restarts_in_a_row
                 params["delay_s"] = min(RETRY_MAX_S, delay)
             steps.append(Step("requeue", job=j.scheduler_id, params=params, reason=why))
-    return Decision(action, rule, why, tuple(steps))
+    return guard_apply(facts, Decision(action, rule, why, tuple(steps + after)))
+
+
+def _after_drain(facts: Facts, host: str | None, action: str, drained_here: bool) -> list[Step]:
+    """What follows the drain of a GPU reset or a reboot, once the node's jobs have left.
+
+    Reset: the GPU is reset by a job of Vigil's pinned to the node inside a maintenance
+    reservation only Vigil may use (`reservation`: named after the plan, `{plan}`), then
+    health-checked there, then the reservation ends and the node takes jobs again. Reboot:
+    the scheduler reboots the node once idle and returns it to service itself.
+    A node a person drained is left to them; a node this incident drained already (the GPU
+    error's plan) is not reset twice."""
+    if action not in (Action.RESET_GPU, Action.REBOOT) or not host:
+        return []
+    what = "GPU reset" if action == Action.RESET_GPU else "reboot"
+    if host in facts.hosts_held:
+        why = f"{facts.cause} on {host}: {what} needed, but a person drained {host}: left to them"
+        return [Step("notify", audience="operators", params={"severity": "page"}, reason=why)]
+    if not drained_here:
+        return []
+    if action == Action.REBOOT:
+        return [Step("reboot", host=host, reason=f"{facts.cause} on {host}: reboot")]
+    if not facts.gpu_bus_id:
+        why = f"{facts.cause} on {host}: GPU reset needed, its PCI bus id is unknown: by hand"
+        return [Step("notify", audience="operators", params={"severity": "page"}, reason=why)]
+    reservation = f"vigil-reset-{{plan}}-{host}"
+    reset = Step(
+        "reset_gpu",
+        host=host,
+        params={"bus_id": facts.gpu_bus_id, "reservation": reservation},
+        reason=f"{facts.cause} on {host}: reset GPU {facts.gpu_bus_id}",
+    )
+    held = {"reservation": reservation, "reserved": True}
+    if not facts.health_check:
+        why = f"GPU {facts.gpu_bus_id} reset; no health check configured: return it by hand"
+        return [reset, Step("drain", host=host, params={**held, "reason": why}, reason=why)]
+    check = Step(
+        "health_check",
+        params={**held, "hosts": [host], "drained_reason": f"{facts.cause}: GPU reset"},
+        reason="after the GPU reset",
+    )
+    resume = Step("resume", host=host, params=held, reason="GPU reset and health check passed")
+    return [reset, check, resume]
+
+
+def nodes_out_max(nodes_total: int, share: float) -> int:
+    """How many of a cluster's nodes may be out of service at once: the share, rounded down,
+    but at least one (a small cluster can still drain its one bad node)."""
+    return max(1, math.floor(share * nodes_total + 1e-9))
+
+
+def guard_apply(facts: Facts, decision: Decision) -> Decision:
+    """The cluster's guard rails: past `max_drains_per_hour` drains in the last hour, or with
+    more than `max_out_share` of its nodes out of service once this one is, the drains wait
+    for an operator's approval (the rest of the plan waits behind them) and operators are
+    told why."""
+    drains = [
+        s
+        for s in decision.steps
+        if s.kind == "drain" and not s.needs_approval and not s.params.get("reserved")
+    ]
+    if not drains:
+        return decision
+    why = ""
+    out_max = nodes_out_max(facts.nodes_total, facts.max_out_share)
+    if facts.drains_last_hour + len(drains) > facts.max_drains_per_hour:
+        why = (
+            f"{facts.drains_last_hour} node(s) drained by Vigil in the last hour, at most "
+            f"{facts.max_drains_per_hour} an hour: waits for approval"
+        )
+    elif facts.nodes_total and facts.nodes_out + len(drains) > out_max:
+        why = (
+            f"{facts.nodes_out} of {facts.nodes_total} nodes out of service already, at most "
+            f"{out_max} ({facts.max_out_share:.0%}) at once: waits for approval"
+        )
+    if not why:
+        return decision
+    steps = tuple(
+        replace(s, needs_approval=True, reason=f"{s.reason}; {why}"[:512]) if s in drains else s
+        for s in decision.steps
+    )
+    tell = Step("notify", audience="operators", params={"severity": "page"}, reason=why)
+    return Decision(decision.action, "guard_rail", f"{decision.reason}; {why}", (*steps, tell))
 
 
 def _jobs(facts: Facts) -> tuple[JobFacts, ...]:

@@ -50,6 +50,27 @@ SLURM_ID = re.compile(r"[0-9]+(?:_[0-9]+|\+[0-9]+)?")
 SLURM_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
+# A PCI bus id as NVML gives it (`00000000:18:00.0`) or the short form (`0000:18:00.0`).
+PCI_BUS_ID = re.compile(r"(?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")
+RESERVATION = re.compile(r"vigil-[A-Za-z0-9._-]{1,100}")
+# Job states that hold a node (squeue's words): the GPU reset waits until none is left.
+HOLDING = "RUNNING,COMPLETING,CONFIGURING,SUSPENDED,STOPPED"
+
+
+def bus_id(value: str) -> str:
+    if not PCI_BUS_ID.fullmatch(value or ""):
+        raise UnsupportedAction(
+            f"GPU reset: {value!r} is not a PCI bus id (domain:bus:device.function)"
+        )
+    return value
+
+
+def reservation_name(value: str) -> str:
+    if not RESERVATION.fullmatch(value or ""):
+        raise UnsupportedAction(f"reservation {value!r} is not one of Vigil's (vigil-...)")
+    return value
+
+
 def job_id(value: str) -> str:
     if not SLURM_ID.fullmatch(value):
         raise UnsupportedAction(
@@ -90,6 +111,8 @@ def drain_reason(target: Target) -> str:
 
 
 def healthcheck_output(target: Target) -> Path:
+    if target.kind == "reset_gpu":
+        return Path(settings.VIGIL_RECOVERY_WORKDIR) / f"gpu-reset-{target.action_id}.out"
     return Path(settings.VIGIL_RECOVERY_WORKDIR) / f"healthcheck-{target.action_id}.out"
 
 
@@ -249,13 +272,54 @@ class SlurmExecutor(Executor):
             ],
         ]  # fmt: skip
 
+    def _reset_gpu(self, t: Target) -> list[list[str]]:
+        """Reset one GPU (`nvidia-smi -r -i <bus id>`, NVIDIA's RESET_GPU) on a drained node.
+
+        First wait until no job holds the node (the recorded `squeue` is asked until it lists
+        none, `run`); then resume the node into a maintenance reservation only Vigil's user may
+        use, with no end: no user job lands on it before it has passed its health check, and
+        if Vigil stops half-way the node stays out of service; then run the reset as a job of
+        Vigil's pinned to the node (`nvidia-smi` is the node's own, on its PATH). The health
+        check and the resume that end the reservation are the plan's next actions."""
+        host = node_name(t.host)
+        bus = bus_id(t.params.get("bus_id", ""))
+        name = reservation_name(t.params.get("reservation", ""))
+        minutes = max(1, math.ceil(settings.VIGIL_HEALTHCHECK_TIMEOUT_S / 60))
+        return [
+            ["squeue", "-h", f"--nodelist={host}", f"--states={HOLDING}", "-o", "%i"],
+            [
+                "scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={host}",
+                "StartTime=now", "Duration=UNLIMITED", f"Users={settings.VIGIL_SLURM_USER}",
+                "Flags=MAINT,IGNORE_JOBS",
+            ],
+            ["scontrol", "update", f"NodeName={host}", "State=RESUME"],
+            [
+                "sbatch", "--parsable", "--export=NONE", f"--comment={check_comment(t)}",
+                "--nodes=1", f"--nodelist={host}", "--exclusive", f"--time={minutes}",
+                f"--job-name=vigil-gpu-reset-{t.action_id}", f"--output={healthcheck_output(t)}",
+                f"--reservation={name}", f"--wrap=nvidia-smi -r -i {bus}",
+            ],
+        ]  # fmt: skip
+
+    def _reboot(self, t: Target) -> list[list[str]]:
+        """NVIDIA's RESTART_BM / RESTART_VM through the scheduler: slurmctld reboots the node
+        once it is idle (ASAP keeps new jobs off it meanwhile) and returns it to service when
+        it is back (its HealthCheckProgram runs before it takes jobs)."""
+        host = node_name(t.host)
+        return [
+            ["scontrol", "reboot", "ASAP", "nextstate=RESUME", f"reason={drain_reason(t)}", host]
+        ]
+
     def _health_check(self, t: Target) -> list[list[str]]:
         hosts = [node_name(h) for h in t.params.get("hosts", [])]
         script = settings.VIGIL_HEALTHCHECK_SCRIPT
         minutes = max(1, math.ceil(settings.VIGIL_HEALTHCHECK_TIMEOUT_S / 60))
         before: list[list[str]] = []
         placed: list[str] = []
-        if t.params.get("reservation"):
+        if t.params.get("reserved"):
+            # In the reservation a GPU reset made (and resumed the node into) already.
+            placed = [f"--reservation={reservation_name(t.params.get('reservation', ''))}"]
+        elif t.params.get("reservation"):
             # A drained node runs no job, the check's neither: resume it into a maintenance
             # reservation that only Vigil's user may use, so no user job lands on it before
             # it passed. The reservation ends by itself if nothing releases it.
@@ -290,6 +354,9 @@ class SlurmExecutor(Executor):
         ]
 
     def timeout_s(self, target: Target) -> float:
+        if target.kind == "reset_gpu":
+            # The wait for the node's jobs to leave, then the reset job's own.
+            return 2 * settings.VIGIL_HEALTHCHECK_TIMEOUT_S + 3 * settings.VIGIL_SCHEDULER_TIMEOUT_S
         if target.kind == "health_check":
             # The check's own wait (queued and running), its submission and its cancel.
             return settings.VIGIL_HEALTHCHECK_TIMEOUT_S + 3 * settings.VIGIL_SCHEDULER_TIMEOUT_S
@@ -375,7 +442,7 @@ class SlurmExecutor(Executor):
     def run(self, argv: Sequence[str], target: Target) -> CommandResult:
         if target.kind in RESTARTS and "StartTime=now" in argv:
             self._wait_requeued(target.job)
-        if target.kind == "health_check":
+        if target.kind in ("health_check", "reset_gpu"):
             try:
                 private_dir(healthcheck_output(target).parent)
             except OSError as exc:
@@ -384,9 +451,48 @@ class SlurmExecutor(Executor):
         # The recorded command names the tool as an operator types it; the recovery worker's
         # host decides where it lives.
         argv = [self.tool(argv[0]), *argv[1:]]
-        if target.kind == "health_check" and "--parsable" in argv:
-            return self._check_run(argv, target)
+        if target.kind in ("health_check", "reset_gpu") and "--parsable" in argv:
+            result = self._check_run(argv, target)
+            if target.kind == "reset_gpu" and not result.ok:
+                return self._reset_failed(target, result)
+            return result
+        if target.kind == "reset_gpu" and argv[0].endswith("squeue"):
+            return self._await_idle(argv)
         return super().run(argv, target)
+
+    def _await_idle(self, argv: list[str]) -> CommandResult:
+        """Ask (the recorded squeue) until no job holds the node: the requeued jobs leave in
+        seconds, another user's job when it ends. Past VIGIL_HEALTHCHECK_TIMEOUT_S, a timeout
+        (the action comes back later)."""
+        deadline = time.monotonic() + settings.VIGIL_HEALTHCHECK_TIMEOUT_S
+        while True:
+            result = command_run(argv)
+            if result.ok and not result.stdout.split():
+                return CommandResult(tuple(argv), 0, "no job holds the node\n")
+            if time.monotonic() > deadline:
+                jobs = " ".join(result.stdout.split()[:20]) or result.stderr.strip()[:200]
+                return CommandResult(
+                    tuple(argv), 124, result.stdout, f"jobs still hold the node: {jobs}"
+                )
+            time.sleep(CHECK_POLL_S)
+
+    def _reset_failed(self, target: Target, result: CommandResult) -> CommandResult:
+        """A reset that did not complete leaves the node drained again (out of its
+        reservation), never to the reservation's end; what nvidia-smi said is kept."""
+        try:
+            said = _read_private(healthcheck_output(target)).strip()[-1000:]
+        except OSError:
+            said = ""
+        host = node_name(target.host)
+        reason = f"vigil: GPU reset failed (action {target.action_id})"
+        drained = command_run(
+            [self.tool("scontrol"), "update", f"NodeName={host}", "State=DRAIN", f"Reason={reason}"]
+        )
+        name = reservation_name(target.params.get("reservation", ""))
+        command_run([self.tool("scontrol"), "delete", f"ReservationName={name}"])
+        note = "node drained again" if drained.ok else f"drain again failed: {drained.stderr}"
+        detail = f"{result.stderr or 'reset failed'}: {said or 'no output'} ({note})"
+        return CommandResult(result.argv, result.returncode or 1, result.stdout, detail)
 
     def before(self, argv: Sequence[str], target: Target) -> dict:
         if target.kind in RESTARTS:
@@ -412,8 +518,18 @@ class SlurmExecutor(Executor):
             # squeue has forgotten the job (it ran and ended since): accounting has a record
             # of each run, the requeue's included.
             return before.get("runs") is not None and len(self._runs(target.job)) > before["runs"]
-        if target.kind == "health_check" and argv[0] == "sbatch":
+        if target.kind in ("health_check", "reset_gpu") and argv[0] == "sbatch":
             return self._check_done(target)
+        if target.kind == "reset_gpu" and argv[:3] == ["scontrol", "create", "reservation"]:
+            name = target.params.get("reservation", "")
+            out = command_run([self.tool("scontrol"), "show", f"ReservationName={name}"])
+            return out.ok and f"ReservationName={name} " in out.stdout
+        if target.kind == "reset_gpu" and "State=RESUME" in argv:
+            state = self._node(target.host, "%T")
+            return bool(state) and "drain" not in state
+        if target.kind == "reboot":
+            out = command_run([self.tool("scontrol"), "show", "node", target.host]).stdout
+            return "REBOOT_REQUESTED" in out or "REBOOT_ISSUED" in out
         return False
 
     def transient(self, result: CommandResult) -> bool:
