@@ -31,7 +31,7 @@ from tests.helpers import make_batch
 from webapp.fleet import services as fleet_services
 from webapp.fleet.models import Gpu, Node
 from webapp.jobs.services import job_events_ingest
-from webapp.teams.models import Team
+from webapp.teams.models import Team, TeamRule
 from webapp.teams.selectors import OPERATORS_GROUP
 from webapp.teams.services import team_create
 from webapp.telemetry import services as telemetry_services
@@ -43,12 +43,14 @@ TEAM = "pretraining"
 # --- Personas ---------------------------------------------------------------------------------
 
 
-def user_make(username: str, *, teams: Iterable[str] = (), operator: bool = False):
-    """A user who can log in with PASSWORD, a member of `teams` (made if missing)."""
+def user_make(
+    username: str, *, teams: Iterable[str] = (), operator: bool = False
+) -> AbstractBaseUser:
+    """A user who can log in with PASSWORD, a member of `teams` (made, with no rule, if
+    missing), in the operators group with `operator`."""
     user = get_user_model().objects.create_user(username, password=PASSWORD)
     for name in teams:
-        team = Team.objects.filter(name=name).first() or team_create(name)
-        team.users.add(user)
+        team_join(user, name)
     if operator:
         # get_or_create: a transactional test's flush empties the group the migration made.
         group, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
@@ -56,28 +58,45 @@ def user_make(username: str, *, teams: Iterable[str] = (), operator: bool = Fals
     return user
 
 
-def engineer_make(username: str = ENGINEER):
+def team_join(user: AbstractBaseUser, team: str, rules: Iterable[tuple[str, str]] = ()) -> Team:
+    """`user` in `team`, which gets `rules` ((field, pattern), as teams.services.team_create
+    takes them): the team is made if missing, else the user and the rules are added."""
+    found = Team.objects.filter(name=team).first()
+    if found is None:
+        return team_create(team, users=[user], rules=rules)
+    found.users.add(user)
+    order = 10 + max(TeamRule.objects.values_list("order", flat=True), default=90)  # after all
+    for i, (field_name, pattern) in enumerate(rules):
+        found.rules.get_or_create(
+            field=field_name, pattern=pattern, defaults={"order": order + 10 * i}
+        )
+    return found
+
+
+def engineer_make(username: str = ENGINEER) -> AbstractBaseUser:
     """Runs jobs as scheduler user `username`; in no team."""
     return user_make(username)
 
 
-def teammate_make(username: str = "carol", *, of: str = ENGINEER, team: str = TEAM):
+def teammate_make(
+    username: str = "carol", *, of: str = ENGINEER, team: str = TEAM
+) -> AbstractBaseUser:
     """In `team`, which a rule gives the jobs of scheduler user `of`."""
     user = user_make(username)
-    team_create(team, users=[user], rules=[("user", of)])
+    team_join(user, team, rules=[("user", of)])
     return user
 
 
-def manager_make(username: str = "dana", *, team: str = TEAM):
+def manager_make(username: str = "dana", *, team: str = TEAM) -> AbstractBaseUser:
     """Reads the energy pages: in `team` (made, with no rule, if missing), runs no jobs."""
     return user_make(username, teams=[team])
 
 
-def operator_make(username: str = "operator"):
+def operator_make(username: str = "operator") -> AbstractBaseUser:
     return user_make(username, operator=True)
 
 
-def outsider_make(username: str = "mallory"):
+def outsider_make(username: str = "mallory") -> AbstractBaseUser:
     """Logged in, in no team."""
     return user_make(username)
 
