@@ -208,32 +208,38 @@ def test_no_import_cycles():
     assert not cycles
 
 
-# Test modules that still take a helper from another test module, to be moved to a helpers
-# module; the list only shrinks.
-TEST_IMPORTS_LEFT = {
-    ("tests/collectors/test_server_power.py", "tests.collectors.test_cli"),
-}
+def _is_test_module(dotted: str) -> bool:
+    return dotted.startswith("tests.") and dotted.rpartition(".")[2].startswith("test_")
 
 
 def _test_module_imports() -> set[tuple[str, str]]:
+    """(file, test module) for every import of a test module by a file under tests/: `from
+    tests.x.test_y import ...`, `import tests.x.test_y`, `from tests.x import test_y` and the
+    relative forms of these."""
     found = set()
-    for path in (ROOT / "tests").rglob("test_*.py"):
+    for path in (ROOT / "tests").rglob("*.py"):
+        package = ".".join(path.relative_to(ROOT).parent.parts)
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if (
-                isinstance(node, ast.ImportFrom)
-                and node.module
-                and node.module.rpartition(".")[2].startswith("test_")
-            ):
-                found.add((str(path.relative_to(ROOT)), node.module))
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{anchor}.{base}" if base else anchor
+                modules = (
+                    [base]
+                    if _is_test_module(base)
+                    else [f"{base}.{alias.name}" for alias in node.names]
+                )
+            else:
+                continue
+            found.update((str(path.relative_to(ROOT)), m) for m in modules if _is_test_module(m))
     return found
 
 
 def test_test_modules_take_shared_helpers_from_helpers_modules():
-    """A helper a second test module needs lives in a helpers module (tests/helpers.py or a
-    package's helpers.py), never in a test module: importing a test module also collects its
-    tests and fixtures a second time."""
-    assert sorted(_test_module_imports() - TEST_IMPORTS_LEFT) == []
-
-
-def test_the_list_of_test_imports_left_only_shrinks():
-    assert sorted(TEST_IMPORTS_LEFT - _test_module_imports()) == []
+    """A helper a second test module needs lives in a helpers module (tests/helpers.py,
+    tests/factory.py or a package's helpers.py), never in a test module: importing a test
+    module also collects its tests and fixtures a second time."""
+    assert sorted(_test_module_imports()) == []

@@ -3,34 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
 from collectors.schema import parse_batch, parse_job_events, parse_node_events
-from tests.helpers import wait_for
-
-ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "a-node-token-of-enough-length"
-
-
-def collector(*args: str, env: dict | None = None, timeout: float = 60):
-    full_env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL",)}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "collectors", *args],
-        cwd=ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+from tests.collectors.helpers import TOKEN, collector
+from tests.helpers import ROOT, wait_for
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from collectors.serverpower import (
     parse_redfish_power,
     server_power_reader,
 )
-from tests.collectors.test_cli import TOKEN, collector
+from tests.collectors.helpers import TOKEN, collector
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serverpower"
 ACTIVE = (DATA / "ipmitool-dcmi-activated.txt").read_text()
