@@ -356,11 +356,50 @@ def test_a_line_is_cut_at_max_line_bytes():
         # SIGTERM is what launchers send the surviving ranks: no verdict.
         ("Terminated", "unknown"),
         ("srun: error: gpu-3: task 0: Exited with exit code 1", "unknown"),
+        # A launcher re-raising its child's end: a negative status is a signal.
+        (
+            "subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero"
+            " exit status -11.",
+            "native_crash",
+        ),
     ],
 )
 def test_exit_verdicts_decide_through_the_exit_table(line, cause):
     got = diagnose_text(line + "\n")
     assert got.cause == cause, (line, got.rule_id)
+
+
+@pytest.mark.parametrize(
+    ("text", "cause"),
+    [
+        # The scheduler's record of the job's end, as scontrol, seff, sacct and the job mail
+        # print it: a memory-limit kill is host_oom, not cancelled.
+        ("JobId=4242 JobName=train\n   JobState=OUT_OF_MEMORY Reason=OutOfMemory\n", "host_oom"),
+        ("State: OUT_OF_MEMORY (exit code 0)\n", "host_oom"),
+        (
+            "       JobID    JobName  Partition    Account  AllocCPUS      State ExitCode\n"
+            "4242              train        gpu    default          8 OUT_OF_ME+    0:125\n",
+            "host_oom",
+        ),
+        ("Slurm Job_id=4242 Name=train Failed, Run time 00:10:02, OUT_OF_MEMORY\n", "host_oom"),
+        ("   JobState=TIMEOUT Reason=TimeLimit Dependency=(null)\n", "timeout"),
+        (
+            "4242              train        gpu    default          8  PREEMPTED      0:0\n",
+            "preempted",
+        ),
+        ("4242.batch   batch      default          8 CANCELLED by 1000    0:15\n", "cancelled"),
+        # FAILED and COMPLETED say nothing of the cause.
+        (
+            "4242              train        gpu    default          8     FAILED      1:0\n",
+            "unknown",
+        ),
+    ],
+)
+def test_scheduler_job_states_decide_through_the_state_table(text, cause):
+    got = diagnose_text(text)
+    assert got.cause == cause, (text, got.rule_id)
+    if cause in ("timeout", "preempted", "cancelled"):
+        assert got.blamed_node is None
 
 
 def test_root_cause_outranks_the_frame_that_reported_it():

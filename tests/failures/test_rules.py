@@ -42,7 +42,12 @@ def test_every_rule_example_passes_the_prefilter_and_matches_its_rule():
 
 def test_rule_causes_are_in_the_taxonomy():
     for rule in catalogue_load().rules:
-        assert rule.cause in taxonomy.CAUSES or rule.cause in ("by_xid", "by_exception", "by_exit")
+        assert rule.cause in taxonomy.CAUSES or rule.cause in (
+            "by_xid",
+            "by_exception",
+            "by_exit",
+            "by_state",
+        )
         assert rule.tier in taxonomy.TIER_RANK or rule.tier == "by_xid"
 
 

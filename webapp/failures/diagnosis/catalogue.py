@@ -29,7 +29,8 @@ class RuleError(ValueError):
 @dataclass(frozen=True)
 class Rule:
     id: str
-    cause: str  # a taxonomy cause, "by_xid", "by_exception" or "by_exit" (exits.py decides)
+    # a taxonomy cause, "by_xid", "by_exception", "by_exit" or "by_state" (exits.py decides)
+    cause: str
     kind: str  # cause | symptom | outcome | ignore
     tier: str  # a taxonomy tier or "by_xid"
     patterns: tuple[str, ...]
@@ -62,7 +63,7 @@ class Catalogue:
 KINDS = ("cause", "symptom", "outcome", "ignore")
 # A rule with one of these causes defers to a table: the Xid table (taxonomy.XIDS), the
 # innermost traceback frame, the exit table (exits.SIGNALS).
-DEFERRED_CAUSES = ("by_xid", "by_exception", "by_exit")
+DEFERRED_CAUSES = ("by_xid", "by_exception", "by_exit", "by_state")
 BLAMES = ("line", "peer", "none")
 
 

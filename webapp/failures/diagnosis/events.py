@@ -207,7 +207,7 @@ def event_of(
 ) -> Event | None:
     """The event of a line that `rule` (not an ignore rule) matched; None if it is noise."""
     msg = line.message
-    cause, tier, detail, action = rule.cause, rule.tier, rule.detail, None
+    cause, tier, detail, action, kind = rule.cause, rule.tier, rule.detail, None, rule.kind
     confidence, gpu = rule.confidence, None
     if cause == "by_xid":
         xm = _XID.search(msg)
@@ -235,6 +235,12 @@ def event_of(
                 return None
             cause, confidence = meaning.verdict_cause, meaning.verdict_confidence
         detail = meaning.label
+    elif cause == "by_state":  # the scheduler's record of the job's end: the state table
+        state = exits.scheduler_state(msg)
+        if state is None:
+            return None
+        cause, tier, kind, confidence = state.cause, state.tier, state.kind, state.confidence
+        detail = state.label
     elif cause == "by_exception":
         name = _EXC_NAME.match(msg).group(1)  # at_start matched, so this matches too
         if name in EXCEPTIONS_IGNORED:
@@ -292,7 +298,7 @@ def event_of(
         rule=rule,
         cause=cause,
         tier=tier,
-        kind=rule.kind,
+        kind=kind,
         confidence=confidence,
         detail=detail,
         host=host,

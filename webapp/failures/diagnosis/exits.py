@@ -108,6 +108,10 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
         # a shell's bare report of a killed foreground job (**Killed** pasted as markdown),
         # in English or localised
         r"^\W*(Killed|已杀死)\W*$",
+        # subprocess.CalledProcessError, as a launcher re-raises it: "Command '[...]' returned
+        # non-zero exit status -11." (a negative return code is a signal,
+        # MarvinTeichmann/MultiNet#61)
+        r"returned non-zero exit status (-\d+)",
         # exit statuses 128 + n: "Command exited with non-zero status 137", "exit code 137",
         # Horovod's runner "Process 2 exit with status code 137." (its gloo launcher's report)
         r"(?:exit(?:ed with)? (?:code|status)|non-zero status|status code) (13[2-9])\b",
@@ -147,3 +151,69 @@ def crash_signal(message: str) -> int | None:
 def exit_meaning(signal: int | None) -> ExitMeaning | None:
     """The table's row for a signal (None: not one a job's failure is told by)."""
     return SIGNALS.get(signal) if signal is not None else None
+
+
+@dataclass(frozen=True)
+class StateMeaning:
+    state: str
+    cause: str
+    tier: str  # the tier of the rule that reads the same reason in words (rules.yaml)
+    kind: str
+    confidence: float
+    label: str  # the diagnosis detail
+
+
+# The scheduler's own record of how a job ended: Slurm's job state codes (squeue(1) "JOB STATE
+# CODES", https://slurm.schedmd.com/squeue.html#SECTION_JOB-STATE-CODES), as scontrol
+# ("JobState=OUT_OF_MEMORY"), seff ("State: OUT_OF_MEMORY (exit code 0)",
+# jdblischak/smk-simple-slurm#29), sacct (its State column, cut to ten characters with a "+":
+# "OUT_OF_ME+") and Slurm's job mail ("Failed, Run time 00:10:02, OUT_OF_MEMORY") print them.
+# A memory-limit kill is host_oom, not cancelled; each state ranks with the rule that reads the
+# same reason in words (scheduler-memory-limit, slurm-node-failure, slurm-time-limit,
+# slurm-preemption, slurm-job-cancelled), at that rule's confidence. FAILED and COMPLETED say
+# nothing about the cause and are not listed.
+SCHEDULER_STATES: dict[str, StateMeaning] = {
+    m.state: m
+    for m in (
+        StateMeaning(
+            "OUT_OF_MEMORY",
+            "host_oom",
+            "node",
+            "cause",
+            0.9,
+            "host out of memory: the scheduler's memory limit (OUT_OF_MEMORY)",
+        ),
+        StateMeaning(
+            "NODE_FAIL",
+            "node_lost",
+            "node",
+            "cause",
+            0.9,
+            "node failure reported by the scheduler (NODE_FAIL)",
+        ),
+        StateMeaning(
+            "TIMEOUT", "timeout", "reason", "outcome", 0.95, "job reached its time limit (TIMEOUT)"
+        ),
+        StateMeaning(
+            "DEADLINE", "timeout", "reason", "outcome", 0.95, "job reached its deadline (DEADLINE)"
+        ),
+        StateMeaning("PREEMPTED", "preempted", "reason", "outcome", 0.95, "job preempted"),
+        StateMeaning("CANCELLED", "cancelled", "outcome", "outcome", 0.9, "job cancelled"),
+    )
+}
+_STATE_WORDS = "|".join([*SCHEDULER_STATES, "OUT_OF_ME\\+"])
+# Where a state is printed: scontrol's field, seff's line, the job mail's subject, and an sacct
+# row (a job or step id first, the ExitCode "0:125" last).
+_STATE = re.compile(
+    rf"JobState=({_STATE_WORDS})\b|^State: ({_STATE_WORDS})\b|Run time [\d:-]+, ({_STATE_WORDS})\b|"
+    rf"^\d+(?:_\d+)?(?:\.\w+)?\s.*\s({_STATE_WORDS})(?: by \d+)?\+?\s+\d+:\d+\s*$"
+)
+
+
+def scheduler_state(message: str) -> StateMeaning | None:
+    """The table's row for the job state a scheduler line prints (None: not a listed one)."""
+    m = _STATE.search(message.strip())
+    if m is None:
+        return None
+    word = next(g for g in m.groups() if g)
+    return SCHEDULER_STATES.get("OUT_OF_MEMORY" if word.startswith("OUT_OF_ME") else word)
