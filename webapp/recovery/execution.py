@@ -221,6 +221,10 @@ def _result_text(action: RecoveryAction, found: dict) -> str:
         return f"job {action.job_scheduler_id} requeued"
     if action.kind == ActionKind.RESUBMIT:
         return f"job {action.job_scheduler_id} requeued from its checkpoint"
+    if action.kind == ActionKind.RESET_GPU:
+        return f"GPU {action.params.get('bus_id', '')} reset on {action.host}"
+    if action.kind == ActionKind.REBOOT:
+        return f"reboot of {action.host} requested: the scheduler reboots it once idle"
     if action.kind == ActionKind.HEALTH_CHECK:
         hosts = action.params.get("hosts", [])
         failed = found.get("failed", [])
@@ -266,10 +270,11 @@ def _next_ready(action: RecoveryAction) -> list[RecoveryAction]:
 def _after_health_check(action: RecoveryAction, failed: list[str]) -> None:
     plan = action.plan
     later = RecoveryAction.objects.filter(plan=plan, seq__gt=action.seq)
-    if plan.kind == PlanKind.RETURN_TO_SERVICE:
+    if plan.kind == PlanKind.RETURN_TO_SERVICE or action.params.get("reserved"):
         if failed:
-            # The node is still bad: drained again (ending the check's reservation), with the
-            # reason it had before, not resumed.
+            # The node is still bad (after a return to service asked for, or a GPU reset):
+            # drained again (ending the check's reservation), with the reason it had before,
+            # not resumed.
             later.exclude(status__in=FINAL_STATES).update(
                 status=ActionStatus.CANCELLED,
                 result=f"cancelled: health check failed on {', '.join(failed)}"[:512],
@@ -281,7 +286,9 @@ def _after_health_check(action: RecoveryAction, failed: list[str]) -> None:
                     "drain",
                     host=h,
                     params={"reason": f"{reason} (failed the health check, action {action.pk})",
-                            "reservation": action.params.get("reservation", "")},
+                            "reservation": action.params.get("reservation", ""),
+                            # Out already: not a drain the guard rails count.
+                            **({"reserved": True} if action.params.get("reserved") else {})},
                     reason="failed the health check",
                 )
                 for h in failed

@@ -132,7 +132,7 @@ def _guard_facts(cluster_id: int, now: datetime) -> dict:
             created_at__gte=now - timedelta(hours=1),
             status__in=[ActionStatus.READY, ActionStatus.RUNNING, ActionStatus.SUCCEEDED],
         )
-        .exclude(params__reserved=True)
+        .exclude(params__contains={"reserved": True})
         .count()
     )
     nodes = Node.objects.filter(cluster_id=cluster_id)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Min, Q, QuerySet
 from django.db.models import Window as SqlWindow
 from django.db.models.functions import RowNumber
 
@@ -314,6 +314,61 @@ def node_drains(node_ids: list[int], per_node: int = DRAINS_PER_NODE) -> dict[in
     for r in rows:
         out.setdefault(r["node_id"], []).append(r)
     return out
+
+
+@dataclass(frozen=True)
+class OutGroup:
+    """Nodes out of service for one reason: how many, and the longest out (seconds)."""
+
+    reason: str
+    count: int
+    longest_s: float | None
+    # Drained by Vigil (it resumes a node it reset once the health check passes); a person's
+    # drain and a node down wait for a person.
+    by_vigil: bool
+
+
+def nodes_out_by_reason(
+    cluster_id: int | None = None, now: datetime | None = None
+) -> list[OutGroup]:
+    """The nodes out of service grouped by why (the scheduler's reason for the drain, Vigil's
+    prefix `vigil:` telling its drains from a person's), with how long the longest has been
+    out: NVSentinel's users found nodes left cordoned after recovery; this is where they show.
+    Counted in SQL, one row per (state, reason)."""
+    now = now or datetime.now(UTC)
+    qs = Node.objects.filter(state__in=OUT_OF_SERVICE)
+    if cluster_id:
+        qs = qs.filter(cluster_id=cluster_id)
+    groups: dict[str, list] = {}
+    for row in qs.values("state", "state_reason").annotate(n=Count("id"), first=Min("state_since")):
+        label = _out_reason(row["state"], row["state_reason"] or "")
+        g = groups.setdefault(label, [0, None])
+        g[0] += row["n"]
+        if row["first"] is not None and (g[1] is None or row["first"] < g[1]):
+            g[1] = row["first"]
+    out = [
+        OutGroup(
+            label,
+            n,
+            (now - first).total_seconds() if first else None,
+            label.startswith("Vigil"),
+        )
+        for label, (n, first) in groups.items()
+    ]
+    return sorted(out, key=lambda g: (-g.count, g.reason))
+
+
+def _out_reason(state: str, reason: str) -> str:
+    """A node's reason, grouped: Vigil's drains by what they wait for, a person's as written
+    (its first 60 characters), a node down as down."""
+    text = reason.strip()
+    if state == "down" and not text.lower().startswith("vigil"):
+        return f"down: {text[:60]}" if text else "down"
+    if text.lower().startswith("vigil"):
+        if "GPU reset failed" in text:
+            return "Vigil: GPU reset failed"
+        return "Vigil: drained for a failure"
+    return f"by a person: {text[:60]}" if text else "by a person (no reason given)"
 
 
 def node_out_of_service(node_id: int) -> Node | None:

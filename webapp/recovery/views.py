@@ -41,6 +41,7 @@ from webapp.recovery.selectors import (
     drained_nodes,
     failure_timeline,
     node_drains,
+    nodes_out_by_reason,
     plans_counted,
     plans_filter,
 )
@@ -244,6 +245,7 @@ def _nodes_context(request: HttpRequest) -> dict:
         "cluster": cluster,
         "page": page,
         "rows": _node_rows(list(page)),
+        "out_by_reason": nodes_out_by_reason(cluster.pk if cluster else None),
         "query": _query(request),
         "error": form.error,
         "is_operator": user_is_operator(request.user),
