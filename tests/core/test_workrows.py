@@ -11,8 +11,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from webapp.core import workrows
+from webapp.energy.exports import EXPORT_LEASE
 from webapp.energy.models import EnergyExport
-from webapp.energy.services import EXPORT_LEASE
 from webapp.fleet.models import Cluster
 
 # The same table with a retry status, so a transient failure waits out its backoff there.

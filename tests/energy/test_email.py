@@ -14,8 +14,9 @@ from tests.alerts.conftest import REFUSED, text_of
 from tests.energy.helpers import pdf_pages
 from webapp.alerts.models import Channel
 from webapp.energy.models import EnergyReportDelivery, EnergyReportSubscription
+from webapp.energy.report_mail import report_month_due
 from webapp.energy.selectors import month_report
-from webapp.energy.services import energy_reports_due, energy_reports_send, report_month_due
+from webapp.energy.services import energy_reports_due, energy_reports_send
 
 
 def subscribe(address: str, clusters=()) -> EnergyReportSubscription:

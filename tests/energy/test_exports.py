@@ -19,11 +19,10 @@ from tests.energy import rig
 from tests.energy.conftest import build_rig
 from tests.helpers import wait_for
 from webapp.energy.daily import DAILY_COLUMNS
+from webapp.energy.exports import EXPORT_STALE, EXPORT_UNSENT
 from webapp.energy.models import EnergyExport
 from webapp.energy.selectors import month_report
 from webapp.energy.services import (
-    EXPORT_STALE,
-    EXPORT_UNSENT,
     energy_rollups_rebuild,
     export_build,
     export_file,

@@ -59,6 +59,18 @@ class ClusterCarbonSettings(models.Model):
         return f"{self.cluster.name}: {self.grid_zone or self.cluster.grid_zone or '(no zone)'}"
 
 
+def period_constraints(prefix: str) -> list[models.BaseConstraint]:
+    """What a cluster's [since, until) period holds (PUE, market factor): it ends after it
+    starts, and one starts at a time."""
+    return [
+        models.CheckConstraint(
+            condition=Q(until__isnull=True) | Q(until__gt=F("since")),
+            name=f"{prefix}_until_after_since",
+        ),
+        models.UniqueConstraint(fields=["cluster", "since"], name=f"{prefix}_unique_since"),
+    ]
+
+
 class PuePeriod(models.Model):
     """The PUE of a cluster's facility over [since, until); until null = still valid."""
 
@@ -79,11 +91,7 @@ class PuePeriod(models.Model):
             models.CheckConstraint(
                 condition=Q(value__gte=1.0) & Q(value__lte=3.0), name="energy_pue_range"
             ),
-            models.CheckConstraint(
-                condition=Q(until__isnull=True) | Q(until__gt=F("since")),
-                name="energy_pue_until_after_since",
-            ),
-            models.UniqueConstraint(fields=["cluster", "since"], name="energy_pue_unique_since"),
+            *period_constraints("energy_pue"),
         ]
 
     def __str__(self) -> str:
@@ -106,11 +114,7 @@ class MarketFactorPeriod(models.Model):
         ordering = ["cluster_id", "since"]
         constraints = [
             models.CheckConstraint(condition=Q(kg_per_kwh__gte=0), name="energy_market_nonneg"),
-            models.CheckConstraint(
-                condition=Q(until__isnull=True) | Q(until__gt=F("since")),
-                name="energy_market_until_after_since",
-            ),
-            models.UniqueConstraint(fields=["cluster", "since"], name="energy_market_unique_since"),
+            *period_constraints("energy_market"),
         ]
 
     def __str__(self) -> str:
@@ -191,7 +195,7 @@ class NodePowerProfile(models.Model):
         return f"{self.cluster.name}/{self.hostname_prefix or '*'}: {self.name}"
 
 
-# --- Energy side: hourly GPU and node energy rollups (webapp/energy/services.py) -------------
+# --- Energy side: hourly GPU and node energy rollups (webapp/energy/rollups.py) --------------
 #
 # Written with COPY by the rollup refresh, replaced per (GPU, hour) or (node, hour); no
 # database-level foreign keys (like the telemetry samples: rows of a deleted GPU are harmless
@@ -412,8 +416,8 @@ class EnergyMonthVersion(models.Model):
 
 
 class EnergyExport(models.Model):
-    """A month's file built by a Celery task (webapp/energy/tasks.py build_export): the CSV of
-    reference §8 (one row per day x team x project x job type), delivered as a link, or the
+    """A month's file built by a Celery task (webapp/energy/tasks.py build_export): the daily
+    CSV (one row per day x team x project x job type), delivered as a link, or the
     printed monthly report (the PDF: Chromium runs in a worker, never in a web request). The
     run record (who asked, when, status, error) and the file, gzip-compressed. One build per
     month, kind and data: asking again returns the pending or finished one."""
