@@ -203,27 +203,21 @@ class NodePowerProfile(models.Model):
 # figure can say how much of it was measured.
 
 
+def unchecked_fk(to: type[models.Model] | str, **kwargs) -> models.ForeignKey:
+    """A rollup row's reference, without a database constraint (see above)."""
+    return models.ForeignKey(
+        to, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+", **kwargs
+    )
+
+
 class GpuEnergyHour(models.Model):
     """The energy one GPU used in one hour while one job held it (job null: no job did)."""
 
-    cluster = models.ForeignKey(
-        Cluster, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
-    )
-    node = models.ForeignKey(
-        "fleet.Node", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
-    )
-    gpu = models.ForeignKey(
-        "fleet.Gpu", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
-    )
+    cluster = unchecked_fk(Cluster)
+    node = unchecked_fk("fleet.Node")
+    gpu = unchecked_fk("fleet.Gpu")
     hour = models.DateTimeField()
-    job = models.ForeignKey(
-        "jobs.Job",
-        null=True,
-        blank=True,
-        on_delete=models.DO_NOTHING,
-        db_constraint=False,
-        related_name="+",
-    )
+    job = unchecked_fk("jobs.Job", null=True, blank=True)
     counter_j = models.FloatField(default=0)  # NVML counter deltas
     integrated_j = models.FloatField(default=0)  # power integrated (no usable counter)
     model_j = models.FloatField(default=0)  # estimated from utilization
@@ -256,18 +250,9 @@ class JobEnergyHour(models.Model):
     that hour's GpuEnergyHour rows, rewritten whenever any of them is, so the monthly report
     reads a row per job-hour (tens of thousands a month) instead of one per GPU-hour."""
 
-    cluster = models.ForeignKey(
-        Cluster, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
-    )
+    cluster = unchecked_fk(Cluster)
     hour = models.DateTimeField()
-    job = models.ForeignKey(
-        "jobs.Job",
-        null=True,
-        blank=True,
-        on_delete=models.DO_NOTHING,
-        db_constraint=False,
-        related_name="+",
-    )
+    job = unchecked_fk("jobs.Job", null=True, blank=True)
     gpus = models.IntegerField(default=0)
     counter_j = models.FloatField(default=0)
     integrated_j = models.FloatField(default=0)
@@ -290,12 +275,8 @@ class NodeEnergyHour(models.Model):
     """A node's IT energy in one hour: IPMI server power where measured, the node power model
     (webapp/energy/carbon.py) for the rest of the time its GPUs were accounted."""
 
-    cluster = models.ForeignKey(
-        Cluster, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
-    )
-    node = models.ForeignKey(
-        "fleet.Node", on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
-    )
+    cluster = unchecked_fk(Cluster)
+    node = unchecked_fk("fleet.Node")
     hour = models.DateTimeField()
     ipmi_j = models.FloatField(default=0)
     ipmi_s = models.FloatField(default=0)
