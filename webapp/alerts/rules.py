@@ -157,8 +157,3 @@ def repeat_due(last_notified_at: datetime | None, repeat_interval_s: float, now:
 
 def rate_limited(sent_in_last_hour: int, limit_per_hour: int) -> bool:
     return sent_in_last_hour >= limit_per_hour
-
-
-def backoff_s(attempts: int) -> float:
-    """Delay before the next delivery attempt: 2, 4, 8 ... s, capped at 5 minutes."""
-    return min(300.0, 2.0 ** max(1, attempts))
