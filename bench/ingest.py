@@ -23,15 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import bench_site  # noqa: E402 (after the path)
 
 
 def main() -> None:
@@ -43,29 +42,13 @@ def main() -> None:
     parser.add_argument("--pool", default="solo", choices=["solo", "prefork", "threads"])
     args = parser.parse_args()
 
-    tmp = tempfile.mkdtemp(prefix="vigil-bench-")
-    os.environ["VIGIL_DATA_DIR"] = tmp
-    for var in ("DATABASE_URL", "CELERY_BROKER_URL"):
-        os.environ.pop(var, None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     # Production settings, as a deployed worker runs (no DEBUG cursor wrapper, no query log).
-    os.environ.setdefault("VIGIL_DEBUG", "false")
-    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
-    os.environ.setdefault("ALLOWED_HOSTS", "localhost")  # production refuses none or "*"
-    os.environ.setdefault("VIGIL_BASE_URL", "http://localhost")  # required in production
+    with bench_site() as tmp:
+        from django.conf import settings
+        from django.db import connection
 
-    import django
+        from tests.helpers import WorkerProcess
 
-    django.setup()
-    from django.conf import settings
-    from django.core.management import call_command
-    from django.db import connection
-
-    from tests.helpers import WorkerProcess
-    from webapp.core import embedded
-
-    try:
-        call_command("migrate", verbosity=0)
         warmup = args.nodes  # a batch of every node: first contact registers its GPUs
         _tokens, batches = _build_batches(args.nodes, args.batches + warmup, args.intervals)
         warmup_batches, batches = batches[:warmup], batches[warmup:]
@@ -157,10 +140,6 @@ def main() -> None:
             "cpus": os.cpu_count(),
         }
         print(json.dumps(result))
-    finally:
-        embedded.stop_all()
-        if not os.environ.get("VIGIL_BENCH_KEEP"):
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _build_batches(

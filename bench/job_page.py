@@ -16,19 +16,18 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
-import os
 import pstats
 import secrets
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import bench_site  # noqa: E402 (after the path)
 
 
 def main() -> None:
@@ -40,29 +39,9 @@ def main() -> None:
     # their minimum give a steadier figure than the median of three.
     parser.add_argument("--renders", type=int, default=3)
     args = parser.parse_args()
-    tmp = tempfile.mkdtemp(prefix="vigil-jobpage-")
-    os.environ["VIGIL_DATA_DIR"] = tmp
-    for var in ("DATABASE_URL", "CELERY_BROKER_URL"):
-        os.environ.pop(var, None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-    os.environ.setdefault("VIGIL_DEBUG", "false")
-    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
-    os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
-    os.environ.setdefault("VIGIL_BASE_URL", "http://localhost")  # required in production
-    import django
+    with bench_site("vigil-jobpage-"):
+        from django.test import Client
 
-    django.setup()
-    from django.conf import settings
-    from django.core.management import call_command
-    from django.test import Client
-
-    from webapp.core import embedded
-
-    settings.STORAGES["staticfiles"]["BACKEND"] = (
-        "django.contrib.staticfiles.storage.StaticFilesStorage"
-    )
-    try:
-        call_command("migrate", verbosity=0)
         t0 = time.perf_counter()
         job_id, user = _fill(args.gpus, args.hours)
         print(f"filled in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
@@ -95,9 +74,6 @@ def main() -> None:
                 }
             )
         )
-    finally:
-        embedded.stop_all()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _fill(gpus: int, hours: float) -> tuple[int, object]:

@@ -28,15 +28,15 @@ import gzip
 import json
 import os
 import secrets
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import bench_site  # noqa: E402 (after the path)
 
 GPUS_PER_NODE = 8
 STALE_AFTER_S = 3600
@@ -50,45 +50,17 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=10, help="ended allocations per GPU")
     args = parser.parse_args()
 
-    tmp = tempfile.mkdtemp(prefix="vigil-bench-")
-    os.environ["VIGIL_DATA_DIR"] = tmp
-    for var in ("DATABASE_URL", "CELERY_BROKER_URL"):
-        os.environ.pop(var, None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-    # Production settings, as a deployed web process runs (no DEBUG query log).
-    os.environ.setdefault("VIGIL_DEBUG", "false")
-    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
-    os.environ.setdefault("ALLOWED_HOSTS", "testserver")
-    os.environ.setdefault("VIGIL_BASE_URL", "http://localhost")  # required in production
     # Building 47,040 GPUs through ingest takes minutes: the stale window is widened to an
     # hour so that the first nodes built still count as reporting when the pages are measured.
     os.environ["VIGIL_STALE_AFTER_S"] = str(STALE_AFTER_S)
-
-    import django
-
-    django.setup()
-    from django.conf import settings
-    from django.core.management import call_command
-
-    # Static URLs without collectstatic's manifest (the bench measures pages, not static files).
-    settings.STORAGES["staticfiles"]["BACKEND"] = (
-        "django.contrib.staticfiles.storage.StaticFilesStorage"
-    )
-
-    from webapp.core import embedded
-
-    try:
-        call_command("migrate", verbosity=0)
+    # Production settings, as a deployed web process runs (no DEBUG query log).
+    with bench_site():
         t0 = time.perf_counter()
         nodes = _build_fleet(args.gpus, args.clusters)
         _build_allocations(args.history)
         build_s = time.perf_counter() - t0
         print(f"{nodes} nodes built in {build_s:.0f} s", file=sys.stderr)
         print(json.dumps(_measure(args.repeat) | {"build_s": round(build_s, 1)}))
-    finally:
-        embedded.stop_all()
-        if not os.environ.get("VIGIL_BENCH_KEEP"):
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _build_fleet(gpus: int, clusters: int) -> int:

@@ -56,12 +56,10 @@ import http.client
 import json
 import os
 import secrets
-import shutil
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -69,6 +67,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import bench_site, static_without_manifest  # noqa: E402 (after the path)
 
 GPUS_PER_NODE = 8
 BIG_JOBS = (2048, 1024, 512)  # the rest of the fleet runs 64-GPU jobs
@@ -139,27 +139,9 @@ def main() -> None:
     if args.hours < 1:
         raise SystemExit("--hours: at least 1 (the first measurement is at 1 h)")
 
-    tmp = tempfile.mkdtemp(prefix="vigil-bench-")
-    os.environ["VIGIL_DATA_DIR"] = tmp
-    for var in ("DATABASE_URL", "CELERY_BROKER_URL"):
-        os.environ.pop(var, None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-    os.environ.setdefault("VIGIL_DEBUG", "false")
-    os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(48))
-    os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1")
-    os.environ.setdefault("VIGIL_BASE_URL", "http://localhost")  # required in production
     os.environ["VIGIL_METRICS_KEY"] = metrics_key = secrets.token_urlsafe(16)
-
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    from webapp.core import embedded
-
     started = time.perf_counter()
-    try:
-        call_command("migrate", verbosity=0)
+    with bench_site():
         now = time.time()
         end = now - now % args.step_s
         fleet = _fleet(args.gpus, datetime.fromtimestamp(end - args.hours * 3600, UTC))
@@ -193,9 +175,6 @@ def main() -> None:
             "cpus": os.cpu_count(),
         }
         print(json.dumps(result))
-    finally:
-        embedded.stop_all()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _fleet(gpus: int, started: datetime) -> dict:
@@ -664,12 +643,9 @@ def wsgi():
     """The app as gunicorn serves it here (`scale:wsgi()`): production settings, static URLs
     without collectstatic's manifest (the bench measures pages, not static files)."""
     import django
-    from django.conf import settings
 
     django.setup()
-    settings.STORAGES["staticfiles"]["BACKEND"] = (
-        "django.contrib.staticfiles.storage.StaticFilesStorage"
-    )
+    static_without_manifest()
     from django.core.wsgi import get_wsgi_application
 
     return get_wsgi_application()
