@@ -169,6 +169,7 @@ def energy_reports_send(
     month: str | None = None,
     now: datetime | None = None,
     subscriptions: list[EnergyReportSubscription] | None = None,
+    worker: str = "worker",
 ) -> dict:
     """Email the month's report (default: last month, UTC) to these subscriptions (default:
     every active one on an enabled email channel), one email per cluster, each at most once.
@@ -199,7 +200,7 @@ def energy_reports_send(
                 counts["no_data"] += 1
                 continue
             pdf, context = built[cluster.id]
-            d = report_send(sub, cluster, month, pdf, context)
+            d = report_send(sub, cluster, month, pdf, context, worker)
             if d is None:
                 counts["already"] += 1
             else:
@@ -207,7 +208,7 @@ def energy_reports_send(
     return {"month": month, **counts}
 
 
-def energy_reports_due(now: datetime | None = None) -> dict | None:
+def energy_reports_due(now: datetime | None = None, worker: str = "worker") -> dict | None:
     """Send each recipient the report that is due in their timezone (report_month_due);
     None when nothing is due. Per month: what energy_reports_send counted."""
     now = now or timezone.now()
@@ -218,4 +219,6 @@ def energy_reports_due(now: datetime | None = None) -> dict | None:
             due[month].append(sub)
     if not due:
         return None
-    return {month: energy_reports_send(month, now, subs) for month, subs in sorted(due.items())}
+    return {
+        month: energy_reports_send(month, now, subs, worker) for month, subs in sorted(due.items())
+    }

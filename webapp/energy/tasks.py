@@ -21,9 +21,9 @@ def refresh_rollups() -> dict:
     return asdict(energy_rollups_refresh())
 
 
-@shared_task(name="vigil.energy.send_monthly_reports", ignore_result=True)
-def send_monthly_reports() -> dict | None:
-    return energy_reports_due()
+@shared_task(name="vigil.energy.send_monthly_reports", bind=True, ignore_result=True)
+def send_monthly_reports(self) -> dict | None:
+    return energy_reports_due(worker=self.request.hostname or "worker")
 
 
 @shared_task(name=BUILD_EXPORT_TASK, bind=True, ignore_result=True)
