@@ -183,7 +183,8 @@ def node_verdict(node: str, args: argparse.Namespace) -> tuple[bool, str]:
     return passed, detail
 
 
-# --- shared with nccl_pairwise.py (each script is copied alone by sbatch) ----------------------
+# --- shared with nccl_pairwise.py: each script is copied alone by sbatch, so each has its copy;
+# tests/deploy/test_healthcheck.py checks that the copies agree ---------------------------------
 
 
 def health_line(node: str, passed: bool, detail: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import inspect
 import itertools
 import json
 import os
@@ -191,6 +192,26 @@ def test_a_verdict_line_is_one_line_whatever_the_detail():
     assert "\n" not in line and "\t" not in line
     assert len(line) < 400
     assert nccl.health_line("n1", nccl.Verdict(True, "")) == "VIGIL-HEALTH n1 PASS"
+
+
+# Each script is copied alone to the node by sbatch (which refuses a script holding a NUL
+# byte, so no zipapp either): the few helpers both need are written in each, and must agree.
+
+
+@pytest.mark.parametrize("helper", ["_stop_group", "_last_line"])
+def test_the_helpers_each_script_carries_alone_are_the_same(helper):
+    assert inspect.getsource(getattr(nccl, helper)) == inspect.getsource(getattr(dcgm, helper))
+
+
+@pytest.mark.parametrize("passed", [True, False])
+@pytest.mark.parametrize("detail", ["", "exit 1:\nNCCL WARN\tremote " + "x" * 500])
+def test_both_scripts_write_the_same_verdict_line(passed, detail):
+    line = nccl.health_line("n7", nccl.Verdict(passed, detail))
+    assert line == dcgm.health_line("n7", passed, detail)
+
+
+def test_both_scripts_read_the_same_node_list():
+    assert nccl.job_nodes(" n1, n2,,n3 ") == dcgm.job_nodes(" n1, n2,,n3 ") == ["n1", "n2", "n3"]
 
 
 def test_the_default_pair_command_runs_one_nccl_worker_per_gpu_on_both_nodes():
