@@ -1,5 +1,6 @@
 """Reference section 8's daily rows (one per UTC day x team x project x job type, with the
-rollup row's columns), from the hourly rollups: what the energy CSV export writes."""
+rollup row's columns), from the hourly rollups: what the energy CSV export writes, each
+figure rounded to its unit's CSV resolution (core.units.CSV_DIGITS)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from datetime import datetime, timedelta
 import numpy as np
 from django.utils import timezone
 
+from webapp.core.units import csv_round
 from webapp.energy import attribution
 from webapp.energy.carbon import METHOD_VERSION, embodied_kg
 from webapp.energy.selectors import (
@@ -129,20 +131,23 @@ def energy_daily_rows(cluster: Cluster, lo: datetime, hi: datetime) -> list[dict
                 "team": team,
                 "project": project,
                 "job_type": job_type,
-                "gpu_hours": float(gpu_h[i]),
-                "gpu_kwh": float(gpu_kwh[i]),
-                "gpu_kwh_measured": float(measured_kwh[i]),
-                "it_kwh_measured": float(ipmi_kwh[i]),
-                "it_kwh_estimated": float(model_kwh[i]),
-                "pue": float(fac[i] / it_kwh) if it_kwh else None,
-                "facility_kwh": float(fac[i]),
-                "intensity_g_per_kwh": float(loc[i] / fac[i] * 1000) if fac[i] else None,
+                "gpu_hours": csv_round(gpu_h[i], "h"),
+                "gpu_kwh": csv_round(gpu_kwh[i], "kwh"),
+                "gpu_kwh_measured": csv_round(measured_kwh[i], "kwh"),
+                "it_kwh_measured": csv_round(ipmi_kwh[i], "kwh"),
+                "it_kwh_estimated": csv_round(model_kwh[i], "kwh"),
+                "pue": csv_round(fac[i] / it_kwh, "ratio") if it_kwh else None,
+                "facility_kwh": csv_round(fac[i], "kwh"),
+                "intensity_g_per_kwh": csv_round(loc[i] / fac[i] * 1000, "g_per_kwh")
+                if fac[i]
+                else None,
                 "intensity_source": day_sources[d],
-                "co2e_location_kg": float(loc[i]),
-                "co2e_market_kg": float(mkt[i]),
-                "embodied_kg": embodied_kg(float(gpu_h[i]), gpus_per_server),
-                "idle_kwh": float(idle_kwh[i]),
-                "cost": float(fac[i]) * tariff if tariff else None,
+                "co2e_location_kg": csv_round(loc[i], "kg"),
+                "co2e_market_kg": csv_round(mkt[i], "kg"),
+                "embodied_kg": csv_round(embodied_kg(float(gpu_h[i]), gpus_per_server), "kg"),
+                "idle_kwh": csv_round(idle_kwh[i], "kwh"),
+                # Money to the hundredth of the currency's unit.
+                "cost": round(float(fac[i]) * tariff, 2) if tariff else None,
                 "method_version": METHOD_VERSION,
                 "computed_at": now.isoformat(),
             }

@@ -21,6 +21,7 @@ from django.contrib.staticfiles import finders
 from django.template.loader import render_to_string
 from django.templatetags.static import static
 
+from webapp.core.units import ENERGY_UNITS, MASS_UNITS, unit_for
 from webapp.energy import figures
 from webapp.energy.selectors import EnergyReport, month_report_cached
 from webapp.energy.trends import Trends, energy_trends_cached
@@ -65,20 +66,30 @@ def kpis(r: EnergyReport, p: EnergyReport | None) -> list[dict]:
             "change": _change(value, before),
         }
 
+    # One energy unit and one mass unit for the whole table (its largest value decides).
+    energy_attrs = ("gpu_kwh", "it_kwh", "facility_kwh", "idle_kwh", "wasted_kwh", "lost_kwh")
+    mass_attrs = ("co2e_location_kg", "co2e_market_kg", "embodied_kg")
+    months = [x for x in (r, p) if x is not None]
+    e_unit, e_scale, e_digits = unit_for(
+        [getattr(x, a) for x in months for a in energy_attrs], ENERGY_UNITS
+    )
+    m_unit, m_scale, m_digits = unit_for(
+        [getattr(x, a) for x in months for a in mass_attrs], MASS_UNITS
+    )
     rows = [
-        row("GPU energy", "gpu_kwh", "MWh", 1e-3, 3),
-        row("IT energy", "it_kwh", "MWh", 1e-3, 3),
-        row("Facility energy", "facility_kwh", "MWh", 1e-3, 3),
+        row("GPU energy", "gpu_kwh", e_unit, e_scale, e_digits),
+        row("IT energy", "it_kwh", e_unit, e_scale, e_digits),
+        row("Facility energy", "facility_kwh", e_unit, e_scale, e_digits),
         row("PUE", "pue", "", 1, 2),
-        row("CO2e, location-based", "co2e_location_kg", "t", 1e-3, 3),
-        row("CO2e, market-based", "co2e_market_kg", "t", 1e-3, 3),
-        row("Embodied CO2e (separate)", "embodied_kg", "t", 1e-3, 3),
+        row("CO2e, location-based", "co2e_location_kg", m_unit, m_scale, m_digits),
+        row("CO2e, market-based", "co2e_market_kg", m_unit, m_scale, m_digits),
+        row("Embodied CO2e (separate)", "embodied_kg", m_unit, m_scale, m_digits),
         row("GPU-hours with samples", "gpu_hours", "GPU-h", 1, 0),
-        row("kWh per GPU-hour", "kwh_per_gpu_hour", "kWh", 1, 3),
+        row("kWh per GPU-hour", "kwh_per_gpu_hour", "kWh/GPU-h", 1, 3),
         row("Mean GPU power", "mean_gpu_power_w", "W", 1, 0),
-        row("Idle GPU energy (no job)", "idle_kwh", "kWh", 1, 1),
-        row("Allocated but idle", "wasted_kwh", "kWh", 1, 1),
-        row("Lost to failures", "lost_kwh", "kWh", 1, 1),
+        row("Idle GPU energy (no job)", "idle_kwh", e_unit, e_scale, e_digits),
+        row("Allocated but idle", "wasted_kwh", e_unit, e_scale, e_digits),
+        row("Lost to failures", "lost_kwh", e_unit, e_scale, e_digits),
     ]
     if r.cost is not None:
         rows.insert(6, row(f"Cost ({settings.VIGIL_ENERGY_CURRENCY})", "cost", "", 1, 0))

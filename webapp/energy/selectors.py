@@ -136,6 +136,8 @@ class EnergyReport:
     days: list[Day]
     cost: float | None
     method_version: str = METHOD_VERSION
+    # The end of the hours the completeness counts (the current hour is not accounted yet).
+    expected_until: datetime | None = None
 
     @property
     def completeness(self) -> float | None:
@@ -207,10 +209,17 @@ def _hour_index(hours: list[datetime], lo: datetime) -> np.ndarray:
     return np.array([int((h - lo) / HOUR) for h in hours], dtype=np.int64)
 
 
+def hours_ended(now: datetime) -> datetime:
+    """The end of the last whole hour by `now`: the rollup accounts only hours that have
+    ended, so a share of accounted hours compares like with like only up to here."""
+    return now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
 def _expected_gpu_hours(cluster: Cluster, lo: datetime, hi: datetime, now: datetime):
-    """GPU-hours the cluster's GPUs should have sampled in [lo, min(hi, now)); and the number
-    of GPUs per node (for embodied carbon)."""
-    params = {"cluster": cluster.id, "lo": lo, "hi": hi, "end": min(hi, now)}
+    """GPU-hours the cluster's GPUs should have sampled in the hours of [lo, hi) that have
+    ended by `now` (the current hour is expected only once the rollup can account it); and
+    the number of GPUs per node (for embodied carbon)."""
+    params = {"cluster": cluster.id, "lo": lo, "hi": hi, "end": max(lo, min(hi, hours_ended(now)))}
     rows = rows_fetch(_EXPECTED_SQL, params)
     return sum(float(h or 0) for _n, _c, h in rows), {n: c for n, c, _h in rows}
 
@@ -461,6 +470,7 @@ def energy_report(
         embodied_kg=embodied_kg(total_cov_h, gpus_per_server),
         gpu_hours=total_cov_h,
         expected_gpu_hours=expected_h,
+        expected_until=max(lo, min(hi, hours_ended(now))),
         allocated_gpu_hours=float(cov_known.sum()),
         idle_kwh=idle_line.gpu_kwh if idle_line else 0.0,
         idle_gpu_hours=idle_line.gpu_hours if idle_line else 0.0,

@@ -9,6 +9,7 @@ from operator import itemgetter
 from typing import Any
 
 from webapp.core.tables import Column, Table
+from webapp.core.units import CSV_DIGITS
 from webapp.energy import report
 
 
@@ -31,12 +32,16 @@ def in_month(cluster: str, month: str, method_version: str, rows: Iterable) -> I
 DAYS = Table(
     Column("cluster", csv_only=True),
     Column("day", "Day (UTC)", lambda d: d.row.day.date().isoformat()),
-    Column("gpu_kwh", "GPU kWh", "row.gpu_kwh", num=True),
-    Column("it_kwh", "IT kWh", "row.it_kwh", num=True),
-    Column("facility_kwh", "Facility kWh", "row.facility_kwh", num=True),
-    Column("co2e_location_kg", "CO2e kg", "row.co2e_location_kg", num=True),
-    Column("pue", "PUE", "row.pue", num=True),
-    Column("mean_gpu_power_w", "Mean GPU W", "row.mean_gpu_power_w", num=True),
+    Column("gpu_kwh", "GPU kWh", "row.gpu_kwh", num=True, digits=CSV_DIGITS["kwh"]),
+    Column("it_kwh", "IT kWh", "row.it_kwh", num=True, digits=CSV_DIGITS["kwh"]),
+    Column("facility_kwh", "Facility kWh", "row.facility_kwh", num=True, digits=CSV_DIGITS["kwh"]),
+    Column(
+        "co2e_location_kg", "CO2e kg", "row.co2e_location_kg", num=True, digits=CSV_DIGITS["kg"]
+    ),
+    Column("pue", "PUE", "row.pue", num=True, digits=CSV_DIGITS["ratio"]),
+    Column(
+        "mean_gpu_power_w", "Mean GPU W", "row.mean_gpu_power_w", num=True, digits=CSV_DIGITS["w"]
+    ),
     Column("method_version", csv_only=True),
 )
 
@@ -47,9 +52,11 @@ SUMMARY = Table(
     Column("month", csv_only=True),
     Column("figure", "Figure", "row.label"),
     Column("unit", accessor="row.unit", csv_only=True),
-    Column("value", "This month", "row.value", num=True),
-    Column("previous_month", "Previous month", "row.previous", num=True),
-    Column("change", "Change", "row.change", num=True),
+    Column("value", "This month", "row.value", num=True, digits=CSV_DIGITS["ratio"]),
+    Column(
+        "previous_month", "Previous month", "row.previous", num=True, digits=CSV_DIGITS["ratio"]
+    ),
+    Column("change", "Change", "row.change", num=True, digits=CSV_DIGITS["ratio"]),
 )
 
 # A breakdown of the month's energy (`energy/includes/lines.html`, one include for teams,
@@ -59,12 +66,24 @@ LINES = Table(
     Column("cluster", csv_only=True),
     Column("month", csv_only=True),
     Column("key", "Key", "row.key"),
-    Column("gpu_hours", "GPU-hours", "row.gpu_hours", num=True),
-    Column("gpu_kwh", "GPU kWh", "row.gpu_kwh", num=True),
-    Column("facility_kwh", "Facility kWh", "row.facility_kwh", num=True),
-    Column("co2e_location_kg", "CO2e kg (location)", "row.co2e_location_kg", num=True),
-    Column("co2e_market_kg", "CO2e kg (market)", "row.co2e_market_kg", num=True),
-    Column("share_of_facility", "Share", "row.share", num=True),
+    Column("gpu_hours", "GPU-hours", "row.gpu_hours", num=True, digits=CSV_DIGITS["h"]),
+    Column("gpu_kwh", "GPU kWh", "row.gpu_kwh", num=True, digits=CSV_DIGITS["kwh"]),
+    Column("facility_kwh", "Facility kWh", "row.facility_kwh", num=True, digits=CSV_DIGITS["kwh"]),
+    Column(
+        "co2e_location_kg",
+        "CO2e kg (location)",
+        "row.co2e_location_kg",
+        num=True,
+        digits=CSV_DIGITS["kg"],
+    ),
+    Column(
+        "co2e_market_kg",
+        "CO2e kg (market)",
+        "row.co2e_market_kg",
+        num=True,
+        digits=CSV_DIGITS["kg"],
+    ),
+    Column("share_of_facility", "Share", "row.share", num=True, digits=CSV_DIGITS["ratio"]),
     Column("method_version", csv_only=True),
 )
 
