@@ -368,6 +368,10 @@ class GpuInfo(_Wire):
     memory_total_bytes: Count | None = None
     pci_bus_id: Text(max_length=32) | None = None
     serial: Text(max_length=64) | None = None
+    # The device's minor number (/dev/nvidiaN): what a Slurm GRES index names where gres.conf
+    # lists /dev/nvidia0..N in order, and not always NVML's index (`index`). None from an
+    # agent that does not report it: jobs are then matched to GPUs by index.
+    minor_number: GpuIndex | None = None
 
 
 class Batch(_Envelope):

@@ -122,6 +122,8 @@ def parse_metrics(text: str, ts: float) -> tuple[list[GpuInfo], list[list[Any]]]
                     "uuid": labels.get("UUID") or labels.get("uuid") or f"dcgm-gpu-{index}",
                     "name": labels.get("modelName", "")[:96],
                     "pci_bus_id": (labels.get("pci_bus_id") or None),
+                    # dcgm-exporter's `device` label is the device file's name, `nvidia<minor>`.
+                    "minor_number": _minor(labels.get("device", "")),
                 }
             # Series repeated per hpc_job / pod carry the same GPU value: keep the first.
             values.setdefault(index, {}).setdefault(name, sample.value)
@@ -195,3 +197,13 @@ class DcgmBackend:
 
     def close(self) -> None:
         pass
+
+
+def _minor(device: str) -> int | None:
+    """The minor number in dcgm-exporter's `device` label (`nvidia3` -> 3), else None."""
+    digits = device.removeprefix("nvidia")
+    return (
+        int(digits)
+        if device.startswith("nvidia") and digits.isdigit() and int(digits) < 1024
+        else None
+    )

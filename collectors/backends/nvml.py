@@ -360,6 +360,9 @@ class NvmlBackend:
             arch = self._optional(
                 uuid, "nvmlDeviceGetArchitecture", lambda: N.nvmlDeviceGetArchitecture(handle)
             )
+            minor = self._optional(
+                uuid, "nvmlDeviceGetMinorNumber", lambda: N.nvmlDeviceGetMinorNumber(handle)
+            )
             memory = self._optional(
                 uuid, "nvmlDeviceGetMemoryInfo_v2", lambda: _read_memory(handle)
             )
@@ -370,6 +373,7 @@ class NvmlBackend:
                 memory_total_bytes=memory["total"] if memory else None,
                 pci_bus_id=pci["busId"][:32] if pci else None,
                 serial=serial[:64] if serial else None,
+                minor_number=minor if isinstance(minor, int) and 0 <= minor < 1024 else None,
             )
             gpu = _Gpu(index, handle, info)
             for call in CALLS:

@@ -159,6 +159,7 @@ class FakeNvml:
         }
         for name in (
             "nvmlDeviceGetArchitecture",
+            "nvmlDeviceGetMinorNumber",
             "nvmlDeviceGetPowerUsage",
             "nvmlDeviceGetEnforcedPowerLimit",
             "nvmlDeviceGetTotalEnergyConsumption",

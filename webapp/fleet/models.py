@@ -67,6 +67,9 @@ class Gpu(models.Model):
     memory_total_bytes = models.BigIntegerField(null=True, blank=True)
     pci_bus_id = models.CharField(max_length=32, blank=True, default="")
     serial = models.CharField(max_length=64, blank=True, default="")
+    # The device's minor number (/dev/nvidiaN), which a Slurm GRES index names; `index` is
+    # NVML's, and the two orders can differ (webapp/jobs/services.py matches by this first).
+    minor_number = models.PositiveSmallIntegerField(null=True, blank=True)
     first_seen = models.DateTimeField(auto_now_add=True)
     last_seen = models.DateTimeField(null=True, blank=True)
     # An operator moved the hardware: the next node of the cluster to report this GPU takes it
@@ -78,6 +81,8 @@ class Gpu(models.Model):
     class Meta:
         ordering = ["node_id", "index"]
         indexes = [models.Index(fields=["node", "index"], name="gpu_node_index")]
+        verbose_name = "GPU"
+        verbose_name_plural = "GPUs"
 
     def __str__(self) -> str:
         return f"{self.node.hostname}:{self.index}"

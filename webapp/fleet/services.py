@@ -179,10 +179,12 @@ def _node_read(key: tuple[str, str], now: float) -> AuthenticatedNode | None:
     return node
 
 
-_GPU_FIELDS = ("node_id", "index", "model", "memory_total_bytes", "pci_bus_id", "serial")
+_GPU_FIELDS = (
+    "node_id", "index", "model", "memory_total_bytes", "pci_bus_id", "serial", "minor_number",
+)  # fmt: skip
 
-# node id -> (tuple of (index, uuid)) -> {index: gpu id}
-_gpu_cache: dict[int, tuple[tuple[tuple[int, str], ...], dict[int, int]]] = {}
+# node id -> (tuple of (index, uuid, minor number)) -> {index: gpu id}
+_gpu_cache: dict[int, tuple[tuple[tuple[int, str, int | None], ...], dict[int, int]]] = {}
 
 
 def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
@@ -197,7 +199,7 @@ def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
     pulled from a node stops being reported with it, so it moves on its own once that node
     has been quiet for VIGIL_STALE_AFTER_S.
     """
-    signature = tuple(sorted((g.index, g.uuid) for g in gpus))
+    signature = tuple(sorted((g.index, g.uuid, g.minor_number) for g in gpus))
     cached = _gpu_cache.get(node_id)
     if cached is not None and cached[0] == signature:
         return cached[1]
@@ -209,6 +211,7 @@ def gpus_register(node_id: int, gpus: list[GpuInfo]) -> dict[int, int]:
             "memory_total_bytes": info.memory_total_bytes,
             "pci_bus_id": info.pci_bus_id or "",
             "serial": info.serial or "",
+            "minor_number": info.minor_number,
         }
         for info in gpus
     }

@@ -176,7 +176,8 @@ class _Applier:
         self.source = batch.source if batch.source in JobSource.values else JobSource.HTTP
         self.jobs: dict[str, Job] = {}
         self.nodes: dict[str, int] = {}
-        self.gpus: dict[tuple[int, int], int] = {}
+        # (node id, the scheduler's GPU index) -> (GPU id, NVML index)
+        self.gpus: dict[tuple[int, int], tuple[int, int]] = {}
 
     def run(self) -> int:
         events = self.batch.events
@@ -213,14 +214,21 @@ class _Applier:
                         f"events.{i}.allocation.{j}.node: no node {gpus.node!r} in cluster "
                         f"{self.batch.cluster!r}",
                     )
-        # A GPU may have moved slots over time: the most recently registered one holds the
-        # index now (ordered by id, the last one wins).
-        for gpu_id, node_id, index in (
+        # The scheduler's GPU index is a position in the node's gres.conf (the device file
+        # /dev/nvidiaN), not NVML's index: matched by device minor number on a node whose
+        # agent reports minors, by NVML index (position) on one that does not. A GPU may have
+        # moved slots over time: the most recently registered one holds the slot now (ordered
+        # by id, the last one wins).
+        rows = list(
             Gpu.objects.filter(node_id__in=self.nodes.values())
             .order_by("id")
-            .values_list("id", "node_id", "index")
-        ):
-            self.gpus[(node_id, index)] = gpu_id
+            .values_list("id", "node_id", "index", "minor_number")
+        )
+        with_minors = {node_id for _, node_id, _, minor in rows if minor is not None}
+        for gpu_id, node_id, index, minor in rows:
+            slot = minor if node_id in with_minors else index
+            if slot is not None:
+                self.gpus[(node_id, slot)] = (gpu_id, index)
 
     def _lock_jobs(self) -> None:
         ids = sorted({e.job_id for e in self.batch.events})
@@ -346,7 +354,10 @@ class _Applier:
         rows = []
         for gpus in event.allocation:
             node_id = self.nodes[gpus.node]
-            for index in gpus.gpu_indices:
+            for slot in gpus.gpu_indices:
+                # Stored by NVML index, as the GPU's samples are (the slot itself for a GPU
+                # not registered yet).
+                gpu_id, index = self.gpus.get((node_id, slot), (None, slot))
                 if (node_id, index) in existing:
                     continue
                 existing.add((node_id, index))
@@ -354,7 +365,7 @@ class _Applier:
                     JobAllocation(
                         job=job,
                         node_id=node_id,
-                        gpu_id=self.gpus.get((node_id, index)),
+                        gpu_id=gpu_id,
                         gpu_index=index,
                         start=start,
                         end=end,
