@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -27,7 +26,7 @@ from django.contrib.auth.models import AbstractBaseUser, Group
 from django.test import Client
 
 from collectors.schema import GPU_FIELD_NAMES, GpuInfo
-from tests.helpers import make_batch
+from tests.helpers import envelope, make_batch
 from webapp.fleet import services as fleet_services
 from webapp.fleet.models import Gpu, Node
 from webapp.jobs.services import job_events_ingest
@@ -116,16 +115,7 @@ def job_event_batch(
 ) -> dict:
     """A JobEventBatch (as a dict) carrying `events`, sent by `node`; `overrides` replace any
     field (node and token included)."""
-    batch = {
-        "v": 1,
-        "batch_id": str(uuid.uuid4()),
-        "cluster": cluster,
-        "node": node,
-        "token": token,
-        "sent_at": time.time(),
-        "source": "slurm",
-        "events": list(events),
-    }
+    batch = {**envelope(cluster, node, token), "source": "slurm", "events": list(events)}
     batch.update(overrides)
     return batch
 
@@ -202,12 +192,7 @@ class SmallCluster:
     def node_batch(self, node: str, gpu_events=(), log_windows=(), **overrides: object) -> str:
         """A node-event batch (JSON) of GPU events and job log windows, sent by `node`."""
         batch = {
-            "v": 1,
-            "batch_id": str(uuid.uuid4()),
-            "cluster": self.cluster,
-            "node": node,
-            "token": self.tokens[node],
-            "sent_at": time.time(),
+            **envelope(self.cluster, node, self.tokens[node]),
             "gpu_events": list(gpu_events),
             "log_windows": list(log_windows),
         }

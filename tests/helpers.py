@@ -41,6 +41,18 @@ def node_row(ts: float) -> list:
     return [ts, *values.values()]
 
 
+def envelope(cluster: str, node: str, token: str) -> dict:
+    """The fields every wire batch starts with: version, a new batch id, who sends it, when."""
+    return {
+        "v": 1,
+        "batch_id": str(uuid.uuid4()),
+        "cluster": cluster,
+        "node": node,
+        "token": token,
+        "sent_at": time.time(),
+    }
+
+
 def make_batch(
     cluster: str,
     node: str,
@@ -57,12 +69,7 @@ def make_batch(
     t0 = time.time() - intervals * step_s if t0 is None else t0
     prefix = uuid_prefix or f"GPU-{node}"
     batch = {
-        "v": 1,
-        "batch_id": str(uuid.uuid4()),
-        "cluster": cluster,
-        "node": node,
-        "token": token,
-        "sent_at": time.time(),
+        **envelope(cluster, node, token),
         "source": "simulated",
         "gpus": [
             {"index": i, "uuid": f"{prefix}-{i:02d}", "name": "NVIDIA H100 80GB HBM3"}
