@@ -42,6 +42,12 @@ HELDOUT5 = DATA / "real_logs_heldout5"
 HELDOUT5_LABELS: dict[str, dict] = json.loads(
     (HELDOUT5 / "labels.json").read_text(encoding="utf-8")
 )
+# A sixth, gathered after the rule work on the fifth, over the same families, labelled the same
+# way (README there: first contact, per family).
+HELDOUT6 = DATA / "real_logs_heldout6"
+HELDOUT6_LABELS: dict[str, dict] = json.loads(
+    (HELDOUT6 / "labels.json").read_text(encoding="utf-8")
+)
 SYNTHETIC = DATA / "failure_logs"
 SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").read_text())
 
@@ -176,6 +182,27 @@ def test_fifth_heldout_batch_is_new_and_well_formed():
     }
     for name in HELDOUT5_LABELS:
         assert (HELDOUT5 / name).read_text(encoding="utf-8").strip() not in earlier_texts, name
+
+
+def test_sixth_heldout_batch_is_new_and_well_formed():
+    assert len(HELDOUT6_LABELS) >= 40
+    _well_formed(HELDOUT6, HELDOUT6_LABELS)
+    earlier_labels = (
+        REAL_LABELS,
+        HELDOUT_LABELS,
+        HELDOUT3_LABELS,
+        HELDOUT4_LABELS,
+        HELDOUT5_LABELS,
+    )
+    earlier = {label["source"] for labels in earlier_labels for label in labels.values()}
+    assert not earlier & {label["source"] for label in HELDOUT6_LABELS.values()}
+    earlier_texts = {
+        path.read_text(encoding="utf-8").strip()
+        for folder in (REAL, HELDOUT, HELDOUT3, HELDOUT4, HELDOUT5, SYNTHETIC)
+        for path in folder.glob("*.log")
+    }
+    for name in HELDOUT6_LABELS:
+        assert (HELDOUT6 / name).read_text(encoding="utf-8").strip() not in earlier_texts, name
 
 
 def test_accuracy_on_real_and_synthetic_logs(capsys):
