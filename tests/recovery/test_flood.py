@@ -20,9 +20,9 @@ pytestmark = pytest.mark.timeout(180)
 
 def test_1000_xid_lines_of_one_burst_make_one_incident_one_action_and_one_email(
     transactional_db,
-    smtp,
+    smtp,  # noqa: F811 (the alerts' SMTP server fixture)
     operator,
-    worker_factory,  # noqa: F811
+    worker_factory,
 ):
     default_rules()
     fleet = make_fleet()
