@@ -17,6 +17,11 @@ burst on one node within 3 minutes is one failure, and the breaker would remembe
 The baseline in the same run is the bare scheduler path: the same two commands typed at once
 by hand (`scontrol requeue`, then `scontrol update StartTime=now` once the job is pending), to
 RUNNING again: the floor that any recovery on this Slurm pays.
+Then `--reset-runs` runs of the GPU reset path: an Xid 109 (NVIDIA's RESET_GPU) on vn1's GPU 0;
+Vigil drains vn1, requeues the job, waits until no job holds vn1, resets the GPU (vn1's
+`nvidia-smi` is the stand-in of tests/recovery/standin, on its jobs' PATH), health-checks vn1
+and returns it to service. Timed the same way from t0: the job RUNNING again (`reset_*`), the
+reset done (`reset_done_*`), vn1 back in service (`reset_back_*`).
 Last line: JSON with median_s, p95_s, runs, and per phase medians.
 """
 
@@ -40,29 +45,37 @@ from bench.common import django_embedded, p95  # noqa: E402 (after the path)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--reset-runs", type=int, default=5)
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="vigil-bench-recovery-"))
     django_embedded(str(tmp / "data"), debug=True, unset=())
     from django.core.management import call_command
 
+    from tests.recovery.gpunode import GpuNodeCluster
     from tests.recovery.rig import Rig
-    from tests.slurm import SlurmCluster, slurm_missing_reason
+    from tests.slurm import slurm_missing_reason
     from webapp.core import embedded
     from webapp.failures.models import FailureEvent, GpuErrorEvent
     from webapp.jobs.models import JobEvent
-    from webapp.recovery.models import RecoveryAction
+    from webapp.recovery.models import RecoveryAction, RecoveryPolicy
 
     reason = slurm_missing_reason()
     if reason:
         sys.exit(f"bench/recovery.py: {reason}")
-    slurm = SlurmCluster(Path(tempfile.mkdtemp(prefix="vigil-slurm-")), nodes=["vn1", "vn2"])
+    # No RebootProgram: an Xid 79's reboot (after the requeue, off the clock) is refused, and
+    # vn1 can be resumed at once for the next run.
+    slurm = GpuNodeCluster(
+        Path(tempfile.mkdtemp(prefix="vigil-slurm-")), nodes=["vn1", "vn2"], reboot=False
+    )
     rig = None
     try:
         call_command("migrate", verbosity=0)
         slurm.start()
         rig = Rig(slurm, tmp, os.environ["DATABASE_URL"])
         rig.vigil(mode="auto")
+        # Each run drains vn1: the hourly cap of the guard rails is not what is measured.
+        RecoveryPolicy.objects.update(max_drains_per_hour=10_000)
         rig.start()
         vn1 = rig.agent_node
 
@@ -119,6 +132,7 @@ def main() -> None:
             FailureEvent.objects.all().delete()
             time.sleep(1.5)  # the watcher reports vn1 up again before the next failure
 
+        resets = _reset_runs(rig, args.reset_runs)
         median = statistics.median
         result = {
             "runs": len(totals),
@@ -132,12 +146,62 @@ def main() -> None:
             "drained_median_s": round(median(drained), 3),
             "baseline_manual_requeue_s": round(median(baseline), 3),
         }
+        for key, values in resets.items():
+            if values:
+                result[f"{key}_median_s"] = round(median(values), 3)
+                result[f"{key}_p95_s"] = round(p95(values), 3)
+        result["reset_runs"] = len(resets["reset"])
     finally:
         if rig is not None:
             rig.stop()
         slurm.stop()
         embedded.stop_all()
     print(json.dumps(result))
+
+
+def _reset_runs(rig, runs: int) -> dict[str, list[float]]:
+    """The GPU reset path, `runs` times: seconds from the Xid 109 line to the job RUNNING
+    again (`reset`), to the GPU reset done (`reset_done`), to vn1 back in service
+    (`reset_back`)."""
+    from webapp.failures.models import FailureEvent, GpuErrorEvent
+    from webapp.jobs.models import JobEvent
+    from webapp.recovery.models import RecoveryAction
+
+    out: dict[str, list[float]] = {"reset": [], "reset_done": [], "reset_back": []}
+    for i in range(runs):
+        job = rig.submit_on_agent_node("--gres=gpu:8", "--wrap", "sleep 600")
+        while not JobEvent.objects.filter(job__scheduler_id=job, kind="started").exists():
+            time.sleep(0.05)
+        t0_wall = rig.xid(109)
+        t0 = time.monotonic()
+        rig.wait_running(job, restarts=1, timeout=120)
+        total = time.monotonic() - t0
+        deadline = time.monotonic() + 180
+        resume = None
+        while time.monotonic() < deadline:
+            resume = RecoveryAction.objects.filter(kind="resume", status="succeeded").first()
+            if resume is not None:
+                break
+            time.sleep(0.1)
+        if resume is None:
+            seen = list(RecoveryAction.objects.values_list("kind", "status", "result", "error"))
+            sys.exit(
+                f"bench/recovery.py: reset run {i + 1}: not back; actions {seen}\n{rig.logs()}"
+            )
+        reset = RecoveryAction.objects.get(plan_id=resume.plan_id, kind="reset_gpu")
+        out["reset"].append(total)
+        out["reset_done"].append(reset.ended_at.timestamp() - t0_wall)
+        out["reset_back"].append(resume.ended_at.timestamp() - t0_wall)
+        print(
+            f"reset run {i + 1}: {total:.2f} s to RUNNING, GPU reset at "
+            f"{out['reset_done'][-1]:.2f} s, vn1 back at {out['reset_back'][-1]:.2f} s",
+            file=sys.stderr,
+        )
+        rig.slurm.cancel_all()
+        GpuErrorEvent.objects.all().delete()
+        FailureEvent.objects.all().delete()  # its plan and actions with it
+        time.sleep(1.5)  # the watcher reports vn1 up again before the next failure
+    return out
 
 
 if __name__ == "__main__":

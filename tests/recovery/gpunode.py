@@ -19,6 +19,12 @@ STANDIN = Path(__file__).with_name("standin")
 
 
 class GpuNodeCluster(SlurmCluster):
+    def __init__(self, root: Path, *, reboot: bool = True, **kwargs: object) -> None:
+        super().__init__(root, **kwargs)
+        # Without a RebootProgram slurmctld refuses `scontrol reboot` (bench/recovery.py: its
+        # runs resume the node at once, which a reboot in progress would not allow).
+        self.reboot = reboot
+
     @property
     def gpu_log(self) -> Path:
         """What the stand-in nvidia-smi recorded: `ARGV ...` and the jobs on the node then."""
@@ -38,7 +44,9 @@ class GpuNodeCluster(SlurmCluster):
             f'echo "export VIGIL_FAKE_GPU_LOG={self.gpu_log}"\n'
         )
         prolog.chmod(0o755)
-        extra = f"TaskProlog={prolog}\nRebootProgram={STANDIN / 'reboot'}\n"
+        extra = f"TaskProlog={prolog}\n"
+        if self.reboot:
+            extra += f"RebootProgram={STANDIN / 'reboot'}\n"
         self.conf.write_text(self.conf.read_text() + extra)
         self.gpu_log.touch()
 
