@@ -20,6 +20,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Group
@@ -28,7 +29,9 @@ from django.test import Client
 from collectors.schema import GPU_FIELD_NAMES, GpuInfo
 from tests.helpers import envelope, make_batch
 from webapp.fleet import services as fleet_services
-from webapp.fleet.models import Gpu, Node
+from webapp.fleet.models import Cluster, Gpu, Node
+from webapp.jobs.choices import JobState
+from webapp.jobs.models import Job, JobAllocation
 from webapp.jobs.services import job_events_ingest
 from webapp.teams.models import Team, TeamRule
 from webapp.teams.selectors import OPERATORS_GROUP
@@ -257,6 +260,52 @@ class SmallCluster:
     def samples_send(self, hostname: str, **kwargs) -> Node:
         """Samples of the node through the ingest path (`samples_send`'s arguments)."""
         return samples_send(self.cluster, hostname, **kwargs)
+
+
+def job_make(
+    cluster: str,
+    scheduler_id: str,
+    gpus: Sequence[tuple[str, int]],
+    start: datetime,
+    end: datetime | None = None,
+    **fields: object,
+) -> Job:
+    """A job holding `gpus` ((hostname, index), registered GPUs of `cluster`) from `start` to
+    `end`, written straight to the job and allocation tables with `fields` (user, team,
+    project, job_type, state...: by default ENGINEER's, completed, or running without `end`).
+    For rigs that set what the event path works out itself (team, project, a past job's
+    state) or need many jobs fast; run_job goes through the scheduler's events."""
+    found = {
+        (gpu.node.hostname, gpu.index): gpu
+        for gpu in Gpu.objects.filter(node__cluster__name=cluster).select_related("node")
+    }
+    missing = [f"{host}:{index}" for host, index in gpus if (host, index) not in found]
+    if missing:
+        raise ValueError(f"job {scheduler_id}: no GPU {', '.join(missing)} in cluster {cluster}")
+    defaults = {
+        "name": f"job-{scheduler_id}",
+        "user": ENGINEER,
+        "state": JobState.COMPLETED if end else JobState.RUNNING,
+        "submit_at": start,
+        "start_at": start,
+        "end_at": end,
+        "gpus_requested": len(gpus),
+    }
+    job = Job.objects.create(
+        cluster=Cluster.objects.get(name=cluster), scheduler_id=scheduler_id, **defaults | fields
+    )
+    JobAllocation.objects.bulk_create(
+        JobAllocation(
+            job=job,
+            node=found[key].node,
+            gpu=found[key],
+            gpu_index=key[1],
+            start=start,
+            end=end,
+        )
+        for key in gpus
+    )
+    return job
 
 
 def cluster_make(
