@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
@@ -19,7 +18,7 @@ import yaml
 
 from collectors.backends.base import GPU_POS
 from tests.alertmanager import Alertmanager, alertmanager  # noqa: F401 (the fixture)
-from tests.helpers import ROOT, make_batch, wait_for
+from tests.helpers import ROOT, envelope, make_batch, wait_for
 from tests.prometheus import (  # noqa: F401 (prometheus_dir: a fixture)
     DEPLOY,
     Prometheus,
@@ -99,20 +98,8 @@ def test_a_real_prometheus_scrapes_vigil_and_a_node_agent_and_alerts_alertmanage
     batch["samples"][1][GPU_POS["power_w"]] = 412.5
     samples_ingest(json.dumps(batch))
     lost = {"ts": time.time() - 5, "kind": "gpu_lost", "source": "counter", "gpu_index": 1}
-    node_events_ingest(
-        json.dumps(
-            {
-                "v": 1,
-                "batch_id": str(uuid.uuid4()),
-                "cluster": cluster,
-                "node": node,
-                "token": token,
-                "sent_at": time.time(),
-                "gpu_events": [lost],
-                "log_windows": [],
-            }
-        )
-    )
+    events = {**envelope(cluster, node, token), "gpu_events": [lost], "log_windows": []}
+    node_events_ingest(json.dumps(events))
 
     # The shipped config, pointed at this test's Vigil, agent and Alertmanager.
     deployed = deploy_copy(prometheus_dir, KEY)
