@@ -299,8 +299,8 @@ def test_a_2048_gpu_job_page_is_bands_outliers_and_nodes_not_gpus_squared(
 ):
     job = big_job()
     # session, user, job, allocations, energy, bands + means, outlier lines, events, the
-    # timeline's failures and recovery actions, the verdict's power limit.
-    with django_assert_max_num_queries(13):
+    # timeline's failures and recovery actions, the verdict's power limit, the team rules.
+    with django_assert_max_num_queries(14):
         response = operator_client.get(f"/jobs/{job.id}/")
     assert response.status_code == 200
     html = response.content.decode()

@@ -13,7 +13,7 @@ JOBS = Table(
     Column("scheduler_id", "Job"),
     Column("name", "Name"),
     Column("user", "User"),
-    Column("team", csv_only=True),
+    Column("account", accessor="team", csv_only=True),  # the scheduler's account
     Column("project", csv_only=True),
     Column("type", "Type", "job_type"),
     Column("state", "State"),
@@ -34,7 +34,8 @@ WASTED = Table(
     Column("scheduler_id", "Job", "job.scheduler_id"),
     Column("job_name", accessor="job.name", csv_only=True),
     Column("user", "User", "job.user"),
-    Column("team", "Team", "job.team"),
+    Column("team", "Team", "job.team_name"),
+    Column("account", accessor="job.team", csv_only=True),
     Column("node", "Node", "hostname"),
     Column("idle_gpu_indices", accessor=lambda w: " ".join(str(i) for i in w.gpus), csv_only=True),
     Column("idle_gpus", "Idle GPUs", lambda w: len(w.gpus)),

@@ -48,6 +48,7 @@ from webapp.jobs.selectors import (
     waste_totals,
     wasted_gpus,
 )
+from webapp.teams.selectors import job_team_names
 from webapp.telemetry.figures import series_figure
 
 JOBS_PER_PAGE = 50
@@ -265,6 +266,8 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "energy": energy,
         "events": [(e, event_words(e.detail)) for e in events],
         "timeline": timeline,
+        # Vigil's team (the rules' answer); the scheduler's account is job.team.
+        "team": job_team_names([job])[0],
         "failures_url": _failures_url(job),
         "now": now,
     }
@@ -341,11 +344,21 @@ def job_detail_csv(request: HttpRequest, job_id: int, name: str) -> HttpResponse
 # --- Wasted GPUs -------------------------------------------------------------------------------
 
 
+def _with_teams(rows: list) -> list:
+    """Each row's job with its Vigil team (`job.team_name`, "(no team)" where no rule gives
+    one): the team is the teams app's, the scheduler's account is `job.team`."""
+    for w, name in zip(rows, job_team_names([w.job for w in rows]), strict=True):
+        w.job.team_name = name or "(no team)"
+    return rows
+
+
 def wasted(request: HttpRequest) -> HttpResponse:
     form = WastedForm(request.GET)
     minutes, cluster, error = form.values["minutes"], form.values["cluster"], form.error
-    rows = wasted_gpus(
-        busy_util_pct=settings.VIGIL_BUSY_UTIL_PCT, min_idle_minutes=minutes, cluster=cluster
+    rows = _with_teams(
+        wasted_gpus(
+            busy_util_pct=settings.VIGIL_BUSY_UTIL_PCT, min_idle_minutes=minutes, cluster=cluster
+        )
     )
     return render(
         request,
@@ -353,7 +366,7 @@ def wasted(request: HttpRequest) -> HttpResponse:
         {
             "rows": rows,
             "by_user": waste_totals(rows, "user"),
-            "by_team": waste_totals(rows, "team"),
+            "by_team": waste_totals(rows, "team_name"),
             "minutes": minutes,
             "cluster": cluster,
             "clusters": Cluster.objects.order_by("name").values_list("name", flat=True),
@@ -371,7 +384,9 @@ def wasted_csv(request: HttpRequest) -> HttpResponse:
     minutes, cluster, error = form.values["minutes"], form.values["cluster"], form.error
     if error:
         return HttpResponse(error, status=400, content_type="text/plain")
-    rows = wasted_gpus(
-        busy_util_pct=settings.VIGIL_BUSY_UTIL_PCT, min_idle_minutes=minutes, cluster=cluster
+    rows = _with_teams(
+        wasted_gpus(
+            busy_util_pct=settings.VIGIL_BUSY_UTIL_PCT, min_idle_minutes=minutes, cluster=cluster
+        )
     )
     return tables.WASTED.csv_response("vigil-wasted-gpus.csv", rows)

@@ -8,11 +8,15 @@ A job's team is worked out here, when a page asks, and not cached on the job: ca
 cost the trace import a column for each of its million rows, make every rule edit an UPDATE of
 up to a million rows, and a stale cached team is a wrong grant. Asked here it costs one query
 of the rules table (a few rows) and a few regex matches, once per page that shows one job's
-log lines; no page lists jobs by team.
+log lines, and a match per job for the few pages that list jobs with their team.
+
+A team is this model, everywhere: the scheduler's free-text account (`Job.team`, Slurm's
+--account) is what a rule matches, and pages show it as "Account".
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -33,7 +37,7 @@ class Job(Protocol):
     below jobs, so they name the fields they match, not the model."""
 
     user: str
-    team: str
+    team: str  # the scheduler's account (Slurm --account), which a rule may match
     partition: str
     qos: str
 
@@ -57,6 +61,20 @@ def job_team_id(job: Job) -> int | None:
     """The id of the team that owns the job (first matching rule), or None."""
     values = {"user": job.user, "team": job.team, "partition": job.partition, "qos": job.qos}
     return team_match(team_rules(), values)
+
+
+def job_team_names(jobs: Iterable[Job]) -> list[str]:
+    """The name of each job's team ("" where no rule gives it one), in `jobs` order: at most
+    two queries (the rules, the names of the teams found) whatever the number of jobs, for
+    pages that list jobs with their team."""
+    rules = team_rules()
+    ids = [
+        team_match(rules, {"user": j.user, "team": j.team, "partition": j.partition, "qos": j.qos})
+        for j in jobs
+    ]
+    wanted = {i for i in ids if i is not None}
+    names = dict(Team.objects.filter(id__in=wanted).values_list("id", "name")) if wanted else {}
+    return [names.get(i, "") if i is not None else "" for i in ids]
 
 
 def team_has_member(team_id: int, user: AbstractBaseUser) -> bool:

@@ -40,6 +40,15 @@ EXAMPLE_CHECKPOINT = ("internlm-7b", "step-1000")
 # the placeholder file is small, so the size is given.
 EVAL_MODEL_SIZE_GB = 14
 EVAL_DATASETS = 24  # the first of the default suite
+# The demo's teams and the scheduler accounts each owns (the simulator's accounts: the
+# users' teams and, for the others, their job type): alerts, silences and the pages' "Team"
+# name these, the accounts stay the scheduler's.
+DEMO_TEAMS = {
+    "pretraining": "pretrain",
+    "multimodal": "multimodal|mllm",
+    "data": "data",
+    "finetune-eval": "sft|eval|debug|other",
+}
 # How long the demo tries to plan its evaluation while its nodes register their GPUs.
 EVAL_PLAN_WAIT_S = 120
 
@@ -98,6 +107,8 @@ class Command(BaseCommand):
                 "recovery_mode", "--cluster", c, "--mode", "auto", "--executor", "simulated",
                 stdout=io.StringIO(),
             )  # fmt: skip
+        for team, accounts in DEMO_TEAMS.items():
+            call_command("team_create", team, "--account", accounts, stdout=io.StringIO())
         checkpoint = self._model_root(state / "models")
         token_file = state / "tokens.json"
         token_file.write_text(json.dumps(tokens))
