@@ -25,12 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -38,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import django_embedded, p95  # noqa: E402 (after the path)
+from bench.common import bench_site, p95  # noqa: E402 (after the path)
 
 CLUSTER = "bench"
 NODE = "gpu-node-01"
@@ -75,103 +73,96 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=60, help="per run (s)")
     args = parser.parse_args()
 
-    tmp = tempfile.mkdtemp(prefix="vigil-bench-")
-    django_embedded(tmp, debug=False, unset=("EMAIL_URL",))
-    from aiosmtpd.controller import Controller
-    from django.conf import settings
-    from django.contrib.auth.models import Group, User
-    from django.core.management import call_command
+    with bench_site(unset=("EMAIL_URL",)) as tmp:
+        from aiosmtpd.controller import Controller
+        from django.conf import settings
+        from django.contrib.auth.models import Group, User
 
-    from tests.helpers import WorkerProcess
-    from webapp.alerts.models import AlertGroup
-    from webapp.core import embedded
-    from webapp.failures.models import FailureEvent
-    from webapp.fleet import services as fleet_services
-    from webapp.fleet.models import Node
-    from webapp.teams.selectors import OPERATORS_GROUP
+        from tests.helpers import WorkerProcess
+        from webapp.alerts.models import AlertGroup
+        from webapp.failures.models import FailureEvent
+        from webapp.fleet import services as fleet_services
+        from webapp.fleet.models import Node
+        from webapp.teams.selectors import OPERATORS_GROUP
 
-    inbox = Inbox()
-    port = _free_port()
-    smtp = Controller(inbox, hostname="127.0.0.1", port=port)
-    agent = None
-    worker = None
-    try:
-        call_command("migrate", verbosity=0)
-        smtp.start()
-        token = fleet_services.node_token_issue(CLUSTER, NODE)
-        operator = User.objects.create_user("operator", email="operator@example.org")
-        operator.groups.add(Group.objects.get_or_create(name=OPERATORS_GROUP)[0])
-        worker = WorkerProcess(
-            os.environ["DATABASE_URL"],
-            Path(tmp) / "worker.log",
-            concurrency=2,
-            visibility_timeout_s=600,
-            env={"EMAIL_URL": f"smtp://127.0.0.1:{port}"},
-        )
-        worker.start()
-        kernel_log = Path(tmp) / "kern.log"
-        kernel_log.write_text("")
-        agent_log = open(Path(tmp) / "agent.log", "ab")  # noqa: SIM115 (closed below)
-        agent = subprocess.Popen(
-            [
-                sys.executable, "-m", "collectors", "--source", "nvml", "--fixture", FIXTURE,
-                "--no-xid", "--jobs", "none", "--cluster", CLUSTER, "--node", NODE,
-                "--token", token, "--broker", settings.CELERY_BROKER_URL,
-                "--interval", str(args.interval), "--kernel-log", str(kernel_log),
-                "--state-dir", str(Path(tmp) / "agent-state"),
-                "--spool-dir", str(Path(tmp) / "agent-spool"),
-            ],
-            cwd=ROOT,
-            stdout=agent_log,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while not Node.objects.filter(hostname=NODE, last_seen__isnull=False).exists():
-            if time.monotonic() > deadline or agent.poll() is not None:
-                raise SystemExit("the agent's samples never arrived; see agent.log")
-            time.sleep(0.2)
+        inbox = Inbox()
+        port = _free_port()
+        smtp = Controller(inbox, hostname="127.0.0.1", port=port)
+        agent = None
+        worker = None
+        try:
+            smtp.start()
+            token = fleet_services.node_token_issue(CLUSTER, NODE)
+            operator = User.objects.create_user("operator", email="operator@example.org")
+            operator.groups.add(Group.objects.get_or_create(name=OPERATORS_GROUP)[0])
+            worker = WorkerProcess(
+                os.environ["DATABASE_URL"],
+                Path(tmp) / "worker.log",
+                concurrency=2,
+                visibility_timeout_s=600,
+                env={"EMAIL_URL": f"smtp://127.0.0.1:{port}"},
+            )
+            worker.start()
+            kernel_log = Path(tmp) / "kern.log"
+            kernel_log.write_text("")
+            agent_log = open(Path(tmp) / "agent.log", "ab")  # noqa: SIM115 (closed below)
+            agent = subprocess.Popen(
+                [
+                    sys.executable, "-m", "collectors", "--source", "nvml", "--fixture", FIXTURE,
+                    "--no-xid", "--jobs", "none", "--cluster", CLUSTER, "--node", NODE,
+                    "--token", token, "--broker", settings.CELERY_BROKER_URL,
+                    "--interval", str(args.interval), "--kernel-log", str(kernel_log),
+                    "--state-dir", str(Path(tmp) / "agent-state"),
+                    "--spool-dir", str(Path(tmp) / "agent-spool"),
+                ],
+                cwd=ROOT,
+                stdout=agent_log,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+            deadline = time.monotonic() + 60
+            while not Node.objects.filter(hostname=NODE, last_seen__isnull=False).exists():
+                if time.monotonic() > deadline or agent.poll() is not None:
+                    raise SystemExit("the agent's samples never arrived; see agent.log")
+                time.sleep(0.2)
 
-        latencies: list[float] = []
-        for run in range(args.runs):
-            FailureEvent.objects.filter(cluster__name=CLUSTER).delete()
-            AlertGroup.objects.all().delete()
-            before = inbox.count()
-            time.sleep(args.interval * 2)  # the deletes settle; the next round starts clean
-            with kernel_log.open("a") as f:
-                f.write(XID_LINE + "\n")
-                f.flush()
-                written = time.time()
-            deadline = time.monotonic() + args.timeout
-            while inbox.count() == before:
-                if time.monotonic() > deadline:
-                    raise SystemExit(
-                        f"run {run}: no email within {args.timeout} s; worker log:\n"
-                        f"{worker.log()[-3000:]}"
-                    )
-                time.sleep(0.01)
-            latency = inbox.arrivals[before] - written
-            latencies.append(latency)
-            print(f"run {run}: {latency:.2f} s", file=sys.stderr)
-        result = {
-            "median_s": round(statistics.median(latencies), 3),
-            "p95_s": round(p95(latencies), 3),
-            "runs": len(latencies),
-            "max_s": round(max(latencies), 3),
-            "latencies_s": [round(x, 3) for x in latencies],
-            "agent_interval_s": args.interval,
-            "cpus": os.cpu_count(),
-        }
-        print(json.dumps(result))
-    finally:
-        if agent is not None:
-            agent.terminate()
-            agent.wait(20)
-        if worker is not None:
-            worker.stop()
-        smtp.stop()
-        embedded.stop_all()
-        if not os.environ.get("VIGIL_BENCH_KEEP"):
-            shutil.rmtree(tmp, ignore_errors=True)
+            latencies: list[float] = []
+            for run in range(args.runs):
+                FailureEvent.objects.filter(cluster__name=CLUSTER).delete()
+                AlertGroup.objects.all().delete()
+                before = inbox.count()
+                time.sleep(args.interval * 2)  # the deletes settle; the next round starts clean
+                with kernel_log.open("a") as f:
+                    f.write(XID_LINE + "\n")
+                    f.flush()
+                    written = time.time()
+                deadline = time.monotonic() + args.timeout
+                while inbox.count() == before:
+                    if time.monotonic() > deadline:
+                        raise SystemExit(
+                            f"run {run}: no email within {args.timeout} s; worker log:\n"
+                            f"{worker.log()[-3000:]}"
+                        )
+                    time.sleep(0.01)
+                latency = inbox.arrivals[before] - written
+                latencies.append(latency)
+                print(f"run {run}: {latency:.2f} s", file=sys.stderr)
+            result = {
+                "median_s": round(statistics.median(latencies), 3),
+                "p95_s": round(p95(latencies), 3),
+                "runs": len(latencies),
+                "max_s": round(max(latencies), 3),
+                "latencies_s": [round(x, 3) for x in latencies],
+                "agent_interval_s": args.interval,
+                "cpus": os.cpu_count(),
+            }
+            print(json.dumps(result))
+        finally:
+            if agent is not None:
+                agent.terminate()
+                agent.wait(20)
+            if worker is not None:
+                worker.stop()
+            smtp.stop()
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,7 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import django_embedded  # noqa: E402
+from bench.common import bench_site  # noqa: E402
 
 GPUS_PER_NODE = 8
 STEP_S = 15
@@ -285,18 +284,12 @@ def main() -> None:
     parser.add_argument("--raw-hours", type=int, default=6)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    tmp = tempfile.mkdtemp(prefix="vigil-bench-energy-")
-    django_embedded(tmp, debug=False, unset=("VIGIL_CACHE_URL",))
-    from django.core.management import call_command
+    with bench_site("vigil-bench-energy-", unset=("VIGIL_CACHE_URL",)):
+        from webapp.energy.daily import energy_daily_rows
+        from webapp.energy.selectors import energy_report, energy_totals
+        from webapp.energy.services import energy_rollups_rebuild
+        from webapp.energy.trends import energy_trends
 
-    from webapp.core import embedded
-    from webapp.energy.daily import energy_daily_rows
-    from webapp.energy.selectors import energy_report, energy_totals
-    from webapp.energy.services import energy_rollups_rebuild
-    from webapp.energy.trends import energy_trends
-
-    try:
-        call_command("migrate", verbosity=0)
         built = build(args.gpus, args.raw_hours)
         cluster = built["cluster"]
         lo, hi = MONTH_LO, MONTH_LO + timedelta(hours=args.raw_hours)
@@ -337,8 +330,6 @@ def main() -> None:
             "raw_hours": args.raw_hours,
             "month_gpu_mwh": round(month.gpu_kwh / 1000, 2),
         }
-    finally:
-        embedded.stop_all()
     print(json.dumps(result))
 
 

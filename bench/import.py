@@ -24,14 +24,14 @@ import argparse
 import io
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import bench_site  # noqa: E402 (after the path)
 
 
 def main() -> None:
@@ -41,26 +41,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=100_000)
     args = parser.parse_args()
 
-    tmp = tempfile.mkdtemp(prefix="vigil-bench-import-")
-    os.environ["VIGIL_DATA_DIR"] = tmp
-    for var in ("DATABASE_URL", "CELERY_BROKER_URL", "VIGIL_CACHE_URL"):
-        os.environ.pop(var, None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     # The page timings use Django's test client, as a developer's run does.
-    os.environ.setdefault("VIGIL_DEBUG", "true")
+    with bench_site("vigil-bench-import-", debug=True, unset=("VIGIL_CACHE_URL",)) as tmp:
+        from django.core.management import call_command
 
-    import django
+        from webapp.jobs.models import Job
+        from webapp.jobs.trace_import import WRITERS
+        from webapp.jobs.trace_synthesize import synthesize
 
-    django.setup()
-    from django.core.management import call_command
-
-    from webapp.core import embedded
-    from webapp.jobs.models import Job
-    from webapp.jobs.trace_import import WRITERS
-    from webapp.jobs.trace_synthesize import synthesize
-
-    try:
-        call_command("migrate", verbosity=0)
         trace = Path(tmp) / f"trace_{args.flavour}.csv"
         t0 = time.perf_counter()
         synthesize(trace, args.rows, seed=1, cluster_flavour=args.flavour)
@@ -109,10 +97,6 @@ def main() -> None:
         }
         result.update(_characterization(args.flavour))
         print(json.dumps(result))
-    finally:
-        embedded.stop_all()
-        if not os.environ.get("VIGIL_BENCH_KEEP"):
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _pandas(trace: Path) -> float:
