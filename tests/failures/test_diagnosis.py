@@ -356,6 +356,10 @@ def test_a_line_is_cut_at_max_line_bytes():
         # SIGTERM is what launchers send the surviving ranks: no verdict.
         ("Terminated", "unknown"),
         ("srun: error: gpu-3: task 0: Exited with exit code 1", "unknown"),
+        # The shells' own wordings: fish's job report and zsh's.
+        ("fish: Job 1, 'python3 train.py' terminated by signal SIGKILL (Forced quit)", "host_oom"),
+        ("zsh: killed     python3 train.py", "host_oom"),
+        ("zsh: segmentation fault  python3 train.py", "native_crash"),
         # A launcher re-raising its child's end: a negative status is a signal.
         (
             "subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero"

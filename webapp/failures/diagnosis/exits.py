@@ -69,6 +69,7 @@ _SIGNAL_WORDS: dict[str, int] = {
     "segmentation fault": 11,
     "sigsegv": 11,
     "aborted": 6,
+    "abort": 6,  # zsh's word
     "sigabrt": 6,
     "illegal instruction": 4,
     "sigill": 4,
@@ -91,8 +92,10 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
         r"Signal (\d+) \(SIG[A-Z]+\) received",
         # the DeepSpeed launcher: "[...] exits with return code = -9"
         r"exits with return code = (-\d+)",
-        # torch.multiprocessing.spawn: "process 1 terminated with signal SIGKILL"
-        r"terminated with signal (SIG[A-Z]+)",
+        # torch.multiprocessing.spawn: "process 1 terminated with signal SIGKILL"; fish's job
+        # report "fish: Job 1, 'vim' terminated by signal SIGSEGV (Address boundary error)"
+        # (square/maximum-awesome#49)
+        r"terminated (?:with|by) signal (SIG[A-Z]+)",
         # subprocess: "died with <Signals.SIGSEGV: 11>"
         r"died with <Signals\.(SIG[A-Z]+)",
         # Open MPI: "mpirun noticed that process rank 1 ... exited on signal 9 (Killed)", the
@@ -105,6 +108,9 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
         r"tasks? [\d,-]+: (Killed|Segmentation fault|Bus error|Aborted)",
         # bash's job report: "line 41: 51234 Killed   python train.py"
         r"line \d+: +\d+ (Killed|Segmentation fault|Bus error|Aborted)",
+        # zsh's report of a job ended by a signal: "zsh: killed     python3 x.py"
+        # (naturalstupid/PyJHora#15), "zsh: segmentation fault  ./a.out"
+        r"^zsh: (killed|segmentation fault|bus error|abort)\b",
         # a shell's bare report of a killed foreground job (**Killed** pasted as markdown),
         # in English or localised
         r"^\W*(Killed|已杀死)\W*$",
