@@ -112,3 +112,12 @@ def test_nodes_page_counts_the_nodes_out_by_reason_and_for_how_long(fleet, owner
     assert 'id="out-by-reason"' in body
     assert 'data-reason="by a person: ops: fan replacement"' in body
     assert groups["Vigil: drained for a failure"].longest_s >= 7200  # the older of the two
+
+
+def test_a_kubernetes_cluster_cordons_and_tells_operators_instead_of_a_reset(fleet):
+    policy("auto", executor="kubernetes")
+    failure = _xid(fleet, 109)  # RESET_GPU, which kubectl cannot do
+    actions = list(failure.recovery_plan.actions.order_by("seq", "id"))
+    assert [a.kind for a in actions] == ["drain", "notify", "requeue"]
+    assert not any(a.status == "failed" for a in actions)
+    assert "GPU reset needed, which this cluster's executor cannot do" in actions[1].reason

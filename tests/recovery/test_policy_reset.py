@@ -79,3 +79,9 @@ def test_past_the_share_of_nodes_out_a_drain_waits_for_approval():
     d = decide(_facts(nodes_out=4))
     assert d.steps[0].needs_approval
     assert "4 of 40 nodes out of service already, at most 4 (10%)" in d.steps[0].reason
+
+
+def test_an_executor_that_cannot_reset_leaves_the_node_drained_and_tells_operators():
+    d = decide(_facts(unsupported=frozenset({"reset_gpu", "reboot"})))
+    assert [s.kind for s in d.steps] == ["drain", "requeue", "notify"]
+    assert "which this cluster's executor cannot do" in d.steps[-1].reason

@@ -32,6 +32,8 @@ from webapp.recovery.choices import (
     ActionStatus,
     PlanKind,
 )
+from webapp.recovery.executors import executor_for
+from webapp.recovery.executors.base import UnsupportedAction
 from webapp.recovery.models import RecoveryAction, RecoveryPlan, RecoveryPolicy
 from webapp.recovery.services import recovery_policy
 
@@ -47,6 +49,9 @@ LIVE = (
 )
 DRAIN_STATES = ("draining", "drained")
 OUT_STATES = ("draining", "drained", "down")
+# What follows a drain for NVIDIA's RESET_GPU and RESTART_BM / RESTART_VM, where the executor
+# can do it.
+AFTER_DRAIN = frozenset({ActionKind.RESET_GPU.value, ActionKind.REBOOT.value})
 # A drain that succeeded this recently counts even before the scheduler watcher reports it.
 DRAIN_REPORT_LAG = timedelta(minutes=5)
 
@@ -239,10 +244,16 @@ def _facts(
         **_guard_facts(failure.cluster_id, timezone.now()),
     )
     if rails is not None:
+        try:
+            executor = executor_for(rails.executor)
+            unsupported = frozenset(k for k in AFTER_DRAIN if not executor.supports(k))
+        except UnsupportedAction:
+            unsupported = AFTER_DRAIN
         facts = replace(
             facts,
             max_drains_per_hour=rails.max_drains_per_hour,
             max_out_share=rails.max_out_percent / 100,
+            unsupported=unsupported,
         )
     return facts, {j.scheduler_id: j for j in jobs}
 

@@ -102,6 +102,9 @@ class Facts:
     # Whether a node health check is configured (VIGIL_HEALTHCHECK_SCRIPT): without one a
     # reset node stays drained for an operator.
     health_check: bool = True
+    # The action kinds the cluster's executor cannot carry out (Kubernetes: reset_gpu,
+    # reboot): the drained node is left to operators, who are told.
+    unsupported: frozenset[str] = frozenset()
     # The cluster's guard rails and where it stands: drains Vigil made in the last hour, nodes
     # out of service now, nodes in all.
     max_drains_per_hour: int = MAX_DRAINS_PER_HOUR
@@ -263,6 +266,9 @@ def _after_drain(facts: Facts, host: str | None, action: str, drained_here: bool
         return [Step("notify", audience="operators", params={"severity": "page"}, reason=why)]
     if not drained_here:
         return []
+    if str(action) in facts.unsupported:
+        why = f"{facts.cause} on {host}: {what} needed, which this cluster's executor cannot do"
+        return [Step("notify", audience="operators", params={"severity": "page"}, reason=why)]
     if action == Action.REBOOT:
         return [Step("reboot", host=host, reason=f"{facts.cause} on {host}: reboot")]
     if not facts.gpu_bus_id:

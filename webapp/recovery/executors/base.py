@@ -55,6 +55,10 @@ class Executor:
             raise UnsupportedAction(f"{self.kind} cannot run a {target.kind} action")
         return builder(target)
 
+    def supports(self, kind: str) -> bool:
+        """Whether this executor can carry out actions of `kind` (it builds their commands)."""
+        return callable(getattr(self, f"_{kind}", None))
+
     def run(self, argv: Sequence[str], target: Target) -> CommandResult:
         return command_run(argv, timeout_s=self.timeout_s(target))
 
