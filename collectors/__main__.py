@@ -194,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         "ipmi when ipmitool and /dev/ipmi0 exist (default); --source nvml/dcgm only",
     )
     p.add_argument("--fixture", help="fake-NVML fixture (YAML path or name) instead of a GPU")
-    p.add_argument("--clusters", default="seren,kalos", help="simulated: cluster names")
+    p.add_argument("--clusters", default="sable,kestrel", help="simulated: cluster names")
     p.add_argument("--nodes-per-cluster", type=_positive_int, default=16)
     p.add_argument("--gpus-per-node", type=_positive_int, default=8)
     p.add_argument("--seed", type=int, default=None, help="simulated: random seed")

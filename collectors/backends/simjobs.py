@@ -58,6 +58,7 @@ from pathlib import Path
 
 from collectors.backends import simfailures, simphases
 from collectors.backends.siminbox import SchedulerInbox
+from collectors.backends.simphases import paper_twin
 from collectors.backends.simworkload import (
     CHECKPOINT_EVERY_S,
     CLUSTER_MIX,
@@ -129,7 +130,7 @@ class ClusterJobs:
         self.nodes = nodes
         self.gpn = gpus_per_node
         self.rng = rng
-        conf = CLUSTER_MIX.get(cluster.lower(), CLUSTER_MIX["seren"])
+        conf = CLUSTER_MIX.get(paper_twin(cluster), CLUSTER_MIX["seren"])
         mix = conf["mix"]
         own = {t.name: t for t in conf.get("types", ())}
         self.types = [own.get(t.name, t) for t in POOL_TYPES if t.name in mix]
@@ -396,7 +397,7 @@ class ClusterJobs:
         # Slurm resets a requeued job's submit time (sacct's and scontrol's man pages).
         job.submit_ts = ts
         self._emit(job, "requeued", ts)
-        rng = random.Random(f"requeue/{self.cluster}/{job.job_id}/{job.attempt}")
+        rng = random.Random(f"requeue/{paper_twin(self.cluster)}/{job.job_id}/{job.attempt}")
         model = self.pretrain if job.lane else next(t for t in self.types if t.name == job.job_type)
         job.state = self._final_state(rng, model)
         duration = lognormal(rng, model.median_s, model.sigma)
@@ -445,7 +446,7 @@ class ClusterJobs:
             self.queue.remove(job)
             # The scheduler's cycle: a job starts a few seconds after it could (Slurm's
             # sched_min_interval; Kalos "almost no job starts within about 8 s").
-            start = ts + self.rng.uniform(1.0, 8.0 if self.cluster == "kalos" else 3.0)
+            start = ts + self.rng.uniform(1.0, 8.0 if paper_twin(self.cluster) == "kalos" else 3.0)
             job.held = held
             job.start_ts = job.began_ts = start
             job.end_ts = start + job.duration_s
@@ -647,7 +648,9 @@ class JobSimulator:
                 gpus_per_node,
                 random.Random(rng.random()),
                 # A generator of its own (seeded by name): the job stream does not change.
-                fail_rng=random.Random(f"failures/{c}/{seed}" if seed is not None else None)
+                fail_rng=random.Random(
+                    f"failures/{paper_twin(c)}/{seed}" if seed is not None else None
+                )
                 if failures
                 else None,
                 inventory=inventory,

@@ -48,9 +48,12 @@ from collectors.backends import simphases
 from collectors.backends.base import GPU_POS, NODE_POS, NodeReading, Source
 from collectors.backends.siminbox import INBOX_ENV
 from collectors.backends.simjobs import JobSimulator
+from collectors.backends.simphases import paper_twin
 from collectors.schema import GPU_FIELD_NAMES, NODE_FIELD_NAMES, GpuInfo
 
-DEFAULT_CLUSTERS = ("seren", "kalos")
+# Named apart from the paper's Seren and Kalos, whose workloads they simulate
+# (simworkload.PAPER_TWIN).
+DEFAULT_CLUSTERS = ("sable", "kestrel")
 DEFAULT_NODES_PER_CLUSTER = 16
 DEFAULT_GPUS_PER_NODE = 8
 
@@ -260,9 +263,9 @@ class SimulatedBackend:
         self.nodes: list[_SimNode] = []
         for cluster in clusters:
             # Clusters other than Acme's two borrow Seren's shape (the larger, public one).
-            table = calib["clusters"].get(cluster.lower(), calib["clusters"]["seren"])
+            table = calib["clusters"].get(paper_twin(cluster), calib["clusters"]["seren"])
             q = {key: Quantiles(values) for key, values in table.items()}
-            shares = calib["shares"].get(cluster.lower(), calib["shares"]["seren"])
+            shares = calib["shares"].get(paper_twin(cluster), calib["shares"]["seren"])
             for n in range(1, nodes_per_cluster + 1):
                 name = node_name(cluster, n)
                 gpus = []

@@ -175,7 +175,7 @@ def test_stdout_shows_scripted_xids_kernel_lines_and_job_windows_as_node_events(
 
 def test_simulated_count_mode_backfills_in_the_past_and_groups_rounds(tmp_path):
     tokens = tmp_path / "tokens.json"
-    names = [f"{c}-node-{n:03d}" for c in ("seren", "kalos") for n in (1, 2)]
+    names = [f"{c}-node-{n:03d}" for c in ("sable", "kestrel") for n in (1, 2)]
     tokens.write_text(json.dumps({name: f"token-{name}-0123456789" for name in names}))
     before = time.time()
     result = collector(
@@ -190,7 +190,7 @@ def test_simulated_count_mode_backfills_in_the_past_and_groups_rounds(tmp_path):
     node_events = [parse_node_events(line) for line in lines if '"gpu_events":' in line]
     batches = [parse_batch(line) for line in lines if '"samples":' in line]
     assert {b.node for b in node_events} <= set(names)
-    assert job_batches and {b.node for b in job_batches} <= {"seren-node-001", "kalos-node-001"}
+    assert job_batches and {b.node for b in job_batches} <= {"sable-node-001", "kestrel-node-001"}
     assert len(batches) == 4 * 5  # 4 nodes x 30 rounds / 6 per batch
     assert {b.token for b in batches} == {f"token-{n}-0123456789" for n in names}
     stamps = sorted(row[0] for b in batches for row in b.node_samples)

@@ -15,7 +15,7 @@ import pytest
 from collectors.__main__ import main as collector_main
 from collectors.agent import Agent
 from collectors.backends.base import GPU_POS, NODE_POS
-from collectors.backends.simulated import SimulatedBackend, load_calibration
+from collectors.backends.simulated import DEFAULT_CLUSTERS, SimulatedBackend, load_calibration
 from collectors.calibrate import DEFAULT_CSV, calibrate
 from collectors.schema import parse_batch
 from tests.helpers import wait_for
@@ -140,8 +140,9 @@ def test_energy_counter_integrates_power():
 
 def test_fleet_layout_and_batches_pass_the_wire_schema():
     backend = SimulatedBackend(seed=1)
-    assert backend.node_ids[0] == ("seren", "seren-node-001")
-    assert backend.node_ids[-1] == ("kalos", "kalos-node-016")
+    # The demo's clusters, named apart from the paper's Seren and Kalos they simulate.
+    assert backend.node_ids[0] == ("sable", "sable-node-001")
+    assert backend.node_ids[-1] == ("kestrel", "kestrel-node-016")
     sent: list[str] = []
     agent = Agent(backend, lambda c, n: f"token-of-{n}", lambda _i, t: sent.append(t))
     agent.run(3, backfill=True)
@@ -333,3 +334,12 @@ def test_a_server_draws_more_than_its_gpus(node_hour):
             assert server <= gpus + 2500, (gpus, server)
         busy_nodes += gpus > 2500
     assert busy_nodes > 100
+
+
+def test_a_demo_cluster_simulates_its_paper_twins_workload():
+    from collectors.backends.simphases import paper_twin
+    from collectors.backends.simworkload import CLUSTER_MIX
+
+    assert [paper_twin(c) for c in DEFAULT_CLUSTERS] == ["seren", "kalos"]
+    assert not {c.lower() for c in DEFAULT_CLUSTERS} & {"seren", "kalos"}
+    assert paper_twin("kalos") == "kalos" and CLUSTER_MIX[paper_twin("Kestrel")]

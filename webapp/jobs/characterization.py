@@ -410,8 +410,8 @@ PERCENTILES: tuple[float, ...] = tuple(i / 100 for i in range(101))
 # Rows one telemetry CDF reads at most: above it the table is sampled by blocks (TABLESAMPLE
 # SYSTEM), which keeps a 1 % resolution CDF within about 0.3 % (binomial error at 100k rows).
 TELEMETRY_ROW_BUDGET = 300_000
-# With no start given, the telemetry window is the last week before its end.
-DEFAULT_TELEMETRY_SPAN = timedelta(days=7)
+# With no start given the window is all time, for the telemetry as for the job counts: every
+# value telemetry keeps (its hourly rollup's retention, VIGIL_HOURLY_ROLLUP_RETENTION_DAYS).
 
 
 @dataclass
@@ -437,7 +437,7 @@ def telemetry_cdfs(
     block-sampled, so the cost stays bounded.
     """
     until = until or timezone.now()
-    since = since or until - DEFAULT_TELEMETRY_SPAN
+    since = since or telemetry_kept_since(until).hourly
     read = cluster_distribution(
         cluster.id,
         since,
