@@ -406,6 +406,35 @@ def test_scheduler_job_states_decide_through_the_state_table(text, cause):
         assert got.blamed_node is None
 
 
+def test_a_jvm_exception_chain_is_read_from_its_last_cause():
+    # The JVM prints the wrapper first and its causes after it: the last "Caused by:" is the
+    # root, the class missing from the job's classpath (a script error), not Spark's abort.
+    got = diagnose_text(
+        'Exception in thread "main" org.apache.spark.SparkException: Job aborted due to stage'
+        " failure: Task 3 in stage 3.0 failed 4 times\n"
+        "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages"
+        "(DAGScheduler.scala:1889)\n"
+        "Caused by: org.apache.spark.SparkException: Task failed while writing rows\n"
+        "\tat org.apache.spark.sql.execution.datasources.FileFormatWriter$.executeTask"
+        "(FileFormatWriter.scala:285)\n"
+        "Caused by: java.lang.ClassNotFoundException: com.example.etl.RowMapper\n"
+        "\tat java.net.URLClassLoader.findClass(URLClassLoader.java:381)\n"
+    )
+    assert (got.cause, got.detail) == ("user_exception", "ClassNotFoundException")
+    assert got.evidence[0].text.startswith("Caused by: java.lang.ClassNotFoundException")
+    # A Python chain keeps its order: the first exception is the cause.
+    got = diagnose_text(
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 9, in <module>\n'
+        "KeyError: 'labels'\n"
+        "\nDuring handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/torch/serialization.py", line 9, in f\n'
+        "RuntimeError: cleanup failed\n"
+    )
+    assert got.detail == "KeyError"
+
+
 def test_root_cause_outranks_the_frame_that_reported_it():
     # An errno under torch.load, then the framework's own crash: the storage error decides.
     got = diagnose_text(

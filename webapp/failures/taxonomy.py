@@ -127,6 +127,9 @@ EXCEPTION_ALIAS: dict[str, str] = {
     "FloatingPointError": "ZeroDivisionError",
     "IsADirectoryError": "FileNotFoundError",
     "NotADirectoryError": "FileNotFoundError",
+    # The JVM's counterparts of a failed import: a class missing from the job's classpath.
+    "ClassNotFoundException": "ImportError",
+    "NoClassDefFoundError": "ImportError",
 }
 
 # Which side of the framework/script split an exception falls on when no traceback frame is

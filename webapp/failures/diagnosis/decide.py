@@ -496,6 +496,7 @@ def _pick(events: list[Event]) -> Event:
         best = min(tied, key=lambda e: (e.ts, e.seq))
     else:
         best = min(tied, key=lambda e: e.seq)
+    best = _chain_root(best, tied)
     if best.failed_at is not None or best.root_cause:
         # torchrun lists the other failures before the first one, and each node's agent
         # prints its own records: the first failed rank is the earliest record, the one
@@ -510,6 +511,22 @@ def _pick(events: list[Event]) -> Event:
             ),
         )
     return best
+
+
+def _chain_root(best: Event, tied: list[Event]) -> Event:
+    """The root cause of a JVM exception chain: the JVM prints the exception first and its
+    causes after it ("Caused by: ..."), the root last, where Python prints the root first; the
+    last "Caused by:" event that follows `best` with no other event of its tier between."""
+    root = best
+    following = sorted(
+        (e for e in tied if e.file_index == best.file_index and e.line_no > best.line_no),
+        key=lambda e: e.seq,
+    )
+    for e in following:
+        if not e.chained:
+            break
+        root = e
+    return root
 
 
 def _diagnosis(

@@ -105,6 +105,9 @@ class Event:
     failed_at: float | None = None
     root_cause: bool = False
     ts_style: str | None = None
+    # A JVM exception printed as the cause of the one before it ("Caused by: ..."): the chain's
+    # root cause is its last one (decide.py).
+    chained: bool = False
 
     @property
     def seq(self) -> tuple[int, int]:
@@ -168,6 +171,10 @@ _DETAIL_NOISE = re.compile(
     r"^(?:error: |\[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:WARN|INFO) |\[[EWI] [\w./-]+:\d+\] )+"
 )
 _FRAME = re.compile(r'File "([^"]+)", line \d+')
+# How the JVM prints an exception's place in its chain (Throwable.printStackTrace): the uncaught
+# one "Exception in thread "main" x.Y: ...", each cause after it "Caused by: x.Z: ...".
+JVM_CAUSED_BY = "Caused by: "
+_JVM_EXCEPTION_PREFIX = re.compile(r'^(?:Caused by: |Exception in thread "[^"]*" )')
 # The packages of object-store clients (rules.yaml storage-client-frame names the same ones).
 _STORE_CLIENT_FRAME = re.compile(
     r"[/\\](?:botocore|boto3|s3transfer|s3fs|minio|gcsfs|adlfs|google[/\\]cloud[/\\]storage|"
@@ -242,7 +249,8 @@ def event_of(
         cause, tier, kind, confidence = state.cause, state.tier, state.kind, state.confidence
         detail = state.label
     elif cause == "by_exception":
-        name = _EXC_NAME.match(msg).group(1)  # at_start matched, so this matches too
+        # A JVM exception's line starts with its place in the chain (rules.yaml jvm-exception).
+        name = _EXC_NAME.match(_JVM_EXCEPTION_PREFIX.sub("", msg, count=1)).group(1)
         if name in EXCEPTIONS_IGNORED:
             return None
         detail = name
@@ -312,6 +320,7 @@ def event_of(
         last_completed=int(lc.group(1)) if lc else None,
         timeout_ms=int(tm.group(1)) if tm else None,
         signature=_DETAIL_NOISE.sub("", msg.strip())[:SIGNATURE_CHARS],
+        chained=msg.startswith(JVM_CAUSED_BY),
     )
     return event
 
