@@ -4,7 +4,7 @@ tests/data/real_logs/ holds verbatim excerpts of public issue threads (README.md
 where each comes from); labels.json gives each its cause, category, action and, where the
 source establishes it, the blamed node. tests/data/real_logs_heldout/ is a second set, in the
 same format, labelled before the diagnoser ever ran on it: its README records the first-contact
-figure; real_logs_heldout3, 4 and 5 are later batches labelled the same way. The figures are
+figure; real_logs_heldout3 to 6 are later batches labelled the same way. The figures are
 printed per cause, for the development, held-out and synthetic corpora separately. Plain
 functions over files: no database, broker or Django models.
 """
