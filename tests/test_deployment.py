@@ -75,9 +75,7 @@ def test_every_routed_queue_has_a_worker():
     from webapp.celery import app
 
     consumed = set().union(*_worker_queues().values())
-    routed = {r["queue"] for r in app.conf.task_routes.values()} | {
-        app.conf.task_default_queue
-    }
+    routed = {r["queue"] for r in app.conf.task_routes.values()} | {app.conf.task_default_queue}
     assert routed <= consumed, f"tasks routed to {routed - consumed} that no worker consumes"
 
 
