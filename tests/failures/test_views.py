@@ -118,7 +118,7 @@ def test_timeline_lanes_per_job(operator_client, diagnosed):
         ("cause=gpu_off_bus&kind=job_failure", {"200"}),
         ("job_type=pretrain&kind=job_failure", {"200"}),
         ("user=bob", {"201"}),
-        ("cluster=nope", set()),
+        ("cluster=testcluster", {"200", "201"}),  # an unknown one is refused: test_timeline_cluster
     ],
 )
 def test_timeline_filters_and_csv_agree(operator_client, diagnosed, query, jobs):

@@ -157,6 +157,7 @@ def silence_list(request: HttpRequest) -> HttpResponse:
                     user=request.user.get_username(),
                     comment=d["why"],
                     ends_at=d["until"],
+                    starts_at=d["start"],
                     cluster=d["cluster"],
                     node=d["node"],
                     cause=d["cause"],

@@ -20,6 +20,8 @@ class RejectedBatch(models.Model):
     class Meta:
         db_table = "telemetry_rejectedbatch"
         ordering = ["-received_at"]
+        verbose_name = "refused batch"
+        verbose_name_plural = "refused batches"
 
     def __str__(self) -> str:
         return f"{self.reason} {self.cluster}/{self.node}"
@@ -31,6 +33,10 @@ class RejectedBatchPruned(models.Model):
 
     reason = models.CharField(max_length=32, primary_key=True)
     count = models.BigIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "pruned refusals count"
+        verbose_name_plural = "pruned refusals counts"
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.count} pruned"

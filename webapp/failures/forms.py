@@ -22,7 +22,9 @@ MAX_CHECKPOINT_WRITE_S = 86400  # a checkpoint that takes longer than a day is a
 class TimelineForm(FilterForm):
     """The timeline's filters; a bad value is dropped (and named in `error`)."""
 
-    cluster = forms.CharField(required=False, initial="")
+    # One of the clusters (the page offers them as a choice): a name no cluster has is
+    # refused, not a silently empty timeline.
+    cluster = ClusterField(Cluster.objects.order_by("name"))
     category = ValueChoiceField([(c.value, c.value) for c in taxonomy.Category])
     cause = ValueChoiceField([(c, c) for c in taxonomy.CAUSES])
     job_type = ValueChoiceField(JobType.choices)
@@ -37,7 +39,7 @@ class TimelineForm(FilterForm):
     def failure_filter(self, now: datetime) -> FailureFilter:
         v = self.values
         return FailureFilter(
-            cluster=v["cluster"],
+            cluster=v["cluster"].name if v["cluster"] else "",
             category=v["category"],
             cause=v["cause"],
             job_type=v["job_type"],
