@@ -190,7 +190,7 @@ def group_flush(group_id: int, now: datetime | None = None) -> list[Notification
                 notified_at__isnull=False,
                 resolved_notified_at__isnull=True,
             )
-        ).select_related("rule", "cluster", "node", "job", "failure")
+        ).select_related("rule", "cluster", "node", "gpu", "job", "failure__blamed_gpu")
         firing, resolved = [], []
         silencing: dict[int, frozenset[int]] = {}
         for alert in candidates.order_by("starts_at", "pk"):

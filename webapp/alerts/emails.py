@@ -14,6 +14,7 @@ from django.urls import NoReverseMatch, reverse
 
 from webapp.alerts.models import Alert
 from webapp.core import mail
+from webapp.core.templatetags.vigil import gpu_name, gpu_name_of
 from webapp.failures.selectors import reported_late_s
 from webapp.recovery.choices import ActionKind
 from webapp.recovery.models import RecoveryAction
@@ -53,6 +54,15 @@ def _actions(alert: Alert) -> list[dict]:
     ]
 
 
+def _gpu_name(gpu: object, label: str) -> str:
+    """The GPU as every page names it (core's gpu_name), else its label ("3": GPU 3)."""
+    if gpu is not None:
+        return gpu_name_of(gpu)
+    if label.isdigit():
+        return gpu_name(int(label))
+    return label if not label or label.startswith("GPU") else f"GPU {label}"
+
+
 def alert_context(alert: Alert, *, show_logs: bool) -> dict:
     """One alert as the templates show it."""
     f = alert.failure
@@ -66,7 +76,8 @@ def alert_context(alert: Alert, *, show_logs: bool) -> dict:
         "ends_at": alert.ends_at,
         "cluster": alert.cluster.name if alert.cluster_id else "",
         "node": alert.node.hostname if alert.node_id else alert.labels.get("node", ""),
-        "gpu": alert.labels.get("gpu", ""),
+        "gpu": _gpu_name(alert.gpu if alert.gpu_id else None, alert.labels.get("gpu", "")),
+        "gpu_url": _url("telemetry:gpu", alert.gpu_id) if alert.gpu_id else "",
         "cause": alert.cause,
         "value": alert.value,
         "job": None,
@@ -95,7 +106,8 @@ def alert_context(alert: Alert, *, show_logs: bool) -> dict:
             "confidence": f.confidence,
             "detail": f.detail,
             "blamed_host": f.blamed_host,
-            "blamed_gpu": f.blamed_gpu_label,
+            "blamed_gpu": _gpu_name(f.blamed_gpu if f.blamed_gpu_id else None, f.blamed_gpu_label),
+            "blamed_gpu_url": _url("telemetry:gpu", f.blamed_gpu_id) if f.blamed_gpu_id else "",
             "gpu_hours_lost": f.gpu_hours_lost,
             "url": _url("failures:detail", f.pk),
         }

@@ -11,18 +11,13 @@ from __future__ import annotations
 from django.db.models import Q
 from django.urls import reverse
 
+from webapp.core.templatetags.vigil import gpu_name
 from webapp.failures.choices import FailureKind
 from webapp.failures.models import FailureEvent
 from webapp.jobs.dispatch import TimelineEntry, job_incident_wanted
 from webapp.jobs.models import Job
 from webapp.recovery.models import RecoveryAction
 from webapp.recovery.selectors import action_label
-
-
-def gpu_name(index: int | None, pci_bus_id: str = "") -> str:
-    """ "GPU 3 (0000:3B:00.0)": a GPU by its index and, where known, its bus id."""
-    name = f"GPU {index if index is not None else '?'}"
-    return f"{name} ({pci_bus_id})" if pci_bus_id else name
 
 
 def _failure_entries(f: FailureEvent) -> list[TimelineEntry]:

@@ -94,3 +94,37 @@ def json_script_fast(value: object, element_id: str) -> str:
     return format_html(
         '<script id="{}" type="application/json">{}</script>', element_id, mark_safe(text)
     )
+
+
+# --- A GPU, named one way everywhere -------------------------------------------------------
+
+
+def gpu_name(index: int | None, pci_bus_id: str = "") -> str:
+    """ "GPU 3 (0000:3B:00.0)": a GPU by its index on its node and, where known, its PCI bus
+    id (what nvidia-smi and the kernel's Xid lines name it by)."""
+    name = f"GPU {index if index is not None else '?'}"
+    return f"{name} ({pci_bus_id})" if pci_bus_id else name
+
+
+@register.filter(name="gpu_name")
+def gpu_name_of(gpu: object) -> str:
+    """A fleet GPU (index, pci_bus_id) as gpu_name() names it; "" for none."""
+    if gpu is None or gpu == "":
+        return ""
+    return gpu_name(getattr(gpu, "index", None), getattr(gpu, "pci_bus_id", "") or "")
+
+
+@register.simple_tag
+def gpu_link(gpu: object, host: bool = False) -> str:
+    """The GPU's name linking its page: `{% gpu_link failure.blamed_gpu %}`; `host=True` puts
+    its node's hostname first ("gpu-a-01 GPU 3 (0000:3B:00.0)")."""
+    from django.urls import reverse
+
+    if gpu is None or gpu == "":
+        return ""
+    text = gpu_name_of(gpu)
+    if host:
+        text = f"{gpu.node.hostname} {text}"
+    return format_html(
+        '<a class="gpu-link" href="{}">{}</a>', reverse("telemetry:gpu", args=[gpu.pk]), text
+    )
