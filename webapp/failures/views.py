@@ -18,6 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 
+from webapp.core.templatetags.vigil import gpu_name
 from webapp.core.windows import Window
 from webapp.failures import figures, tables, taxonomy
 from webapp.failures.choices import FailureKind
@@ -153,7 +154,7 @@ def incident_links(failure: FailureEvent, xids: list[GpuErrorEvent]) -> list[tup
         return [
             (
                 f"GPU error{f' Xid {e.xid}' if e.xid else ''} on "
-                f"{failure.blamed_node.hostname} GPU {e.gpu_index}",
+                f"{failure.blamed_node.hostname} {gpu_name(e.gpu_index, e.pci_bus_id)}",
                 reverse("failures:detail", args=[e.failure.pk]),
             )
             for e in errors[:10]
