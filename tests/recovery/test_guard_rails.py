@@ -18,6 +18,7 @@ from webapp.failures.services import failure_diagnose
 from webapp.fleet.models import Cluster, Node
 from webapp.fleet.services import node_states_apply
 from webapp.recovery.models import RecoveryAction, RecoveryPlan, RecoveryPolicy
+from webapp.recovery.selectors import nodes_out_by_reason
 
 pytestmark = pytest.mark.django_db
 
@@ -121,3 +122,32 @@ def test_a_kubernetes_cluster_cordons_and_tells_operators_instead_of_a_reset(fle
     assert [a.kind for a in actions] == ["drain", "notify", "requeue"]
     assert not any(a.status == "failed" for a in actions)
     assert "GPU reset needed, which this cluster's executor cannot do" in actions[1].reason
+
+
+def test_a_contact_support_xid_drains_and_pages_operators_and_is_never_resumed(fleet):
+    policy("auto")
+    failure = _xid(fleet, 54)  # CHECK_MECHANICALS: auxiliary power not connected
+    actions = list(failure.recovery_plan.actions.order_by("seq", "id"))
+    assert [a.kind for a in actions] == ["drain", "notify", "requeue"]
+    drain, notify, _ = actions
+    assert drain.status == "ready" and drain.host == "gpu-node-02"
+    assert "SILENT_RUNNING_PWR_REDUCED_CLOCKING" in notify.reason
+    assert "CHECK_MECHANICALS" in notify.reason
+    assert (notify.audience, notify.params) == ("operators", {"severity": "page"})
+    # Once drained so, a later RESET_GPU Xid on the node plans no reset and no resume.
+    cluster = Cluster.objects.get(name="testcluster")
+    node_states_apply(cluster.pk, [NodeStateIn(
+        node="gpu-node-02", state="drained", reason=f"vigil: {drain.params['reason']}",
+        since=time.time())])  # fmt: skip
+    RecoveryAction.objects.filter(pk=drain.pk).update(status="succeeded")
+    at = float(int(time.time())) - 30  # another GPU: one GPU's Xids within 3 min are one incident
+    node_events_ingest(fleet.node_batch("gpu-node-02", gpu_events=[xid_event(at, 109, index=5)]))
+    later = FailureEvent.objects.get(kind="gpu_error", gpu_error__xid=109)
+    failure_diagnose(later.pk)
+    later.refresh_from_db()
+    actions = list(later.recovery_plan.actions.order_by("seq", "id"))
+    assert not any(a.kind in ("reset_gpu", "resume") for a in actions)
+    assert any("escalated to operators" in a.reason for a in actions if a.kind == "notify")
+    # The nodes page: out, escalated, for a person to return.
+    groups = {g.reason: g.by_vigil for g in nodes_out_by_reason(cluster.pk)}
+    assert groups == {"Vigil: escalated to operators": False}

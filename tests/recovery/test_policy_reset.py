@@ -85,3 +85,35 @@ def test_an_executor_that_cannot_reset_leaves_the_node_drained_and_tells_operato
     d = decide(_facts(unsupported=frozenset({"reset_gpu", "reboot"})))
     assert [s.kind for s in d.steps] == ["drain", "requeue", "notify"]
     assert "which this cluster's executor cannot do" in d.steps[-1].reason
+
+
+WORDS = "Xid 54 SILENT_RUNNING_PWR_REDUCED_CLOCKING: Auxiliary power is not connected (CHECK_MECHANICALS)"
+
+
+def test_an_escalated_xid_drains_the_node_and_tells_operators_in_the_catalogs_words():
+    d = decide(_facts("escalate", catalog_words=WORDS))
+    drain, requeue, tell = d.steps
+    assert (drain.kind, drain.host, drain.needs_approval) == ("drain", "n1", False)
+    assert drain.params["reason"].startswith("escalated to operators")
+    assert (requeue.kind, requeue.job) == ("requeue", "10")
+    assert (tell.kind, tell.audience, tell.params) == ("notify", "operators", {"severity": "page"})
+    assert WORDS in tell.reason and "never returned to service by Vigil" in tell.reason
+    assert not any(s.kind in ("resume", "reset_gpu", "reboot") for s in d.steps)
+
+
+def test_an_escalation_drain_is_held_by_the_guard_rails_like_any_other():
+    d = decide(_facts("escalate", catalog_words=WORDS, drains_last_hour=3))
+    assert d.steps[0].kind == "drain" and d.steps[0].needs_approval
+    assert d.rule == "guard_rail"
+
+
+def test_a_node_escalated_earlier_is_not_reset_or_resumed_by_a_later_plan():
+    d = decide(_facts(hosts_drained=frozenset({"n1"}), hosts_escalated=frozenset({"n1"})))
+    assert [s.kind for s in d.steps] == ["requeue", "notify"]
+    assert "escalated to operators" in d.steps[-1].reason
+
+
+def test_an_escalation_without_the_xids_words_only_notifies():
+    # A filesystem escalation (no Xid): operators are told, no node is drained.
+    d = decide(_facts("escalate", cause="filesystem"))
+    assert [s.kind for s in d.steps] == ["notify"]

@@ -322,6 +322,8 @@ def _simulated_effects(action: RecoveryAction) -> None:
         return
     drained = action.kind == ActionKind.DRAIN
     reason = f"vigil (simulated): {action.plan.cause} failure {action.plan.failure_id}"
+    if action.params.get("reason"):  # as Slurm's drain_reason writes it
+        reason = f"vigil (simulated): {action.params['reason']}"
     node_states_apply(
         action.cluster_id,
         [

@@ -22,6 +22,7 @@ from django.utils import timezone
 from webapp.failures.choices import FailureKind
 from webapp.failures.models import FailureEvent
 from webapp.failures.services import failure_action_record
+from webapp.failures.taxonomy import xid_info
 from webapp.fleet.models import Node
 from webapp.jobs.models import Job, JobAllocation
 from webapp.recovery import policy
@@ -124,6 +125,40 @@ def _hosts_held(cluster_id: int) -> frozenset[str]:
     drained = Node.objects.filter(cluster_id=cluster_id, state__in=DRAIN_STATES)
     people = drained.exclude(state_reason__startswith=policy.VIGIL_REASON_PREFIX)
     return frozenset(people.values_list("hostname", flat=True))
+
+
+def _hosts_escalated(cluster_id: int) -> frozenset[str]:
+    """Nodes Vigil drained for an escalation: they wait for a person, like a person's drain."""
+    drained = Node.objects.filter(cluster_id=cluster_id, state__in=OUT_STATES)
+    marked = drained.filter(
+        state_reason__istartswith=policy.VIGIL_REASON_PREFIX,
+        state_reason__contains=policy.ESCALATED_MARK,
+    )
+    return frozenset(marked.values_list("hostname", flat=True))
+
+
+# "Xid 54: ..." (failures/diagnosis/events.py writes a kernel line's detail so).
+XID_DETAIL = re.compile(r"^Xid (\d+)\b")
+
+
+def _catalog_words(failure: FailureEvent) -> str:
+    """The catalog's mnemonic, description and resolutions of the Xid behind the failure, as
+    operators are told them; "" where no Xid is behind it."""
+    code = failure.gpu_error.xid if failure.gpu_error_id else 0
+    if not code:
+        m = XID_DETAIL.match(failure.detail or "")
+        code = int(m.group(1)) if m else 0
+    if not code:
+        return ""
+    xid = xid_info(code)
+    words = f"Xid {code}"
+    if xid.mnemonic:
+        words += f" {xid.mnemonic}"
+    words += f": {xid.description or xid.meaning}"
+    resolutions = [r for r in (xid.immediate, xid.investigatory) if r]
+    if resolutions:
+        words += f" (NVIDIA's resolution: {', then '.join(dict.fromkeys(resolutions))})"
+    return words
 
 
 def _guard_facts(cluster_id: int, now: datetime) -> dict:
@@ -239,6 +274,8 @@ def _facts(
         jobs_requeued=_jobs_requeued(jobs),
         retry_base_s=settings.VIGIL_RECOVERY_RETRY_BASE_S,
         hosts_held=_hosts_held(failure.cluster_id),
+        hosts_escalated=_hosts_escalated(failure.cluster_id),
+        catalog_words=_catalog_words(failure),
         gpu_bus_id=failure.gpu.pci_bus_id if failure.gpu_id else "",
         health_check=bool(settings.VIGIL_HEALTHCHECK_SCRIPT),
         **_guard_facts(failure.cluster_id, timezone.now()),

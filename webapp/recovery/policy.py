@@ -48,6 +48,9 @@ DRAINING = frozenset({Action.CORDON_RESTART, Action.RESET_GPU, Action.REBOOT})
 # The prefix of every drain reason Vigil writes (executors/slurm.py drain_reason): a node
 # drained with any other reason was drained by a person, and Vigil never resumes it.
 VIGIL_REASON_PREFIX = "vigil"
+# In the reason of a drain for NVIDIA's CONTACT_SUPPORT, CHECK_MECHANICALS or UPDATE_SWFW
+# (docs/xid-catalog.md): the node waits for a person, and Vigil never returns it to service.
+ESCALATED_MARK = "escalated to operators"
 # Guard rails per cluster (RecoveryPolicy): past either, a drain waits for an operator.
 MAX_DRAINS_PER_HOUR = 3
 MAX_OUT_SHARE = 0.10
@@ -97,6 +100,12 @@ class Facts:
     # Hosts drained by a person (their reason is not Vigil's): Vigil neither resets nor
     # reboots them, and never resumes them.
     hosts_held: frozenset[str] = frozenset()
+    # Hosts Vigil drained for an escalation (ESCALATED_MARK in the scheduler's reason): like a
+    # person's drain, never reset, rebooted or resumed by Vigil.
+    hosts_escalated: frozenset[str] = frozenset()
+    # The catalog's words for the Xid behind the failure (mnemonic, description, resolution),
+    # when an Xid is behind it: an escalation with them drains the node.
+    catalog_words: str = ""
     # The failing GPU's PCI bus id (what `nvidia-smi -r -i` takes), when known.
     gpu_bus_id: str = ""
     # Whether a node health check is configured (VIGIL_HEALTHCHECK_SCRIPT): without one a
@@ -207,7 +216,10 @@ def decide(facts: Facts) -> Decision:
     why = why or f"{facts.cause}: {action.replace('_', ' ')} (failure-taxonomy.md)"
     if action == Action.NONE:
         return Decision(action, rule, why)
-    if action in (Action.NOTIFY, Action.ESCALATE):
+    # An Xid NVIDIA says to take to support, check mechanically or update: drained, its jobs
+    # restarted elsewhere, operators paged in the catalog's words; a person returns the node.
+    escalate_node = action == Action.ESCALATE and bool(facts.catalog_words and host)
+    if action in (Action.NOTIFY, Action.ESCALATE) and not escalate_node:
         return _notify(facts, rule, why, escalate=action == Action.ESCALATE, action=action)
     jobs = _jobs(facts)
     if action in DRAINING and not host:
@@ -224,7 +236,7 @@ def decide(facts: Facts) -> Decision:
             return _notify(facts, "cordon_without_node", f"{facts.cause} names no node", True)
     steps: list[Step] = []
     after: list[Step] = []
-    if action in DRAINING:
+    if action in DRAINING or escalate_node:
         drains = _drain(facts, host, action)
         steps += drains
         after = _after_drain(facts, host, action, drained_here=bool(drains))
@@ -238,6 +250,8 @@ def decide(facts: Facts) -> Decision:
     for j in jobs:
         if j.scheduler_id in facts.jobs_requeued:
             continue  # the same incident already requeued this run
+        if escalate_node and j.restarts_in_a_row >= facts.max_restarts:
+            continue  # the restart limit holds here too; operators are told of the node
         if action == Action.ROLLBACK_SKIP:
             steps.append(_rollback(j))
         else:
@@ -258,9 +272,22 @@ def _after_drain(facts: Facts, host: str | None, action: str, drained_here: bool
     the scheduler reboots the node once idle and returns it to service itself.
     A node a person drained is left to them; a node this incident drained already (the GPU
     error's plan) is not reset twice."""
-    if action not in (Action.RESET_GPU, Action.REBOOT) or not host:
+    if action not in (Action.RESET_GPU, Action.REBOOT, Action.ESCALATE) or not host:
         return []
+    if action == Action.ESCALATE:
+        if not drained_here:
+            return []  # the same incident escalated the node already
+        why = (
+            f"{facts.cause} on {host}: {facts.catalog_words}; drained, never returned to "
+            "service by Vigil: a person resumes it"
+        )
+        return [Step("notify", audience="operators", params={"severity": "page"}, reason=why)]
     what = "GPU reset" if action == Action.RESET_GPU else "reboot"
+    if host in facts.hosts_escalated:
+        why = (
+            f"{facts.cause} on {host}: {what} needed, but {host} is {ESCALATED_MARK}: left to them"
+        )
+        return [Step("notify", audience="operators", params={"severity": "page"}, reason=why)]
     if host in facts.hosts_held:
         why = f"{facts.cause} on {host}: {what} needed, but a person drained {host}: left to them"
         return [Step("notify", audience="operators", params={"severity": "page"}, reason=why)]
@@ -345,10 +372,14 @@ def _drain(facts: Facts, host: str | None, action: str = Action.CORDON_RESTART) 
         return []
     then = {Action.RESET_GPU: ": GPU reset needed", Action.REBOOT: ": reboot needed"}
     why = f"{facts.cause} on {host}{then.get(action, '')}"
+    # The scheduler's reason carries the mark, so every later plan sees the node is a person's.
+    params = {"reason": f"{ESCALATED_MARK}: {facts.cause}"} if action == Action.ESCALATE else {}
+    if action == Action.ESCALATE:
+        why += f": {ESCALATED_MARK}"
     if not facts.node_evidence:
         why += ", from the job's log only: proposed for approval"
-        return [Step("drain", host=host, reason=why, needs_approval=True)]
-    return [Step("drain", host=host, reason=why)]
+        return [Step("drain", host=host, params=params, reason=why, needs_approval=True)]
+    return [Step("drain", host=host, params=params, reason=why)]
 
 
 def _rollback(job: JobFacts) -> Step:

@@ -34,6 +34,7 @@ from webapp.jobs.choices import JobEventKind
 from webapp.jobs.models import JobEvent
 from webapp.recovery.choices import ActionKind, ActionStatus, ExecutorKind, Mode
 from webapp.recovery.models import RecoveryAction, RecoveryPlan
+from webapp.recovery.policy import ESCALATED_MARK
 
 RESTART_KINDS = (ActionKind.REQUEUE, ActionKind.RESUBMIT)
 # Node states that keep a node out of service (the scheduler's drain, or down).
@@ -351,11 +352,15 @@ def nodes_out_by_reason(
             label,
             n,
             (now - first).total_seconds() if first else None,
-            label.startswith("Vigil"),
+            label.startswith("Vigil") and label != ESCALATED,
         )
         for label, (n, first) in groups.items()
     ]
     return sorted(out, key=lambda g: (-g.count, g.reason))
+
+
+# Drained by Vigil for an escalation: a person returns the node.
+ESCALATED = f"Vigil: {ESCALATED_MARK}"
 
 
 def _out_reason(state: str, reason: str) -> str:
@@ -365,6 +370,8 @@ def _out_reason(state: str, reason: str) -> str:
     if state == "down" and not text.lower().startswith("vigil"):
         return f"down: {text[:60]}" if text else "down"
     if text.lower().startswith("vigil"):
+        if ESCALATED_MARK in text:
+            return ESCALATED
         if "GPU reset failed" in text:
             return "Vigil: GPU reset failed"
         return "Vigil: drained for a failure"
