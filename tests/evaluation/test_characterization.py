@@ -1,5 +1,5 @@
 """Evaluation GPU time by phase on the characterization page, inferred from the telemetry of
-the jobs the jobs app types as evaluation (webapp/jobs/characterization.py, eval_phases)."""
+the jobs the jobs app types as evaluation (webapp/evaluation/phases.py, eval_phases)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from collectors.schema import GPU_FIELD_NAMES
 from tests.helpers import make_batch
 from webapp.core.units import GIB
 from webapp.core.windows import Window
+from webapp.evaluation.phases import eval_phase_split, eval_phases
 from webapp.fleet import services as fleet_services
 from webapp.fleet.models import Gpu, Node
-from webapp.jobs.characterization import eval_phase_split, eval_phases
 from webapp.jobs.models import Job, JobAllocation
 from webapp.telemetry.services import samples_ingest
 

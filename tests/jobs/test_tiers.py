@@ -18,9 +18,10 @@ from collectors.schema import GPU_FIELD_NAMES
 from tests.helpers import make_batch
 from webapp.core.units import GIB
 from webapp.core.windows import Window
+from webapp.evaluation.phases import eval_phases
 from webapp.fleet import services as fleet_services
 from webapp.fleet.models import Gpu, Node
-from webapp.jobs.characterization import PERCENTILES, eval_phases, telemetry_cdfs
+from webapp.jobs.characterization import PERCENTILES, telemetry_cdfs
 from webapp.jobs.models import Job, JobAllocation
 from webapp.telemetry import compaction, tiers
 from webapp.telemetry.partitions import known_forget, partitions_maintain

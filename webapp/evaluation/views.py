@@ -19,9 +19,9 @@ from webapp.evaluation.choices import PlanKind
 from webapp.evaluation.estimates import DEFAULT_SUITE
 from webapp.evaluation.forms import PageForm, PhasesForm, RequestForm
 from webapp.evaluation.models import EvaluationRun, RuntimeEstimate
+from webapp.evaluation.phases import EVAL_PHASES, eval_phases
 from webapp.evaluation.selectors import cluster_capacity, run_jobs, runs_recent
 from webapp.evaluation.services import EvaluationError, evaluation_request
-from webapp.jobs.selectors import EVAL_PHASES, eval_phases
 from webapp.teams.selectors import user_is_operator
 
 OPERATORS_ONLY = "Only operators may request evaluations: ask one, or join the operators group."
@@ -156,7 +156,7 @@ def estimates_csv(request: HttpRequest) -> HttpResponse:
 
 
 def characterization_csv(request: HttpRequest) -> HttpResponse:
-    """The characterization page's evaluation phases (webapp/jobs/characterization.py)."""
+    """The characterization page's evaluation phases (phases.py)."""
     form = PhasesForm(request.GET)
     if form.window is None:
         return JsonResponse({"error": form.error or "cluster: none chosen"}, status=400)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import numpy as np
 from django.db import connection, transaction
@@ -28,13 +28,9 @@ from webapp.core.units import GIB
 from webapp.core.windows import Window
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobState, JobType
+from webapp.jobs.dispatch import EvalPhasesAnswer, eval_phases_asked
 from webapp.jobs.tallies import TALLY_COLUMNS, TALLY_WORK_MEM, Tally, tally_fetch, tally_sql
-from webapp.telemetry.selectors import (
-    GpuInterval,
-    cluster_distribution,
-    intervals_activity,
-    telemetry_kept_since,
-)
+from webapp.telemetry.selectors import cluster_distribution, telemetry_kept_since
 
 FINAL_GROUPS: tuple[str, ...] = ("completed", "cancelled", "failed")
 # States a job is still in; everything else is final and falls in a JobState.final_group.
@@ -88,8 +84,9 @@ class Characterization:
     duration_cdf: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     queue_cdf: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     gpus_cdf: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-    # Evaluation jobs' GPU time by phase, inferred from telemetry (eval_phases).
-    eval_phases: EvalPhases | None = None
+    # Evaluation jobs' GPU time by phase, inferred from telemetry: the evaluation app's answer
+    # (jobs.dispatch.eval_phases_wanted); None when no app answers.
+    eval_phases: EvalPhasesAnswer | None = None
 
 
 def _share(part: float, whole: float) -> float | None:
@@ -316,7 +313,7 @@ def jobs_characterize(window: Window, *, from_jobs: bool = False) -> Characteriz
         window=window, types=types, total=total, states=states, summary=summary
     )
     _fill_cdfs(result, hist_rows)
-    result.eval_phases = eval_phases(window)
+    result.eval_phases = eval_phases_asked(window)
     return result
 
 
@@ -461,131 +458,4 @@ def telemetry_cdfs(
         rows=read.rows,
         sampled_pct=read.sampled_pct,
         curves=curves,
-    )
-
-
-# --- Evaluation jobs' GPU time by phase (docs/acme-workload.md §6) ----------------------
-#
-# From the samples (raw or compacted; the 1-minute rollup once they are dropped) of the GPUs that
-# ended evaluation jobs held: loading is the time before the GPU's first busy sample, when its
-# memory rose meanwhile (the model arriving) with SM activity near zero; inference runs from the
-# first busy sample to the last; metrics are the time the GPU stayed held and idle after it. Held
-# time with no busy sample, or before it without memory rising, is idle. The paper's HumanEval
-# profile: loading 29.5%, metrics 19%.
-
-# "Near zero": under 5% of SMs active (an idle A100 reads 0: docs/acme-workload.md §5, p25 = 0).
-EVAL_BUSY_SM = 0.05
-# The model arriving: at least 1 GiB more framebuffer in use before inference than at first.
-EVAL_LOAD_RISE_BYTES = GIB
-# The newest allocations read (raw samples of each): bounds the page's cost on a busy cluster.
-EVAL_ALLOCATIONS_MAX = 2000
-EVAL_PAPER_SHARES = {"load": 0.295, "metrics": 0.19}
-EVAL_PHASES = ("load", "infer", "metrics", "idle")
-
-# The window's condition names jobs_job's columns alone, so it filters the jobs before the join.
-_EVAL_ALLOC = """
-    SELECT a.job_id, coalesce(a.gpu_id, g.id) AS gpu_id, a.start, a."end" AS stop
-    FROM jobs_joballocation a
-    JOIN (SELECT id FROM jobs_job WHERE {where} AND job_type = 'eval') j ON j.id = a.job_id
-    LEFT JOIN fleet_gpu g ON a.gpu_id IS NULL AND g.node_id = a.node_id AND g.index = a.gpu_index
-    WHERE a."end" IS NOT NULL AND a."end" > a.start AND a.start >= %s AND a.start < %s
-    ORDER BY a.start DESC
-    LIMIT %s
-"""
-
-
-@dataclass
-class EvalPhases:
-    jobs: int
-    allocations: int
-    limited: bool  # only the newest EVAL_ALLOCATIONS_MAX allocations were read
-    from_rollup: int  # allocations read from the 1-minute rollup (older than samples are kept)
-    gpu_s: dict[str, float]
-    share: dict[str, float | None]
-    paper: dict[str, float] = field(default_factory=lambda: dict(EVAL_PAPER_SHARES))
-
-    @property
-    def gpu_h(self) -> dict[str, float]:
-        return {k: v / 3600 for k, v in self.gpu_s.items()}
-
-
-def _eval_spans(
-    start: datetime, stop: datetime, first_busy: datetime | None, last_busy: datetime | None
-) -> tuple[float, float | None, float | None, float | None]:
-    """Held, before-busy, busy and after-busy seconds of one allocation (None: never busy)."""
-    held = (stop - start).total_seconds()
-    if first_busy is None or last_busy is None:
-        return held, None, None, None
-    return (
-        held,
-        (first_busy - start).total_seconds(),
-        (last_busy - first_busy).total_seconds(),
-        (stop - last_busy).total_seconds(),
-    )
-
-
-def eval_phase_split(
-    held_s: float, pre_s: float | None, busy_s: float | None, post_s: float | None, rise: float
-) -> dict[str, float]:
-    """One allocation's held seconds by phase (see above); plain arithmetic, tested alone."""
-    if pre_s is None or busy_s is None or post_s is None:
-        return {"load": 0.0, "infer": 0.0, "metrics": 0.0, "idle": held_s}
-    loading = rise >= EVAL_LOAD_RISE_BYTES
-    return {
-        "load": pre_s if loading else 0.0,
-        "infer": busy_s,
-        "metrics": post_s,
-        "idle": 0.0 if loading else pre_s,
-    }
-
-
-def eval_phases(window: Window, now: datetime | None = None) -> EvalPhases:
-    """GPU time by phase of the window's ended evaluation jobs: from their samples (raw or
-    compacted), and from the 1-minute rollup for allocations older than samples are kept
-    (telemetry's intervals_activity). Older than the 1-minute rollup keeps, phases of jobs
-    that last minutes cannot be told apart in hourly cells: those allocations are left out."""
-    now = now or timezone.now()
-    where, params = window.where("submit_at")
-    alloc = _EVAL_ALLOC.format(where=where)
-    kept = telemetry_kept_since(now)
-    far_future = now + timedelta(days=36500)
-    rows: list[tuple] = []
-    from_rollup = 0
-    # The newest allocations with samples first, then older ones up to the same limit.
-    for lo, hi in ((kept.samples, far_future), (kept.minute, kept.samples)):
-        left = EVAL_ALLOCATIONS_MAX - len(rows)
-        if left <= 0:
-            break
-        with connection.cursor() as cur:
-            cur.execute(alloc, [*params, lo, hi, left])
-            # An allocation is its (job, GPU, start, end): a repeated one counts once.
-            held = list(dict.fromkeys(r for r in cur.fetchall() if r[1] is not None))
-        read = intervals_activity(
-            [
-                GpuInterval(n, gpu_id, start, stop)
-                for n, (_, gpu_id, start, stop) in enumerate(held)
-            ],
-            busy="sm_active",
-            busy_at=EVAL_BUSY_SM,
-            rise="fb_used_bytes",
-            now=now,
-        )
-        for n, act in read.items():
-            job_id, _, start, stop = held[n]
-            rows.append(
-                (job_id, *_eval_spans(start, stop, act.first_busy, act.last_busy), act.rise)
-            )
-            from_rollup += act.tier != "samples"
-    gpu_s = dict.fromkeys(EVAL_PHASES, 0.0)
-    for _job, held, pre, busy, post, rise in rows:
-        for phase, seconds in eval_phase_split(held, pre, busy, post, rise or 0).items():
-            gpu_s[phase] += seconds
-    total = sum(gpu_s.values())
-    return EvalPhases(
-        jobs=len({r[0] for r in rows}),
-        allocations=len(rows),
-        limited=len(rows) >= EVAL_ALLOCATIONS_MAX,
-        from_rollup=from_rollup,
-        gpu_s=gpu_s,
-        share={k: _share(v, total) for k, v in gpu_s.items()},
     )

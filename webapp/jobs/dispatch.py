@@ -8,6 +8,9 @@
 (sent with `job`): its failures, their diagnoses, the GPU errors behind them and the recovery
 actions taken, each a `TimelineEntry` linking its own page. The pages app answers
 (`webapp.pages.job_incident`), since failures and recovery both sit above jobs.
+
+`eval_phases_wanted`: the characterization asks for its evaluation jobs' GPU time by phase
+(sent with `window`); the evaluation app answers (`webapp.evaluation.phases.eval_phases`).
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from typing import Protocol
 
 from django.dispatch import Signal
 
+from webapp.core.windows import Window
 from webapp.jobs.models import Job
 
 job_energy_wanted = Signal()
 job_incident_wanted = Signal()
+eval_phases_wanted = Signal()
 
 
 @dataclass(frozen=True)
@@ -87,3 +92,22 @@ def job_incident_asked(job: Job) -> list[TimelineEntry]:
     """Every receiver's timeline entries for the job (none: no app answers)."""
     sent = job_incident_wanted.send(sender=Job, job=job)
     return [entry for _receiver, answer in sent for entry in answer or ()]
+
+
+class EvalPhasesAnswer(Protocol):
+    """Evaluation jobs' GPU time by phase as the characterization page shows it."""
+
+    jobs: int
+    allocations: int
+    limited: bool
+    from_rollup: int
+    share: dict[str, float | None]
+
+    @property
+    def gpu_h(self) -> dict[str, float]: ...
+
+
+def eval_phases_asked(window: Window) -> EvalPhasesAnswer | None:
+    """The window's evaluation phases from the first receiver that answers (None: none does)."""
+    sent = eval_phases_wanted.send(sender=Job, window=window)
+    return next((answer for _receiver, answer in sent if answer is not None), None)

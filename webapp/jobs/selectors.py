@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.core.cache import cache
 from django.db import connection
@@ -20,9 +21,7 @@ from django.utils import timezone
 
 from webapp.core.windows import Window
 from webapp.fleet.models import Cluster, Node
-from webapp.jobs.characterization import EVAL_PHASES as EVAL_PHASES  # evaluation reads it here
 from webapp.jobs.characterization import Characterization, jobs_characterize, tally_version
-from webapp.jobs.characterization import eval_phases as eval_phases  # as EVAL_PHASES
 from webapp.jobs.models import Job
 from webapp.telemetry.selectors import (
     SERIES_METRICS,
@@ -87,7 +86,7 @@ def characterization_cached(window: Window, *, keep: bool = False) -> Characteri
     key = ":".join(
         str(p)
         for p in (
-            "vigil:jobs:characterize:v2",
+            "vigil:jobs:characterize:v3",
             window.cluster.id,
             window.since.isoformat() if window.since else "",
             window.until.isoformat() if window.until else "",
@@ -153,6 +152,42 @@ LEFT JOIN fleet_gpu g ON g.node_id = a.node_id AND g.index = a.gpu_index
 WHERE a.job_id = %s
 ORDER BY n.hostname, a.gpu_index, a.start
 """
+
+
+class EndedAllocation(NamedTuple):
+    job_id: int
+    gpu_id: int
+    start: datetime
+    stop: datetime
+
+
+# The window's condition names jobs_job's columns alone, so it filters the jobs before the join.
+_ENDED_ALLOCATIONS_SQL = """
+    SELECT a.job_id, coalesce(a.gpu_id, g.id) AS gpu_id, a.start, a."end" AS stop
+    FROM jobs_joballocation a
+    JOIN (SELECT id FROM jobs_job WHERE {where} AND job_type = %s) j ON j.id = a.job_id
+    LEFT JOIN fleet_gpu g ON a.gpu_id IS NULL AND g.node_id = a.node_id AND g.index = a.gpu_index
+    WHERE a."end" IS NOT NULL AND a."end" > a.start AND a.start >= %s AND a.start < %s
+    ORDER BY a.start DESC
+    LIMIT %s
+"""
+
+
+def allocations_ended(
+    window: Window, job_type: str, started_from: datetime, started_before: datetime, limit: int
+) -> list[EndedAllocation]:
+    """The newest `limit` ended allocations, started in [started_from, started_before), of the
+    window's jobs of one type (submitted in the window), newest first; each allocation once and
+    only those whose GPU is known."""
+    where, params = window.where("submit_at")
+    with connection.cursor() as cur:
+        cur.execute(
+            _ENDED_ALLOCATIONS_SQL.format(where=where),
+            [*params, job_type, started_from, started_before, limit],
+        )
+        # An allocation is its (job, GPU, start, end): a repeated one counts once.
+        rows = dict.fromkeys(EndedAllocation(*r) for r in cur.fetchall() if r[1] is not None)
+    return list(rows)
 
 
 def job_allocations_for(job: Job) -> list[AllocationRow]:
