@@ -272,7 +272,9 @@ class _Applier:
             self._allocations_close(job, ts)
             if is_latest:
                 job.state, job.state_at = JobState.PENDING, ts
-                job.end_at = None
+                # Back in the queue: its next run has not started (Slurm moves the submit
+                # time to the requeue, after the last run's start).
+                job.start_at = job.end_at = None
         elif event.kind == JobEventKind.ENDED:
             end = epoch_to_utc(event.end_ts) or ts
             self._allocations_close(job, end)
