@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
+from webapp.core.charts import series_figure
 from webapp.core.pages import not_found
 from webapp.fleet.models import Cluster
 from webapp.jobs import figures, tables
@@ -49,7 +50,6 @@ from webapp.jobs.selectors import (
     wasted_gpus,
 )
 from webapp.teams.selectors import job_team_names
-from webapp.telemetry.figures import series_figure
 
 JOBS_PER_PAGE = 50
 CSV_MAX_ROWS = 100_000  # a list export larger than this is cut (and says so in its name)
@@ -281,10 +281,10 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
             has_samples=any(s.ts for s in telemetry.series.values()),
             rows=[(a, energy_of.get(a.id)) for a in allocations],
         )
-        figs["allocations"] = figures.allocation_timeline(allocations, now)
-        figs["series"] = series_figure(
-            telemetry.series, x_range=(start, end) if allocations else None
-        )
+        if allocations:
+            figs["allocations"] = figures.allocation_timeline(allocations, now)
+        if context["has_samples"]:
+            figs["series"] = series_figure(telemetry.series, x_range=(start, end))
         means = job_means(job, allocations, now=now) if allocations else {}
     else:
         bands = job_bands(job, allocations, now=now)
@@ -297,7 +297,9 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
             outliers=outlier_rows(bands.outliers),
         )
         figs["allocations"] = figures.allocation_heatmap(edges, per_node)
-        figs["series"] = figures.bands_figure(bands, labels)
+        # No samples: the page states it; an empty chart draws Plotly's default axes.
+        if bands.has_samples:
+            figs["series"] = figures.bands_figure(bands, labels)
         figs["energy"] = figures.node_energy_figure(context["nodes"])
         means = bands.means
     power_limit_w, memory_total_bytes = job_gpu_limits(allocations)
