@@ -235,7 +235,7 @@ def _eval_node_down(rule: AlertRule, now: datetime) -> set[str]:
 
 
 def _eval_gpu_thermal(rule: AlertRule, now: datetime) -> set[str]:
-    from webapp.telemetry.metrics import THERMAL_CLOCK_EVENTS
+    from webapp.telemetry.choices import THERMAL_CLOCK_EVENTS
     from webapp.telemetry.selectors import gpus_latest
 
     keep = set()

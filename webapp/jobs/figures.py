@@ -15,12 +15,11 @@ import importlib.resources
 import json
 from datetime import datetime
 
-from webapp.core.charts import GPU_COLOURS, TEMPLATE
+from webapp.core.charts import GPU_COLOURS, SERIES_AXES, TEMPLATE
 from webapp.jobs.characterization import FINAL_GROUPS, TelemetryCdfs, TypeStats
 from webapp.jobs.choices import JobType
 from webapp.jobs.job_page import JobBands, NodeAllocation, NodeEnergy
 from webapp.jobs.selectors import AllocationRow
-from webapp.telemetry.figures import SERIES_AXES
 
 # One colour per job type on every figure (Plotly's default cycle, in JobType order).
 TYPE_COLOURS: dict[str, str] = {t.value: c for t, c in zip(JobType, GPU_COLOURS, strict=False)} | {

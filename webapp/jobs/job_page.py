@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from webapp.core.charts import SERIES_AXES
 from webapp.jobs.choices import JobEventKind
 from webapp.jobs.dispatch import JobEnergyAnswer, TimelineEntry
 from webapp.jobs.models import Job, JobEvent
@@ -25,7 +26,6 @@ from webapp.jobs.selectors import (
     job_span,
     means_label,
 )
-from webapp.telemetry.figures import SERIES_AXES
 from webapp.telemetry.selectors import (
     SERIES_METRICS,
     Band,

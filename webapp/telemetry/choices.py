@@ -18,3 +18,7 @@ GPU_STATUSES: tuple[GpuStatus, ...] = (
     GpuStatus.ERRORING,
     GpuStatus.STALE,
 )
+
+# NVML clocks event reasons (nvmlClocksEventReason*, docs/telemetry.md section 2):
+# SwThermalSlowdown 0x20 and HwThermalSlowdown 0x40 are the thermal ones.
+THERMAL_CLOCK_EVENTS = 0x20 | 0x40

@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from webapp.core.metrics import TextFamily, families_exposition, label_value_escape
 from webapp.core.units import mj_to_joules
 from webapp.fleet.models import Cluster, Node
-from webapp.telemetry.choices import GPU_STATUSES, GpuStatus
+from webapp.telemetry.choices import GPU_STATUSES, THERMAL_CLOCK_EVENTS, GpuStatus
 from webapp.telemetry.compaction import compaction_lag_hours
 from webapp.telemetry.models import RollupDirty
 from webapp.telemetry.selectors import (
@@ -38,10 +38,6 @@ from webapp.telemetry.selectors import (
 log = logging.getLogger("vigil.metrics")
 
 GPU_LABELS = ["cluster", "node", "gpu", "uuid", "model"]
-
-# NVML clocks event reasons (nvmlClocksEventReason*, docs/telemetry.md section 2):
-# SwThermalSlowdown 0x20 and HwThermalSlowdown 0x40 are the thermal ones.
-THERMAL_CLOCK_EVENTS = 0x20 | 0x40
 
 # (family name, help, sample column, factor to the family's unit). Percent -> ratio is /100.
 _GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
