@@ -107,5 +107,8 @@ class SchedulerLatency(models.Model):
     runs = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
+    class Meta:
+        verbose_name_plural = "scheduler latencies"
+
     def __str__(self) -> str:
         return f"{self.cluster_id}: {self.dispatch_s:.2f} s"
