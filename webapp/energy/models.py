@@ -16,12 +16,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
 
+from webapp.energy.choices import ExportKind, ExportStatus, PueBasis, ReportDeliveryStatus
 from webapp.fleet.models import Cluster
-
-
-class PueBasis(models.TextChoices):
-    MEASURED = "measured", "Measured"
-    ASSUMED = "assumed", "Assumed"
 
 
 class ClusterCarbonSettings(models.Model):
@@ -342,11 +338,7 @@ class EnergyReportDelivery(models.Model):
     """One report email (a subscription, a cluster, a month), written before it is sent: the
     run record, and what keeps a month from being sent twice."""
 
-    class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        SENDING = "sending", "Sending"
-        SENT = "sent", "Sent"
-        FAILED = "failed", "Failed"
+    Status = ReportDeliveryStatus  # the name the app's code reads it by
 
     subscription = models.ForeignKey(
         EnergyReportSubscription, on_delete=models.CASCADE, related_name="deliveries"
@@ -403,15 +395,8 @@ class EnergyExport(models.Model):
     run record (who asked, when, status, error) and the file, gzip-compressed. One build per
     month, kind and data: asking again returns the pending or finished one."""
 
-    class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        RUNNING = "running", "Running"
-        DONE = "done", "Done"
-        FAILED = "failed", "Failed"
-
-    class Kind(models.TextChoices):
-        DAILY_CSV = "daily_csv", "Daily CSV"
-        REPORT_PDF = "report_pdf", "Report PDF"
+    Status = ExportStatus  # the names the app's code reads them by
+    Kind = ExportKind
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
     month = models.CharField(max_length=7)  # YYYY-MM (UTC)
