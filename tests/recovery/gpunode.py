@@ -5,7 +5,10 @@ RebootProgram recording each reboot. slurmctld and slurmd are the real ones (tes
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +17,7 @@ import pytest
 
 from tests.realparts import missing
 from tests.slurm import SlurmCluster, slurm_missing_reason
+from webapp.core.embedded import process_stop
 
 STANDIN = Path(__file__).with_name("standin")
 
@@ -49,6 +53,20 @@ class GpuNodeCluster(SlurmCluster):
             extra += f"RebootProgram={STANDIN / 'reboot'}\n"
         self.conf.write_text(self.conf.read_text() + extra)
         self.gpu_log.touch()
+
+    def stop(self) -> None:
+        """Every daemon told to stop at once, then each waited for (by the pid in its pid
+        file): slurmctld saves its state on the way out, and one after the other the daemons'
+        shutdowns add up."""
+        pids = {d: self._pid(d) for d in [*self.nodes, "slurmctld"]}
+        for pid in pids.values():
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        for daemon, pid in pids.items():
+            if pid is not None:
+                process_stop(pid)
+                self._pidfile(daemon).unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")

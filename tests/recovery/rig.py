@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -27,7 +28,10 @@ from webapp.recovery.services import recovery_policy_set
 CLUSTER = "rcv"
 FIXTURE = "h100-sxm5-80gb"
 # GPU 0 of the fixture is at 00000000:18:00.0; the kernel names it by domain:bus:device.
-XID_LINE = "NVRM: Xid (PCI:0000:18:00): {xid}, pid=4242, name=python, GPU has fallen off the bus."
+XID_LINE = "NVRM: Xid (PCI:{pci}): {xid}, pid=4242, name=python, GPU has fallen off the bus."
+# The fixture's GPU 0 and GPU 1 (00000000:2A:00.0): one GPU's Xids within 3 min are one
+# incident, so a second incident in one test names the other GPU.
+GPU0, GPU1 = "0000:18:00", "0000:2a:00"
 FAKE_HEALTHCHECK = Path(__file__).with_name("healthcheck_fake.sh")
 
 
@@ -135,11 +139,11 @@ class Rig:
         if not ready.exists():
             raise AssertionError(f"the agent exited before it watched:\n{self.logs()}")
 
-    def xid(self, xid: int = 79) -> float:
+    def xid(self, xid: int = 79, pci: str = GPU0) -> float:
         """A GPU error line in the agent node's kernel log; when it was written."""
         at = time.time()
         with self.kernel_log.open("a") as f:
-            f.write(XID_LINE.format(xid=xid) + "\n")
+            f.write(XID_LINE.format(xid=xid, pci=pci) + "\n")
         return at
 
     def submit_on_agent_node(self, *args: str) -> str:
@@ -173,16 +177,28 @@ class Rig:
         raise AssertionError(f"job {job} not running again: {[(k, info.get(k)) for k in keys]}")
 
     def stop(self) -> None:
-        if self.agent and self.agent.poll() is None:
-            self.agent.terminate()
+        # The agent and every worker told to stop first, then each waited for: their warm
+        # shutdowns (a second or two each) overlap instead of adding up.
+        agent = self.agent if self.agent and self.agent.poll() is None else None
+        if agent:
+            agent.terminate()
+        for worker in self.workers:
+            if worker.proc and worker.proc.poll() is None:
+                os.killpg(worker.proc.pid, signal.SIGTERM)
+        if agent:
             try:
-                self.agent.wait(10)
+                agent.wait(10)
             except subprocess.TimeoutExpired:
-                self.agent.kill()
+                agent.kill()
         if getattr(self, "_agent_log", None):
             self._agent_log.close()
         for worker in self.workers:
-            worker.stop()
+            if worker.proc:
+                try:
+                    worker.proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+            worker.stop()  # closes its log
         self.slurm.cancel_all()
         self.slurm.resume_all()
 

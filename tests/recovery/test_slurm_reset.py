@@ -6,13 +6,11 @@ reboot goes through `scontrol reboot`; a node a person drained is never resumed.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.helpers import database_url, wait_for
 from tests.recovery.gpunode import slurm_gpu_nodes  # noqa: F401 (the module fixture)
-from tests.recovery.rig import Rig
+from tests.recovery.rig import GPU1, Rig
 from webapp.fleet.models import Node
 from webapp.jobs.models import JobEvent
 from webapp.recovery.models import RecoveryAction, RecoveryPlan
@@ -30,9 +28,12 @@ def rig(slurm_gpu_nodes, transactional_db, broker, tmp_path):  # noqa: F811
     rig.stop()
 
 
-def _gpu_plan(rig: Rig, timeout: float = 90) -> list[RecoveryAction]:
-    """The GPU error's plan once every action of it is final."""
-    plan = wait_for(lambda: RecoveryPlan.objects.filter(failure__kind="gpu_error").first(), 60)
+def _gpu_plan(rig: Rig, timeout: float = 90, xid: int | None = None) -> list[RecoveryAction]:
+    """The GPU error's plan (of that Xid's) once every action of it is final."""
+    plans = RecoveryPlan.objects.filter(failure__kind="gpu_error")
+    if xid is not None:
+        plans = plans.filter(failure__gpu_error__xid=xid)
+    plan = wait_for(lambda: plans.first(), 60)
 
     def done():
         actions = list(plan.actions.order_by("seq", "id"))
@@ -95,39 +96,37 @@ def test_a_reset_gpu_xid_drains_waits_resets_checks_and_resumes_the_node(rig):
     wait_for(lambda: Node.objects.get(hostname=gn1).state == "up", timeout=30)
 
 
-def test_a_node_a_person_drained_is_never_reset_nor_resumed(rig):
+def test_a_persons_drain_is_left_alone_and_a_restart_bm_xid_reboots_through_slurm(rig):
+    # One rig for both: a node a person drained is neither reset nor resumed; once the person
+    # has returned it, a RESTART_BM Xid on another GPU of it goes through `scontrol reboot`.
     rig.vigil(mode="auto")
     rig.start()
-    gn1, gn2 = rig.slurm.nodes
+    gn1 = rig.slurm.nodes[0]
     job = _job_on_first_node(rig)
     why = "ops: fan replacement, ticket 881"
     rig.slurm.run("scontrol", "update", f"NodeName={gn1}", "State=DRAIN", f"Reason={why}")
     wait_for(lambda: Node.objects.get(hostname=gn1).state_reason == why, timeout=30)
 
     rig.xid(109)
-    actions = _gpu_plan(rig)
+    actions = _gpu_plan(rig, xid=109)
     assert [(a.kind, a.audience) for a in actions] == [("requeue", ""), ("notify", "operators")]
     assert "a person drained" in actions[1].reason
     rig.wait_running(job, restarts=1)
-    time.sleep(2)  # anything that would act on gn1 has had time to
-    assert not RecoveryAction.objects.filter(kind__in=["reset_gpu", "resume"]).exists()
     assert rig.slurm.drain_reason(gn1) == why
     assert "drain" in rig.slurm.node_state(gn1)
-    assert not rig.slurm.gpu_log.read_text()
 
-
-def test_a_restart_bm_xid_reboots_the_node_through_slurm_with_the_reason(rig):
-    rig.vigil(mode="auto")
-    rig.start()
-    gn1 = rig.slurm.nodes[0]
+    # The person returns the node; a new job on it, and one without GPUs, which Vigil does
+    # not requeue: slurmctld holds the reboot until it ends, so its view of the request is
+    # what is read.
+    rig.slurm.run("scontrol", "update", f"NodeName={gn1}", "State=RESUME")
+    wait_for(lambda: Node.objects.get(hostname=gn1).state == "up", timeout=30)
+    rig.slurm.run("scancel", job)
     job = _job_on_first_node(rig)
-    # A job without GPUs stays on the node (Vigil requeues the jobs holding its GPUs), so
-    # slurmctld holds the reboot until it ends: its view of the request is what is read.
     cpu_job = rig.slurm.sbatch(f"--nodelist={gn1}", "-J", "etl", "--wrap", "sleep 300")
     rig.wait_running(cpu_job)
-    rig.xid(79)  # GPU off the bus: RESTART_BM
+    rig.xid(79, pci=GPU1)  # GPU off the bus: RESTART_BM
     try:
-        drain, requeue, reboot = _gpu_plan(rig)
+        drain, requeue, reboot = _gpu_plan(rig, xid=79)
         rig.wait_running(job, restarts=1)
         failure_id = drain.plan.failure_id
         assert (reboot.kind, reboot.status) == ("reboot", "succeeded")
@@ -140,3 +139,6 @@ def test_a_restart_bm_xid_reboots_the_node_through_slurm_with_the_reason(rig):
         assert f"Reason={reason}" in node
     finally:
         rig.slurm.run("scontrol", "reboot", "cancel", gn1, check=False)
+    # Nothing of Vigil's reset the GPU or resumed the node the person had drained.
+    assert not RecoveryAction.objects.filter(kind__in=["reset_gpu", "resume"]).exists()
+    assert not rig.slurm.gpu_log.read_text()
