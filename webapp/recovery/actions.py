@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from webapp.celery import app
+from webapp.core.scheduler import scheduler_queue
 from webapp.failures.choices import FailureKind
 from webapp.fleet.models import Node
 from webapp.jobs.models import Job
@@ -32,8 +33,9 @@ EXECUTE_TASK = "vigil.recovery.execute"
 
 
 def recovery_queue(cluster_name: str) -> str:
-    """The Celery queue of one cluster's recovery worker (a host with the scheduler's CLI)."""
-    return f"recovery.{cluster_name}"
+    """The Celery queue of one cluster's recovery worker (a host with the scheduler's CLI): the
+    scheduler worker's, which evaluation shares."""
+    return scheduler_queue(cluster_name)
 
 
 # Order of a plan's steps: health check (locating the bad node), drains, restarts, the GPU

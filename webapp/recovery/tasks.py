@@ -11,6 +11,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from webapp.core.ingest import DURABLE_TASK
+from webapp.core.workrows import task_outcome
 from webapp.recovery.actions import EXECUTE_TASK
 from webapp.recovery.execution import action_execute
 from webapp.recovery.services import actions_sweep
@@ -20,9 +21,7 @@ from webapp.recovery.services import actions_sweep
 def execute(self, action_id: int) -> dict:
     """Claim and run one recovery action; come back later when asked to (backoff, lease)."""
     outcome = action_execute(action_id, worker=self.request.hostname or "worker")
-    if outcome.retry_in_s is not None:
-        raise self.retry(countdown=outcome.retry_in_s, max_retries=None)
-    return {"action": action_id, "status": outcome.status, "note": outcome.note}
+    return task_outcome(self, outcome, action=action_id)
 
 
 @shared_task(name="vigil.recovery.sweep", ignore_result=True)
