@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F, Q
@@ -65,6 +66,25 @@ def _gpu_hardware_hit(rule: AlertRule, failure: FailureEvent) -> str | None:
     return None
 
 
+def _failure_alert(
+    rule: AlertRule, failure: FailureEvent, summary: str, labels: dict, now: datetime, **found: Any
+) -> Alert:
+    """The one alert a failure raises under `rule` (the failure is its identity)."""
+    return alert_raise(
+        rule,
+        Raise(
+            identity={"failure": failure.pk},
+            summary=summary,
+            labels=labels,
+            cluster=failure.cluster,
+            cause=failure.cause,
+            failure_id=failure.pk,
+            **found,
+        ),
+        now,
+    )
+
+
 def failure_alerts(failure_id: int, now: datetime | None = None) -> list[Alert]:
     """Raise the alert of a diagnosed failure (a failed job, a critical GPU error), and of its
     recovery actions waiting for approval."""
@@ -96,20 +116,15 @@ def failure_alerts(failure_id: int, now: datetime | None = None) -> list[Alert]:
                 labels.setdefault("gpu", str(index))
             host = failure.node.hostname if failure.node else "?"
             raised.append(
-                alert_raise(
+                _failure_alert(
                     rule,
-                    Raise(
-                        identity={"failure": failure.pk},
-                        labels=labels,
-                        summary=f"{host} GPU {index if index is not None else '?'}: {what}",
-                        severity=rule.severity,
-                        cluster=failure.cluster,
-                        cause=failure.cause,
-                        node_id=failure.node_id,
-                        gpu_id=failure.gpu_id,
-                        failure_id=failure.pk,
-                    ),
+                    failure,
+                    f"{host} GPU {index if index is not None else '?'}: {what}",
+                    labels,
                     now,
+                    severity=rule.severity,
+                    node_id=failure.node_id,
+                    gpu_id=failure.gpu_id,
                 )
             )
     elif failure.kind == FailureKind.JOB_FAILURE and failure.job is not None:
@@ -132,23 +147,18 @@ def failure_alerts(failure_id: int, now: datetime | None = None) -> list[Alert]:
             labels["job"] = job.scheduler_id
             labels["job_type"] = job.job_type
             raised.append(
-                alert_raise(
+                _failure_alert(
                     rule,
-                    Raise(
-                        identity={"failure": failure.pk},
-                        labels=labels,
-                        summary=f"Job {job.scheduler_id} ({job.name or 'unnamed'}) failed: "
-                        f"{failure.cause.replace('_', ' ')}",
-                        severity=severity,
-                        cluster=failure.cluster,
-                        cause=failure.cause,
-                        node_id=node_id,
-                        gpu_id=failure.blamed_gpu_id,
-                        job=job,
-                        failure_id=failure.pk,
-                        value=failure.gpu_hours_lost,
-                    ),
+                    failure,
+                    f"Job {job.scheduler_id} ({job.name or 'unnamed'}) failed: "
+                    f"{failure.cause.replace('_', ' ')}",
+                    labels,
                     now,
+                    severity=severity,
+                    node_id=node_id,
+                    gpu_id=failure.blamed_gpu_id,
+                    job=job,
+                    value=failure.gpu_hours_lost,
                 )
             )
     waiting = RecoveryAction.objects.filter(
