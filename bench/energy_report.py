@@ -263,7 +263,8 @@ def raw_figures(lo: datetime, hi: datetime) -> dict[str, float]:
 
 def rollup_figures(r) -> dict[str, float]:
     out = {"total": r.gpu_kwh, "idle": r.idle_kwh}
-    for prefix, lines in (("team", r.by_team), ("type", r.by_type)):
+    # The raw side groups by the job's account (the bench's "five teams"; no Team rules).
+    for prefix, lines in (("team", r.by_account), ("type", r.by_type)):
         for x in lines:
             out[f"{prefix}:{x.key}"] = x.gpu_kwh
     return out

@@ -1,6 +1,6 @@
-"""Reference §8's CSV: one row per day x team x project x job type, built by a Celery task as a
-persisted export row and delivered as a link (on the page, and by email to who asked). Its rows
-add up to the monthly report's figures; a redelivered task builds nothing twice."""
+"""Reference §8's CSV: one row per day x team x account x project x job type, built by a Celery
+task as a persisted export row and delivered as a link (on the page, and by email to who asked).
+Its rows add up to the monthly report's figures; a redelivered task builds nothing twice."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from django.utils import timezone
 from tests.alerts.conftest import text_of, with_email
 from tests.energy import rig
 from tests.energy.conftest import build_rig
+from tests.energy.helpers import teams_named_as_accounts
 from tests.helpers import wait_for
 from webapp.energy.daily import DAILY_COLUMNS
 from webapp.energy.exports import EXPORT_STALE, EXPORT_UNSENT
@@ -40,6 +41,7 @@ def test_daily_csv_rows_add_up_to_the_report(
     built, operator, operator_client, smtp, settings, django_capture_on_commit_callbacks
 ):
     settings.VIGIL_BASE_URL = "http://vigil.example.org"
+    teams_named_as_accounts("llm", "vision")
     with_email(operator, "ops@example.org")
     with django_capture_on_commit_callbacks(execute=False) as queued:
         export = export_request(built["cluster"], built["month"], operator)
@@ -49,7 +51,7 @@ def test_daily_csv_rows_add_up_to_the_report(
     assert export_build(export.pk) is None  # claimed: a redelivered task builds nothing
     rows = _rows(export_file(done))
     assert list(rows[0]) == list(DAILY_COLUMNS) and len(rows) == done.rows
-    keys = [(x["day"], x["team"], x["project"], x["job_type"]) for x in rows]
+    keys = [(x["day"], x["team"], x["account"], x["project"], x["job_type"]) for x in rows]
     assert len(keys) == len(set(keys))
     assert {x["day"] for x in rows} == {f"{built['t0']:%Y-%m-%d}"}  # the rig's six hours
     # Each job's project (Slurm: its account), "(none)" as on the page for a job without one,

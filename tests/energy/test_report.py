@@ -34,7 +34,11 @@ def test_report_numbers_equal_an_independent_computation(built):
     for sid, kwh in exp.by_job.items():
         assert jobs[sid].gpu_kwh == pytest.approx(kwh, rel=REL)
         assert jobs[sid].gpu_hours == pytest.approx(exp.job_hours[sid], rel=REL)
-    assert {line.key: line.gpu_kwh for line in r.by_team} == pytest.approx(exp.by_team, rel=REL)
+    # The rig's `team` is the job's account: no Team rule here, so one "(no team)" row.
+    assert {line.key: line.gpu_kwh for line in r.by_account} == pytest.approx(exp.by_team, rel=REL)
+    assert [(x.key, x.gpu_kwh) for x in r.by_team] == [
+        ("(no team)", pytest.approx(sum(exp.by_team.values()), rel=REL))
+    ]
     assert {line.key: line.gpu_kwh for line in r.by_project} == pytest.approx(
         exp.by_project, rel=REL
     )
@@ -75,7 +79,7 @@ def test_report_numbers_equal_an_independent_computation(built):
 
 def test_report_parts_add_up_to_its_totals(built):
     r = energy_report(built["cluster"], built["lo"], built["hi"])
-    for lines in (r.by_team, r.by_project, r.by_type, r.by_outcome, r.by_user):
+    for lines in (r.by_team, r.by_account, r.by_project, r.by_type, r.by_outcome, r.by_user):
         assert sum(x.gpu_kwh for x in lines) + r.idle_kwh == pytest.approx(r.gpu_kwh, rel=REL)
         assert sum(x.facility_kwh for x in lines) + r.idle_line.facility_kwh + (
             r.unattributed_facility_kwh

@@ -15,6 +15,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.urls import reverse
 
+from tests.energy.helpers import teams_named_as_accounts
 from webapp.energy.models import PuePeriod
 from webapp.energy.selectors import energy_report, month_bounds
 from webapp.energy.trends import IDLE_KEY, TREND_MONTHS, energy_trends
@@ -43,6 +44,7 @@ def _copy_rig_back(shift: timedelta) -> None:
 
 @pytest.fixture
 def two_months(built) -> dict:
+    teams_named_as_accounts("llm", "vision")
     _copy_rig_back(SHIFT)
     old = f"{built['t0'] - SHIFT:%Y-%m}"
     old_lo, old_hi = month_bounds(old)

@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from tests.energy.conftest import build_rig
-from tests.energy.helpers import pdf_pages
+from tests.energy.helpers import pdf_pages, teams_named_as_accounts
 from tests.helpers import wait_for
 from webapp.energy.carbon_services import pue_set
 from webapp.energy.models import EnergyExport
@@ -43,6 +43,7 @@ def test_every_energy_page_needs_a_login(client, built):
 
 def test_energy_page_shows_the_months_figures(outsider_client, built):
     # Cluster figures, not team-scoped data: anyone logged in reads them, as on the jobs list.
+    teams_named_as_accounts("llm", "vision")
     r, _ = month_report(built["cluster"], built["month"])
     response = outsider_client.get(reverse("energy:cluster"), {"month": built["month"]})
     assert response.status_code == 200
@@ -72,6 +73,7 @@ def test_energy_page_shows_the_months_figures(outsider_client, built):
 
 def test_csv_tables_hold_the_report_and_add_up(operator_client, built):
     q = {"cluster": "watt", "month": built["month"]}
+    teams_named_as_accounts("llm", "vision")
     r, _ = month_report(built["cluster"], built["month"])
     teams = _csv(operator_client.get(reverse("energy_api:csv", args=["teams"]), q))
     assert {t["key"] for t in teams} == {"llm", "vision", "(no job: idle)"}

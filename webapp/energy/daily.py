@@ -1,6 +1,7 @@
-"""Reference section 8's daily rows (one per UTC day x team x project x job type, with the
-rollup row's columns), from the hourly rollups: what the energy CSV export writes, each
-figure rounded to its unit's CSV resolution (core.units.CSV_DIGITS)."""
+"""Reference section 8's daily rows (one per UTC day x team x account x project x job type,
+with the rollup row's columns), from the hourly rollups: what the energy CSV export writes, each
+figure rounded to its unit's CSV resolution (core.units.CSV_DIGITS). The team is the teams app's
+Team (energy/teams.py), the account the scheduler's free text it is usually matched on."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from webapp.energy.selectors import (
     hourly_inputs,
     rows_fetch,
 )
+from webapp.energy.teams import JOB_DELETED, TeamResolver
 from webapp.energy.trends import IDLE_KEY
 from webapp.fleet.models import Cluster
 
@@ -27,6 +29,7 @@ DAILY_COLUMNS = (
     "site",
     "cluster",
     "team",
+    "account",
     "project",
     "job_type",
     "gpu_hours",
@@ -46,21 +49,31 @@ DAILY_COLUMNS = (
     "method_version",
     "computed_at",
 )
+# Per hour and kind of row (0: a job's, 1: GPUs no job held, 2: a deleted job's), project, job
+# type and the job fields the team rules read ({team_columns}, the account first).
 _DAILY_SQL = """
 SELECT extract(epoch FROM e.hour)::bigint,
-    CASE WHEN e.job_id IS NULL THEN %(idle)s
-         WHEN j.id IS NULL THEN '(job deleted)'
-         ELSE coalesce(nullif(j.team, ''), '(none)') END,
+    CASE WHEN e.job_id IS NULL THEN 1 WHEN j.id IS NULL THEN 2 ELSE 0 END,
     CASE WHEN e.job_id IS NULL THEN '' ELSE coalesce(nullif(j.project, ''), '(none)') END,
     coalesce(j.job_type, ''),
     sum(e.counter_j), sum(e.counter_j + e.integrated_j + e.model_j), sum(e.covered_s),
     sum(CASE WHEN e.job_id IS NULL THEN e.counter_j + e.integrated_j + e.model_j
-             ELSE e.idle_j END)
+             ELSE e.idle_j END),
+    {team_columns}
 FROM energy_jobenergyhour e
 LEFT JOIN jobs_job j ON j.id = e.job_id
 WHERE e.cluster_id = %(cluster)s AND e.hour >= %(lo)s AND e.hour < %(hi)s
-GROUP BY 1, 2, 3, 4
+GROUP BY 1, 2, 3, 4, {team_groups}
 """
+
+
+def _team_account(kind: int, values: tuple, resolver: TeamResolver) -> tuple[str, str]:
+    """A row's team and account: the idle GPUs and deleted jobs by their marks in both."""
+    if kind == 1:
+        return IDLE_KEY, ""
+    if kind == 2:
+        return JOB_DELETED, ""
+    return resolver.name(values), values[0] or "(none)"
 
 
 def energy_daily_rows(cluster: Cluster, lo: datetime, hi: datetime) -> list[dict]:
@@ -71,15 +84,21 @@ def energy_daily_rows(cluster: Cluster, lo: datetime, hi: datetime) -> list[dict
     period's unattributed node energy add up to the report's totals. NoEnergyData if none."""
     from django.conf import settings
 
-    params = {"cluster": cluster.id, "lo": lo, "hi": hi, "idle": IDLE_KEY}
-    rows = rows_fetch(_DAILY_SQL, params)
+    params = {"cluster": cluster.id, "lo": lo, "hi": hi}
+    resolver = TeamResolver()
+    n_team = len(resolver.fields)
+    sql = _DAILY_SQL.format(
+        team_columns=resolver.sql_columns(),
+        team_groups=", ".join(str(9 + k) for k in range(n_team)),
+    )
+    rows = rows_fetch(sql, params)
     if not rows:
         raise NoEnergyData(
             f"no energy data for cluster {cluster.name} from {lo:%Y-%m-%d} to {hi:%Y-%m-%d}"
         )
     n_hours = int(np.ceil((hi - lo) / HOUR))
     hour_idx = np.array([(r[0] - int(lo.timestamp())) // 3600 for r in rows], dtype=np.int64)
-    arr = np.array([r[4:] for r in rows], dtype=np.float64)
+    arr = np.array([r[4:8] for r in rows], dtype=np.float64)
     counter_j, gpu_j, covered_s, idle_j = arr.T
     gpu_j_h = np.bincount(hour_idx, weights=gpu_j, minlength=n_hours)
     inputs, ipmi_h, _periods, series, _ms = hourly_inputs(
@@ -90,7 +109,10 @@ def energy_daily_rows(cluster: Cluster, lo: datetime, hi: datetime) -> list[dict
         per_j = np.where(inputs.gpu_j > 0, 1.0 / inputs.gpu_j, 0.0)
     share = gpu_j * per_j[hour_idx]
     day_of = hour_idx // 24
-    keys = [(int(d), r[1], r[2], r[3]) for d, r in zip(day_of, rows, strict=True)]
+    keys = [
+        (int(d), *_team_account(r[1], r[8:], resolver), r[2], r[3])
+        for d, r in zip(day_of, rows, strict=True)
+    ]
     uniq = sorted(set(keys))
     index = {k: i for i, k in enumerate(uniq)}
     inv = np.array([index[k] for k in keys], dtype=np.int64)
@@ -121,7 +143,7 @@ def energy_daily_rows(cluster: Cluster, lo: datetime, hi: datetime) -> list[dict
     tariff = settings.VIGIL_ENERGY_TARIFF_PER_KWH
     now = timezone.now()
     out = []
-    for i, (d, team, project, job_type) in enumerate(uniq):
+    for i, (d, team, account, project, job_type) in enumerate(uniq):
         it_kwh = ipmi_kwh[i] + model_kwh[i]
         out.append(
             {
@@ -129,6 +151,7 @@ def energy_daily_rows(cluster: Cluster, lo: datetime, hi: datetime) -> list[dict
                 "site": cluster.name,  # a cluster is one site (its PUE and grid zone)
                 "cluster": cluster.name,
                 "team": team,
+                "account": account,
                 "project": project,
                 "job_type": job_type,
                 "gpu_hours": csv_round(gpu_h[i], "h"),

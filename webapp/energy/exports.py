@@ -1,5 +1,5 @@
-"""A month's export built by a worker: the daily CSV (one row per day, team, project and job
-type; delivered as a link) or the printed report (the PDF). A request returns the export
+"""A month's export built by a worker: the daily CSV (one row per day, team, account, project and
+job type; delivered as a link) or the printed report (the PDF). A request returns the export
 that already answers it; the build claims its row with a lease; lost builds are sent again
 and old exports pruned."""
 

@@ -148,7 +148,7 @@ def report_context(cluster: Cluster, month: str) -> dict:
             # fits A4 with room to spare (at 300 it was 274 mm of the 273 mm printable).
             "daily-energy": _height(figures.daily_energy_figure(r.days), 270),
             "daily-co2": _height(figures.daily_co2_pue_figure(r.days), 270),
-            "by-team": figures.breakdown_figure(r.by_team, r.idle_line, "by team"),
+            "by-team": figures.breakdown_figure(r.by_team, r.idle_line, "facility kWh by team"),
             **figures.trend_figures(trends, compact=True),
         },
     }
@@ -235,8 +235,9 @@ CSV_HEADER = (
 
 
 def report_rows(r: EnergyReport, month: str) -> list[tuple]:
-    """The report as CSV rows: totals, then each breakdown (team, project, type, outcome, user,
-    jobs) and the idle GPUs; facility shares add up to 1 with the unattributed line."""
+    """The report as CSV rows: totals, then each breakdown (team, account, project, type,
+    outcome, user, jobs) and the idle GPUs; facility shares add up to 1 with the unattributed
+    line."""
     name = r.cluster.name
     v = r.method_version
     rows = [
@@ -245,6 +246,7 @@ def report_rows(r: EnergyReport, month: str) -> list[tuple]:
     ]  # fmt: skip
     for section, lines in (
         ("team", r.by_team),
+        ("account", r.by_account),
         ("project", r.by_project),
         ("job_type", r.by_type),
         ("outcome", r.by_outcome),
@@ -358,6 +360,7 @@ def report_json(
         "totals": totals(r),
         "previous_month": totals(p),
         "by_team": lines(r.by_team),
+        "by_account": lines(r.by_account),
         "by_project": lines(r.by_project),
         "by_job_type": lines(r.by_type),
         "by_outcome": lines(r.by_outcome),

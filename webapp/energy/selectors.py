@@ -29,6 +29,7 @@ from webapp.energy import attribution
 from webapp.energy.carbon import METHOD_VERSION, embodied_kg, intensity_hourly, pue_periods
 from webapp.energy.formulas import SERVER_PER_GPU_POWER
 from webapp.energy.models import EnergyMonthVersion, MarketFactorPeriod
+from webapp.energy.teams import TeamResolver, teams_version
 from webapp.failures.services import gpu_hours_lost
 from webapp.fleet.models import Cluster
 from webapp.jobs.choices import JobState
@@ -126,7 +127,8 @@ class EnergyReport:
     unattributed_facility_kwh: float
     mean_gpu_power_w: float | None
     mean_power_limit_w: float | None
-    by_team: list[Line]
+    by_team: list[Line]  # the teams app's Team ("(no team)" where no rule gives one)
+    by_account: list[Line]  # the scheduler's free-text account (Job.team)
     by_project: list[Line]  # Slurm: the account; "(none)" for jobs without one
     by_type: list[Line]
     by_outcome: list[Line]
@@ -322,6 +324,8 @@ def energy_report(
             "name",
             "user",
             "team",
+            "partition",
+            "qos",
             "project",
             "job_type",
             "state",
@@ -351,7 +355,10 @@ def energy_report(
     )
     ones = [1] * len(known)
     cov_known = job_cov_h[known]
-    by_team = _lines(keys("team"), sub, cov_known, ones, total_fac)
+    resolver = TeamResolver()
+    team_of = {int(att.jobs[i]): resolver.job_name(meta[int(att.jobs[i])]) for i in known}
+    by_team = _lines([team_of[int(att.jobs[i])] for i in known], sub, cov_known, ones, total_fac)
+    by_account = _lines(keys("team"), sub, cov_known, ones, total_fac)
     by_project = _lines(keys("project"), sub, cov_known, ones, total_fac)
     by_user = _lines(keys("user"), sub, cov_known, ones, total_fac)
     by_type = _lines(keys("job_type"), sub, cov_known, ones, total_fac)
@@ -379,7 +386,8 @@ def energy_report(
                     "id": m["id"],
                     "name": m["name"],
                     "user": m["user"],
-                    "team": m["team"],
+                    "team": team_of[m["id"]],
+                    "account": m["team"],
                     "job_type": m["job_type"],
                     "outcome": outcome_of(m["state"]),
                 },
@@ -482,6 +490,7 @@ def energy_report(
         mean_gpu_power_w=float(gpu_j.sum() / covered_s.sum()) if covered_s.sum() else None,
         mean_power_limit_w=limit,
         by_team=by_team,
+        by_account=by_account,
         by_project=by_project,
         by_type=by_type,
         by_outcome=by_outcome,
@@ -576,7 +585,8 @@ def cached_for_months(
 ) -> T:
     """compute() once per version of the months' data (the last month sets the lifetime);
     what it raises (NoEnergyData) is not kept."""
-    key = f"vigil:energy:{name}:{data_version(cluster, months)}"
+    # The teams' rules too: a rule edit regroups the months' energy by team at once.
+    key = f"vigil:energy:{name}:{data_version(cluster, months)}:{teams_version()}"
     value = cache.get(key)
     if value is None:
         value = compute()

@@ -1,4 +1,5 @@
-"""The 12 months before a report (reference section 8 "Trends"): facility kWh and CO2e by team,
+"""The 12 months before a report (reference section 8 "Trends"): facility kWh and CO2e by team
+(the teams app's Team, energy/teams.py),
 each month's PUE and the grid intensity used, from the hourly rollups with the monthly report's
 hourly arithmetic (selectors.hourly_inputs), so a month of the trends equals its report."""
 
@@ -21,6 +22,7 @@ from webapp.energy.selectors import (
     months_ending,
     rows_fetch,
 )
+from webapp.energy.teams import JOB_DELETED, TeamResolver
 from webapp.fleet.models import Cluster
 
 TREND_MONTHS = 12  # reference §8: "12 months of kWh and CO2e by team"
@@ -61,18 +63,18 @@ class Trends:
         return [(m, [m.team_kwh.get(t) for t in self.teams]) for m in self.months]
 
 
-# The span's GPU energy per hour and team (job-hour rows, a few per hour, joined to their job's
-# team): tens of thousands of rows a year whatever the fleet's size.
+# The span's GPU energy per hour and kind of row (0: a job's, 1: GPUs no job held, 2: a deleted
+# job's) and the job fields the team rules read (job-hour rows, a few per hour, joined to their
+# job): tens of thousands of rows a year whatever the fleet's size.
 _TREND_SQL = """
 SELECT extract(epoch FROM e.hour)::bigint,
-    CASE WHEN e.job_id IS NULL THEN %(idle)s
-         WHEN j.id IS NULL THEN '(job deleted)'
-         ELSE coalesce(nullif(j.team, ''), '(none)') END,
-    sum(e.counter_j + e.integrated_j + e.model_j)
+    CASE WHEN e.job_id IS NULL THEN 1 WHEN j.id IS NULL THEN 2 ELSE 0 END,
+    sum(e.counter_j + e.integrated_j + e.model_j),
+    {team_columns}
 FROM energy_jobenergyhour e
 LEFT JOIN jobs_job j ON j.id = e.job_id
 WHERE e.cluster_id = %(cluster)s AND e.hour >= %(lo)s AND e.hour < %(hi)s
-GROUP BY 1, 2
+GROUP BY 1, 2, {team_groups}
 """
 
 
@@ -91,12 +93,19 @@ def energy_trends(cluster: Cluster, month: str, months: int = TREND_MONTHS) -> T
     starts = _month_starts(lo_last, months)
     lo = starts[0]
     n_hours = int((hi - lo) / HOUR)
-    rows = rows_fetch(_TREND_SQL, {"cluster": cluster.id, "lo": lo, "hi": hi, "idle": IDLE_KEY})
-    team_names = sorted({r[1] for r in rows})
+    resolver = TeamResolver()
+    sql = _TREND_SQL.format(
+        team_columns=resolver.sql_columns(),
+        team_groups=", ".join(str(4 + k) for k in range(len(resolver.fields))),
+    )
+    rows = rows_fetch(sql, {"cluster": cluster.id, "lo": lo, "hi": hi})
+    kinds = {1: IDLE_KEY, 2: JOB_DELETED}
+    row_team = [kinds.get(r[1]) or resolver.name(r[3:]) for r in rows]
+    team_names = sorted(set(row_team))
     team_idx = {t: i for i, t in enumerate(team_names)}
     hour_idx = np.array([(r[0] - int(lo.timestamp())) // 3600 for r in rows], dtype=np.int64)
     gpu_j = np.array([r[2] for r in rows], dtype=np.float64)
-    teams_of_row = np.array([team_idx[r[1]] for r in rows], dtype=np.int64)
+    teams_of_row = np.array([team_idx[t] for t in row_team], dtype=np.int64)
     gpu_j_h = np.bincount(hour_idx, weights=gpu_j, minlength=n_hours)
     inputs, _ipmi_h, _periods, series, _ms = hourly_inputs(
         cluster, lo, n_hours, gpu_j_h, {"cluster": cluster.id}

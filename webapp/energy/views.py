@@ -69,6 +69,7 @@ def energy_page(request: HttpRequest) -> HttpResponse:
 # The breakdowns' CSVs by the name in their address, with the report's attribute they list.
 _LINES = {
     "teams": "by_team",
+    "accounts": "by_account",
     "projects": "by_project",
     "job-types": "by_type",
     "outcomes": "by_outcome",
