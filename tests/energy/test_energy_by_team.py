@@ -61,7 +61,11 @@ def test_two_accounts_of_one_team_are_one_team_row(outsider_client, operator_cli
     evals_kwh, _ = _rollup(cluster.id, ["carol"])
     assert research_kwh > 0 and evals_kwh > 0
 
-    html = outsider_client.get(url, {"month": month}).content.decode()
+    response = outsider_client.get(url, {"month": month})
+    html = response.content.decode()
+    figure = response.context["figures"]["by-team"]
+    assert figure["layout"]["title"]["text"] == "Facility kWh by team"  # its unit, stated
+    assert figure["data"][0]["y"][:2] == ["research", "evals"]
     teams = _row_cells(html, "team-table")
     assert set(teams) == {"research", "evals"}  # the idle GPUs: a row of their own, unmatched
     # GPU-hours, then GPU kWh, as the page rounds them.

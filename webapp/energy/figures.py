@@ -178,7 +178,8 @@ def breakdown_figure(lines: Sequence[Line], idle: Line | None, title: str) -> di
         )
     )
     fig.update_layout(
-        title={"text": title, "font": {"size": 13}},
+        # The unit in the title too: a printed figure's axis title is easy to miss.
+        title={"text": f"Facility kWh {title}", "font": {"size": 13}},
         xaxis={"title": {"text": "facility kWh"}, "rangemode": "tozero"},
         yaxis={"autorange": "reversed", "automargin": True},
         showlegend=False,
@@ -282,7 +283,7 @@ def page_figures(r: EnergyReport, trends: Trends | None = None) -> dict:
         "daily-energy": daily_energy_figure(r.days),
         "daily-co2": daily_co2_pue_figure(r.days),
         "power": power_figure(r.days, r.mean_power_limit_w),
-        "by-team": breakdown_figure(r.by_team, r.idle_line, "facility kWh by team"),
+        "by-team": breakdown_figure(r.by_team, r.idle_line, "by team"),
         "by-project": breakdown_figure(r.by_project, None, "by project"),
         "by-type": breakdown_figure(r.by_type, None, "by job type"),
         "by-outcome": breakdown_figure(r.by_outcome, None, "by outcome"),

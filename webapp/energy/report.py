@@ -148,7 +148,7 @@ def report_context(cluster: Cluster, month: str) -> dict:
             # fits A4 with room to spare (at 300 it was 274 mm of the 273 mm printable).
             "daily-energy": _height(figures.daily_energy_figure(r.days), 270),
             "daily-co2": _height(figures.daily_co2_pue_figure(r.days), 270),
-            "by-team": figures.breakdown_figure(r.by_team, r.idle_line, "facility kWh by team"),
+            "by-team": figures.breakdown_figure(r.by_team, r.idle_line, "by team"),
             **figures.trend_figures(trends, compact=True),
         },
     }
