@@ -390,7 +390,7 @@ class EnergyMonthVersion(models.Model):
 
 class EnergyExport(models.Model):
     """A month's file built by a Celery task (webapp/energy/tasks.py build_export): the daily
-    CSV (one row per day x team x project x job type), delivered as a link, or the
+    CSV (one row per day x team x account x project x job type), delivered as a link, or the
     printed monthly report (the PDF: Chromium runs in a worker, never in a web request). The
     run record (who asked, when, status, error) and the file, gzip-compressed. One build per
     month, kind and data: asking again returns the pending or finished one."""

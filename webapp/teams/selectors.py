@@ -8,7 +8,8 @@ A job's team is worked out here, when a page asks, and not cached on the job: ca
 cost the trace import a column for each of its million rows, make every rule edit an UPDATE of
 up to a million rows, and a stale cached team is a wrong grant. Asked here it costs one query
 of the rules table (a few rows) and a few regex matches, once per page that shows one job's
-log lines, and a match per job for the few pages that list jobs with their team.
+log lines, and a match per job for the few pages that list jobs with their team (energy's
+breakdowns match once per distinct account, user, partition and QOS: webapp/energy/teams.py).
 
 A team is this model, everywhere: the scheduler's free-text account (`Job.team`, Slurm's
 --account) is what a rule matches, and pages show it as "Account".
