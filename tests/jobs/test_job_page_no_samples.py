@@ -51,3 +51,5 @@ def test_a_pending_job_says_it_has_no_telemetry_yet(operator_client, quiet_clust
     assert "series" not in figs
     assert 'id="fig-series"' not in html
     assert "No telemetry yet: the job holds no GPUs" in html
+    # A job waiting in the queue is not "running" (a requeued one waits with no start).
+    assert "<dt>Duration</dt><dd>pending, not started</dd>" in html
