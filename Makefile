@@ -20,9 +20,9 @@ install: $(STAMP)
 
 # The demo is a development run on 127.0.0.1 (static files served from static/, no
 # collectstatic, the development SECRET_KEY), so it asks for debug explicitly: settings fail
-# closed without it.
+# closed without it. DEMO_ARGS passes options through (e.g. DEMO_ARGS='--port 8001').
 demo: install
-	VIGIL_DEBUG=true $(PY) manage.py demo
+	VIGIL_DEBUG=true $(PY) manage.py demo $(DEMO_ARGS)
 
 # Chromium for the browser tests, Slurm for the scheduler tests and Prometheus / Alertmanager
 # for deploy/prometheus come from Debian (never `playwright install`: it downloads). Without
