@@ -74,14 +74,19 @@ def test_two_accounts_of_one_team_are_one_team_row(outsider_client, operator_cli
     assert set(_row_cells(html, "account-table")) == {"llm", "vision"}
 
     q = {"cluster": cluster.name, "month": month}
-    rows = csv.DictReader(
-        io.StringIO(
-            operator_client.get(reverse("energy_api:csv", args=["teams"]), q).content.decode()
-        )
-    )
-    by_key = {x["key"]: x for x in rows}
+
+    def csv_rows(table: str) -> dict[str, dict]:
+        response = operator_client.get(reverse("energy_api:csv", args=[table]), q)
+        return {x["key"]: x for x in csv.DictReader(io.StringIO(response.content.decode()))}
+
+    by_key = csv_rows("teams")
     assert set(by_key) == {"research", "evals", IDLE_KEY}
     assert float(by_key["research"]["gpu_kwh"]) == pytest.approx(research_kwh, abs=1e-3)
+    accounts = csv_rows("accounts")
+    assert set(accounts) == {"llm", "vision"}
+    assert sum(float(x["gpu_kwh"]) for x in accounts.values()) == pytest.approx(
+        research_kwh + evals_kwh, abs=2e-3
+    )
 
     daily = energy_daily_rows(cluster, built["lo"], built["hi"])
     research = [x for x in daily if x["team"] == "research"]
