@@ -14,8 +14,7 @@ import hashlib
 from collections.abc import Sequence
 
 from webapp.teams.models import Team, TeamRule
-from webapp.teams.rules import FIELDS, CompiledTeamRule, team_match
-from webapp.teams.selectors import team_rules
+from webapp.teams.selectors import FIELDS, CompiledTeamRule, team_match, team_rules
 
 NO_TEAM = "(no team)"  # a job no rule gives a team
 JOB_DELETED = "(job deleted)"  # a rollup row whose job is gone

@@ -24,7 +24,10 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q
 
 from webapp.teams.models import Team, TeamRule
-from webapp.teams.rules import CompiledTeamRule, rules_compile, team_match
+from webapp.teams.rules import FIELDS as FIELDS  # the job fields a rule reads, for readers
+from webapp.teams.rules import CompiledTeamRule as CompiledTeamRule
+from webapp.teams.rules import rules_compile
+from webapp.teams.rules import team_match as team_match
 
 # Members of this group are operators (as are staff and superusers); migration 0002 creates it.
 OPERATORS_GROUP = "operators"
