@@ -456,10 +456,14 @@ def _time_to_recover(failures: list[FailureEvent]) -> list[RecoveryRow]:
     again = running_again_after(failures)
     per: dict[str, list[float]] = defaultdict(list)
     counts: Counter[str] = Counter()
+    ran: Counter[str] = Counter()  # running again, replayed or not
     for f in failures:
         category = f.category or taxonomy.Category.UNKNOWN.value
         counts[category] += 1
         counts["all"] += 1
+        if f.pk in again:
+            ran[category] += 1
+            ran["all"] += 1
         if f.pk in again and detected_live(f):
             seconds = (again[f.pk] - f.occurred_at).total_seconds()
             per[category].append(seconds)
@@ -469,7 +473,7 @@ def _time_to_recover(failures: list[FailureEvent]) -> list[RecoveryRow]:
         (k for k in counts if k != "all"), key=lambda k: order.index(k) if k in order else 99
     )
     return [
-        RecoveryRow(key, counts[key], len(per[key]), _median(per[key]), _p95(per[key]))
+        RecoveryRow(key, counts[key], ran[key], _median(per[key]), _p95(per[key]))
         for key in [*keys, "all"]
         if counts[key]
     ]
