@@ -333,12 +333,15 @@ def _eval_gpus_idle(rule: AlertRule, now: datetime) -> set[str]:
             for_s=idle_hold_s(rule.params, rule.for_s, n),
         )
         keep.add(_raised(rule, found, now))
-    # Hysteresis: a job seen idle within the clear time keeps its alert.
+    # Hysteresis: a job seen idle within the clear time keeps its alert, while it still runs
+    # (an ended job's GPUs are no longer its to waste: its alert resolves at once).
     clear_s = float(rule.params.get("clear_s") or IDLE_CLEAR_S)
     recent = Alert.objects.filter(
         rule=rule,
         state__in=ACTIVE_STATES,
         last_seen_at__gte=now - timedelta(seconds=clear_s),
+        job__state=JobState.RUNNING,
+        job__in=allocations.values("job_id"),
     )
     keep.update(recent.values_list("fingerprint", flat=True))
     return keep
