@@ -263,7 +263,9 @@ def test_the_failure_page_shows_the_incidents_burst(fleet, operator_client):
     failure = FailureEvent.objects.get(kind="gpu_error")
     body = operator_client.get(f"/failures/{failure.pk}/").content.decode()
     incident = body.split('id="incident">', 1)[1].split("</td>", 1)[0]
-    assert incident.startswith("root Xid 48 on GPU 2 · 8 lines from ")
+    gpu = failure.gpu_error.gpu
+    link = f'<a class="gpu-link" href="/gpus/{gpu.pk}/">GPU 2 (00000000:12:00.0)</a>'
+    assert incident.startswith(f"root Xid 48 on {link} · 8 lines from ")
     assert incident.endswith("UTC · Xids 45, 48")
     # The GPU history: one row per Xid and burst, its first and last line and count.
     table = body.split('id="xid-table"', 1)[1].split("</table>", 1)[0]

@@ -174,9 +174,11 @@ def _gpu_errors_store(node_id: int, batch: NodeEventBatch) -> tuple[int, list[Gp
 
 
 def pci_bdf(pci: str | None) -> str:
-    """PCI bus id in one spelling: lowercase, 4-digit domain.
+    """PCI bus id in one spelling: lowercase, 4-digit domain, with its function.
 
-    "00000000:3B:00.0" -> "0000:3b:00.0"."""
+    "00000000:3B:00.0" -> "0000:3b:00.0"; the kernel's Xid line leaves the function out
+    ("PCI:0000:3b:00"), and a GPU is function 0 of its device: "0000:3b:00" -> "0000:3b:00.0".
+    """
     if not pci:
         return ""
     p = pci.strip().lower()
@@ -185,6 +187,8 @@ def pci_bdf(pci: str | None) -> str:
         parts[0] = parts[0][-4:]
     elif len(parts) == 2:
         parts.insert(0, "0000")
+    if "." not in parts[-1]:
+        parts[-1] += ".0"
     return ":".join(parts)
 
 
