@@ -8,8 +8,10 @@ queueing delay and GPU count, from which medians, means and CDFs follow exactly.
 whole history (the page's default) reads the cluster's tally rows, kept by triggers and the trace
 import: a dozen rows however many jobs. A window counts its jobs in one hashed pass
 (tallies.TALLY_SQL); a job belongs to it when it was submitted in it (`submit_at`, served by the
-(cluster, submit_at) index). Telemetry CDFs read the 1-minute rollup (raw samples for windows under
-a day; the hourly rollup for windows older than the 1-minute rollup keeps). Like the paper, per-type
+(cluster, submit_at) index). A requeued job's runs before its current one add the GPU time of
+their closed allocations (the tally reads start and end, which a requeue clears). Telemetry
+CDFs read the 1-minute rollup (raw samples for windows under a day; the hourly rollup for windows
+older than the 1-minute rollup keeps). Like the paper, per-type
 and summary statistics are over GPU jobs (`gpus_requested > 0`); durations and queueing delays count
 only jobs that have them (started, resp. ended).
 """
@@ -223,6 +225,7 @@ def jobs_characterize(window: Window, *, from_jobs: bool = False) -> Characteriz
     else:
         tally = window_tally(window)
     stats_rows, hist_rows = _from_tally(tally)
+    stats_rows = _with_earlier_runs(stats_rows, _earlier_runs_gpu_time(window))
 
     total_row = next((r for r in stats_rows if r[0]), None)
     if total_row is None:  # no job at all: GROUPING SETS still yields the () row, but be safe
@@ -315,6 +318,48 @@ def jobs_characterize(window: Window, *, from_jobs: bool = False) -> Characteriz
     _fill_cdfs(result, hist_rows)
     result.eval_phases = eval_phases_asked(window)
     return result
+
+
+def _earlier_runs_gpu_time(window: Window) -> dict[tuple[str, str], float]:
+    """GPU time of the window's GPU jobs in runs before their current one, by (type, state).
+
+    A requeue clears a job's start (Slurm moves its submit time), so the tally, which reads
+    start and end, holds the last run only; the GPU time consumed before (a failed run
+    included, as the paper counts it) is in the job's closed allocations, one row per GPU and
+    run. Imported traces have no allocations: they add nothing."""
+    where, params = window.where()
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT j.job_type, j.state, sum(date_part('epoch', a.\"end\" - a.start)) "
+            "FROM jobs_joballocation a JOIN "
+            f"(SELECT id, job_type, state, start_at FROM jobs_job WHERE {where} "
+            " AND gpus_requested > 0) j ON j.id = a.job_id "
+            'WHERE a."end" IS NOT NULL AND (j.start_at IS NULL OR a.start < j.start_at) '
+            "GROUP BY 1, 2",
+            params,
+        )
+        return {(t, s): float(v or 0.0) for t, s, v in cur.fetchall()}
+
+
+def _with_earlier_runs(
+    stats_rows: list[tuple], earlier: dict[tuple[str, str], float]
+) -> list[tuple]:
+    """The statistics rows (see _from_tally) with the earlier runs' GPU time added to the
+    type's and the total's GPU time, and to the final group of the job's state."""
+    if not earlier:
+        return stats_rows
+    out = []
+    for row in stats_rows:
+        row = list(row)
+        for (job_type, state), gpu_time in earlier.items():
+            if not row[0] and row[1] != job_type:
+                continue
+            row[5] = float(row[5] or 0.0) + gpu_time
+            if (final := _FINAL_GROUP.get(state)) is not None:
+                at = 18 + 3 * FINAL_GROUPS.index(final) + 1
+                row[at] = float(row[at] or 0.0) + gpu_time
+        out.append(tuple(row))
+    return out
 
 
 def cluster_tally(cluster: Cluster) -> Tally:
