@@ -20,8 +20,9 @@ def test_overview_names_each_node_with_its_state_and_each_gpus_job(operator_clie
     alpha = next(c for c in data["clusters"] if c["name"] == "alpha")
     grid = alpha["grid"]
     assert grid["hosts"] == ["gpu-a-01", "gpu-a-02"]
-    # Drained by the scheduler; gpu-a-02 last reported 15 minutes ago.
-    assert grid["states"] == ["drained", "stale"]
+    # Drained by the scheduler while job 77 runs on it: draining, as Slurm says; gpu-a-02 last
+    # reported 15 minutes ago.
+    assert grid["states"] == ["draining", "stale"]
     assert grid["jobs"] == [["77", "train-77", "alice"]]
     assert grid["held"][:8] == [0, 0, None, None, 0, 0, None, None]
     assert grid["held"][8:] == [None] * 8
@@ -33,7 +34,7 @@ def test_overview_names_each_node_with_its_state_and_each_gpus_job(operator_clie
 
     # The page's first payload says the same, and its legend explains the colour.
     page = operator_client.get(reverse("pages:overview"))
-    assert page.context["payload"]["clusters"][0]["grid"]["states"] == ["drained", "stale"]
+    assert page.context["payload"]["clusters"][0]["grid"]["states"] == ["draining", "stale"]
     assert "Held idle" in page.content.decode()
 
 
@@ -44,7 +45,7 @@ def test_overview_json_for_scripts_names_node_state_and_job(operator_client, sma
     by_gpu = {(g["node"], g["index"]): g for g in data["gpus"]}
     assert by_gpu[("gpu-a-01", 0)]["job"] == "77" and by_gpu[("gpu-a-01", 4)]["job"] == "77"
     assert by_gpu[("gpu-a-01", 1)]["job"] is None
-    assert by_gpu[("gpu-a-01", 0)]["node_state"] == "drained"
+    assert by_gpu[("gpu-a-01", 0)]["node_state"] == "draining"  # job 77 still runs there
     assert by_gpu[("gpu-b-01", 0)]["node_state"] == "up"
 
 
@@ -70,7 +71,7 @@ def test_overview_of_a_large_cluster_counts_held_idle_gpus_per_node(small_fleet)
     )
     grid = next(c for c in data["clusters"] if c["name"] == "alpha")["grid"]
     assert grid["level"] == "node"
-    assert grid["states"] == ["drained", "stale"]
+    assert grid["states"] == ["draining", "stale"]
     # gpu-a-01 at a 50 % busy line: GPUs 4 and 5 idle and held; 0 is held but busy.
     assert grid["held_idle"] == [2, 0]
     assert "drained" in data["out_of_service"]

@@ -63,14 +63,15 @@ class _Node:
     gpus: list[LatestGpu]
 
 
-def _nodes(gpus: list[LatestGpu], now: datetime) -> list[_Node]:
+def _nodes(gpus: list[LatestGpu], now: datetime, holders: dict[int, GpuHolder]) -> list[_Node]:
     by_node: dict[int, list[LatestGpu]] = {}
     for g in gpus:
         by_node.setdefault(g.node_id, []).append(g)
     nodes = []
     for node_id, mine in by_node.items():
         first = mine[0]
-        state = node_state_now(first.node_state, first.node_seen, now)
+        runs_jobs = any(g.gpu_id in holders for g in mine)
+        state = node_state_now(first.node_state, first.node_seen, now, runs_jobs=runs_jobs)
         nodes.append(
             _Node(
                 node_id,
@@ -88,7 +89,7 @@ def gpu_grid(
     """One cell per GPU: `width` slots per node (the most GPUs on any node), flat arrays of
     nodes x width in node order; an empty slot is null (and "-" in `status`). `held` gives a
     slot's job as an index into `jobs` ([scheduler id, name, user]), null when no job holds it."""
-    nodes = _nodes(gpus, now)
+    nodes = _nodes(gpus, now, holders)
     width = max((g.index for g in gpus), default=-1) + 1
     slots = len(nodes) * width
     util: list[float | None] = [None] * slots
@@ -147,7 +148,7 @@ def node_grid(
     """One cell per node: mean utilization of its reporting GPUs, its GPUs per status (as
     [busy, idle, erroring, stale]), how many of its idle GPUs a job holds, its GPUs' power now
     (W) and its state ("" when up)."""
-    nodes = _nodes(gpus, now)
+    nodes = _nodes(gpus, now, holders)
     util: list[float | None] = []
     counts: list[list[int]] = []
     held_idle: list[int] = []
@@ -240,6 +241,7 @@ def gpus_list(
     """Every GPU with its latest values, its node's state and the job holding it, for scripts
     (`overview.json?gpus=1`); the page does not read it."""
     out = []
+    running_nodes = {g.node_id for g in gpus if g.gpu_id in holders}
     for g in gpus:
         holder = holders.get(g.gpu_id)
         out.append(
@@ -247,7 +249,9 @@ def gpus_list(
                 "cluster": g.cluster,
                 "node": g.hostname,
                 "node_url": node_url(g.node_id),
-                "node_state": node_state_now(g.node_state, g.node_seen, now),
+                "node_state": node_state_now(
+                    g.node_state, g.node_seen, now, runs_jobs=g.node_id in running_nodes
+                ),
                 "index": g.index,
                 "uuid": g.uuid,
                 "model": g.model,

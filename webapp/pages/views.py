@@ -138,7 +138,9 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
         "pages/node.html",
         {
             "node": node,
-            "node_state": NodeState(node_state_now(node.state, node.last_seen, timezone.now())),
+            "node_state": NodeState(
+                node_state_now(node.state, node.last_seen, timezone.now(), runs_jobs=bool(holders))
+            ),
             "gpus": [
                 (g, telemetry_figures.gpu_hover_values(g), holders.get(g.index)) for g in gpus
             ],
