@@ -475,8 +475,9 @@ def telemetry_cdfs(
     Telemetry's cluster_distribution chooses the data: per-minute means from the 1-minute
     rollup for windows of a day or more, samples for shorter ones, the next coarser tier
     whole for a window that begins before a tier's retention (per-hour means for a quarter),
-    so every GPU-cell of it weighs the same. Above TELEMETRY_ROW_BUDGET rows the table is
-    block-sampled, so the cost stays bounded.
+    so every GPU-cell of it weighs the same; telemetry no rollup holds yet (a fleet's first
+    hour) is read from the finer tiers rather than shown as none. Above TELEMETRY_ROW_BUDGET
+    rows the table is block-sampled, so the cost stays bounded.
     """
     until = until or timezone.now()
     since = since or telemetry_kept_since(until).hourly

@@ -3,7 +3,7 @@ each tier of telemetry reaches: telemetry chooses raw samples, the 1-minute or t
 and block-samples above a row budget. Part of the read API `selectors.py` re-exports."""
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.db import connection
@@ -59,18 +59,30 @@ def cluster_distribution(
     until, in its stored unit. Windows of a day or more read per-cell means from the 1-minute
     rollup, shorter ones samples (raw or compacted); a window that begins before a tier's
     retention reads the next coarser tier whole (per-hour means for a quarter), so every
-    GPU-cell of it weighs the same. Above `row_budget` rows the table is block-sampled, so
-    the cost stays bounded."""
+    GPU-cell of it weighs the same. When those tiers hold nothing, the finer tiers' last day
+    answers (telemetry not rolled up yet; `source` says so). Above `row_budget` rows the table
+    is block-sampled, so the cost stays bounded."""
     for m in metrics:
         if m not in ROLLUP_METRICS:
             raise ValueError(f"not a rolled-up GPU metric: {m!r}")
     finest = tiers.SAMPLES if (until - since) < DISTRIBUTION_RAW_SPAN_MAX else tiers.MINUTE
     result = Distribution("", 0, None)
-    for tier in tiers.tiers_for(since, finest):
+    candidates = tiers.tiers_for(since, finest)
+    for tier in candidates:
         result = _distribution(cluster_id, since, until, tier, metrics, percentiles, row_budget)
         # A block sample can miss every row of a sparse tier: that tier still has data.
         if result.rows or (result.sampled_pct and _has_cells(cluster_id, since, until, tier)):
+            return result
+    recent = max(since, until - DISTRIBUTION_RAW_SPAN_MAX)
+    # A rollup holds a cell only once it has ended and been rolled up: telemetry younger than
+    # that (a fleet's first hour, under a window that reads the hourly rollup) is in the finer
+    # tiers only, so their last day is read rather than nothing.
+    for tier in tiers.tiers_for(recent, tiers.SAMPLES):
+        if tier in candidates or recent >= until:
             break
+        fresh = _distribution(cluster_id, recent, until, tier, metrics, percentiles, row_budget)
+        if fresh.rows:
+            return replace(fresh, source=f"{fresh.source}, not rolled up yet")
     return result
 
 
