@@ -22,10 +22,9 @@ from datetime import UTC, datetime, timedelta
 from django.utils import timezone
 
 from collectors.schema import GPU_FIELD_NAMES, NODE_FIELDS
+from tests.factory import cluster_make, job_make
 from tests.helpers import gpu_row, node_row
-from webapp.fleet import services as fleet_services
-from webapp.fleet.models import Cluster, Gpu, Node
-from webapp.jobs.models import Job, JobAllocation
+from webapp.jobs.models import Job
 from webapp.telemetry.services import rollups_refresh, samples_ingest
 
 STEP_S = 15.0
@@ -141,9 +140,10 @@ def build(t0: datetime) -> dict[str, Job]:
     """Ingest the rig's samples (one batch per node and hour, one delivered twice) and make
     its jobs and allocations; fold the 1-minute rollup."""
     base = t0.timestamp()
-    nodes = {}
+    # The nodes' GPUs register on first contact, with the batches below.
+    tokens = cluster_make(CLUSTER, {"a": 0, "b": 0}, scheduler=None).tokens
     for host in ("a", "b"):
-        token = fleet_services.node_token_issue(CLUSTER, host)
+        token = tokens[host]
         counters = {g: counter_mj(host, g) for g in range(4)}
         for hour in range(HOURS):
             samples = []
@@ -181,38 +181,22 @@ def build(t0: datetime) -> dict[str, Job]:
             samples_ingest(json.dumps(batch))
             if host == "a" and hour == 2:
                 samples_ingest(json.dumps(batch))  # redelivered
-        nodes[host] = Node.objects.get(cluster__name=CLUSTER, hostname=host)
-    cluster = Cluster.objects.get(name=CLUSTER)
     jobs = {}
     for j in JOBS:
         start, end = t0 + timedelta(hours=j.start_h), t0 + timedelta(hours=j.end_h)
-        job = Job.objects.create(
-            cluster=cluster,
-            scheduler_id=j.sid,
-            name=f"job-{j.sid}",
+        jobs[j.sid] = job_make(
+            CLUSTER,
+            j.sid,
+            j.gpus,
+            start,
+            end,
             user=j.user,
             team=j.team,
             project=j.project,
             job_type=j.job_type,
             state=j.state,
-            submit_at=start,
-            start_at=start,
-            end_at=end,
-            gpus_requested=len(j.gpus),
             last_checkpoint_at=t0 + timedelta(hours=j.checkpoint_h) if j.checkpoint_h else None,
         )
-        JobAllocation.objects.bulk_create(
-            JobAllocation(
-                job=job,
-                node=nodes[host],
-                gpu=Gpu.objects.get(node=nodes[host], index=g),
-                gpu_index=g,
-                start=start,
-                end=end,
-            )
-            for host, g in j.gpus
-        )
-        jobs[j.sid] = job
     while rollups_refresh() != (0, 0):
         pass
     return jobs

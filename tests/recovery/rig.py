@@ -18,9 +18,9 @@ from pathlib import Path
 
 from django.conf import settings
 
+from tests.factory import cluster_make
 from tests.helpers import ROOT, WorkerProcess, wait_for
 from tests.slurm import SlurmCluster
-from webapp.fleet import services as fleet_services
 from webapp.fleet.models import Cluster
 from webapp.recovery.actions import recovery_queue
 from webapp.recovery.services import recovery_policy_set
@@ -54,9 +54,8 @@ class Rig:
 
     def vigil(self, mode: str = "auto", max_auto_restarts: int | None = None) -> None:
         """The cluster's nodes known to Vigil; the first node's agent also watches Slurm."""
-        for node in self.slurm.nodes:
-            self.tokens[node] = fleet_services.node_token_issue(CLUSTER, node)
-        fleet_services.node_scheduler_grant(CLUSTER, self.agent_node)
+        made = cluster_make(CLUSTER, self.slurm.nodes, gpus=0, scheduler=self.agent_node)
+        self.tokens.update(made.tokens)
         self.cluster_id = Cluster.objects.get(name=CLUSTER).pk
         self.policy(mode, max_auto_restarts)
 
