@@ -342,6 +342,39 @@ def job_gpu_limits(allocations: list[AllocationRow]) -> tuple[float | None, floa
     return values.get("power_limit_w"), values.get("fb_total_bytes")
 
 
+@dataclass(frozen=True)
+class AllocationSize:
+    """How many GPUs and nodes the job holds, and in how many runs. A requeued job has one
+    allocation row per GPU per run, so its rows overcount its GPUs: the size is its latest
+    run's (a requeue keeps the job's request), and `runs` says how many there were."""
+
+    gpus: int
+    nodes: int
+    runs: int
+
+    @property
+    def words(self) -> str:
+        """ "8 GPUs on 1 node", with ", 2 runs" for a requeued job."""
+        out = f"{self.gpus} GPU{'s' if self.gpus != 1 else ''} on {self.nodes} node" + (
+            "s" if self.nodes != 1 else ""
+        )
+        return out + (f", {self.runs} runs" if self.runs > 1 else "")
+
+
+def allocation_size(allocations: list[AllocationRow]) -> AllocationSize:
+    """The GPUs and nodes of the job's latest run (the rows sharing the latest start: the
+    scheduler watcher opens one row per GPU of a run at the run's start) and its runs."""
+    if not allocations:
+        return AllocationSize(0, 0, 0)
+    latest = max(a.start for a in allocations)
+    run = [a for a in allocations if a.start == latest]
+    return AllocationSize(
+        gpus=len({(a.node_id, a.gpu_index) for a in run}),
+        nodes=len({a.node_id for a in run}),
+        runs=len({a.start for a in allocations}),
+    )
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -361,6 +394,8 @@ def job_verdict(
     line gives the absolute figure only)."""
     labels = {a.id: a.label for a in allocations}
     per = {a: m for a, m in means.items() if m.get("gpu_util") is not None}
+    # GPUs, not allocation rows: a requeued job holds a GPU once per run.
+    size = allocation_size([a for a in allocations if a.id in per])
     if not per:
         return Verdict(
             "none", "No telemetry from the job's GPUs yet: no verdict on its efficiency."
@@ -370,10 +405,13 @@ def job_verdict(
         return [m[metric] for m in per.values() if m.get(metric) is not None]
 
     util = _mean(col("gpu_util")) or 0.0
-    idle = sorted(labels.get(a, str(a)) for a, m in per.items() if m["gpu_util"] < IDLE_GPU_PCT)
-    under = [a for a, m in per.items() if m["gpu_util"] < busy_util_pct]
-    n = len(per)
-    lines = [f"Mean GPU utilization {util:.0f}% over {n:,} GPU{'s' if n != 1 else ''}."]
+    idle = sorted({labels.get(a, str(a)) for a, m in per.items() if m["gpu_util"] < IDLE_GPU_PCT})
+    under = {labels.get(a, str(a)) for a, m in per.items() if m["gpu_util"] < busy_util_pct}
+    n = size.gpus or len(per)  # means without an allocation row: one GPU each
+    # The idle and underused GPUs are counted among every GPU the job held, in any run.
+    held_any = len({labels.get(a, str(a)) for a in per})
+    runs = f", {size.runs:,} runs" if size.runs > 1 else ""
+    lines = [f"Mean GPU utilization {util:.0f}% over {n:,} GPU{'s' if n != 1 else ''}{runs}."]
     sm = _mean(col("sm_active"))
     if sm is not None:
         lines.append(f"Mean SM activity {100 * sm:.0f}% (the share of SMs busy).")
@@ -395,15 +433,17 @@ def job_verdict(
             else f"Mean power {power:.0f} W."
         )
     if under and len(under) > len(idle):
-        lines.append(f"{len(under):,} of {n:,} GPUs averaged under {busy_util_pct:g}% utilization.")
+        lines.append(
+            f"{len(under):,} of {held_any:,} GPUs averaged under {busy_util_pct:g}% utilization."
+        )
     if idle:
         k = len(idle)
         gpus = f"{k:,} GPU{'s' if k != 1 else ''}"
-        held = gpus if k < n else (f"its {gpus}" if k == 1 else f"all its {gpus}")
+        held = gpus if k < held_any else (f"its {gpus}" if k == 1 else f"all its {gpus}")
         headline = (
             f"This job held {held} at 0% utilization for "
             f"{'its' if k == 1 else 'their'} whole allocation"
-            + (f": {', '.join(idle)}" if k < n and k <= _NODES_NAMED else "")
+            + (f": {', '.join(idle)}" if k < held_any and k <= _NODES_NAMED else "")
             + "."
         )
         return Verdict("idle", headline, lines, idle)

@@ -28,6 +28,7 @@ from webapp.jobs.dispatch import job_energy_asked, job_incident_asked
 from webapp.jobs.forms import JOB_SORTS, CharacterizationForm, JobListForm, WastedForm
 from webapp.jobs.job_page import (
     allocation_by_node,
+    allocation_size,
     energy_by_node,
     event_words,
     job_bands,
@@ -262,7 +263,8 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "allocations": allocations,
         "small": small,
         "nodes": energy_by_node(energy),
-        "node_count": len({a.node_id for a in allocations}),
+        # GPUs and nodes of the latest run: a requeued job has an allocation row per run.
+        "size": allocation_size(allocations),
         "energy": energy,
         "events": [(e, event_words(e.detail)) for e in events],
         "timeline": timeline,
