@@ -4,17 +4,14 @@ GPUs raise more than an info alert, sooner."""
 
 from __future__ import annotations
 
-import json
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
 
 from tests.alerts.conftest import later
-from tests.alerts.helpers import _now
+from tests.alerts.helpers import _now, idle_allocate, idle_job_on, idle_samples
 from tests.failures.conftest import xid_event
-from tests.helpers import make_batch
 from webapp.alerts import evaluate
 from webapp.alerts.choices import AlertState
 from webapp.alerts.models import Alert
@@ -23,9 +20,7 @@ from webapp.failures.node_events import node_events_ingest
 from webapp.failures.services import failure_diagnose
 from webapp.fleet import services as fleet_services
 from webapp.fleet.models import Node
-from webapp.jobs.models import Job, JobAllocation
 from webapp.recovery.models import RecoveryAction
-from webapp.telemetry.services import samples_ingest
 
 pytestmark = pytest.mark.django_db
 EVENT_S = 900  # the gpu-hardware rule's resolve_after_s
@@ -86,70 +81,38 @@ def test_a_hardware_alert_on_a_node_never_drained_resolves_after_its_window(flee
 # --- Idle GPUs -----------------------------------------------------------------------------
 
 
-def _job_on(hostname: str, gpus: int, scheduler_id: str) -> tuple[Job, str]:
-    token = fleet_services.node_token_issue("idlecluster", hostname)
-    node = Node.objects.get(hostname=hostname)
-    start = timezone.now() - timedelta(hours=1)
-    job = Job.objects.create(
-        cluster=node.cluster,
-        scheduler_id=scheduler_id,
-        name="pretrain-70b",
-        state="running",
-        start_at=start,
-        gpus_requested=gpus,
-    )
-    return job, token
-
-
-def _samples(hostname: str, token: str, gpus: int, util: float, ago_s: float) -> None:
-    batch = make_batch(
-        "idlecluster", hostname, token, t0=time.time() - ago_s, gpus=gpus,
-        uuid_prefix=f"GPU-{hostname}-",
-    )  # fmt: skip
-    for row in batch["samples"]:
-        row[2] = util  # gpu_util, first of the wire's GPU fields
-    samples_ingest(json.dumps(batch))
-
-
-def _allocate(job: Job, hostname: str, gpus: int) -> None:
-    node = Node.objects.get(hostname=hostname)
-    JobAllocation.objects.bulk_create(
-        JobAllocation(job=job, node=node, gpu_index=i, start=job.start_at) for i in range(gpus)
-    )
-
-
 def test_an_idle_alert_does_not_flap_with_utilization_about_the_threshold(fleet):
-    job, token = _job_on("idle-01", 1, "501")
-    _samples("idle-01", token, 1, 0.0, 40)
-    _allocate(job, "idle-01", 1)
+    job, token = idle_job_on("idle-01", 1, "501")
+    idle_samples("idle-01", token, 1, 0.0, 40)
+    idle_allocate(job, "idle-01", 1)
     now = datetime.now(UTC)
     evaluate.alerts_evaluate(now)
     [first] = Alert.objects.filter(rule__name="gpus-idle")
     assert first.state == AlertState.PENDING
-    _samples("idle-01", token, 1, 30.0, 30)  # a busy sample between idle ones
+    idle_samples("idle-01", token, 1, 30.0, 30)  # a busy sample between idle ones
     evaluate.alerts_evaluate(now + timedelta(seconds=15))
-    _samples("idle-01", token, 1, 0.0, 20)
+    idle_samples("idle-01", token, 1, 0.0, 20)
     evaluate.alerts_evaluate(now + timedelta(seconds=30))
     # One alert, still pending: not resolved and raised again.
     [alert] = Alert.objects.filter(rule__name="gpus-idle")
     assert alert.pk == first.pk and alert.state == AlertState.PENDING
     # Busy for longer than the clear time: resolved.
-    _samples("idle-01", token, 1, 60.0, 10)
+    idle_samples("idle-01", token, 1, 60.0, 10)
     evaluate.alerts_evaluate(now + timedelta(seconds=30 + evaluate.IDLE_CLEAR_S + 1))
     assert Alert.objects.get(pk=first.pk).state == AlertState.RESOLVED
 
 
 def test_a_large_job_idle_for_six_minutes_pages_while_one_idle_gpu_waits(fleet):
     hosts = [f"idle-big-{n:02d}" for n in range(14)]  # 14 nodes x 8 GPUs = 112
-    big, token = _job_on(hosts[0], 112, "600")
+    big, token = idle_job_on(hosts[0], 112, "600")
     tokens = {h: fleet_services.node_token_issue("idlecluster", h) for h in hosts[1:]}
     tokens[hosts[0]] = token
     for h in hosts:
-        _samples(h, tokens[h], 8, 0.0, 20)
-        _allocate(big, h, 8)
-    small, small_token = _job_on("idle-small", 1, "601")
-    _samples("idle-small", small_token, 1, 0.0, 20)
-    _allocate(small, "idle-small", 1)
+        idle_samples(h, tokens[h], 8, 0.0, 20)
+        idle_allocate(big, h, 8)
+    small, small_token = idle_job_on("idle-small", 1, "601")
+    idle_samples("idle-small", small_token, 1, 0.0, 20)
+    idle_allocate(small, "idle-small", 1)
     now = datetime.now(UTC)
     evaluate.alerts_evaluate(now)
     evaluate.alerts_evaluate(now + timedelta(minutes=6))

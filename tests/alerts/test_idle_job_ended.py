@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.alerts.test_alerts_say_true import _allocate, _job_on, _samples
+from tests.alerts.helpers import idle_allocate, idle_job_on, idle_samples
 from webapp.alerts import evaluate
 from webapp.alerts.choices import AlertState
 from webapp.alerts.models import Alert
@@ -21,9 +21,9 @@ def _end(job: Job, at: datetime) -> None:
 
 @pytest.mark.parametrize("fire", [False, True], ids=["pending", "firing"])
 def test_an_idle_alert_resolves_once_its_job_has_completed(fleet, fire):
-    job, token = _job_on("idle-end-01", 1, "701")
-    _samples("idle-end-01", token, 1, 0.0, 40)
-    _allocate(job, "idle-end-01", 1)
+    job, token = idle_job_on("idle-end-01", 1, "701")
+    idle_samples("idle-end-01", token, 1, 0.0, 40)
+    idle_allocate(job, "idle-end-01", 1)
     now = datetime.now(UTC)
     evaluate.alerts_evaluate(now)
     if fire:  # idle past the rule's hold: firing

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from tests.alerts.conftest import default_rules
-from tests.browser.test_widths import _OVERFLOWS, VIEWPORT
+from tests.browser.widths import OVERFLOWS, VIEWPORT
 from webapp.alerts.models import Alert, AlertGroup, AlertRule
 from webapp.fleet.models import Cluster, Node
 from webapp.jobs.models import Job
@@ -81,6 +81,6 @@ def test_the_alert_list_fits_its_card_with_long_names(
     assert page.locator("#alert-table tbody tr").count() == 3
     # The silence link of each active row is there and in view.
     assert page.locator("#alert-table a.silence").count() == 2
-    problems = page.evaluate(_OVERFLOWS)
+    problems = page.evaluate(OVERFLOWS)
     assert problems == [], f"alert list wider than its card at 1440 px: {problems}"
     assert page_log.errors == []

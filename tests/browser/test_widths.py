@@ -19,6 +19,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from tests.alerts.conftest import default_rules, deliver, later, with_email
+from tests.browser.widths import OVERFLOWS, VIEWPORT
 from tests.energy.conftest import build_rig
 from tests.evaluation.conftest import checkpoint  # noqa: F401 (a fixture)
 from tests.failures.conftest import make_fleet, nccl_window, pci, xid_event
@@ -39,44 +40,6 @@ from webapp.teams.services import team_create
 from webapp.telemetry.services import samples_ingest
 
 pytestmark = pytest.mark.browser
-
-VIEWPORT = {"width": 1440, "height": 900}
-
-# For every laid-out `table.data`: its card (the nearest scrolling ancestor, else `.card`),
-# whether the card scrolls sideways, and the header of every column with a cell right of the
-# card's visible edge (columns a stylesheet hides have no box and are not counted).
-_OVERFLOWS = """
-() => Array.from(document.querySelectorAll('table.data')).flatMap((table, n) => {
-  if (!table.getClientRects().length) return [];
-  let card = table.parentElement;
-  while (card && card !== document.body) {
-    const o = getComputedStyle(card).overflowX;
-    if (o === 'auto' || o === 'scroll' || o === 'hidden' || card.classList.contains('card')) break;
-    card = card.parentElement;
-  }
-  const box = card.getBoundingClientRect();
-  const edge = box.left + card.clientLeft + card.clientWidth + 1;
-  const heads = Array.from(table.querySelectorAll('thead tr:last-child th'));
-  const hidden = new Set();
-  for (const row of table.rows) {
-    Array.from(row.cells).forEach((cell, i) => {
-      const r = cell.getBoundingClientRect();
-      if (r.width > 0 && r.right > edge) {
-        const head = (heads[i] && heads[i].textContent.trim()) || `column ${i + 1}`;
-        hidden.add(head);
-      }
-    });
-  }
-  const scrolls = card.scrollWidth > card.clientWidth + 1;
-  if (!hidden.size && !scrolls) return [];
-  const title = card.querySelector('h2');
-  return [{
-    table: table.id || (title ? `"${title.textContent.trim()}"` : `table ${n + 1}`),
-    scroll: `${card.scrollWidth} px in ${card.clientWidth} px`,
-    hidden: Array.from(hidden),
-  }];
-})
-"""
 
 JOBS = {
     # scheduler id: (name, user, account): lengths as the demo and a real site show them.
@@ -291,7 +254,7 @@ def test_every_table_fits_its_card_at_1440_px(
         for i in range(tables.count()):
             table = tables.nth(i)
             table.screenshot(path=screenshot_dir / f"width-{shot}-{table.get_attribute('id')}.png")
-        for t in page.evaluate(_OVERFLOWS):
+        for t in page.evaluate(OVERFLOWS):
             hidden = ", ".join(t["hidden"]) or "none past the edge"
             problems.append(f"{name} ({path}): {t['table']} scrolls {t['scroll']}; {hidden}")
     assert not empty, f"pages with no table rows (the fixture misses them): {empty}"

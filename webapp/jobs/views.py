@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
+from webapp.core.charts import series_figure
 from webapp.core.pages import not_found
 from webapp.fleet.models import Cluster
 from webapp.jobs import figures, tables
@@ -50,7 +51,6 @@ from webapp.jobs.selectors import (
     wasted_gpus,
 )
 from webapp.teams.selectors import job_team_names
-from webapp.telemetry.figures import series_figure
 
 JOBS_PER_PAGE = 50
 CSV_MAX_ROWS = 100_000  # a list export larger than this is cut (and says so in its name)
