@@ -9,6 +9,7 @@ import pytest
 
 from tests.browser.figures import drawn_figures
 from tests.energy.conftest import build_rig
+from tests.energy.helpers import teams_named_as_accounts
 from webapp.energy.models import EnergyExport
 from webapp.energy.selectors import month_report
 from webapp.energy.trends import TREND_MONTHS, energy_trends
@@ -25,6 +26,7 @@ def test_energy_page_draws_figures_and_tables(
     page, live_server, live_energy, operator_login, screenshot_dir, page_log
 ):
     month = live_energy["month"]
+    teams_named_as_accounts("llm", "vision")  # a team is the teams app's Team
     r, _ = month_report(live_energy["cluster"], month)
     operator_login(f"/energy/?cluster=watt&month={month}")
     figures = drawn_figures(page)

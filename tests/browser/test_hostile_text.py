@@ -11,6 +11,7 @@ import pytest
 
 from tests.browser.figures import drawn_figures
 from tests.energy.conftest import build_rig
+from tests.energy.helpers import teams_named_as_accounts
 from tests.failures.conftest import make_fleet
 from webapp.jobs.models import Job
 
@@ -36,6 +37,7 @@ def test_energy_figures_draw_team_and_project_names_as_written(
 ):
     built = build_rig()
     Job.objects.filter(scheduler_id="1").update(team=TEAM, project=PROJECT)
+    teams_named_as_accounts(TEAM)  # the team energy groups by is the teams app's Team
     operator_login(f"/energy/?cluster=watt&month={built['month']}")
     figures = drawn_figures(page)
     assert figures["by-team"]["drawn"] and figures["by-project"]["drawn"]
