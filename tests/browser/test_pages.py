@@ -137,10 +137,11 @@ def test_overview_names_each_node_and_tells_held_idle_gpus_from_free_ones(
     page.wait_for_function(
         "document.querySelectorAll('.heatmap g.hm image').length >= 2", timeout=15_000
     )
-    # One label per node, the drained one saying so; gpu-a-02 stopped reporting.
+    # One label per node, the drained one saying so (draining, as Slurm says, while job 77
+    # still runs on it); gpu-a-02 stopped reporting.
     labels = page.locator("#heatmap-0 .yaxislayer-above text").all_text_contents()
     assert sorted(labels) == sorted(
-        ["gpu-a-01 · drained", "gpu-a-02 · stale"] + [f"gpu-a-0{n}" for n in range(3, 9)]
+        ["gpu-a-01 · draining", "gpu-a-02 · stale"] + [f"gpu-a-0{n}" for n in range(3, 9)]
     )
     # The two idle GPUs job 77 holds are drawn apart from free idle ones, with a legend entry.
     held = page.evaluate(
@@ -165,7 +166,7 @@ def test_overview_names_each_node_and_tells_held_idle_gpus_from_free_ones(
     page.wait_for_selector("#heatmap-0 .hoverlayer .hovertext")
     hover = page.locator("#heatmap-0 .hoverlayer").text_content()
     assert "gpu-a-01" in hover and "GPU 4" in hover
-    assert "job 77" in hover and "idle, held by a job" in hover and "node drained" in hover
+    assert "job 77" in hover and "idle, held by a job" in hover and "node draining" in hover
     assert page_log.errors == []
 
 
