@@ -3,6 +3,7 @@ must be what plotly's own graph objects give, or plotly.js would draw something 
 
 from __future__ import annotations
 
+import html
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -18,7 +19,8 @@ def _plotly_series_figure(series: dict[str, Series], x_range) -> dict:
     """The figure as plotly builds it, trace by trace (series_figure as it was before)."""
     names = list(SERIES_AXES)
     fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, vertical_spacing=0.03)
-    for i, (label, s) in enumerate(series.items()):
+    for i, (name_of, s) in enumerate(series.items()):
+        label = html.escape(name_of, quote=False)  # names from outside are escaped for Plotly
         for row, name in enumerate(names, start=1):
             axis_title, convert = SERIES_AXES[name]
             fig.add_trace(
@@ -88,3 +90,16 @@ def test_series_figure_is_what_plotly_builds():
         figure = series_figure(series, x_range=x_range)
         # The same JSON text: the keys in the same order, every number the same.
         assert json.dumps(figure) == json.dumps(expected)
+
+
+def test_a_series_named_with_markup_reaches_plotly_escaped():
+    """A series is named by its node and GPU, text from outside: Plotly reads <a href> in a
+    legend or hover as markup, so the name goes escaped and is shown as written."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    hostile = '<a href="https://example.org/x">gpu-a-01</a> GPU 0'
+    s = Series([t0, t0 + timedelta(minutes=1)], {m: [1.0, 2.0] for m in SERIES_METRICS})
+    fig = series_figure({hostile: s})
+    text = json.dumps(fig)
+    assert "<a href" not in text
+    trace = fig["data"][0]
+    assert trace["name"] == '&lt;a href="https://example.org/x"&gt;gpu-a-01&lt;/a&gt; GPU 0'

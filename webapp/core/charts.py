@@ -183,7 +183,10 @@ def series_figure(
             layout[f"xaxis{row if row > 1 else ''}"]["range"] = list(bounds)
     data = []
     iso: dict[datetime, str] = {}
-    for i, (label, s) in enumerate(series.items()):
+    for i, (name_of, s) in enumerate(series.items()):
+        # A series is named by its GPU and node ("gpu-a-01 GPU 3"): text from outside, which
+        # Plotly would read as markup in the legend and the hover.
+        label = plain(name_of)
         colour = GPU_COLOURS[i % len(GPU_COLOURS)]
         # Markers too when points are few: a single point has no line to draw.
         mode = "lines" if len(s.ts) > 60 else "lines+markers"
