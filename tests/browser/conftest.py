@@ -8,7 +8,6 @@ that same thread, so the check is switched off for them.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,9 +82,10 @@ def page(browser, page_log: PageLog) -> Iterator:
 
 @pytest.fixture
 def screenshot_dir(tmp_path_factory) -> Path:
-    """Where screenshots go: VIGIL_SCREENSHOT_DIR if set (to look at them), else a tmp dir."""
+    """Where screenshots go: VIGIL_SCREENSHOT_DIR if set (to look at them), else pytest's own
+    temporary folder, which pytest prunes (a folder per test left in /tmp would pile up)."""
     configured = os.environ.get("VIGIL_SCREENSHOT_DIR")
-    path = Path(configured) if configured else Path(tempfile.mkdtemp(prefix="vigil-shots-"))
+    path = Path(configured) if configured else tmp_path_factory.mktemp("shots")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
