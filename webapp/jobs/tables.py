@@ -5,7 +5,20 @@ from __future__ import annotations
 
 from webapp.core.tables import Column, Table
 from webapp.core.units import iso_utc
+from webapp.jobs.choices import JobState
 from webapp.jobs.data.reference import summary_columns
+
+
+def _own_exit_code(job) -> int | None:
+    """The job's exit code once it has ended; none while it waits or runs."""
+    return None if job.state in (JobState.PENDING, JobState.RUNNING) else job.exit_code
+
+
+def _previous_run_exit_code(job) -> int | None:
+    """A requeued job waiting to run again keeps its last run's code until it starts (the
+    scheduler watcher clears it then): that run's, not the job's own."""
+    return job.exit_code if job.state == JobState.PENDING else None
+
 
 # The job list (`jobs/list.html`), rows Job.
 JOBS = Table(
@@ -17,7 +30,10 @@ JOBS = Table(
     Column("project", csv_only=True),
     Column("type", "Type", "job_type"),
     Column("state", "State"),
-    Column("exit_code", csv_only=True),
+    # Two columns, not one: a script counting failures by exit code must not count a job
+    # still waiting to run, and the code its last run died with stays readable.
+    Column("exit_code", accessor=_own_exit_code, csv_only=True),
+    Column("previous_run_exit_code", accessor=_previous_run_exit_code, csv_only=True),
     Column("submit_utc", "Submitted (UTC)", lambda j: iso_utc(j.submit_at)),
     Column("start_utc", accessor=lambda j: iso_utc(j.start_at), csv_only=True),
     Column("end_utc", accessor=lambda j: iso_utc(j.end_at), csv_only=True),
