@@ -15,8 +15,10 @@ after this host) or `slurm_two_nodes` (logical nodes `vn1` and `vn2`), or by han
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -261,9 +263,14 @@ class SlurmCluster:
 
     def stop(self) -> None:
         """Stop every daemon by the pid in its pid file (never by name: other clusters of
-        other tests may run on this host)."""
-        for daemon in [*self.nodes, "slurmctld"]:
-            pid = self._pid(daemon)
+        other tests may run on this host). All are told at once, then waited for: each takes
+        seconds to shut down, and one after another they add up at every session's end."""
+        pids = {d: self._pid(d) for d in [*self.nodes, "slurmctld"]}
+        for pid in pids.values():
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        for daemon, pid in pids.items():
             if pid is not None:
                 process_stop(pid)
                 self._pidfile(daemon).unlink(missing_ok=True)
