@@ -487,3 +487,20 @@ def test_the_demos_simulated_scheduler_receives_the_commands_it_must_carry_out(
     lines = [c for message in sent for c in message.get("commands", [])]
     assert any(c[:2] == ["scontrol", "requeue"] and c[-1] == "310" for c in lines), sent
     assert len(sent) == len([a for a in actions if a.commands])
+
+
+def test_drain_page_links_the_jobs_on_the_node_when_it_was_drained(
+    outsider_client, fleet, recovered
+):
+    drain = recovered.recovery_plan.actions.get(kind="drain")
+    requeue = recovered.recovery_plan.actions.get(kind="requeue")
+    # A job that had ended on the node hours before its GPU failed was not affected.
+    fleet.run_job("250", _now() - 7 * 3600, _now() - 6 * 3600, nodes=("gpu-node-02",))
+    body = outsider_client.get(f"/recovery/actions/{drain.pk}/").content.decode()
+    section = body.split('id="jobs-affected"', 1)
+    assert len(section) == 2, "no list of the drained node's jobs"
+    jobs_html = section[1].split("</section>", 1)[0]
+    assert f'href="/jobs/{requeue.job.pk}/"' in jobs_html and ">300<" in jobs_html
+    # What the plan did to it, linked to that step.
+    assert f'href="/recovery/actions/{requeue.pk}/"' in jobs_html and "Requeued" in jobs_html
+    assert ">250<" not in jobs_html

@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -27,8 +28,9 @@ from webapp.core.tables import Table
 from webapp.core.windows import Window
 from webapp.failures.models import FailureEvent
 from webapp.fleet.models import Cluster, Node
+from webapp.jobs.models import JobAllocation
 from webapp.recovery import figures, services, tables
-from webapp.recovery.choices import ExecutorKind, Mode
+from webapp.recovery.choices import ActionKind, ActionStatus, ExecutorKind, Mode
 from webapp.recovery.forms import ActionsForm, ListForm, ModeForm, RecoveryForm, RejectForm
 from webapp.recovery.models import RecoveryAction
 from webapp.recovery.selectors import (
@@ -305,7 +307,7 @@ def _action(action_id: int) -> RecoveryAction:
 
 def action_detail(request: HttpRequest, action_id: int) -> HttpResponse:
     action = _action(action_id)
-    siblings = action.plan.actions.exclude(pk=action.pk).order_by("seq", "id")
+    siblings = list(action.plan.actions.exclude(pk=action.pk).order_by("seq", "id"))
     return render(
         request,
         "recovery/action.html",
@@ -316,8 +318,51 @@ def action_detail(request: HttpRequest, action_id: int) -> HttpResponse:
             "simulated": _simulated(action.executor),
             "siblings": siblings,
             "steps": _steps(action),
+            "jobs_affected": _jobs_affected(action, siblings),
         },
     )
+
+
+# The plan's steps that act on a job, and what the drain page says each did to it.
+_JOB_STEPS = {ActionKind.REQUEUE: "Requeued", ActionKind.RESUBMIT: "Resubmitted"}
+
+
+def _jobs_affected(action: RecoveryAction, siblings: list[RecoveryAction]) -> list[dict] | None:
+    """A drain's jobs: those holding GPUs of the node from the failure until the drain ran
+    (a job the failure killed just before the drain counts too), and any the plan requeued
+    or resubmitted, each with what the plan did to it. None for any other action. One query."""
+    if action.kind != ActionKind.DRAIN or action.node_id is None:
+        return None
+    at = action.started_at or action.created_at
+    failure = action.plan.failure
+    since = min(failure.occurred_at, at) if failure is not None else at
+    steps = {s.job_id: s for s in siblings if s.kind in _JOB_STEPS and s.job_id is not None}
+    held = (
+        JobAllocation.objects.filter(node_id=action.node_id, start__lte=at)
+        .filter(Q(end__isnull=True) | Q(end__gte=since))
+        .values_list("job_id", flat=True)
+    )
+    rows: dict[int, dict] = {}
+    allocations = (
+        JobAllocation.objects.filter(
+            Q(job_id__in=held) | Q(job_id__in=list(steps)), node_id=action.node_id
+        )
+        .select_related("job")
+        .order_by("job__submit_at", "job_id", "gpu_index")
+    )
+    for a in allocations:
+        row = rows.setdefault(a.job_id, {"job": a.job, "gpus": set(), "step": steps.get(a.job_id)})
+        if a.start <= at and (a.end is None or a.end >= since):
+            row["gpus"].add(a.gpu_index)
+    for row in rows.values():
+        step = row["step"]
+        row["gpus"] = sorted(row["gpus"])
+        row["done"] = (
+            (_JOB_STEPS[step.kind] if step.status == ActionStatus.SUCCEEDED else None)
+            if step
+            else None
+        )
+    return list(rows.values())
 
 
 def _steps(action: RecoveryAction) -> list[dict]:
