@@ -6,6 +6,7 @@ import csv
 import io
 import re
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -14,6 +15,7 @@ from django.urls import reverse
 from collectors.schema import GPU_FIELD_NAMES
 from tests.telemetry.conftest import MODEL, seed_node
 from tests.telemetry.helpers import node_history
+from webapp.fleet.models import Gpu
 from webapp.telemetry.selectors import gpu_sample_latest
 
 
@@ -351,3 +353,19 @@ def test_nodes_csv(operator_client, small_fleet):
 
 def test_unknown_cluster_is_404(operator_client, db):
     assert operator_client.get(reverse("telemetry:nodes", args=["nope"])).status_code == 404
+
+
+def test_gpu_first_seen_is_its_earliest_sample_when_history_arrived_late(operator_client, db):
+    """A GPU whose history arrived after it registered (an agent's spool replayed, a
+    backfill): the page's first seen is no later than the first point of its own chart."""
+    node = seed_node("late", "gpu-late-01", utils=[40], t0=time.time() - 3 * 3600)
+    gpu = Gpu.objects.get(node=node, index=0)
+    with connection.cursor() as cur:
+        cur.execute("SELECT min(ts) FROM telemetry_gpusample WHERE gpu_id = %s", [gpu.id])
+        earliest = cur.fetchone()[0]
+    assert earliest < gpu.first_seen - timedelta(hours=2)  # registered now, samples 3 h old
+    response = operator_client.get(reverse("telemetry:gpu", args=[gpu.id]) + "?range=6h")
+    found = re.search(r"<th>First seen</th><td[^>]*>(.*?)</td>", response.content.decode(), re.S)
+    shown = re.sub(r"<[^>]+>", "", found.group(1))
+    assert shown.startswith(f"{earliest:%Y-%m-%d %H:%M} UTC"), shown
+    assert f"registered {gpu.first_seen:%Y-%m-%d %H:%M}" in shown

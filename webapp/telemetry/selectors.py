@@ -437,6 +437,27 @@ def gpu_sample_latest(gpu_id: int) -> tuple[datetime | None, dict[str, float | i
     return row[0], dict(zip(GPU_FIELD_NAMES, row[1:], strict=True))
 
 
+# The earliest time any tier holds of one GPU: raw samples, packed hours (their first sample),
+# and the rollups, which outlive both (a rollup's time is its cell's start).
+_FIRST_DATA_SQL = """
+SELECT least(
+    (SELECT min(ts) FROM telemetry_gpusample WHERE gpu_id = %(gpu)s),
+    (SELECT first_ts FROM telemetry_gpusamplepacked WHERE gpu_id = %(gpu)s
+        ORDER BY hour LIMIT 1),
+    (SELECT min(minute) FROM telemetry_gpurollup1m WHERE gpu_id = %(gpu)s),
+    (SELECT min(hour) FROM telemetry_gpurollup1h WHERE gpu_id = %(gpu)s)
+)
+"""
+
+
+def gpu_first_data(gpu_id: int) -> datetime | None:
+    """The time of the oldest telemetry Vigil keeps of one GPU (None: none). It may precede
+    the GPU's registration, when its history arrived later (a spool replayed, a backfill)."""
+    with connection.cursor() as cur:
+        cur.execute(_FIRST_DATA_SQL, {"gpu": gpu_id})
+        return cur.fetchone()[0]
+
+
 def gpus_minute_grid(
     gpu_ids: list[int], first: datetime, last: datetime, metrics: tuple[str, ...]
 ) -> dict[str, np.ndarray]:

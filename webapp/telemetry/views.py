@@ -19,6 +19,7 @@ from webapp.telemetry.selectors import (
     SERIES_METRICS,
     cluster_nodes,
     clusters_overview,
+    gpu_first_data,
     gpu_problems,
     gpu_sample_latest,
     gpu_status,
@@ -46,6 +47,7 @@ def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
     until = timezone.now()
     series = gpus_series([gpu.id], time_range, until=until)[gpu.id]
     latest = readings_grouped(values if ts else None, gpu.model)
+    first_data = gpu_first_data(gpu.id)
     age_s = (timezone.now() - ts).total_seconds() if ts else None
     stale = age_s is None or age_s > settings.VIGIL_STALE_AFTER_S
     return render(
@@ -65,6 +67,9 @@ def gpu(request: HttpRequest, gpu_id: int) -> HttpResponse:
                     x_range=(until - timedelta(seconds=time_range.seconds), until),
                 )
             },
+            # First seen: when Vigil first saw the GPU or its oldest telemetry, whichever is
+            # earlier, so the page never says it appeared after its own chart's first point.
+            "first_seen": min(first_data, gpu.first_seen) if first_data else gpu.first_seen,
             "has_data": bool(series.ts),
             "time_range": time_range,
             "ranges": RANGES.values(),
