@@ -18,6 +18,7 @@ import re2
 import yaml
 
 from webapp.failures import taxonomy
+from webapp.failures.diagnosis.families import TABLES
 
 RULES_PATH = Path(__file__).resolve().parent.parent / "rules.yaml"
 
@@ -50,6 +51,7 @@ class Rule:
     last_only: bool
     source: str
     examples: tuple[str, ...]
+    tables: tuple[str, ...] = ()  # the catalogs of families.py whose members it matches
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a cache key, compared cheaply
@@ -81,6 +83,16 @@ def _rule(raw: dict[str, Any]) -> Rule:
     cause = need("cause", lambda v: v in taxonomy.CAUSES or v in DEFERRED_CAUSES, "a cause")
     kind = need("kind", lambda v: v in KINDS, "one of " + ", ".join(KINDS))
     tier = need("tier", lambda v: v in taxonomy.TIER_RANK or v == "by_xid", "a tier")
+    tables = _tables(raw)
+    examples = list(raw.get("examples") or ())
+    source = str(raw.get("source", ""))
+    if tables:
+        # A catalog's members (families.py) join the rule's own patterns and examples.
+        raw = {**raw, "patterns": list(raw.get("patterns") or [])}
+        for table in tables:
+            raw["patterns"].extend(table.patterns())
+            examples.extend(table.examples)
+            source += f"; table {table.id}: {table.source}"
     patterns = need("patterns", lambda v: isinstance(v, list) and v, "a non-empty list")
     blame = need("blame", lambda v: v in BLAMES, "one of " + ", ".join(BLAMES))
     confidence = need("confidence", lambda v: isinstance(v, int | float) and 0 <= v <= 1, "0..1")
@@ -105,9 +117,22 @@ def _rule(raw: dict[str, Any]) -> Rule:
         detail=raw.get("detail"),
         per_line=bool(raw.get("per_line", True)),
         last_only=bool(raw.get("last_only", False)),
-        source=str(raw.get("source", "")),
-        examples=tuple(raw.get("examples") or ()),
+        source=source,
+        examples=tuple(examples),
+        tables=tuple(t.id for t in tables),
     )
+
+
+def _tables(raw: dict[str, Any]) -> list[Any]:
+    """The catalogs (families.TABLES) a rule names in `table` (one id or a list)."""
+    names = raw.get("table") or []
+    names = [names] if isinstance(names, str) else names
+    unknown = [n for n in names if n not in TABLES]
+    if unknown or not isinstance(names, list):
+        raise RuleError(
+            f"rule {raw.get('id')}: table must name tables of families.py, got {names!r}"
+        )
+    return [TABLES[n] for n in names]
 
 
 def _re2(pattern: str) -> Any:
@@ -205,7 +230,9 @@ def catalogue_parse(text: str) -> Catalogue:
     if not_text:
         # An unquoted "host: x" in YAML is a mapping, not the text "host: x": quote it.
         raise RuleError(f"anchors must be strings (quote ones with ': '): {not_text[0]!r}")
-    anchors = tuple(a.lower() for a in data["anchors"])
+    # Every catalog a rule reads brings the literals its members' lines carry.
+    table_anchors = [a for r in rules for t in r.tables for a in TABLES[t].anchors()]
+    anchors = tuple(dict.fromkeys(a.lower() for a in [*data["anchors"], *table_anchors]))
     bad = [a for a in anchors if not (a.isascii() or a.upper() == a) or "\n" in a or not a]
     if bad:
         # The scan folds ASCII case only (as bytes.lower() does): text outside ASCII is an

@@ -109,6 +109,10 @@ LAST_ONLY_LINES = 3
 # A connection error this many lines from an object-storage client's traceback frame is the
 # store's (a chained traceback's frames follow the error that started it within a screen).
 STORAGE_FRAME_LINES = 60
+# An endpoint or URL of a store this many lines from a retryable error is the one it failed on
+# (a client logs the request, then its error; a wrapped traceback puts the URL a line away).
+# Closer than STORAGE_FRAME_LINES: a URL is named in logs far more often than a client frame.
+STORAGE_URL_LINES = 3
 # A Java exception's own frames follow it; its message (a JSON error body) may run this many
 # lines before the first.
 JAVA_FRAME_LINES = 12
@@ -446,7 +450,12 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
     if not events:
         return _unknown(scan, notes)
     best = _pick(events)
-    if best.cause == "aux_connection" and any(
+    if best.cause == "aux_connection" and _names_store(best, scan):
+        # Root cause over the client that reported it: a retryable HTTP or connection error
+        # on an object store's endpoint, on its line or the lines next to it, is the store's.
+        best.cause, best.detail, best.action = "object_storage", "object storage unavailable", None
+        notes.append("the error names an object store's endpoint")
+    elif best.cause == "aux_connection" and any(
         f == best.file_index and abs(line - best.line_no) <= STORAGE_FRAME_LINES
         for f, line in scan.storage_frames
     ):
@@ -462,6 +471,18 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
         best.cause, best.detail, best.action = "object_storage", "object storage unavailable", None
         notes.append("the exception was raised inside an object-storage client")
     return _diagnosis(best, events, scan, notes, nodes)
+
+
+def _names_store(e: Event, scan: Scan) -> bool:
+    """Whether an event's line, or one of the STORAGE_URL_LINES around it, names an object
+    store's endpoint or URL (rules.yaml storage-endpoint-mention)."""
+    rule = next((r for r in scan.cat.rules if r.id == "storage-endpoint-mention"), None)
+    if rule is not None and rule.regex.search(e.text):
+        return True
+    return any(
+        f == e.file_index and abs(line - e.line_no) <= STORAGE_URL_LINES
+        for f, line in scan.storage_urls
+    )
 
 
 def _coalesce(events: list[Event]) -> list[Event]:

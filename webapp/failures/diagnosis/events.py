@@ -171,6 +171,12 @@ _DETAIL_NOISE = re.compile(
     r"^(?:error: |\[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:WARN|INFO) |\[[EWI] [\w./-]+:\d+\] )+"
 )
 _FRAME = re.compile(r'File "([^"]+)", line \d+')
+# Rich's traceback (https://rich.readthedocs.io/en/latest/traceback.html), as typer, accelerate
+# and many CLIs print it: a box headed "╭─── Traceback (most recent call last) ───╮" whose
+# frames read "│ /path/to/file.py:520 in main   │" (a long path may wrap onto the next line:
+# the part kept still says site-packages or the package), the exception after the box.
+_RICH_FRAME = re.compile(r"^│ ((?:[A-Za-z]:)?[/\\~][^\s│:]*)(?::\d+)?(?: in(?: \S+)?)?\s*│?\s*$")
+_RICH_HEADER = "╭"
 # How the JVM prints an exception's place in its chain (Throwable.printStackTrace): the uncaught
 # one "Exception in thread "main" x.Y: ...", each cause after it "Caused by: x.Z: ...".
 JVM_CAUSED_BY = "Caused by: "
@@ -265,6 +271,10 @@ def event_of(
             # Root cause over the frame that raised it: torch.load's reader failing (a
             # truncated or corrupt checkpoint, whatever its message) is a model loading error.
             cause = "model_loading"
+        elif taxonomy.EXCEPTION_ALIAS.get(name, name) in ENVIRONMENT_EXCEPTIONS:
+            # Root cause over the frame that raised it: a module or name the job's environment
+            # lacks is the job's, whichever library's import statement found it missing.
+            cause = "user_exception"
         elif frame and _STORE_CLIENT_FRAME.search(frame):
             # Root cause over the frame that raised it: the object-store client raising on
             # its endpoint's answer is the store's, whatever the exception's name.
@@ -330,6 +340,10 @@ def rule_label(rule: Rule) -> str:
     return rule.detail or rule.id.replace("-", " ")
 
 
+# Python's ImportError and its subclass ModuleNotFoundError (https://docs.python.org/3/library/
+# exceptions.html#ImportError), and the JVM's missing class (taxonomy.EXCEPTION_ALIAS): the
+# environment the job brought (Acme's ImportError is a script failure).
+ENVIRONMENT_EXCEPTIONS = frozenset({"ImportError"})
 # The modules of Hugging Face datasets, whose exceptions name them ("datasets.table.CastError:
 # Couldn't cast", ibrahimethemhamamci/CT-CLIP#9; "datasets.builder.DatasetGenerationError").
 DATASET_LIBRARY_MODULES = ("datasets.",)
@@ -364,9 +378,11 @@ def _innermost_frame(exc: Line, before: Callable[[], list[str]]) -> str | None:
         if (prev.host, prev.rank) != (exc.host, exc.rank):
             continue
         msg = prev.message
-        if msg.startswith("Traceback (most recent call last)"):
+        if msg.startswith("Traceback (most recent call last)") or (
+            msg.startswith(_RICH_HEADER) and "Traceback" in msg
+        ):
             return None
-        fm = _FRAME.match(msg)
+        fm = _FRAME.match(msg) or (_RICH_FRAME.match(msg) if msg.startswith("│") else None)
         if fm:
             if _frame_is_library(fm.group(1)) is not None:
                 return fm.group(1)

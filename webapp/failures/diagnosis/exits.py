@@ -118,6 +118,17 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
         # non-zero exit status -11." (a negative return code is a signal,
         # MarvinTeichmann/MultiNet#61)
         r"returned non-zero exit status (-\d+)",
+        # a negative return code under any of its names: Python's subprocess "returncode=-9",
+        # a launcher's "return code: -9", "exit code -11" (a negative code is a signal)
+        r"(?:return ?code|exit ?code|exit status)[ :=]*(-\d+)",
+        # GNU time's "Command terminated by signal 9"; an IDE's "Process finished with exit
+        # code 137 (interrupted by signal 9: SIGKILL)"
+        r"terminated by signal (\d+)",
+        r"interrupted by signal (\d+)",
+        # Go's os/exec (ExitError: "signal: killed", https://pkg.go.dev/os#ProcessState.String)
+        r"\bsignal: (killed|segmentation fault|aborted|bus error)\b",
+        # macOS shells' report of a job killed by a signal: "Killed: 9"
+        r"^\W*Killed: (\d+)\W*$",
         # exit statuses 128 + n: "Command exited with non-zero status 137", "exit code 137",
         # Horovod's runner "Process 2 exit with status code 137." (its gloo launcher's report)
         r"(?:exit(?:ed with)? (?:code|status)|non-zero status|status code) (13[2-9])\b",

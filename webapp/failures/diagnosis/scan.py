@@ -136,6 +136,9 @@ class Scan:
         # (file index, line) of traceback frames in an object-storage client
         # (rules.yaml storage-client-frame): a connection error next to them is the store's.
         self.storage_frames: list[tuple[int, int]] = []
+        # (file index, line) of lines naming an object store's endpoint or URL
+        # (rules.yaml storage-endpoint-mention): a retryable error on the next lines is the store's.
+        self.storage_urls: list[tuple[int, int]] = []
         # The torchrun failure record being read, and the time and heading of the next one.
         self.record: Record | None = None
         self.record_time: float | None = None
@@ -309,11 +312,10 @@ class Scan:
                 counted = start
                 self._flattened(text, line, line_no, file_index, name)
                 continue
-            if rule is not None and rule.id == "storage-client-frame":
+            if rule is not None and rule.id in _STORAGE_RULES:
                 line_no += _newlines(piece, counted, start)
                 counted = start
-                if len(self.storage_frames) < MAX_EVENTS_PER_RULE:
-                    self.storage_frames.append((file_index, line_no))
+                self._storage(rule.id, file_index, line_no)
             if rule is None or rule.kind == "ignore":
                 continue
             # Lines are numbered only where an event may be made, and counted in one pass.
@@ -358,14 +360,19 @@ class Scan:
             line, rule = known
             if rule is None:
                 continue
-            if rule.id == "storage-client-frame":
-                if len(self.storage_frames) < MAX_EVENTS_PER_RULE:
-                    self.storage_frames.append((file_index, line_no))
+            if rule.id in _STORAGE_RULES:
+                self._storage(rule.id, file_index, line_no)
                 continue
             if rule.kind == "ignore":
                 continue
             before = functools.partial(_parts_before, parts, i)
             self._line(part, line, rule, line_no, file_index, name, before, outer)
+
+    def _storage(self, rule_id: str, file_index: int, line_no: int) -> None:
+        """Remember where an object-store client frame or a store's endpoint was named."""
+        seen = self.storage_frames if rule_id == "storage-client-frame" else self.storage_urls
+        if len(seen) < MAX_EVENTS_PER_RULE:
+            seen.append((file_index, line_no))
 
     def _srun_tasks(self, text: str) -> None:
         """Learn which host ran which srun task from srun's per-task error line."""
@@ -516,6 +523,8 @@ def _spans(rx: Any, buf: bytes, end: int) -> Iterator[tuple[int, int]]:
         pos = stop if stop > start else stop + 1
 
 
+# Where an object store is named: a client's traceback frame, an endpoint or URL (decide.py).
+_STORAGE_RULES = frozenset({"storage-client-frame", "storage-endpoint-mention"})
 _HOST_MAP_RULES = frozenset(
     {
         "scheduler-exec-host",

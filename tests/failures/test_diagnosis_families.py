@@ -1,0 +1,155 @@
+"""The diagnosis reads the members of the platforms' own error catalogs (diagnosis/families.py),
+not only the phrases its development logs showed: an errno by its E-name or Rust's "os error n",
+every ibverbs work-completion status, CUDA's error enums, S3's and HTTP's retryable errors on a
+store's endpoint, the kill reports of shells and process managers, Python's import errors,
+Rich's box-drawn tracebacks and the Hugging Face libraries' error classes. Plain functions over
+text: no database or broker.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from webapp.failures.diagnosis import RuleError, catalogue_parse, diagnose_text
+
+RICH_LIBRARY = """\
+╭───────────────────── Traceback (most recent call last) ─────────────────────╮
+│ /home/u/proj/train.py:88 in <module>                                         │
+│                                                                              │
+│ ❱ 88 │   trainer.train()                                                     │
+│                                                                              │
+│ /opt/conda/lib/python3.10/site-packages/transformers/trainer.py:1539 in      │
+│ train                                                                        │
+│                                                                              │
+│ ❱ 1539 │   │   return inner_training_loop(                                   │
+╰──────────────────────────────────────────────────────────────────────────────╯
+KeyError: 'loss'
+"""
+
+RICH_SCRIPT = """\
+╭───────────────────── Traceback (most recent call last) ─────────────────────╮
+│ /home/u/proj/train.py:88 in <module>                                         │
+│ ❱ 88 │   cfg = load_cfg(args.config)                                         │
+│ /home/u/proj/cfg.py:12 in load_cfg                                           │
+│ ❱ 12 │   return cfg["model"]["name"]                                         │
+╰──────────────────────────────────────────────────────────────────────────────╯
+ValueError: model name must be a string, got None
+"""
+
+IMPORT_IN_LIBRARY = """\
+Traceback (most recent call last):
+  File "/home/u/train.py", line 3, in <module>
+    from transformers import AutoModelForCausalLM
+  File "/opt/conda/lib/python3.10/site-packages/transformers/__init__.py", line 26, in <module>
+    from . import dependency_versions_check
+  File "/opt/conda/lib/python3.10/site-packages/transformers/dependency_versions_check.py", line 57
+ModuleNotFoundError: No module named 'tokenizers'
+"""
+
+CASES = [
+    # errno by E-name, Rust's os error, and a FUSE mount's ENOTCONN on a path
+    ("filesystem", "Error: ENOSPC: no space left on device, write\n"),
+    ("filesystem", "Error: failed to write shard /ckpt/step_400/shard_3.bin (os error 122)\n"),
+    ("filesystem", "OSError: [Errno 107] Transport endpoint is not connected: '/mnt/gcs/ckpt'\n"),
+    # ENOENT for the program of the job's command; Slurm's own staged script is the node's
+    (
+        "user_exception",
+        "/var/spool/slurmd/job42/slurm_script: line 9: ./train.sh: No such file or directory\n",
+    ),
+    (
+        "filesystem",
+        "slurmstepd: error: execve(): /var/spool/slurm/d/job7/slurm_script: No such file or directory\n",
+    ),
+    # ibverbs work completions: 13 is the fabric's; a local protection error only a symptom
+    ("ib_link", 'rdma_poll_completions get FAILURE: status "RNR retry counter exceeded" (13)\n'),
+    ("ib_link", "work completion failed: IBV_WC_RETRY_EXC_ERR (12) on qp 0x1a\n"),
+    (
+        "ib_link",
+        "[gpu-7:4431:0:4431] ib_mlx5_log.c:143 UCX ERROR Error on QP 0x2b1: remote access error\n",
+    ),
+    (
+        "cuda_fault",
+        "[gpu-7:4431:0:4431] ib_mlx5_log.c:143 UCX ERROR Error on QP 0x2b1: local protection error\n"
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+    ),
+    # CUDA's error enums and texts
+    ("gpu_oom", "RuntimeError: CUDA error: out of memory\n"),
+    (
+        "gpu_oom",
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4294967296 bytes.\n",
+    ),
+    (
+        "cuda_fault",
+        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CUDA error: CUDA_ERROR_ILLEGAL_ADDRESS\n",
+    ),
+    (
+        "user_exception",
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device\n",
+    ),
+    ("node_lost", "RuntimeError: CUDA error: no CUDA-capable device is detected\n"),
+    # a memory monitor's kill is the host's, whatever it names its exception
+    (
+        "host_oom",
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n",
+    ),
+    # retryable HTTP and S3 errors: the store's on its endpoint, an auxiliary service's elsewhere
+    (
+        "object_storage",
+        "urllib.error.HTTPError: HTTP Error 503: Service Unavailable (PUT https://ckpt.s3.us-east-1.amazonaws.com/run7/step_900.pt)\n",
+    ),
+    (
+        "object_storage",
+        "uploading s3://ckpt/run7/step_900.pt\nrequests.exceptions.HTTPError: 502 Server Error: Bad Gateway for url: https://minio.internal:9000/ckpt/run7\n",
+    ),
+    (
+        "aux_connection",
+        "requests.exceptions.HTTPError: 503 Server Error: Service Unavailable for url: https://metrics.internal/api/v1/push\n",
+    ),
+    (
+        "object_storage",
+        "botocore.exceptions.ClientError: An error occurred (RequestTimeout) when calling the UploadPart operation: Your socket connection to the server was not read from\n",
+    ),
+    # kill reports of shells, containers and other launchers
+    ("host_oom", "train-1 exited with code 137\n"),
+    ("host_oom", "launch failed: signal: killed\n"),
+    ("host_oom", "Killed: 9\n"),
+    ("host_oom", "worker 3 finished, returncode=-9\n"),
+    # Python's hierarchy: a missing module is the environment's, whichever frame imported it
+    ("user_exception", IMPORT_IN_LIBRARY),
+    # Rich tracebacks: the innermost frame decides as in a plain one, not the exception's name
+    # (a KeyError alone reads as the script's, a ValueError as the framework's)
+    ("framework_exception", RICH_LIBRARY),
+    ("user_exception", RICH_SCRIPT),
+    # the Hugging Face libraries' error classes
+    (
+        "dataset_loading",
+        "datasets.utils.info_utils.NonMatchingSplitsSizesError: [{'expected': SplitInfo(name='train', num_bytes=1)}]\n",
+    ),
+    (
+        "dataset_loading",
+        "huggingface_hub.errors.GatedRepoError: 403 Client Error. Cannot access gated repo for url https://huggingface.co/datasets/org/set/resolve/main/train.jsonl.\n",
+    ),
+    (
+        "model_loading",
+        "OSError: meta-llama/Llama-2-7b-hf is not a local folder and is not a valid model identifier listed on 'https://huggingface.co/models'\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("want", "log"), CASES)
+def test_catalog_member_read_as_its_cause(want: str, log: str) -> None:
+    got = diagnose_text(log)
+    assert got.cause == want, (got.cause, got.rule_id, got.detail)
+    assert got.confidence > 0
+
+
+def test_rule_naming_a_table_that_does_not_exist_is_rejected_with_its_name() -> None:
+    text = (
+        "anchors: [rror]\nrules:\n"
+        "  - {id: loss, cause: loss_nan, kind: cause, tier: exception, per_line: false,"
+        " patterns: ['loss'], blame: line, confidence: 0.5}\n"
+        "  - {id: mine, cause: filesystem, kind: cause, tier: node, patterns: [],"
+        " table: no-such-catalog, blame: line, confidence: 0.5}\n"
+    )
+    with pytest.raises(RuleError, match="rule mine: table must name tables"):
+        catalogue_parse(text)
