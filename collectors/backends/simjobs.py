@@ -28,6 +28,10 @@ failure leaves error windows in the job's logs on its nodes at the end, sent thr
 node-event path as a real node's (`JobSimulator.event_source()`). Causes are drawn from a
 generator of their own, so the job stream of a seed is the same with or without them.
 
+A first incident can be named (`first_fault_at`, the demo's VIGIL_SIM_FIRST_FAULT_S): then a
+GPU of the first working pretraining run faults (an NVLink Xid) at that time, so a demo sees a
+live hardware failure within minutes rather than every few hours.
+
 Vigil acts on the simulated clusters as on Slurm: `ClusterJobs.command` carries out the
 commands its Slurm executor builds (`scontrol requeue <job>`, `scontrol update NodeName=..
 State=DRAIN|RESUME`), handed over through a folder of JSON files (`scheduler_commands_send`;
@@ -98,6 +102,10 @@ log = logging.getLogger("vigil.collector")
 # them longer (our assumption: two hours, more than the demo's hour of history, whose failures
 # Vigil diagnoses and acts on when the demo starts).
 ENDED_KEPT_S = 7200.0
+# The first incident's cause (JobSimulator's first_fault_at): an NVLink error (Xid 74), the most
+# frequent infrastructure failure in Acme's table (Hu et al., NSDI '24, Table 3: 54 of them;
+# docs/failure-taxonomy.md "Reference counts").
+FIRST_FAULT_CAUSE = "gpu_nvlink"
 
 
 def job_project(name: str) -> str:
@@ -502,6 +510,31 @@ class ClusterJobs:
             lead = simfailures.NCCL_TIMEOUT_S + rng.uniform(5.0, 60.0)
             self._push(max(job.start_ts + 1.0, job.end_ts - lead), "fault", job)
 
+    def fault_now(self, ts: float, cause: str) -> SimJob | None:
+        """A GPU of the pretraining run working at `ts` faults now with `cause` (a hardware
+        cause): its Xid is reported at `ts` and the run dies when NCCL's watchdog gives up, as
+        an injected hardware failure does, unless the scheduler requeues it first. The run's
+        own end and fault, whatever they were, are dropped. None, changing nothing, when no
+        run is working (between runs, still waiting) or no one takes the traces."""
+        assert cause in simfailures.HARDWARE_XID, cause
+        if not self._tracing():
+            return None
+        run = next(
+            (j for j, _r in self.owner.values() if j.lane and (j.began_ts or ts + 1) <= ts),
+            None,
+        )
+        if run is None:
+            return None
+        assert self.fail_rng is not None
+        self.heap = [h for h in self.heap if h[3] is not run]
+        heapq.heapify(self.heap)
+        run.state, run.cause = "FAILED", cause
+        run.culprit = self.fail_rng.randrange(len(run.held))
+        run.end_ts = ts + simfailures.NCCL_TIMEOUT_S + self.fail_rng.uniform(5.0, 60.0)
+        self._push(run.end_ts, "end", run)
+        self._fault(run, ts)
+        return run
+
     def _tracing(self) -> bool:
         return self.keep_traces and not self.quiet and self.fail_rng is not None
 
@@ -637,8 +670,12 @@ class JobSimulator:
         failures: bool = True,
         inventory: dict[str, list[GpuInfo]] | None = None,
         inbox: Path | None = None,
+        first_fault_at: float | None = None,
     ) -> None:
         self.inbox = SchedulerInbox(inbox) if inbox is not None else None
+        # When the first incident is due (epoch seconds; None: only the workload's own
+        # failures): see `advance`.
+        self.first_fault_at = first_fault_at
         self.commands: list[tuple[str, float, list[list[str]]]] = []
         rng = random.Random(None if seed is None else seed + 1_000_003)
         self.clusters = {
@@ -669,6 +706,15 @@ class JobSimulator:
                 self._commands(cluster, when, commands)
         for c in self.clusters.values():
             c.advance(ts)
+        if self.first_fault_at is not None and ts >= self.first_fault_at:
+            # The first incident: a GPU of the first cluster's pretraining run that is working
+            # faults (at the next round that finds one). Acme's pretraining runs fail on
+            # hardware every few hours to days, so an hour's demo would rarely see one live;
+            # after this one, failures come at the workload's own rates.
+            for c in self.clusters.values():
+                if c.fault_now(ts, FIRST_FAULT_CAUSE) is not None:
+                    self.first_fault_at = None
+                    break
 
     def _commands(self, cluster: str, when: float, commands: list[list[str]]) -> None:
         c = self.clusters.get(cluster)

@@ -38,6 +38,7 @@ import json
 import math
 import os
 import random
+import time
 import uuid
 from dataclasses import dataclass
 from importlib import resources
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.backends import simphases
-from collectors.backends.base import GPU_POS, NODE_POS, NodeReading, Source
+from collectors.backends.base import GPU_POS, NODE_POS, BackendError, NodeReading, Source
 from collectors.backends.siminbox import INBOX_ENV
 from collectors.backends.simjobs import JobSimulator
 from collectors.backends.simphases import paper_twin
@@ -150,6 +151,24 @@ POWER_SALT = 0x9E37  # a job's power latent is drawn from its key with this mixe
 SIM_NAMESPACE = uuid.UUID("7a1d9e52-3c4b-4f0e-9a8d-5b6c7d8e9f01")
 IDLE_REASON, POWER_CAP_REASON = 0x1, 0x4  # clocks_event_reasons bits (docs/telemetry.md section 2)
 CALIBRATION_FILE = "acme_calibration.json"
+# Seconds after the simulator starts at which a GPU of a working pretraining run faults (the
+# demo's first live incident, JobSimulator's first_fault_at); unset: none but the workload's.
+FIRST_FAULT_ENV = "VIGIL_SIM_FIRST_FAULT_S"
+
+
+def first_fault_from_env() -> float | None:
+    """FIRST_FAULT_ENV's seconds, None when unset; BackendError naming the variable when it is
+    not a number of seconds."""
+    raw = os.environ.get(FIRST_FAULT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < math.inf:
+        raise BackendError(f"{FIRST_FAULT_ENV}={raw!r}: must be a number of seconds, 0 or more")
+    return seconds
 
 
 def load_calibration() -> dict[str, Any]:
@@ -252,9 +271,12 @@ class SimulatedBackend:
         failures: bool = True,
         inlet_c: tuple[float, float] = INLET_C,
         scheduler_inbox: Path | None = None,
+        first_fault_s: float | None = None,
     ) -> None:
         if not inlet_c[0] <= inlet_c[1]:
             raise ValueError(f"inlet_c {inlet_c!r}: the low end is above the high end")
+        if first_fault_s is None:
+            first_fault_s = first_fault_from_env()
         calib = calibration or load_calibration()
         self._rng = random.Random(seed)
         rng = self._rng
@@ -320,6 +342,9 @@ class SimulatedBackend:
                 # them): its own folder, or the one the environment names.
                 inbox=scheduler_inbox
                 or (Path(os.environ[INBOX_ENV]) if os.environ.get(INBOX_ENV) else None),
+                # Counted from now, not from the first round: a history sent first is stamped
+                # in the past, so the incident comes live.
+                first_fault_at=None if first_fault_s is None else time.time() + first_fault_s,
             )
 
     @property

@@ -432,3 +432,67 @@ def test_the_simulated_scheduler_understands_every_command_the_demo_s_executor_b
     assert f"job {other.job_id} requeued" in answers["resubmit"]
     assert c.nodes.index(host) not in c.drained  # resumed
     assert job.attempt == other.attempt == 1
+
+
+# --- The demo's first incident comes live ---------------------------------------------------
+
+
+def _demo_start(seed: int = 1, live_s: float = 240.0):
+    """The demo's collector as `make demo` starts it (both clusters, seed 1, an hour of
+    history 30 s apart, then live rounds 5 s apart): the job events and Xids of the history
+    and of the first `live_s` live, and the simulator."""
+    from collectors.watchers.nodeevents import NodeEventWatcher
+
+    backend = SimulatedBackend(["sable", "kestrel"], 16, 8, seed=seed)
+    sim = backend.jobs
+    token = "token-of-the-demo-nodes"
+    jobs = sim.watcher(lambda c, n: token)
+    node_events = NodeEventWatcher([sim.event_source()], lambda c, n: token)
+    now = time.time()
+    events, xids = [], []
+    rounds = [now - 3600 + 30 * k for k in range(120)] + [
+        now + 5 * k for k in range(int(live_s / 5))
+    ]
+    for ts in rounds:
+        for _i, text in jobs.poll(ts):
+            batch = JobEventBatch.model_validate_json(text)
+            events += [(batch.cluster, e) for e in batch.events]
+        for _i, text in node_events.poll(ts):
+            batch = json.loads(text)
+            xids += [(batch["node"], e) for e in batch.get("gpu_events", []) if e["kind"] == "xid"]
+    return sim, now, events, xids
+
+
+def test_the_demo_s_first_incident_comes_live_within_minutes(monkeypatch):
+    """`make demo` names a first incident (VIGIL_SIM_FIRST_FAULT_S, 150 s): within minutes of
+    the start, live, a GPU of a pretraining run that is working reports an NVLink Xid, so Vigil
+    has a live hardware failure to detect, diagnose and act on. Without it the demo's seed
+    had none in its first ten minutes live: Acme's pool jobs fail on their own scripts, and
+    hardware strikes pretraining runs every few hours."""
+    from collectors.backends.simulated import FIRST_FAULT_ENV
+
+    monkeypatch.setenv(FIRST_FAULT_ENV, "150")
+    sim, now, events, xids = _demo_start()
+    live = [(node, e) for node, e in xids if e["ts"] >= now]
+    assert live, "no Xid in the first four minutes live"
+    node, xid = live[0]
+    assert now + 150 <= xid["ts"] <= now + 155 and xid["xid"] == 74
+    # The GPU belongs to the pretraining run working on that node, which is still running (it
+    # dies when NCCL's watchdog gives up, ten minutes on, unless it is requeued first).
+    cluster = next(c for c in sim.clusters.values() if node in c.nodes)
+    held = cluster.holder(cluster.nodes.index(node), xid["gpu_index"], xid["ts"])
+    assert held is not None and held[0].lane and held[0].cause == "gpu_nvlink"
+    started = [e for _c, e in events if e.kind == "started" and e.job_id == held[0].job_id]
+    assert started and started[-1].start_ts < xid["ts"]
+    assert not [e for _c, e in events if e.kind == "ended" and e.job_id == held[0].job_id]
+    assert held[0].end_ts - xid["ts"] > simfailures.NCCL_TIMEOUT_S
+
+
+def test_a_first_incident_that_is_not_a_number_of_seconds_is_refused(monkeypatch):
+    from collectors.backends.base import BackendError
+    from collectors.backends.simulated import FIRST_FAULT_ENV
+
+    for bad in ("soon", "-5", "inf"):
+        monkeypatch.setenv(FIRST_FAULT_ENV, bad)
+        with pytest.raises(BackendError, match=f"{FIRST_FAULT_ENV}='{bad}': must be a number"):
+            SimulatedBackend(["seren"], 2, 8, seed=3)

@@ -60,6 +60,27 @@ def _evaluation_run():
     return EvaluationRun.objects.first()
 
 
+def _live_failure_recovered():
+    """(failure, requeue, the job's start after it) of a live GPU failure the demo recovered:
+    its plan's requeue succeeded and the simulated scheduler started the job again."""
+    from webapp.jobs.models import JobEvent
+    from webapp.recovery.models import RecoveryAction
+
+    requeue = (
+        RecoveryAction.objects.filter(
+            kind="requeue", status="succeeded", plan__failure__kind="gpu_error"
+        )
+        .select_related("plan__failure")
+        .first()
+    )
+    if requeue is None:
+        return None
+    again = JobEvent.objects.filter(
+        job_id=requeue.job_id, kind="started", ts__gte=requeue.ended_at
+    ).first()
+    return again and (requeue.plan.failure, requeue, again)
+
+
 def test_demo_serves_live_data_and_ctrl_c_stops_everything(transactional_db, broker, tmp_path):
     port = _free_port()
     env = subprocess_env(database_url(), VIGIL_DEMO_PASSWORD="demo-pass-123")
@@ -68,8 +89,8 @@ def test_demo_serves_live_data_and_ctrl_c_stops_everything(transactional_db, bro
         demo = subprocess.Popen(
             [
                 sys.executable, "manage.py", "demo", "--port", str(port),
-                "--clusters", "democluster", "--nodes-per-cluster", "2", "--gpus-per-node", "4",
-                "--interval", "1", "--backfill-minutes", "5",
+                "--clusters", "democluster", "--nodes-per-cluster", "3", "--gpus-per-node", "4",
+                "--interval", "1", "--backfill-minutes", "5", "--first-failure-s", "0",
             ],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -86,11 +107,12 @@ def test_demo_serves_live_data_and_ctrl_c_stops_everything(transactional_db, bro
             # A person logs in with the printed password and sees every GPU reporting.
             payload = _overview_as_demo_user(f"http://127.0.0.1:{port}")
             reporting = [g for g in payload["gpus"] if g["ts"] is not None]
-            assert len(reporting) == 8
+            assert len(reporting) == 12
 
             # The evaluation page has a plan to look at: the demo planned one (plans only: it
             # has no Slurm to run it) of the form's own example checkpoint, which it made
-            # under its model root, so the example is a path the page accepts.
+            # under its model root, so the example is a path the page accepts. (Two of the
+            # three nodes: the first failure below drains one.)
             run = wait_for(_evaluation_run, timeout=120, interval=1)
             assert run.status == "planned" and run.cluster.name == "democluster"
             assert run.prediction["speedup"] > 1 and len(run.datasets) == 24
@@ -102,6 +124,18 @@ def test_demo_serves_live_data_and_ctrl_c_stops_everything(transactional_db, bro
             placeholder = re.search(r'id="model-path"[^>]*placeholder="([^"]+)"', html)[1]
             assert os.path.realpath(placeholder) == run.model_path
             assert os.path.isfile(os.path.join(placeholder, "model.safetensors"))
+
+            # The first live failure (a GPU fault of the running pretraining job, at once
+            # here) closes the loop: detected as it happened, diagnosed, the job requeued by the
+            # simulated executor and started again by the simulated scheduler, and the
+            # recovery page counts a manual intervention avoided.
+            failure, requeue, again = wait_for(_live_failure_recovered, timeout=60, interval=0.5)
+            assert failure.cause == "gpu_nvlink"
+            assert (failure.detected_at - failure.occurred_at).total_seconds() < 60
+            assert again.ts >= requeue.ended_at >= failure.diagnosed_at
+            with _demo_user_opener(base).open(f"{base}/recovery/", timeout=10) as r:
+                html = r.read().decode()
+            assert re.search(r'id="avoided">1<', html), html
         finally:
             demo.send_signal(signal.SIGINT)  # Ctrl-C
             demo.wait(60)

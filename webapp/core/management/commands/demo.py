@@ -29,7 +29,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from collectors.backends.siminbox import INBOX_ENV
-from collectors.backends.simulated import DEFAULT_CLUSTERS, node_name
+from collectors.backends.simulated import DEFAULT_CLUSTERS, FIRST_FAULT_ENV, node_name
 from webapp.core import embedded
 
 DEMO_USER = "demo"
@@ -49,6 +49,12 @@ DEMO_TEAMS = {
     "data": "data",
     "finetune-eval": "sft|eval|debug|other",
 }
+# The first live incident, a few minutes in: the workload's own hardware faults strike a
+# pretraining run every few hours, and its pool jobs fail mostly on their own scripts (which
+# Vigil reports, not restarts), so a demo would rarely see the loop close live. 150 s after the
+# start is a minute or two after the banner (the hour of history is sent first): time to open
+# the pages.
+FIRST_FAILURE_S = 150.0
 # How long the demo tries to plan its evaluation while its nodes register their GPUs.
 EVAL_PLAN_WAIT_S = 120
 
@@ -69,11 +75,21 @@ class Command(BaseCommand):
             default=60,
             help="history to simulate before going live, so the charts are not empty",
         )
+        parser.add_argument(
+            "--first-failure-s",
+            type=float,
+            default=FIRST_FAILURE_S,
+            help="seconds after the start at which a GPU of a running pretraining job faults, "
+            "so a live failure is detected, diagnosed and recovered early (0: at once; -1: "
+            f"none but the workload's own; default {FIRST_FAILURE_S:g})",
+        )
 
     def handle(self, *args, **opts):
         clusters = [c for c in opts["clusters"].split(",") if c]
         if not clusters or opts["nodes_per_cluster"] < 1 or opts["gpus_per_node"] < 1:
             raise CommandError("need at least one cluster, node and GPU")
+        if not (opts["first_failure_s"] >= 0 or opts["first_failure_s"] == -1):
+            raise CommandError("--first-failure-s: seconds, 0 or more, or -1 for none")
         with socket.socket() as probe:
             if probe.connect_ex((opts["host"], opts["port"])) == 0:
                 raise CommandError(
@@ -129,6 +145,10 @@ class Command(BaseCommand):
         for stale in inbox.iterdir():
             stale.unlink()
         env[INBOX_ENV] = str(inbox)
+        if opts["first_failure_s"] >= 0:
+            env[FIRST_FAULT_ENV] = f"{opts['first_failure_s']:g}"
+        else:
+            env.pop(FIRST_FAULT_ENV, None)
         py = sys.executable
         sim = [
             "--source", "simulated", "--clusters", ",".join(clusters),
@@ -185,6 +205,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"Simulating the last {history} minutes ...")
                 live += ["--history-minutes", str(history)]
             start("collectors", live)
+            due = time.time() + opts["first_failure_s"]
             self._wait_until_ready(procs["collectors"], ready, logs / "collectors.log")
             if history:
                 history_done.touch()
@@ -197,12 +218,17 @@ class Command(BaseCommand):
             ]  # fmt: skip
             eval_until = time.monotonic() + EVAL_PLAN_WAIT_S
             gpus = len(clusters) * opts["nodes_per_cluster"] * opts["gpus_per_node"]
+            first = ""
+            if opts["first_failure_s"] >= 0:
+                at = time.strftime("%H:%M:%S", time.localtime(due))
+                first = f"  first live failure: a GPU fault due at about {at} (see /recovery/)\n"
             self.stdout.write(
                 self.style.SUCCESS(
                     f"\nVigil is running: http://{opts['host']}:{opts['port']}/\n"
                     f"  login: {DEMO_USER} / {password}\n"
                     f"  simulated: {len(clusters)} clusters, {len(tokens)} nodes, {gpus} GPUs, "
                     f"one sample every {opts['interval']:g} s\n"
+                    f"{first}"
                     f"  logs: {logs}\n"
                     "Press Ctrl-C to stop everything."
                 )
