@@ -9,11 +9,11 @@ whole history (the page's default) reads the cluster's tally rows, kept by trigg
 import: a dozen rows however many jobs. A window counts its jobs in one hashed pass
 (tallies.TALLY_SQL); a job belongs to it when it was submitted in it (`submit_at`, served by the
 (cluster, submit_at) index). A requeued job's runs before its current one add the GPU time of
-their closed allocations (the tally reads start and end, which a requeue clears). Telemetry
-CDFs read the 1-minute rollup (raw samples for windows under a day; the hourly rollup for windows
-older than the 1-minute rollup keeps). Like the paper, per-type
-and summary statistics are over GPU jobs (`gpus_requested > 0`); durations and queueing delays count
-only jobs that have them (started, resp. ended).
+their closed allocations, kept on the job when the requeue is applied (the tally reads start and
+end, which a requeue clears). Telemetry CDFs read the 1-minute rollup (raw samples for windows
+under a day; the hourly rollup for windows older than the 1-minute rollup keeps). Like the
+paper, per-type and summary statistics are over GPU jobs (`gpus_requested > 0`); durations and
+queueing delays count only jobs that have them (started, resp. ended).
 """
 
 from __future__ import annotations
@@ -325,16 +325,14 @@ def _earlier_runs_gpu_time(window: Window) -> dict[tuple[str, str], float]:
 
     A requeue clears a job's start (Slurm moves its submit time), so the tally, which reads
     start and end, holds the last run only; the GPU time consumed before (a failed run
-    included, as the paper counts it) is in the job's closed allocations, one row per GPU and
-    run. Imported traces have no allocations: they add nothing."""
+    included, as the paper counts it) is the job's earlier_runs_gpu_time_s, summed from its
+    closed allocations when the requeue was applied. Only requeued jobs have it (a partial
+    index holds them): imported traces add nothing, and no pass over the cluster's jobs."""
     where, params = window.where()
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT j.job_type, j.state, sum(date_part('epoch', a.\"end\" - a.start)) "
-            "FROM jobs_joballocation a JOIN "
-            f"(SELECT id, job_type, state, start_at FROM jobs_job WHERE {where} "
-            " AND gpus_requested > 0) j ON j.id = a.job_id "
-            'WHERE a."end" IS NOT NULL AND (j.start_at IS NULL OR a.start < j.start_at) '
+            "SELECT job_type, state, sum(earlier_runs_gpu_time_s) FROM jobs_job "
+            f"WHERE {where} AND gpus_requested > 0 AND earlier_runs_gpu_time_s > 0 "
             "GROUP BY 1, 2",
             params,
         )

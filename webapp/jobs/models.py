@@ -58,6 +58,10 @@ class Job(models.Model):
     cpus_requested = models.PositiveIntegerField(default=0)
     exit_code = models.SmallIntegerField(null=True, blank=True)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    # GPU time of the job's runs before its latest requeue (their closed allocations), set
+    # when the requeue is applied: the tally counts the current run only (a requeue clears
+    # start_at), and the characterization adds this column instead of joining allocations.
+    earlier_runs_gpu_time_s = models.FloatField(default=0.0, db_default=0.0)
     updated_at = models.DateTimeField(auto_now=True, db_default=Now())
 
     class Meta:
@@ -72,6 +76,13 @@ class Job(models.Model):
         # jobs by state or user.
         indexes = [
             models.Index(fields=["cluster", "submit_at"], name="job_cluster_submit"),
+            # Only requeued jobs have entries (an imported row is never one): the
+            # characterization reads their earlier runs without a pass over the cluster.
+            models.Index(
+                fields=["cluster", "submit_at"],
+                name="job_requeued_submit",
+                condition=models.Q(earlier_runs_gpu_time_s__gt=0),
+            ),
         ]
 
     def __str__(self) -> str:

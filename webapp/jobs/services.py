@@ -67,6 +67,18 @@ _CLOSING = (JobEventKind.REQUEUED, JobEventKind.ENDED)
 _METADATA = ("name", "user", "team", "project", "partition", "qos", "comment")
 
 
+# A job's GPU time in its runs before its latest requeue (jobs migration 0007 fills jobs stored
+# before the column the same way).
+_EARLIER_RUNS_SQL = """
+SELECT a.job_id, sum(date_part('epoch', a."end" - a.start))
+FROM jobs_joballocation a
+JOIN (SELECT job_id, max(ts) AS ts FROM jobs_jobevent
+      WHERE kind = 'requeued' AND job_id = ANY(%s) GROUP BY job_id) r ON r.job_id = a.job_id
+WHERE a."end" IS NOT NULL AND a.start < r.ts
+GROUP BY a.job_id
+"""
+
+
 def _state_rank(state: str) -> int:
     if state == JobState.PENDING:
         return _EVENT_RANK[JobEventKind.REQUEUED]
@@ -178,6 +190,9 @@ class _Applier:
         self.nodes: dict[str, int] = {}
         # (node id, the scheduler's GPU index) -> (GPU id, NVML index)
         self.gpus: dict[tuple[int, int], tuple[int, int]] = {}
+        # Jobs whose runs before their latest requeue this batch changed (a requeue, or a
+        # late event of an earlier run): their earlier_runs_gpu_time_s is summed again.
+        self.requeued: set[Job] = set()
 
     def run(self) -> int:
         events = self.batch.events
@@ -191,10 +206,22 @@ class _Applier:
             job = self.jobs[event.job_id]
             if self._apply(i, event, job, rules):
                 applied += 1
+        self._earlier_runs_sum()
         for job_id, job in self.jobs.items():
             self._check(job_id, job)
             job.save()
         return applied
+
+    def _earlier_runs_sum(self) -> None:
+        """The GPU time of each requeued job's closed allocations that started before its
+        latest requeue (one query for the batch, none without a requeue)."""
+        if not self.requeued:
+            return
+        with connection.cursor() as cur:
+            cur.execute(_EARLIER_RUNS_SQL, [[job.pk for job in self.requeued]])
+            sums = dict(cur.fetchall())
+        for job in self.requeued:
+            job.earlier_runs_gpu_time_s = float(sums.get(job.pk) or 0.0)
 
     def _resolve_nodes(self) -> None:
         """Map every hostname of every allocation to a fleet node (and its GPUs by index)."""
@@ -255,6 +282,8 @@ class _Applier:
         self._metadata_merge(job, event, rules)
         current = (job.state_at, _state_rank(job.state)) if job.state_at else None
         is_latest = current is None or (ts, _EVENT_RANK[event.kind]) >= current
+        if event.kind == JobEventKind.REQUEUED or not is_latest:
+            self.requeued.add(job)
         if event.kind == JobEventKind.SUBMITTED:
             if job.submit_at is None:
                 job.submit_at = epoch_to_utc(event.submit_ts) or ts
