@@ -120,6 +120,26 @@ CASES = [
     # (a KeyError alone reads as the script's, a ValueError as the framework's)
     ("framework_exception", RICH_LIBRARY),
     ("user_exception", RICH_SCRIPT),
+    # network errnos: the store's on its endpoint, an auxiliary service's elsewhere
+    ("aux_connection", "TimeoutError: [Errno 110] Connection timed out\n"),
+    (
+        "object_storage",
+        'Get "https://ckpt.s3.amazonaws.com/run7/": dial tcp 52.1.2.3:443: connect: connection refused\n',
+    ),
+    # an HCA's asynchronous events
+    ("ib_link", "gpu-3:1234:1290 [0] NCCL WARN NET/IB : Got async event : port error\n"),
+    # other schedulers' memory kills, time limits, and the clouds' preemption notices
+    (
+        "host_oom",
+        "Message: The node was low on resource: memory. Container trainer was using 61234520Ki.\n",
+    ),
+    (
+        "host_oom",
+        'job 4242.1 exceeds job hard limit "h_vmem" of queue "gpu.q@gpu-07" (34.1G > limit:32G)\n',
+    ),
+    ("timeout", "=>> PBS: job killed: walltime 86415 exceeded limit 86400\n"),
+    ("timeout", "TERM_RUNLIMIT: job killed after reaching LSF run time limit.\n"),
+    ("preempted", "compute.instances.preempted: Instance was preempted.\n"),
     # the Hugging Face libraries' error classes
     (
         "dataset_loading",

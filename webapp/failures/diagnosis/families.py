@@ -556,6 +556,151 @@ HUB_MODEL_ERRORS = Table(
     ),
 )
 
+# The network errnos (errno(3): ECONNREFUSED 111, ECONNRESET 104, ETIMEDOUT 110, EHOSTUNREACH
+# 113, ENETUNREACH 101, ECONNABORTED 103) as Python ("[Errno 111]"), Node/libuv ("connect
+# ECONNREFUSED") and Go's net package ("dial tcp 10.0.0.1:443: connect: connection refused",
+# https://pkg.go.dev/syscall#Errno) print them: a service the job reaches is down or unreachable,
+# the store's where the line or its neighbours name one (decide.py). Bare texts ("Connection reset
+# by peer") are NCCL's and c10d's too: rules.yaml reads those earlier.
+ERRNO_NETWORK = Table(
+    id="errno-network",
+    source="errno(3) https://man7.org/linux/man-pages/man3/errno.3.html: ECONNREFUSED 111, "
+    "ECONNRESET 104, ETIMEDOUT 110, EHOSTUNREACH 113, ENETUNREACH 101, ECONNABORTED 103; Go's "
+    "net errors https://pkg.go.dev/net#OpError",
+    members=(
+        Member(symbol="ECONNREFUSED"),
+        Member(symbol="ECONNRESET"),
+        Member(symbol="ETIMEDOUT"),
+        Member(symbol="EHOSTUNREACH"),
+        Member(symbol="ENETUNREACH"),
+        Member(symbol="ECONNABORTED"),
+        Member(
+            patterns=(
+                "\\[Errno (101|103|104|110|111|113)\\] ",
+                "dial tcp [^ ]+: (connect: )?(connection refused|i/o timeout|no route to host|"
+                "network is unreachable)",
+            ),
+            anchors=("[errno 1", "dial tcp "),
+        ),
+    ),
+    examples=(
+        "Error: connect ECONNREFUSED 10.0.0.7:9000",
+        "TimeoutError: [Errno 110] Connection timed out",
+        'Get "https://minio.internal:9000/ckpt/": dial tcp 10.0.0.7:9000: connect: connection '
+        "refused",
+    ),
+)
+
+# ibv_event_type_str(3) (https://man7.org/linux/man-pages/man3/ibv_event_type_str.3.html): the
+# asynchronous events of an HCA. A port going down or the adapter failing is the fabric's or the
+# node's (NCCL's "NET/IB : Got async event : port error", NVIDIA/nccl#905: a flapping link).
+IBV_ASYNC_EVENTS = Table(
+    id="ibv-async-events",
+    source="ibv_event_type_str(3) https://man7.org/linux/man-pages/man3/ibv_event_type_str.3.html:"
+    " IBV_EVENT_PORT_ERR 'port error', IBV_EVENT_DEVICE_FATAL 'local catastrophic error', "
+    "IBV_EVENT_QP_FATAL 'local work queue catastrophic error', IBV_EVENT_CQ_ERR 'CQ error'",
+    members=(
+        Member(symbol="IBV_EVENT_PORT_ERR"),
+        Member(symbol="IBV_EVENT_DEVICE_FATAL"),
+        Member(symbol="IBV_EVENT_QP_FATAL"),
+        Member(
+            patterns=(
+                "async event ?: ?(port error|local catastrophic error|"
+                "local work queue catastrophic error|CQ error)",
+            ),
+            anchors=("async event",),
+        ),
+    ),
+    examples=(
+        "gpu-3:1234:1290 [0] NCCL WARN NET/IB : Got async event : port error",
+        "gpu-3:1234:1290 [0] NCCL WARN NET/IB : mlx5_0:1 Got async event : local catastrophic "
+        "error",
+    ),
+)
+
+# The schedulers' and orchestrators' own words for a memory-limit kill besides Slurm's
+# (rules.yaml scheduler-memory-limit): Kubernetes' kubelet evicting a pod
+# (https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/), HTCondor's
+# hold reason (https://htcondor.readthedocs.io/en/latest/users-manual/managing-a-job.html),
+# Grid Engine's h_vmem limit (https://gridscheduler.sourceforge.net/htmlman/htmlman5/
+# queue_conf.html).
+SCHEDULER_MEMORY_KILLS = Table(
+    id="scheduler-memory-kills",
+    source="Kubernetes node-pressure eviction https://kubernetes.io/docs/concepts/scheduling-"
+    "eviction/node-pressure-eviction/ ('The node was low on resource: memory'); HTCondor's hold "
+    "reason ('Job has gone over memory limit', 'over cgroup memory limit'); Grid Engine's "
+    "h_vmem ('exceeds job hard limit \"h_vmem\"')",
+    members=(
+        Member(
+            patterns=(
+                "The node was low on resource: memory",
+                "Job has gone over (cgroup )?memory limit",
+                "exceeds job hard limit .?h_vmem",
+            ),
+            anchors=("low on resource: memory", "gone over", "h_vmem"),
+        ),
+    ),
+    examples=(
+        "Message: The node was low on resource: memory. Container trainer was using 61234520Ki, "
+        "which exceeds its request of 0.",
+        "Hold reason: Error from slot1_4@gpu-12: Job has gone over cgroup memory limit of 16384 "
+        "megabytes.",
+        'job 4242.1 exceeds job hard limit "h_vmem" of queue "gpu.q@gpu-07" (34.1G > limit:32G)'
+        " - sending SIGKILL",
+    ),
+)
+
+# The schedulers' wordings of a job killed at its run-time limit besides Slurm's "DUE TO TIME
+# LIMIT": PBS (https://www.openpbs.org: "=>> PBS: job killed: walltime 3605 exceeded limit
+# 3600"), LSF's termination reason TERM_RUNLIMIT (https://www.ibm.com/docs/en/spectrum-lsf/
+# 10.1.0?topic=jobs-termination-reasons), Kubernetes' Job DeadlineExceeded
+# (https://kubernetes.io/docs/concepts/workloads/controllers/job/#job-termination-and-cleanup).
+SCHEDULER_TIME_LIMITS = Table(
+    id="scheduler-time-limits",
+    source="PBS 'job killed: walltime N exceeded limit M' https://www.openpbs.org; LSF "
+    "TERM_RUNLIMIT https://www.ibm.com/docs/en/spectrum-lsf/10.1.0?topic=jobs-termination-"
+    "reasons; Kubernetes Job 'DeadlineExceeded' https://kubernetes.io/docs/concepts/workloads/"
+    "controllers/job/#job-termination-and-cleanup",
+    members=(
+        Member(
+            patterns=(
+                "job killed: walltime [0-9]+ exceeded limit",
+                "TERM_RUNLIMIT: job killed",
+                "Job was active longer than specified deadline",
+            ),
+            anchors=("walltime", "term_runlimit", "specified deadline"),
+        ),
+    ),
+    examples=(
+        "=>> PBS: job killed: walltime 86415 exceeded limit 86400",
+        "TERM_RUNLIMIT: job killed after reaching LSF run time limit.",
+        "Warning  DeadlineExceeded  job-controller  Job was active longer than specified deadline",
+    ),
+)
+
+# Cloud providers' notices that a preemptible (spot) instance is being taken back: GCE
+# (https://cloud.google.com/compute/docs/instances/preemptible), AWS's spot interruption notice
+# (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html).
+PREEMPTION_NOTICES = Table(
+    id="preemption-notices",
+    source="GCE preemption https://cloud.google.com/compute/docs/instances/preemptible "
+    "('Instance was preempted'); EC2 spot interruption notices "
+    "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html",
+    members=(
+        Member(
+            patterns=(
+                "[Ii]nstance (was|has been) preempted",
+                "[Ss]pot [Ii]nstance [Ii]nterruption",
+            ),
+            anchors=("preempted", "instance interruption"),
+        ),
+    ),
+    examples=(
+        "compute.instances.preempted: Instance was preempted.",
+        "EC2 Spot Instance Interruption Warning received for i-0abc123",
+    ),
+)
+
 TABLES: dict[str, Table] = {
     t.id: t
     for t in (
@@ -573,5 +718,10 @@ TABLES: dict[str, Table] = {
         STORAGE_ENDPOINTS,
         DATASETS_ERRORS,
         HUB_MODEL_ERRORS,
+        ERRNO_NETWORK,
+        IBV_ASYNC_EVENTS,
+        SCHEDULER_MEMORY_KILLS,
+        SCHEDULER_TIME_LIMITS,
+        PREEMPTION_NOTICES,
     )
 }
