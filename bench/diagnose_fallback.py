@@ -9,8 +9,9 @@ the synthetic tests/data/failure_logs), then reads every held-out batch
 classifier's cause. Twice: trained on the development corpora alone, and leave-one-batch-out
 (the development corpora and every other held-out batch). Last line: JSON per mode and batch
 with the logs, the rules' right causes, their unknowns, the right causes with the fallback, the
-unknowns it turned right and wrong, and the classifier's right causes alone on the whole batch.
-Not a test.
+unknowns it turned right and wrong, and the classifier's right causes alone on the whole batch;
+and how many logs with no failure in them (the synthetic healthy logs, the healthy loss curves)
+the fallback would give a cause. Not a test.
 """
 
 from __future__ import annotations
@@ -127,6 +128,21 @@ def main() -> None:
                     for name, label in batches[other].items()
                 ]
             results[f"{mode}/{held}"] = _score(NaiveBayes(train), DATA / held)
+    # Logs with no failure in them (the synthetic corpus' logs labelled unknown, the healthy
+    # loss curves): the rules say unknown; what would the fallback guess?
+    nb = NaiveBayes(development)
+    healthy = [DATA / "failure_logs" / n for n, lab in _labels(DATA / "failure_logs").items()]
+    healthy = [p for p in healthy if _labels(DATA / "failure_logs")[p.name]["cause"] == "unknown"]
+    curves = json.loads((DATA / "loss_curves" / "labels.json").read_text(encoding="utf-8"))
+    healthy += [DATA / "loss_curves" / n for n, lab in curves.items() if lab["label"] != "diverged"]
+    guesses = {}
+    for path in healthy:
+        if diagnose_paths(path).cause == "unknown":
+            guesses[f"{path.parent.name}/{path.name}"] = nb.predict(words(path))
+    print("healthy logs the rules leave unknown, and the fallback's guess:")
+    for name, guess in guesses.items():
+        print(f"  {name}: {guess}")
+    results["healthy_logs_given_a_cause"] = f"{len(guesses)}/{len(healthy)}"
     print(json.dumps(results))
 
 
