@@ -46,6 +46,17 @@ Traceback (most recent call last):
 ModuleNotFoundError: No module named 'tokenizers'
 """
 
+PATH_IN_LIBRARY = """\
+Traceback (most recent call last):
+  File "/home/u/train.py", line 40, in <module>
+    state = torch.load(args.resume)
+  File "/opt/conda/lib/python3.10/site-packages/torch/serialization.py", line 986, in load
+    with _open_file_like(f, "rb") as opened_file:
+  File "/opt/conda/lib/python3.10/site-packages/torch/serialization.py", line 435, in _open_file_like
+    return _open_file(name_or_buffer, mode)
+PermissionError: [Errno 13] Permission denied: '/shared/ckpt/run2/last.pt'
+"""
+
 CASES = [
     # errno by E-name, Rust's os error, and a FUSE mount's ENOTCONN on a path
     ("filesystem", "Error: ENOSPC: no space left on device, write\n"),
@@ -114,8 +125,10 @@ CASES = [
     ("host_oom", "launch failed: signal: killed\n"),
     ("host_oom", "Killed: 9\n"),
     ("host_oom", "worker 3 finished, returncode=-9\n"),
-    # Python's hierarchy: a missing module is the environment's, whichever frame imported it
+    # Python's hierarchy: a missing module is the environment's, a missing or forbidden path
+    # the job's, whichever frame raised it
     ("user_exception", IMPORT_IN_LIBRARY),
+    ("user_exception", PATH_IN_LIBRARY),
     # Rich tracebacks: the innermost frame decides as in a plain one, not the exception's name
     # (a KeyError alone reads as the script's, a ValueError as the framework's)
     ("framework_exception", RICH_LIBRARY),
@@ -125,6 +138,15 @@ CASES = [
     (
         "object_storage",
         'Get "https://ckpt.s3.amazonaws.com/run7/": dial tcp 52.1.2.3:443: connect: connection refused\n',
+    ),
+    # gRPC's retryable statuses (TensorFlow's, absl's): the store's next to its URL
+    (
+        "aux_connection",
+        "grpc._channel._InactiveRpcError: <_InactiveRpcError of RPC that terminated with: status = StatusCode.UNAVAILABLE\n",
+    ),
+    (
+        "object_storage",
+        "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed\n\t [[{{node save/SaveV2}}]] writing gs://bkt/run3/model.ckpt-1200\n",
     ),
     # an HCA's asynchronous events
     ("ib_link", "gpu-3:1234:1290 [0] NCCL WARN NET/IB : Got async event : port error\n"),

@@ -342,8 +342,12 @@ def rule_label(rule: Rule) -> str:
 
 # Python's ImportError and its subclass ModuleNotFoundError (https://docs.python.org/3/library/
 # exceptions.html#ImportError), and the JVM's missing class (taxonomy.EXCEPTION_ALIAS): the
-# environment the job brought (Acme's ImportError is a script failure).
-ENVIRONMENT_EXCEPTIONS = frozenset({"ImportError"})
+# environment the job brought (Acme's ImportError is a script failure). And the OSError
+# subclasses of ENOENT and EACCES/EPERM (https://docs.python.org/3/library/exceptions.html#os-
+# exceptions; IsADirectoryError and NotADirectoryError alias to FileNotFoundError): a path the
+# job names that is not there or not its own, whichever library opened it (a dataset's path is
+# rules.yaml dataset-load's, earlier; a full or failing disk is fs-errno's, by its errno).
+ENVIRONMENT_EXCEPTIONS = frozenset({"ImportError", "FileNotFoundError", "PermissionError"})
 # The modules of Hugging Face datasets, whose exceptions name them ("datasets.table.CastError:
 # Couldn't cast", ibrahimethemhamamci/CT-CLIP#9; "datasets.builder.DatasetGenerationError").
 DATASET_LIBRARY_MODULES = ("datasets.",)

@@ -701,6 +701,36 @@ PREEMPTION_NOTICES = Table(
     ),
 )
 
+# gRPC's status codes (https://grpc.io/docs/guides/status-codes/), which absl::Status, TensorFlow
+# (tf.errors: UnavailableError, DeadlineExceededError) and the Google clients share: UNAVAILABLE
+# and DEADLINE_EXCEEDED are the service's, retryable (RESOURCE_EXHAUSTED is read by cuda-oom where
+# it is an allocator's). The store's where the line or its neighbours name one (decide.py).
+GRPC_RETRYABLE = Table(
+    id="grpc-retryable",
+    source="gRPC status codes https://grpc.io/docs/guides/status-codes/ (UNAVAILABLE 14, "
+    "DEADLINE_EXCEEDED 4) as grpc's StatusCode, absl's 'UNAVAILABLE: ' and TensorFlow's "
+    "tf.errors https://www.tensorflow.org/api_docs/python/tf/errors (UnavailableError, "
+    "DeadlineExceededError, 'Unavailable: ') print them",
+    members=(
+        Member(symbol="UnavailableError"),
+        Member(symbol="DeadlineExceededError"),
+        Member(
+            patterns=(
+                "StatusCode\\.(UNAVAILABLE|DEADLINE_EXCEEDED)",
+                "(^|[^A-Za-z_])(UNAVAILABLE|DEADLINE_EXCEEDED): ",
+                "^Unavailable: ",
+            ),
+            anchors=("statuscode.", "unavailable: ", "deadline_exceeded: "),
+        ),
+    ),
+    examples=(
+        "grpc._channel._MultiThreadedRendezvous: <_MultiThreadedRendezvous of RPC that terminated "
+        "with: status = StatusCode.UNAVAILABLE",
+        "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed",
+        "Unavailable: Error executing an HTTP request: HTTP response code 503",
+    ),
+)
+
 TABLES: dict[str, Table] = {
     t.id: t
     for t in (
@@ -723,5 +753,6 @@ TABLES: dict[str, Table] = {
         SCHEDULER_MEMORY_KILLS,
         SCHEDULER_TIME_LIMITS,
         PREEMPTION_NOTICES,
+        GRPC_RETRYABLE,
     )
 }
