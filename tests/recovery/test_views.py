@@ -11,16 +11,19 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from tests.failures.conftest import xid_event
 from tests.recovery.conftest import policy
 from webapp.failures.models import FailureEvent
 from webapp.failures.node_events import node_events_ingest
 from webapp.failures.services import failure_diagnose
-from webapp.fleet.models import Node
+from webapp.fleet.models import Cluster, Node
 from webapp.recovery import services
 from webapp.recovery.execution import action_execute
 from webapp.recovery.models import RecoveryAction, RecoveryPlan, RecoveryPolicy
@@ -504,3 +507,24 @@ def test_drain_page_links_the_jobs_on_the_node_when_it_was_drained(
     # What the plan did to it, linked to that step.
     assert f'href="/recovery/actions/{requeue.pk}/"' in jobs_html and "Requeued" in jobs_html
     assert ">250<" not in jobs_html
+
+
+def test_nodes_out_by_reason_reads_at_a_glance_at_a_real_sites_size(outsider_client):
+    """People's drain reasons differ by their ticket, case and slot numbers: one group each
+    whatever the numbers, and past a dozen groups the rest fold into one row."""
+    cluster = Cluster.objects.create(name="big")
+    since = timezone.now() - timedelta(hours=5)
+    reasons = [f"RMA ticket DC-{4000 + n}: replace GPU {n % 8}" for n in range(30)]
+    reasons += [f"bench {chr(65 + n)} burn-in" for n in range(14)]  # 14 texts, no number
+    Node.objects.bulk_create(
+        Node(cluster=cluster, hostname=f"big-{n:03d}", state="drained", state_reason=r,
+             state_since=since, token_hash=f"t{n}")
+        for n, r in enumerate(reasons)
+    )  # fmt: skip
+    html = outsider_client.get("/recovery/nodes/").content.decode()
+    table = html.split('id="out-by-reason"', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr data-reason=\"([^\"]*)\"[^>]*>(.*?)</tr>", table, re.S)
+    assert rows[0][0] == "by a person: RMA ticket DC-…: replace GPU …"
+    assert re.search(r'<td class="num">30</td>', rows[0][1])
+    assert len(rows) == 13  # the twelve largest groups, then the rest in one row
+    assert rows[-1][0] == "(3 other reasons)" and '<td class="num">3</td>' in rows[-1][1]

@@ -35,6 +35,7 @@ from webapp.recovery.forms import ActionsForm, ListForm, ModeForm, RecoveryForm,
 from webapp.recovery.models import RecoveryAction
 from webapp.recovery.selectors import (
     PHASES,
+    OutGroup,
     actions_filter,
     approvals_queue,
     approvals_waiting,
@@ -247,10 +248,32 @@ def _nodes_context(request: HttpRequest) -> dict:
         "cluster": cluster,
         "page": page,
         "rows": _node_rows(list(page)),
-        "out_by_reason": nodes_out_by_reason(cluster.pk if cluster else None),
+        **_out_by_reason_folded(nodes_out_by_reason(cluster.pk if cluster else None)),
         "query": _query(request),
         "error": form.error,
         "is_operator": user_is_operator(request.user),
+    }
+
+
+# Reasons the nodes page lists one by one, the largest groups first; the rest are one row (each
+# node's own reason is in the table below it and the CSV).
+OUT_REASONS_SHOWN = 12
+
+
+def _out_by_reason_folded(groups: list[OutGroup]) -> dict:
+    """The page's reason table: the OUT_REASONS_SHOWN largest groups, and the rest summed."""
+    if len(groups) <= OUT_REASONS_SHOWN:
+        return {"out_by_reason": groups, "out_rest": None}
+    rest = groups[OUT_REASONS_SHOWN:]
+    longest = [g.longest_s for g in rest if g.longest_s is not None]
+    return {
+        "out_by_reason": groups[:OUT_REASONS_SHOWN],
+        "out_rest": OutGroup(
+            f"({len(rest)} other reasons)",
+            sum(g.count for g in rest),
+            max(longest) if longest else None,
+            False,
+        ),
     }
 
 
