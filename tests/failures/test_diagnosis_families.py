@@ -57,6 +57,15 @@ Traceback (most recent call last):
 PermissionError: [Errno 13] Permission denied: '/shared/ckpt/run2/last.pt'
 """
 
+LOSS_EXPLODES = "".join(
+    f"Epoch [1][{50 * i}/2766]\tlr: 0.01000, loss_cls: 0.5, acc: 91.0, loss: {v}\n"
+    for i, v in enumerate((0.8474, 2.4435, 1.1, 4421.5308), 1)
+)
+SUFFIXED_LOSS_NAN = (
+    "02:29:53: train iter: 0 loss_net: 0.9443 loss_scale: 32768.0000 norm: 21.8862\n"
+    "02:31:56: train iter: 100 loss_net: nan loss_scale: 785.4200 norm: nan\n"
+)
+
 CASES = [
     # errno by E-name, Rust's os error, and a FUSE mount's ENOTCONN on a path
     ("filesystem", "Error: ENOSPC: no space left on device, write\n"),
@@ -162,6 +171,10 @@ CASES = [
     ("timeout", "=>> PBS: job killed: walltime 86415 exceeded limit 86400\n"),
     ("timeout", "TERM_RUNLIMIT: job killed after reaching LSF run time limit.\n"),
     ("preempted", "compute.instances.preempted: Instance was preempted.\n"),
+    # divergence in the numbers of a short excerpt: an explosion, and a loss under a suffixed key
+    # (the loss scale beside it is the scaler's, not a loss)
+    ("loss_nan", LOSS_EXPLODES),
+    ("loss_nan", SUFFIXED_LOSS_NAN),
     # the Hugging Face libraries' error classes
     (
         "dataset_loading",
@@ -195,3 +208,13 @@ def test_rule_naming_a_table_that_does_not_exist_is_rejected_with_its_name() -> 
     )
     with pytest.raises(RuleError, match="rule mine: table must name tables"):
         catalogue_parse(text)
+
+
+def test_a_healthy_short_curve_and_the_loss_scale_are_no_divergence() -> None:
+    """A few printed losses that fall, and a loss scale that grows (the scaler's, not a loss):
+    nothing to diagnose."""
+    healthy = "".join(
+        f"train iter: {100 * i} loss_net: {v} loss_scale: {s}\n"
+        for i, (v, s) in enumerate(((2.5, 1.0), (1.9, 512.0), (1.7, 65536.0)))
+    )
+    assert diagnose_text(healthy).cause == "unknown"

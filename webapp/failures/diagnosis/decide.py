@@ -65,6 +65,17 @@ NONFINITE_LOSS_CONFIDENCE = 0.9
 # spike: the baseline needs this many values before the last LOSS_SPIKE_STEPS
 # (ml-explore/mlx-examples#620: train loss 1.4 -> 6.4 and no recovery within 9 values).
 LOSS_BASELINE_MIN = 3
+# A loss that explodes: its last LOSS_EXPLODE_STEPS values above LOSS_EXPLODE_FACTOR times the
+# lowest value before them, or its last value alone above LOSS_JUMP_FACTOR times the lowest of at
+# least LOSS_JUMP_BEFORE values before it, however short the curve (a pasted excerpt of a few
+# log intervals: mmdetection's losses going 0.85 -> 2.4 -> 6e4 -> 1e13). On the healthy
+# stretches of tests/data/loss_curves the last two values never exceed 2.6x the lowest before
+# them and one value 6.4x (LLaVA#918's one-line spike); in no log of another cause in any corpus
+# does a value exceed 20x the lowest before it. 100x and 1000x leave a wide margin.
+LOSS_EXPLODE_FACTOR = 100.0
+LOSS_EXPLODE_STEPS = 2
+LOSS_JUMP_FACTOR = 1000.0
+LOSS_JUMP_BEFORE = 2
 # Non-finite grad norms printed this many times in a row at the end of the log, with a finite
 # loss beside them (HF Trainer's {'loss': 0.0, 'grad_norm': nan}, AnswerDotAI/ModernBERT#233):
 # the run diverged. One NaN grad norm is an fp16 overflow the scaler skips (a maintainer in
@@ -190,17 +201,48 @@ def _resolve_stamp(stamp: Stamp | None, year: int) -> tuple[float, str] | None:
 _LOSS_VALUE = re.compile(r"[-+]?(nan|inf|\d*\.?\d+(?:e[-+]?\d+)?)\s*$", re.I)
 
 
+# A loss printed under a suffixed key only ("loss_net: nan", "loss_cls: 0.53"), where no plain
+# "loss" key is on the line: the first such key's value. The loss scale is the scaler's, not a
+# loss ("loss_scale: 32768").
+_SUFFIXED_LOSS = re.compile(
+    r"\bloss_(?!scale)[a-z_]+['\"]?\s{0,8}[:=]\s{0,8}['\"]?"
+    r"([-+]?(?:nan|inf|\d*\.?\d+(?:e[-+]?\d+)?))(?![\w.])",
+    re.I,
+)
+
+
 def loss_value(cat: Catalogue, line: str) -> float | None:
-    """The loss a line prints (the catalogue's loss-curve rule), or None."""
+    """The loss a line prints (the catalogue's loss-curve rule, else a suffixed loss key), or
+    None."""
     m = cat.loss.regex.search(line)
     vm = _LOSS_VALUE.search(m.group(0)) if m else None
-    return float(vm.group(0)) if vm else None
+    if vm:
+        return float(vm.group(0))
+    sm = _SUFFIXED_LOSS.search(line) if "loss_" in line.lower() else None
+    return float(sm.group(1)) if sm else None
+
+
+def loss_exploded(values: list[float]) -> tuple[float, int, float] | None:
+    """An explosion, however few values were printed: (the lowest value before, how many last
+    values, the factor they all exceed it by), or None."""
+    for steps, factor, before in (
+        (LOSS_EXPLODE_STEPS, LOSS_EXPLODE_FACTOR, 1),
+        (1, LOSS_JUMP_FACTOR, LOSS_JUMP_BEFORE),
+    ):
+        if len(values) >= steps + before:
+            base = min(values[:-steps])
+            if base > 0 and min(values[-steps:]) > factor * base:
+                return base, steps, factor
+    return None
 
 
 def loss_diverged(values: list[float]) -> float | None:
     """The baseline the last LOSS_SPIKE_STEPS values all exceed LOSS_SPIKE_FACTOR times (a
     spike with no recovery, or a divergence), or None. `values` are the finite losses in the
     order printed; at least LOSS_BASELINE_MIN values must come before the last ones."""
+    exploded = loss_exploded(values)
+    if exploded is not None:
+        return exploded[0]
     if len(values) < LOSS_SPIKE_STEPS + LOSS_BASELINE_MIN:
         return None
     before = sorted(values[-LOSS_SPIKE_STEPS - LOSS_BASELINE_STEPS : -LOSS_SPIKE_STEPS])
@@ -298,8 +340,18 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
             detail = f"grad norm {hit[1]} in the last {len(grads)} steps of the log"
             conf = max(conf, NONFINITE_LOSS_CONFIDENCE)
         else:
-            base = loss_diverged([v for _, v, _ in series if math.isfinite(v)])
-            if base is not None:
+            finite = [(i, v, t) for i, v, t in series if math.isfinite(v)]
+            exploded = loss_exploded([v for _, v, _ in finite])
+            base = loss_diverged([v for _, v, _ in finite])
+            if exploded is not None:
+                base, steps, factor = exploded
+                hit = finite[-steps]
+                detail = (
+                    f"loss exploded: {hit[1]:g}"
+                    + (f" and the {steps - 1} value(s) after it" if steps > 1 else "")
+                    + f" over {factor:g}x the {base:g} before"
+                )
+            elif base is not None:
                 hit = series[-LOSS_SPIKE_STEPS]
                 detail = (
                     f"loss diverged: {hit[1]:g} and the {LOSS_SPIKE_STEPS - 1} values after it "
