@@ -80,6 +80,25 @@ CASES = [
         "filesystem",
         "slurmstepd: error: execve(): /var/spool/slurm/d/job7/slurm_script: No such file or directory\n",
     ),
+    (
+        "user_exception",
+        "/var/spool/slurmd/job42/slurm_script: line 7: ./run.sh: Permission denied\n",
+    ),
+    ("user_exception", "exec /opt/conda/bin/python: exec format error\n"),
+    # the scheduler refusing the job's request before it runs
+    (
+        "user_exception",
+        "srun: error: Unable to allocate resources: Requested node configuration is not available\n",
+    ),
+    # a pod evicted for its node's full disk
+    (
+        "filesystem",
+        "Message: The node was low on resource: ephemeral-storage. Container trainer was using 212Gi.\n",
+    ),
+    (
+        "preempted",
+        "RuntimeError: The TPU VM was preempted; restart the job from its last checkpoint\n",
+    ),
     # ibverbs work completions: 13 is the fabric's; a local protection error only a symptom
     ("ib_link", 'rdma_poll_completions get FAILURE: status "RNR retry counter exceeded" (13)\n'),
     ("ib_link", "work completion failed: IBV_WC_RETRY_EXC_ERR (12) on qp 0x1a\n"),

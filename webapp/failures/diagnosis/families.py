@@ -92,6 +92,12 @@ ERRNO_FILESYSTEM = Table(
         Member(text="Stale NFS file handle"),  # glibc's text before 2.17
         *_errno("EROFS", 30, "Read-only file system"),
         *_errno("EFBIG", 27, "File too large"),
+        # Kubernetes evicting a pod whose node's disk filled (node-pressure eviction,
+        # https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/)
+        Member(
+            patterns=("low on resource: ephemeral-storage",),
+            anchors=("low on resource: ephemeral-storage",),
+        ),
         Member(
             symbol="",
             patterns=(
@@ -109,6 +115,8 @@ ERRNO_FILESYSTEM = Table(
         "OSError: [Errno 107] Transport endpoint is not connected: '/mnt/gcs/ckpt'",
         "ls: cannot access '/mnt/s3/data': Transport endpoint is not connected",
         "OSError: [Errno 27] File too large",
+        "Message: Pod The node was low on resource: ephemeral-storage. Container trainer was "
+        "using 212Gi, which exceeds its request of 0.",
     ),
 )
 
@@ -119,7 +127,8 @@ ERRNO_FILESYSTEM = Table(
 # slurm-script-missing reads it first.
 ENOENT_COMMAND = Table(
     id="enoent-command",
-    source="execve(2) ENOENT https://man7.org/linux/man-pages/man2/execve.2.html and bash(1) "
+    source="execve(2) ENOENT, EACCES, ENOEXEC https://man7.org/linux/man-pages/man2/execve.2.html"
+    " and bash(1) "
     "COMMAND EXECUTION https://www.gnu.org/software/bash/manual/bash.html#Command-Search-and-"
     "Execution: a shell, env or exec that cannot find the program of the job's command",
     members=(
@@ -128,8 +137,12 @@ ENOENT_COMMAND = Table(
                 "^[^ ]+: ((line |行 )?[0-9]+: )?[^ ]+: No such file or directory$",
                 "^env: .?[^ ]+.?: No such file or directory$",
                 "execve\\(\\): [^ ]+: No such file or directory",
+                # EACCES: a script without its execute bit; ENOEXEC: a binary of another
+                # architecture (docker's "exec /usr/bin/python: exec format error")
+                "^[^ ]+: ((line |行 )?[0-9]+: )?[^ ]+: Permission denied$",
+                "exec [^ ]+: exec format error",
             ),
-            anchors=("no such file or directory",),
+            anchors=("no such file or directory", "permission denied", "exec format error"),
         ),
     ),
     examples=(
@@ -137,6 +150,8 @@ ENOENT_COMMAND = Table(
         "bash: scripts/pretrain.sh: No such file or directory",
         "env: 'python3.11': No such file or directory",
         "srun: error: execve(): train.py: No such file or directory",
+        "/var/spool/slurmd/job42/slurm_script: line 7: ./run_pretrain.sh: Permission denied",
+        "exec /opt/conda/bin/python: exec format error",
     ),
 )
 
@@ -691,6 +706,8 @@ PREEMPTION_NOTICES = Table(
             patterns=(
                 "[Ii]nstance (was|has been) preempted",
                 "[Ss]pot [Ii]nstance [Ii]nterruption",
+                "(TPU|VM|node|pod|worker)s? (was|were|has been|have been|may have been|got) "
+                "preempted",
             ),
             anchors=("preempted", "instance interruption"),
         ),
@@ -698,6 +715,7 @@ PREEMPTION_NOTICES = Table(
     examples=(
         "compute.instances.preempted: Instance was preempted.",
         "EC2 Spot Instance Interruption Warning received for i-0abc123",
+        "RuntimeError: The TPU VM was preempted; restart the job from its last checkpoint",
     ),
 )
 
@@ -717,7 +735,8 @@ GRPC_RETRYABLE = Table(
         Member(
             patterns=(
                 "StatusCode\\.(UNAVAILABLE|DEADLINE_EXCEEDED)",
-                "(^|[^A-Za-z_])(UNAVAILABLE|DEADLINE_EXCEEDED): ",
+                "(^|[^A-Za-z_])UNAVAILABLE: ",
+                "(^|[^A-Za-z_])DEADLINE_EXCEEDED: ",
                 "^Unavailable: ",
             ),
             anchors=("statuscode.", "unavailable: ", "deadline_exceeded: "),
@@ -728,6 +747,43 @@ GRPC_RETRYABLE = Table(
         "with: status = StatusCode.UNAVAILABLE",
         "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed",
         "Unavailable: Error executing an HTTP request: HTTP response code 503",
+    ),
+)
+
+# Slurm's error strings for a request it refuses (slurm_errno.c,
+# https://github.com/SchedMD/slurm/blob/master/src/common/slurm_errno.c), as srun, sbatch and
+# salloc print them before the job runs: the job's own request (its account, partition, nodes,
+# memory or time), never a node's fault.
+SLURM_REQUEST_ERRORS = Table(
+    id="slurm-request-errors",
+    source="Slurm's error strings https://github.com/SchedMD/slurm/blob/master/src/common/"
+    "slurm_errno.c: ESLURM_INVALID_ACCOUNT, ESLURM_INVALID_PARTITION_NAME, "
+    "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE, ESLURM_ACCOUNTING_POLICY, ESLURM_INVALID_TIME_LIMIT,"
+    " ESLURM_INVALID_GRES, memory required by task not available",
+    members=(
+        Member(
+            patterns=tuple(
+                f"{what}: (Invalid account|Invalid partition|Requested node configuration is not "
+                "available|Job violates accounting/QOS policy|Requested time limit is invalid|"
+                "Invalid generic resource|Memory required by task is not available|Node count "
+                "specification invalid|Requested partition configuration not available)"
+                for what in (
+                    "Unable to allocate resources",
+                    "Batch job submission failed",
+                    "Unable to create step for job [0-9]+",
+                )
+            ),
+            anchors=(
+                "unable to allocate resources",
+                "batch job submission failed",
+                "unable to create step",
+            ),
+        ),
+    ),
+    examples=(
+        "srun: error: Unable to allocate resources: Requested node configuration is not available",
+        "sbatch: error: Batch job submission failed: Invalid account or account/partition "
+        "combination specified",
     ),
 )
 
@@ -754,5 +810,6 @@ TABLES: dict[str, Table] = {
         SCHEDULER_TIME_LIMITS,
         PREEMPTION_NOTICES,
         GRPC_RETRYABLE,
+        SLURM_REQUEST_ERRORS,
     )
 }
