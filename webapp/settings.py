@@ -524,6 +524,13 @@ VIGIL_RECOVERY_SETTLE_S = envfloat("VIGIL_RECOVERY_SETTLE_S", "12", minimum=0)
 # First delay of `retry` (a transient auxiliary service), doubled per restart, capped at 10 min.
 VIGIL_RECOVERY_RETRY_BASE_S = envfloat("VIGIL_RECOVERY_RETRY_BASE_S", "30", minimum=0)
 VIGIL_RECOVERY_MAX_ATTEMPTS = envint("VIGIL_RECOVERY_MAX_ATTEMPTS", "6", minimum=1)
+# Vigil drains, resets and requeues only for a failure detected within this many seconds of
+# happening; one detected later (a spool replayed after an outage, a history backfill, a late
+# report) gets a plan that only tells people: by then the job may have ended or been restarted
+# by hand and the node repaired, so acting on the old record could hit the wrong run or a
+# healthy node. 600 s is the bound past which the pages call a failure replayed
+# (webapp/failures/reliability.py LIVE_DETECTION_MAX): the live path takes seconds to a minute.
+VIGIL_RECOVERY_ACT_WITHIN_S = envint("VIGIL_RECOVERY_ACT_WITHIN_S", "600", minimum=1)
 # --- Evaluation scheduling -----------------------------------------------------------------
 # Folders evaluation checkpoints may be read from (a request naming a path outside them, or
 # one that does not exist, is refused). On a real cluster: the shared model storage.

@@ -31,7 +31,7 @@ def _rows(response) -> list[dict]:
 def diagnosed(fleet) -> FailureEvent:
     """A pretraining job that failed with NCCL timeouts after an Xid 79 on gpu-node-02, and a
     script error of another user's job."""
-    end = float(int(time.time())) - 600
+    end = float(int(time.time())) - 300  # detected as it happens: recovery acts on it
     fleet.run_job("200", end - 6 * 3600, None)
     node_events_ingest(
         fleet.node_batch("gpu-node-02", gpu_events=[xid_event(end - 700, 79, index=3)])

@@ -233,6 +233,15 @@ def _by_node_evidence() -> Q:
     return Q(kind=FailureKind.GPU_ERROR) | Q(evidence__0__file__in=NODE_AGENT_STREAMS)
 
 
+def _detected_late_s(failure: FailureEvent) -> float | None:
+    """Seconds from the failure to its detection when more than VIGIL_RECOVERY_ACT_WITHIN_S
+    (the policy then only tells), else None."""
+    if failure.detected_at is None or failure.occurred_at is None:
+        return None
+    lag = (failure.detected_at - failure.occurred_at).total_seconds()
+    return lag if lag > settings.VIGIL_RECOVERY_ACT_WITHIN_S else None
+
+
 def _facts(
     failure: FailureEvent, max_restarts: int, rails: RecoveryPolicy | None = None
 ) -> tuple[policy.Facts, dict[str, Job]]:
@@ -279,6 +288,8 @@ def _facts(
         gpu_bus_id=failure.gpu.pci_bus_id if failure.gpu_id else "",
         health_check=bool(settings.VIGIL_HEALTHCHECK_SCRIPT),
         **_guard_facts(failure.cluster_id, timezone.now()),
+        detected_late_s=_detected_late_s(failure),
+        act_within_s=settings.VIGIL_RECOVERY_ACT_WITHIN_S,
     )
     if rails is not None:
         try:

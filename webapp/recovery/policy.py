@@ -121,6 +121,10 @@ class Facts:
     drains_last_hour: int = 0
     nodes_out: int = 0
     nodes_total: int = 0
+    # Seconds between the failure and its detection when that is more than `act_within_s`
+    # (replayed from a spool or a history, or reported late), else None: see `late_apply`.
+    detected_late_s: float | None = None
+    act_within_s: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,40 @@ def _category(facts: Facts) -> str:
 
 def decide(facts: Facts) -> Decision:
     """The action for one diagnosed failure, and the steps that carry it out."""
+    return late_apply(facts, _decide(facts))
+
+
+def late_apply(facts: Facts, decision: Decision) -> Decision:
+    """A failure detected long after it happened (`facts.detected_late_s`: a collector's spool
+    replayed after an outage, a history backfill, a late report) is told, not acted on: the
+    scheduler has moved on since (the job ended, was requeued or resubmitted by its owner; the
+    node was drained, repaired or returned by a person), so a drain, reset or requeue made
+    from the old record may hit the wrong run or a node back in service. Whoever the plan
+    would have touched is told what it would have done and why it did not."""
+    if facts.detected_late_s is None:
+        return decision
+    acting = [s for s in decision.steps if s.kind != "notify"]
+    if not acting:
+        return decision
+    would = ", ".join(f"{s.kind.replace('_', ' ')} {s.host or s.job}".strip() for s in acting)
+    why = (
+        f"detected {_minutes(facts.detected_late_s)} after it happened (replayed or reported "
+        f"late; Vigil acts only on failures detected within {_minutes(facts.act_within_s)}): "
+        f"would have run {would}; told instead, a person decides"
+    )
+    hardware = any(s.host or s.kind in ("health_check", "reset_gpu") for s in acting)
+    audience = "operators" if hardware or facts.job is None else "owner"
+    job = facts.job.scheduler_id if facts.job else ""
+    step = Step("notify", job=job, audience=audience, reason=why[:512])
+    # The why first: a plan's reason is kept to 512 characters.
+    return Decision(Action.NOTIFY.value, "detected_late", f"{why}; {decision.reason}", (step,))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _decide(facts: Facts) -> Decision:
     action = facts.action or Action.NOTIFY.value
     if _category(facts) == Category.SCRIPT:
         # Restarting cannot fix the user's own code or a host that ran out of memory.

@@ -51,7 +51,9 @@ DEMO_TEAMS = {
 }
 # The first live incident, a few minutes in: the workload's own hardware faults strike a
 # pretraining run every few hours, and its pool jobs fail mostly on their own scripts (which
-# Vigil reports, not restarts), so a demo would rarely see the loop close live. 150 s after the
+# Vigil reports, not restarts), so a demo would rarely see the loop close live; the history's
+# failures are replayed, detected long after they happened, and only told
+# (VIGIL_RECOVERY_ACT_WITHIN_S). 150 s after the
 # start is a minute or two after the banner (the hour of history is sent first): time to open
 # the pages.
 FIRST_FAILURE_S = 150.0
