@@ -176,6 +176,12 @@ CASES = [
         "object_storage",
         "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed\n\t [[{{node save/SaveV2}}]] writing gs://bkt/run3/model.ckpt-1200\n",
     ),
+    # the JVM's network exceptions: a service's, the store's on a store's host
+    ("aux_connection", "Caused by: java.net.SocketTimeoutException: Read timed out\n"),
+    (
+        "object_storage",
+        "org.apache.http.NoHttpResponseException: ckpt-bucket.s3.amazonaws.com:443 failed to respond\n",
+    ),
     # an HCA's asynchronous events
     ("ib_link", "gpu-3:1234:1290 [0] NCCL WARN NET/IB : Got async event : port error\n"),
     # other schedulers' memory kills, time limits, and the clouds' preemption notices

@@ -55,8 +55,8 @@ SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").r
 # log any corpus already gets right (the READMEs keep the first-contact figures: held-out batch
 # 1 cause 32/38, blame 5/9; batch 2 cause 16/18, blame 0/2; batch 3 cause 32/45, blame 1/1;
 # batch 5 cause 28/41, blame 2/2; batch 6 cause 26/41, blame 5/6).
-REAL_CAUSE_MIN = 146
-REAL_CATEGORY_MIN = 146
+REAL_CAUSE_MIN = 147
+REAL_CATEGORY_MIN = 147
 REAL_BLAME_MIN = 7
 HELDOUT_CAUSE_MIN = 56
 HELDOUT_BLAME_MIN = 11
@@ -64,7 +64,7 @@ HELDOUT3_CAUSE_MIN = 45
 HELDOUT3_BLAME_MIN = 1
 HELDOUT4_CAUSE_MIN = 12
 HELDOUT4_BLAME_MIN = 9
-HELDOUT5_CAUSE_MIN = 38
+HELDOUT5_CAUSE_MIN = 39
 HELDOUT5_BLAME_MIN = 2
 HELDOUT6_CAUSE_MIN = 36
 HELDOUT6_BLAME_MIN = 5

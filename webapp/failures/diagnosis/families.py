@@ -787,6 +787,38 @@ SLURM_REQUEST_ERRORS = Table(
     ),
 )
 
+# The JVM's network exceptions (java.net, https://docs.oracle.com/javase/8/docs/api/java/net/
+# package-summary.html) and Apache HttpClient's, under which the AWS and GCS SDKs for Java and
+# Hadoop's connectors report an endpoint that did not answer: a service's, the store's where the
+# line or its neighbours name one (decide.py).
+JVM_NETWORK_ERRORS = Table(
+    id="jvm-network-errors",
+    source="java.net exceptions https://docs.oracle.com/javase/8/docs/api/java/net/package-"
+    "summary.html (ConnectException, SocketTimeoutException, UnknownHostException, "
+    "NoRouteToHostException); Apache HttpClient's NoHttpResponseException, "
+    "ConnectTimeoutException, HttpHostConnectException https://hc.apache.org/httpcomponents-"
+    "client-4.5.x/current/httpclient/apidocs/",
+    members=(
+        Member(
+            patterns=(
+                "java\\.net\\.(ConnectException|SocketTimeoutException|UnknownHostException|"
+                "NoRouteToHostException)",
+                "(NoHttpResponseException|ConnectTimeoutException|HttpHostConnectException): ",
+            ),
+            anchors=(
+                "java.net.",
+                "nohttpresponseexception",
+                "connecttimeoutexception",
+                "httphostconnectexception",
+            ),
+        ),
+    ),
+    examples=(
+        "Caused by: java.net.SocketTimeoutException: Read timed out",
+        "org.apache.http.NoHttpResponseException: metrics.internal:443 failed to respond",
+    ),
+)
+
 TABLES: dict[str, Table] = {
     t.id: t
     for t in (
@@ -811,5 +843,6 @@ TABLES: dict[str, Table] = {
         PREEMPTION_NOTICES,
         GRPC_RETRYABLE,
         SLURM_REQUEST_ERRORS,
+        JVM_NETWORK_ERRORS,
     )
 }
