@@ -126,6 +126,7 @@ CASES = [
         "RuntimeError: CUDA error: no kernel image is available for execution on the device\n",
     ),
     ("node_lost", "RuntimeError: CUDA error: no CUDA-capable device is detected\n"),
+    ("user_exception", "RuntimeError: CUDA error: invalid device ordinal\n"),
     # a memory monitor's kill is the host's, whatever it names its exception
     (
         "host_oom",

@@ -314,18 +314,35 @@ CUDA_NO_DEVICE = Table(
 CUDA_NO_KERNEL_IMAGE = Table(
     id="cuda-no-kernel-image",
     source="cudaErrorNoKernelImageForDevice (209, 'no kernel image is available for execution "
-    "on the device') / CUDA_ERROR_NO_BINARY_FOR_GPU "
-    "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html: the job's build "
-    "lacks the GPU's architecture (its environment)",
+    "on the device') / CUDA_ERROR_NO_BINARY_FOR_GPU, cudaErrorUnsupportedPtxVersion (222), "
+    "cudaErrorCompatNotSupportedOnDevice (804), cudaErrorInvalidDevice (101, 'invalid device "
+    "ordinal') https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html: the "
+    "job's build lacks the GPU's architecture or toolchain, or it asks for a GPU index the "
+    "node does not have (its environment or its configuration)",
     members=(
         Member(
             symbol="cudaErrorNoKernelImageForDevice",
             text="no kernel image is available for execution on the device",
         ),
         Member(symbol="CUDA_ERROR_NO_BINARY_FOR_GPU"),
+        Member(
+            symbol="cudaErrorUnsupportedPtxVersion",
+            text="the provided PTX was compiled with an unsupported toolchain",
+        ),
+        Member(symbol="CUDA_ERROR_UNSUPPORTED_PTX_VERSION"),
+        Member(
+            symbol="cudaErrorCompatNotSupportedOnDevice",
+            text="forward compatibility was attempted on non supported HW",
+        ),
+        Member(symbol="cudaErrorInvalidDevice"),
+        Member(
+            patterns=("CUDA error: invalid device ordinal",), anchors=("invalid device ordinal",)
+        ),
     ),
     examples=(
         "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+        "RuntimeError: CUDA error: invalid device ordinal",
+        "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.",
     ),
 )
 
