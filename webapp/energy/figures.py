@@ -190,21 +190,52 @@ def breakdown_figure(lines: Sequence[Line], idle: Line | None, title: str) -> di
 _MONTH_AXIS = {"title": {"text": "month (UTC)"}, "type": "category"}
 
 
+# The folded teams' trace: light, apart from the ten named teams' colours.
+OTHER_TEAMS_COLOUR = "#aec7e8"
+
+
 def _team_colour(i: int, team: str) -> str:
-    return NO_DATA_COLOUR if team == IDLE_KEY else GPU_COLOURS[i % len(GPU_COLOURS)]
+    if team == IDLE_KEY:
+        return NO_DATA_COLOUR
+    return OTHER_TEAMS_COLOUR if i >= TREND_TEAMS else GPU_COLOURS[i % len(GPU_COLOURS)]
+
+
+# Teams the trend figures stack one by one (t.teams is largest first); the rest are one trace:
+# a site's tens of teams made a legend of forty names, a scroll box over the bars. The page's
+# team table and the CSV have every team.
+TREND_TEAMS = 10
+
+
+def _trend_traces(t: Trends, values: str) -> list[tuple[str, list[float]]]:
+    """(name, value per month) of the largest TREND_TEAMS teams, the rest summed as one, and
+    the idle GPUs last."""
+    teams = [team for team in t.teams if team != IDLE_KEY]
+    head, rest = teams[:TREND_TEAMS], teams[TREND_TEAMS:]
+    if len(rest) == 1:
+        head, rest = teams, []
+    per_month = [getattr(m, values) for m in t.months]
+    out = [(team, [v.get(team, 0.0) for v in per_month]) for team in head]
+    if rest:
+        out.append(
+            (f"{len(rest)} other teams", [sum(v.get(x, 0.0) for x in rest) for v in per_month])
+        )
+    if IDLE_KEY in t.teams:
+        out.append((IDLE_KEY, [v.get(IDLE_KEY, 0.0) for v in per_month]))
+    return out
 
 
 def _trend_bars(t: Trends, values: str, unit: str, digits: int) -> go.Figure:
-    """Per month, one stacked bar per team (the idle GPUs last, grey); `values` names the
-    TrendMonth dict (team_kwh or team_co2e_kg)."""
+    """Per month, one stacked bar per team, the smallest folded into one past TREND_TEAMS
+    (the idle GPUs last, grey); `values` names the TrendMonth dict (team_kwh or
+    team_co2e_kg)."""
     fig = go.Figure()
     months = [m.month for m in t.months]
-    for i, team in enumerate(t.teams):
+    for i, (team, ys) in enumerate(_trend_traces(t, values)):
         fig.add_trace(
             go.Bar(
                 name=plain(team),
                 x=months,
-                y=[getattr(m, values).get(team, 0.0) for m in t.months],
+                y=ys,
                 marker={"color": _team_colour(i, team)},
                 # The team by reference: written into the template, a name holding "%{"
                 # would be read as a placeholder.
@@ -271,6 +302,11 @@ def trend_pue_figure(t: Trends, height: int = 220) -> dict:
 def trend_figures(t: Trends, *, compact: bool = False) -> dict:
     """The trends' three figures; `compact`: the heights that fit the report's A4 sheet."""
     bars, line = (200, 170) if compact else (300, 260)
+    if not compact:
+        # The legend sits above the bars, about three names a row at half the page's width:
+        # room for its rows, so that it never becomes a scroll box over the bars.
+        legend_rows = -(-len(_trend_traces(t, "team_kwh")) // 3)
+        bars += 22 * max(0, legend_rows - 1)
     return {
         "trend-energy": trend_energy_figure(t, bars),
         "trend-co2": trend_co2_figure(t, bars),
