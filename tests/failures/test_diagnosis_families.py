@@ -183,6 +183,23 @@ CASES = [
         "object_storage",
         "org.apache.http.NoHttpResponseException: ckpt-bucket.s3.amazonaws.com:443 failed to respond\n",
     ),
+    (
+        "aux_connection",
+        "ConnectionError: Couldn't reach https://huggingface.co/datasets/c4/resolve/main/en/c4-train.00000-of-01024.json.gz (ReadTimeout)\n",
+    ),
+    # a Lustre client evicted, and the kernel's block layer (kernel lines: a combined capture)
+    (
+        "filesystem",
+        "OSError: [Errno 108] Cannot send after transport endpoint shutdown: '/lustre/ckpt/run4'\n",
+    ),
+    (
+        "filesystem",
+        "node-05 kernel: LustreError: 167-0: scratch-OST0004-osc-ffff8a: This client was evicted by scratch-OST0004; in progress operations using this service will fail.\n",
+    ),
+    (
+        "filesystem",
+        "[Tue May  7 06:02:11 2024] blk_update_request: I/O error, dev nvme1n1, sector 20480 op 0x1:(WRITE) flags 0x800\n",
+    ),
     # an HCA's asynchronous events
     ("ib_link", "gpu-3:1234:1290 [0] NCCL WARN NET/IB : Got async event : port error\n"),
     # other schedulers' memory kills, time limits, and the clouds' preemption notices

@@ -83,7 +83,8 @@ ERRNO_FILESYSTEM = Table(
     id="errno-filesystem",
     source="errno(3) https://man7.org/linux/man-pages/man3/errno.3.html, glibc strerror texts "
     "https://sourceware.org/git/?p=glibc.git;a=blob;f=sysdeps/gnu/errlist.h: ENOSPC 28, "
-    "EDQUOT 122, EIO 5, ESTALE 116, EROFS 30, EFBIG 27, ENOTCONN 107 on a path",
+    "EDQUOT 122, EIO 5, ESTALE 116, EROFS 30, EFBIG 27, ESHUTDOWN 108, EREMOTEIO 121, ENOTCONN "
+    "107 on a path",
     members=(
         *_errno("ENOSPC", 28, "No space left on device"),
         *_errno("EDQUOT", 122, "Disk quota exceeded"),
@@ -92,6 +93,10 @@ ERRNO_FILESYSTEM = Table(
         Member(text="Stale NFS file handle"),  # glibc's text before 2.17
         *_errno("EROFS", 30, "Read-only file system"),
         *_errno("EFBIG", 27, "File too large"),
+        # a Lustre client evicted by its servers returns ESHUTDOWN on every open file; NFS and
+        # SMB clients return EREMOTEIO for a server-side failure
+        *_errno("ESHUTDOWN", 108, "Cannot send after transport endpoint shutdown"),
+        *_errno("EREMOTEIO", 121, "Remote I/O error"),
         # Kubernetes evicting a pod whose node's disk filled (node-pressure eviction,
         # https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/)
         Member(
@@ -820,7 +825,9 @@ JVM_NETWORK_ERRORS = Table(
             patterns=(
                 "java\\.net\\.(ConnectException|SocketTimeoutException|UnknownHostException|"
                 "NoRouteToHostException)",
-                "(NoHttpResponseException|ConnectTimeoutException|HttpHostConnectException): ",
+                "NoHttpResponseException: ",
+                "ConnectTimeoutException: ",
+                "HttpHostConnectException: ",
             ),
             anchors=(
                 "java.net.",
@@ -833,6 +840,68 @@ JVM_NETWORK_ERRORS = Table(
     examples=(
         "Caused by: java.net.SocketTimeoutException: Read timed out",
         "org.apache.http.NoHttpResponseException: metrics.internal:443 failed to respond",
+    ),
+)
+
+# What the kernel says when storage under a node fails: the block layer's I/O errors
+# (block/blk-core.c, https://github.com/torvalds/linux/blob/master/block/blk-core.c: "I/O error,
+# dev sda, sector N"; fs/buffer.c "Buffer I/O error on dev") and the Lustre client losing or
+# being evicted by its servers (Lustre Operations Manual, "Lustre Error Messages",
+# https://doc.lustre.org/lustre_manual.xhtml#lustremaint.errormsgs).
+KERNEL_STORAGE_ERRORS = Table(
+    id="kernel-storage-errors",
+    source="the block layer's I/O errors https://github.com/torvalds/linux/blob/master/block/"
+    "blk-core.c and fs/buffer.c; the Lustre client's lost connections and evictions, Lustre "
+    "Operations Manual https://doc.lustre.org/lustre_manual.xhtml",
+    members=(
+        Member(
+            patterns=(
+                "(blk_update_request|print_req_error): (critical )?(I/O|medium|target|space "
+                "allocation|nexus) error",
+                "I/O error, dev [a-z0-9]+, sector [0-9]+",
+                "Buffer I/O error on dev(ice)? ",
+                "Lustre: .*Connection to .* was lost",
+                "This client was evicted by ",
+                "LustreError: .*(evicted|rc = -(5|107|108|110))([^0-9]|$)",
+            ),
+            anchors=(
+                "blk_update_request",
+                "print_req_error",
+                "i/o error, dev ",
+                "buffer i/o error",
+                "lustre",
+                "was evicted by",
+            ),
+        ),
+    ),
+    examples=(
+        "[Tue May  7 06:02:11 2024] blk_update_request: I/O error, dev nvme1n1, sector 20480 op "
+        "0x1:(WRITE) flags 0x800 phys_seg 1 prio class 0",
+        "node-05 kernel: Lustre: scratch-MDT0000-mdc-ffff8a: Connection to scratch-MDT0000 (at "
+        "10.1.0.2@o2ib) was lost; in progress operations using this service will wait for "
+        "recovery to complete",
+        "node-05 kernel: LustreError: 167-0: scratch-OST0004-osc-ffff8a: This client was evicted by"
+        " scratch-OST0004; in progress operations using this service will fail.",
+    ),
+)
+
+# Python's built-in ConnectionError (https://docs.python.org/3/library/exceptions.html#
+# ConnectionError), raised bare by clients such as datasets and huggingface_hub ("ConnectionError:
+# Couldn't reach ... on the Hub"): a service the job reaches; its subclasses are rules.yaml
+# aux-connection's own patterns.
+PYTHON_CONNECTION_ERRORS = Table(
+    id="python-connection-errors",
+    source="Python's ConnectionError https://docs.python.org/3/library/exceptions.html#"
+    "ConnectionError, raised bare by clients",
+    members=(
+        Member(
+            patterns=("^([A-Za-z_][A-Za-z0-9_]*\\.)*ConnectionError: ",),
+            anchors=("connectionerror: ",),
+        ),
+    ),
+    examples=(
+        "ConnectionError: Couldn't reach https://huggingface.co/datasets/c4/resolve/main/en/"
+        "c4-train.00000-of-01024.json.gz (ReadTimeout)",
     ),
 )
 
@@ -861,5 +930,7 @@ TABLES: dict[str, Table] = {
         GRPC_RETRYABLE,
         SLURM_REQUEST_ERRORS,
         JVM_NETWORK_ERRORS,
+        KERNEL_STORAGE_ERRORS,
+        PYTHON_CONNECTION_ERRORS,
     )
 }
