@@ -261,3 +261,16 @@ def test_a_healthy_short_curve_and_the_loss_scale_are_no_divergence() -> None:
         for i, (v, s) in enumerate(((2.5, 1.0), (1.9, 512.0), (1.7, 65536.0)))
     )
     assert diagnose_text(healthy).cause == "unknown"
+
+
+def test_every_catalog_is_read_by_a_rule_and_cites_a_public_source() -> None:
+    """A table no rule names would never be read; one with no public source could not be
+    checked against its catalog."""
+    from webapp.failures.diagnosis import catalogue_load
+    from webapp.failures.diagnosis.families import TABLES
+
+    read = {t for rule in catalogue_load().rules for t in rule.tables}
+    assert read == set(TABLES)
+    for table in TABLES.values():
+        assert "https://" in table.source, table.id
+        assert table.examples, table.id
