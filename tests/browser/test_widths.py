@@ -200,6 +200,22 @@ def every_page(transactional_db, settings, operator, broker, checkpoint) -> dict
         user="operator",
     )
     energy = build_rig()
+    # A team name of a real site's length owning the energy rig's vision account (its by-team
+    # rows and the team × month table), and nodes out of service for people's reasons of a
+    # real site's length, more kinds than the reasons table lists one by one.
+    team_create("customer-pilot-acme-corporation-vision-language", rules=[("team", "vision")])
+    since = timezone.now() - timedelta(days=3)
+    Node.objects.bulk_create(
+        Node(cluster=cluster, hostname=f"gpu-node-out-{n:02d}", state="drained",
+             state_reason=f"{kind} (vendor case 00{12345 + n}), ticket DC-{4800 + n}",
+             state_since=since, token_hash=f"out-{n}")
+        for n, kind in enumerate(
+            f"RMA: replace {part}, reseat NVLink bridge and rerun the burn-in afterwards"
+            for part in ("GPU", "HGX baseboard", "NVSwitch tray", "PSU", "fan module", "DIMM",
+                         "ConnectX-7 HCA", "OSFP cable", "NVMe drive", "BMC", "CPU", "riser",
+                         "PCIe switch", "heatsink")
+        )
+    )  # fmt: skip
 
     node = Node.objects.get(hostname="gpu-node-01")
     job = Job.objects.get(scheduler_id="200")
