@@ -154,6 +154,14 @@ CASES = [
     ("host_oom", "launch failed: signal: killed\n"),
     ("host_oom", "Killed: 9\n"),
     ("host_oom", "worker 3 finished, returncode=-9\n"),
+    (
+        "host_oom",
+        "    State:          Terminated\n      Reason:       Error\n      Exit Code:    137\n",
+    ),
+    (
+        "host_oom",
+        "The actor is dead because its worker process has died. Worker exit type: NODE_OUT_OF_MEMORY\n",
+    ),
     # Python's hierarchy: a missing module is the environment's, a missing or forbidden path
     # the job's, whichever frame raised it
     ("user_exception", IMPORT_IN_LIBRARY),

@@ -131,7 +131,8 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
         r"^\W*Killed: (\d+)\W*$",
         # exit statuses 128 + n: "Command exited with non-zero status 137", "exit code 137",
         # Horovod's runner "Process 2 exit with status code 137." (its gloo launcher's report)
-        r"(?:exit(?:ed with)? (?:code|status)|non-zero status|status code) (13[2-9])\b",
+        # Kubernetes' "Exit Code:    137" (kubectl describe pod, a colon and padding)
+        r"(?:exit(?:ed with)? (?:code|status)|non-zero status|status code):? +(13[2-9])\b",
     )
 )
 # A process's own report of the signal it caught (UCX/ucm: "[host:pid:0:tid] Caught signal 7

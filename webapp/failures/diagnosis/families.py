@@ -365,6 +365,7 @@ MEMORY_KILLERS = Table(
             patterns=(
                 "ray\\.exceptions\\.OutOfMemoryError",
                 "killed due to the node running low on memory",
+                "Worker exit type: NODE_OUT_OF_MEMORY",
                 # the journal's "host systemd-oomd[pid]: " is stripped before the rules read it
                 "^Killed /[^ ]+ due to (memory|swap)",
                 "earlyoom.*(sending SIG(TERM|KILL)|low memory)",
