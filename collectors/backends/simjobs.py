@@ -90,6 +90,7 @@ from collectors.schema import (
     JobEventIn,
     JobGpus,
     LogWindowIn,
+    NodeStateIn,
     new_batch_id,
 )
 from collectors.watchers.joblogs import is_trigger, message_of
@@ -158,6 +159,12 @@ class ClusterJobs:
         # events are dropped by their attempt.
         self.heap: list[tuple[float, int, str, SimJob | None, int]] = []
         self.drained: set[int] = set()  # node indices drained by a scheduler command
+        # What the scheduler says of the nodes a command drained or resumed, as its watcher
+        # reports them (`_node_state`): node -> (state, reason) last reported; NodeStateIn
+        # objects to send with the next job-event batch.
+        self.drain_reason: dict[int, str] = {}
+        self.reported: dict[int, tuple[str, str]] = {}
+        self.node_states: list[NodeStateIn] = []
         # Jobs by id that a command may still name: queued, running, or ended within
         # ENDED_KEPT_S (when they ended).
         self.known: dict[str, SimJob] = {}
@@ -370,8 +377,12 @@ class ClusterJobs:
             state = fields["State"].upper()
             if state == "DRAIN":
                 self.drained.add(n)
+                self.drain_reason[n] = fields.get("Reason", "")
+                self._node_state(n, ts)
             elif state == "RESUME":
                 self.drained.discard(n)
+                self.drain_reason.pop(n, None)
+                self._node_state(n, ts)
                 self._schedule(ts)
             else:
                 raise ValueError(f"node state {fields['State']!r} is not simulated")
@@ -399,7 +410,7 @@ class ClusterJobs:
         """The job goes back to the queue under its id, its GPUs freed if it ran; its next run
         is drawn as a new one of its type (a restart from its last checkpoint), from a
         generator of its own, so the rest of the job stream does not change."""
-        self._release(job)
+        self._release(job, ts)
         self.ended_at.pop(job.job_id, None)
         job.attempt += 1
         # Slurm resets a requeued job's submit time (sacct's and scontrol's man pages).
@@ -608,14 +619,39 @@ class ClusterJobs:
         events, self.node_events = list(self.node_events.values()), {}
         return events
 
-    def _release(self, job: SimJob) -> None:
+    def _release(self, job: SimJob, ts: float) -> None:
         for n, g in job.held:
             if self.owner.get((n, g), (None,))[0] is job:
                 self.free[n].add(g)
                 self.owner.pop((n, g), None)
+        for n in {n for n, _g in job.held} & self.drained:
+            self._node_state(n, ts)
+
+    def _node_state(self, n: int, ts: float) -> None:
+        """Report node n's state if it changed, as Slurm's watcher would: a drained node is
+        draining while a job still holds GPUs on it and drained once none does (sinfo's DRNG
+        and DRAIN, https://slurm.schedmd.com/sinfo.html#SECTION_NODE-STATE-CODES); a resumed
+        one is up. Only nodes a command drained or resumed are reported."""
+        if n in self.drained:
+            busy = len(self.free[n]) < self.gpn
+            now = ("draining" if busy else "drained", self.drain_reason.get(n, ""))
+        elif n in self.reported:
+            now = ("up", "")
+        else:
+            return
+        if self.reported.get(n) == now:
+            return
+        if now[0] == "up":
+            del self.reported[n]  # back in service: not reported again until drained
+        else:
+            self.reported[n] = now
+        if not self.quiet:
+            self.node_states.append(
+                NodeStateIn(node=self.nodes[n], state=now[0], reason=now[1][:256], since=ts)
+            )
 
     def _end(self, job: SimJob, ts: float, *, resubmit: bool = True) -> None:
-        self._release(job)
+        self._release(job, ts)
         self.ended_at[job.job_id] = ts
         exit_code = {"COMPLETED": 0, "FAILED": 1, "CANCELLED": -15}[job.state]
         if job.state == "FAILED" and job.cause is not None:
@@ -656,6 +692,12 @@ class ClusterJobs:
     def take_events(self) -> list[JobEventIn]:
         events, self.events = self.events, []
         return events
+
+    def take_node_states(self) -> list[NodeStateIn]:
+        """The node states reported since the last call, the latest of each node."""
+        latest = {s.node: s for s in self.node_states}
+        self.node_states = []
+        return list(latest.values())
 
 
 class JobSimulator:
@@ -798,8 +840,9 @@ class SimulatedJobWatcher:
         out = []
         for name, cluster in self.sim.clusters.items():
             events = cluster.take_events()
+            states = cluster.take_node_states()
             sender = cluster.nodes[0]
-            for i in range(0, len(events), self.MAX_EVENTS):
+            for i in range(0, max(len(events), len(states) and 1), self.MAX_EVENTS):
                 batch = JobEventBatch(
                     v=SCHEMA_VERSION,
                     batch_id=new_batch_id(),
@@ -809,6 +852,7 @@ class SimulatedJobWatcher:
                     sent_at=time.time(),
                     source="simulated",
                     events=events[i : i + self.MAX_EVENTS],
+                    node_states=states if i == 0 else [],
                 )
                 out.append((str(batch.batch_id), batch.model_dump_json(exclude_none=True)))
         return out

@@ -434,6 +434,32 @@ def test_the_simulated_scheduler_understands_every_command_the_demo_s_executor_b
     assert job.attempt == other.attempt == 1
 
 
+def test_a_drained_node_reports_draining_while_its_job_runs_then_drained_then_up(tmp_path):
+    """As Slurm's watcher reports it: a node drained under a running job is draining (with the
+    drain's reason), drained once the job has left it (requeued here), up once resumed."""
+    inbox = tmp_path / "inbox"
+    backend = SimulatedBackend(["seren"], 16, 8, seed=3, scheduler_inbox=inbox)
+    watcher = backend.jobs.watcher(lambda c, n: "token-of-the-seren-nodes")
+    watcher.poll(T0)
+    c = backend.jobs.clusters["seren"]
+    job = next(j for j, _r in c.owner.values() if j.lane)
+    host = c.nodes[job.held[0][0]]
+    reason = "vigil: gpu_nvlink failure 7"
+
+    def states_after(ts: float, command: list[str]) -> list[tuple]:
+        scheduler_commands_send(inbox, "seren", [command], ts=ts - 5)
+        batches = [JobEventBatch.model_validate_json(t) for _i, t in watcher.poll(ts)]
+        return [(s.node, s.state, s.reason, s.since) for b in batches for s in b.node_states]
+
+    drain = ["scontrol", "update", f"NodeName={host}", "State=DRAIN", f"Reason={reason}"]
+    assert states_after(T0 + 10, drain) == [(host, "draining", reason, T0 + 5)]
+    requeue = ["scontrol", "requeue", job.job_id]
+    assert states_after(T0 + 20, requeue) == [(host, "drained", reason, T0 + 15)]
+    resume = ["scontrol", "update", f"NodeName={host}", "State=RESUME"]
+    assert states_after(T0 + 30, resume) == [(host, "up", "", T0 + 25)]
+    assert states_after(T0 + 40, ["scontrol", "update", "JobId=1", "StartTime=now"]) == []
+
+
 # --- The demo's first incident comes live ---------------------------------------------------
 
 

@@ -81,6 +81,12 @@ def _live_failure_recovered():
     return again and (requeue.plan.failure, requeue, again)
 
 
+def _node_drained(node_id: int):
+    from webapp.fleet.models import Node
+
+    return Node.objects.filter(pk=node_id, state="drained").first()
+
+
 def test_demo_serves_live_data_and_ctrl_c_stops_everything(transactional_db, broker, tmp_path):
     port = _free_port()
     env = subprocess_env(database_url(), VIGIL_DEMO_PASSWORD="demo-pass-123")
@@ -136,6 +142,10 @@ def test_demo_serves_live_data_and_ctrl_c_stops_everything(transactional_db, bro
             with _demo_user_opener(base).open(f"{base}/recovery/", timeout=10) as r:
                 html = r.read().decode()
             assert re.search(r'id="avoided">1<', html), html
+            # The failed GPU's node: drained (draining until the requeued job left it, as the
+            # simulated scheduler reports it), with the reason the drain gave.
+            node = wait_for(lambda: _node_drained(failure.node_id), timeout=30, interval=0.5)
+            assert node.state_reason == f"vigil: gpu_nvlink failure {failure.pk}"
         finally:
             demo.send_signal(signal.SIGINT)  # Ctrl-C
             demo.wait(60)

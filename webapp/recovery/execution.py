@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from pathlib import Path
 
 from django.conf import settings
@@ -25,7 +24,11 @@ from collectors.schema import NodeStateIn
 from webapp.core import workrows
 from webapp.core.units import iso_utc
 from webapp.core.workrows import Outcome
+from webapp.fleet.choices import NodeState
+from webapp.fleet.models import Gpu, Node
+from webapp.fleet.selectors import node_state_now
 from webapp.fleet.services import node_states_apply
+from webapp.jobs.selectors import GpuHolder, gpu_holders
 from webapp.recovery import policy
 from webapp.recovery.actions import (
     action_blocked,
@@ -45,6 +48,7 @@ from webapp.recovery.choices import (
 from webapp.recovery.dispatch import action_failed
 from webapp.recovery.executors import executor_for
 from webapp.recovery.executors.base import CommandResult, UnsupportedAction
+from webapp.recovery.executors.slurm import drain_reason
 from webapp.recovery.models import RecoveryAction, RecoveryPolicy
 
 log = logging.getLogger("vigil.recovery")
@@ -306,32 +310,57 @@ def _after_health_check(action: RecoveryAction, failed: list[str]) -> None:
     actions_create(plan, steps, {}, action.seq + 1, approved_by=action.approved_by)
 
 
+RESTARTS = (ActionKind.REQUEUE, ActionKind.RESUBMIT)
+
+
 def _simulated_effects(action: RecoveryAction) -> None:
     """The demo's simulated executor: what Slurm's watcher would report, recorded at once, and
     the action's commands handed to the simulated scheduler, which carries out what a real
-    Slurm would (a requeued job runs again) once the action has committed."""
+    Slurm would (a requeued job runs again) once the action has committed.
+
+    A drained node reads as Slurm names it: draining while a job still holds GPUs on it,
+    drained once none does (the overview's test, `node_state_now`: a GPU of the node held by
+    a job's allocation now), with the reason the drain command gave; a requeue that takes the
+    last job off a draining node makes it drained. The simulated scheduler reports the same
+    changes itself (a job ending on its own included) when it carries the commands out."""
     if action.executor != ExecutorKind.SIMULATED:
         return
     inbox = os.environ.get(INBOX_ENV)
     if inbox and action.commands:
         cluster, commands = action.cluster.name, list(action.commands)
         transaction.on_commit(lambda: scheduler_commands_send(Path(inbox), cluster, commands))
-    if not action.host:
+    if action.kind not in (ActionKind.DRAIN, ActionKind.RESUME, *RESTARTS):
         return
-    if action.kind not in (ActionKind.DRAIN, ActionKind.RESUME):
-        return
-    drained = action.kind == ActionKind.DRAIN
-    reason = f"vigil (simulated): {action.plan.cause} failure {action.plan.failure_id}"
-    if action.params.get("reason"):  # as Slurm's drain_reason writes it
-        reason = f"vigil (simulated): {action.params['reason']}"
-    node_states_apply(
-        action.cluster_id,
-        [
-            NodeStateIn(
-                node=action.host,
-                state="drained" if drained else "up",
-                reason=reason if drained else "",
-                since=time.time(),
-            )
-        ],
-    )
+    now = timezone.now()
+    at = now.timestamp()
+    holders = gpu_holders(now)
+    states: list[NodeStateIn] = []
+    if action.kind == ActionKind.DRAIN and action.host:
+        busy = bool(_jobs_holding(holders, action.cluster_id, action.host))
+        state = node_state_now(NodeState.DRAINED, None, now, runs_jobs=busy)
+        reason = drain_reason(action_target(action))[:256]
+        states.append(NodeStateIn(node=action.host, state=state, reason=reason, since=at))
+    elif action.kind == ActionKind.RESUME and action.host:
+        states.append(NodeStateIn(node=action.host, state="up", since=at))
+    elif action.kind in RESTARTS and action.job_id:
+        draining = Node.objects.filter(
+            cluster_id=action.cluster_id,
+            state=NodeState.DRAINING,
+            gpus__id__in=[g for g, h in holders.items() if h.job_id == action.job_id],
+        ).distinct()
+        for node in draining:
+            held = _jobs_holding(holders, action.cluster_id, node.hostname)
+            if held <= {action.job_id}:  # the requeued job was the last on it
+                states.append(
+                    NodeStateIn(
+                        node=node.hostname, state="drained", reason=node.state_reason, since=at
+                    )
+                )
+    if states:
+        node_states_apply(action.cluster_id, states)
+
+
+def _jobs_holding(holders: dict[int, GpuHolder], cluster_id: int, host: str) -> set[int]:
+    """Ids of the jobs holding GPUs of the node (`holders`: jobs.selectors.gpu_holders)."""
+    gpus = Gpu.objects.filter(node__cluster_id=cluster_id, node__hostname=host)
+    return {holders[pk].job_id for pk in gpus.values_list("pk", flat=True) if pk in holders}
