@@ -168,6 +168,9 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
+    # The branded 404 page under DEBUG too (`make demo` runs with it on), as handler404 is
+    # outside it.
+    "webapp.core.pages.NotFoundInDebugMiddleware",
     # Last, as django-axes asks: it turns a lockout raised during login into its 429 answer.
     "axes.middleware.AxesMiddleware",
 ]
