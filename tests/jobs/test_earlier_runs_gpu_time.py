@@ -1,7 +1,7 @@
-"""A requeued job carries the GPU time of its runs before the requeue (Job.earlier_runs_gpu_time_s),
-recorded when the scheduler's requeue is applied, in order or late, and filled for jobs stored
-before the column by its migration: the characterization sums that column instead of joining a
-cluster's allocations."""
+"""A requeued job carries the GPU time of its runs before its current one
+(Job.earlier_runs_gpu_time_s), recorded as the scheduler's requeue and next start are applied, in
+order or late, and filled for jobs stored before the column by its migration: the
+characterization sums that column instead of joining a cluster's allocations."""
 
 from __future__ import annotations
 
@@ -56,6 +56,25 @@ def test_a_requeue_reported_after_the_next_start_counts_the_run_it_ended(sender,
     # A late watcher: the requeue between the two runs arrives last.
     job_events_ingest(sender.raw(event("9102", "requeued", start + 3600, submit_ts=start + 3600)))
     assert _earlier_h("9102") == 8.0
+
+
+def test_a_second_start_with_no_requeue_seen_still_counts_the_first_run(sender, t0):
+    """A watcher that missed the requeue: the new start ends the old run (its allocations
+    closed then), and that run's GPU time counts all the same."""
+    start = t0 - 7200
+    job_events_ingest(
+        sender.raw(
+            event("9104", "started", start, submit_ts=start, start_ts=start, allocation=ALLOC,
+                  **COMMON),
+        )
+    )  # fmt: skip
+    job_events_ingest(
+        sender.raw(
+            event("9104", "started", start + 1800, submit_ts=start, start_ts=start + 1800,
+                  allocation=ALLOC),
+        )
+    )  # fmt: skip
+    assert _earlier_h("9104") == 4.0
 
 
 def test_the_migration_fills_jobs_requeued_before_the_column(sender, t0):

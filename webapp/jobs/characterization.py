@@ -326,8 +326,9 @@ def _earlier_runs_gpu_time(window: Window) -> dict[tuple[str, str], float]:
     A requeue clears a job's start (Slurm moves its submit time), so the tally, which reads
     start and end, holds the last run only; the GPU time consumed before (a failed run
     included, as the paper counts it) is the job's earlier_runs_gpu_time_s, summed from its
-    closed allocations when the requeue was applied. Only requeued jobs have it (a partial
-    index holds them): imported traces add nothing, and no pass over the cluster's jobs."""
+    closed allocations as its requeue and next start were applied. Only jobs that ran more
+    than once have it (a partial index holds them): imported traces add nothing, and there is
+    no pass over the cluster's jobs."""
     where, params = window.where()
     with connection.cursor() as cur:
         cur.execute(

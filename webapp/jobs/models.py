@@ -58,9 +58,10 @@ class Job(models.Model):
     cpus_requested = models.PositiveIntegerField(default=0)
     exit_code = models.SmallIntegerField(null=True, blank=True)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
-    # GPU time of the job's runs before its latest requeue (their closed allocations), set
-    # when the requeue is applied: the tally counts the current run only (a requeue clears
-    # start_at), and the characterization adds this column instead of joining allocations.
+    # GPU time of the job's runs before its current one (their closed allocations), set by the
+    # job-event ingest as it applies a requeue or a start: the tally counts the current run
+    # only (a requeue clears start_at), and the characterization adds this column instead of
+    # joining allocations.
     earlier_runs_gpu_time_s = models.FloatField(default=0.0, db_default=0.0)
     updated_at = models.DateTimeField(auto_now=True, db_default=Now())
 

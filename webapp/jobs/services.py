@@ -67,14 +67,14 @@ _CLOSING = (JobEventKind.REQUEUED, JobEventKind.ENDED)
 _METADATA = ("name", "user", "team", "project", "partition", "qos", "comment")
 
 
-# A job's GPU time in its runs before its latest requeue (jobs migration 0007 fills jobs stored
-# before the column the same way).
+# A job's GPU time in its runs before its current one: its closed allocations that started
+# before its start (all of them while it waits after a requeue). Jobs migration 0007 fills jobs
+# stored before the column the same way.
 _EARLIER_RUNS_SQL = """
 SELECT a.job_id, sum(date_part('epoch', a."end" - a.start))
 FROM jobs_joballocation a
-JOIN (SELECT job_id, max(ts) AS ts FROM jobs_jobevent
-      WHERE kind = 'requeued' AND job_id = ANY(%s) GROUP BY job_id) r ON r.job_id = a.job_id
-WHERE a."end" IS NOT NULL AND a.start < r.ts
+JOIN unnest(%s::bigint[], %s::timestamptz[]) AS j(id, start_at) ON j.id = a.job_id
+WHERE a."end" IS NOT NULL AND (j.start_at IS NULL OR a.start < j.start_at)
 GROUP BY a.job_id
 """
 
@@ -190,9 +190,10 @@ class _Applier:
         self.nodes: dict[str, int] = {}
         # (node id, the scheduler's GPU index) -> (GPU id, NVML index)
         self.gpus: dict[tuple[int, int], tuple[int, int]] = {}
-        # Jobs whose runs before their latest requeue this batch changed (a requeue, or a
-        # late event of an earlier run): their earlier_runs_gpu_time_s is summed again.
-        self.requeued: set[Job] = set()
+        # Jobs whose runs before their current one this batch may have changed (a start, a
+        # requeue, an end, a late event of an earlier run): earlier_runs_gpu_time_s is summed
+        # again for them.
+        self.rerun: set[Job] = set()
 
     def run(self) -> int:
         events = self.batch.events
@@ -213,14 +214,17 @@ class _Applier:
         return applied
 
     def _earlier_runs_sum(self) -> None:
-        """The GPU time of each requeued job's closed allocations that started before its
-        latest requeue (one query for the batch, none without a requeue)."""
-        if not self.requeued:
+        """The GPU time of each job's closed allocations that started before its current run
+        (one query for the batch, none for a batch of submissions alone)."""
+        if not self.rerun:
             return
+        jobs = list(self.rerun)
         with connection.cursor() as cur:
-            cur.execute(_EARLIER_RUNS_SQL, [[job.pk for job in self.requeued]])
+            cur.execute(
+                _EARLIER_RUNS_SQL, [[job.pk for job in jobs], [job.start_at for job in jobs]]
+            )
             sums = dict(cur.fetchall())
-        for job in self.requeued:
+        for job in jobs:
             job.earlier_runs_gpu_time_s = float(sums.get(job.pk) or 0.0)
 
     def _resolve_nodes(self) -> None:
@@ -282,8 +286,8 @@ class _Applier:
         self._metadata_merge(job, event, rules)
         current = (job.state_at, _state_rank(job.state)) if job.state_at else None
         is_latest = current is None or (ts, _EVENT_RANK[event.kind]) >= current
-        if event.kind == JobEventKind.REQUEUED or not is_latest:
-            self.requeued.add(job)
+        if event.kind != JobEventKind.SUBMITTED:
+            self.rerun.add(job)
         if event.kind == JobEventKind.SUBMITTED:
             if job.submit_at is None:
                 job.submit_at = epoch_to_utc(event.submit_ts) or ts
