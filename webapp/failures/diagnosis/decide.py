@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from webapp.failures import taxonomy
+from webapp.failures.diagnosis import metrics
 from webapp.failures.diagnosis.catalogue import Catalogue
 from webapp.failures.diagnosis.events import EVIDENCE_TEXT_CHARS, Event, Evidence
 from webapp.failures.diagnosis.lines import Stamp, folded, kernel_hint, parse_line
@@ -113,6 +114,17 @@ _MEGATRON_SKIPS = re.compile(
     r"\bnumber of skipped iterations:\s+(\d+) \|",
     re.I,
 )
+# The metrics records (metrics.py) read back from the end of the log at most, and the loss-scale
+# values of a collapse: a scale below MIN_LOSS_SCALE printed twice without rising (the scaler
+# halving it on overflow after overflow, apex's "reducing loss scale to 7.6e-06", fairseq's
+# "setting loss scale to: 0.000244"), or printed as 0 (fairseq's "loss_scale 0.000": a scale
+# rounded away, facebookresearch/fairseq's progress lines print three decimals).
+METRICS_RECORDS = 200
+LOSS_SCALE_STREAK = 2
+# A last record with this many non-finite model numbers (grad norm, rewards, logits: a Hugging
+# Face trainer's {'loss': 0.0, 'grad_norm': nan, 'logits/chosen': nan}) is a divergence: one
+# non-finite grad norm alone is an fp16 overflow the scaler skips (GRAD_NORM_NAN_RUN).
+NONFINITE_RECORD_MIN = 2
 # srun --label's task prefix "3: " (lines.py takes the task id for the rank).
 _SRUN_LABEL = re.compile(r"\s*\d{1,5}: ")
 # rules.yaml `last_only`: the event must be among the last lines of its file.
@@ -313,7 +325,30 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
                 )
             )
             continue
-        if not series:
+        verdict = _metrics_verdict(lines, lowest)
+        if verdict is not None:
+            i, detail = verdict
+            parsed = parse_line(lines[i])
+            events.append(
+                Event(
+                    file_index=file_index,
+                    file=name,
+                    line_no=first + i,
+                    text=lines[i].strip()[:EVIDENCE_TEXT_CHARS],
+                    rule=cat.loss,
+                    cause="loss_nan",
+                    tier=cat.loss.tier,
+                    kind="cause",
+                    confidence=max(cat.loss.confidence, NONFINITE_LOSS_CONFIDENCE),
+                    detail=detail,
+                    host=parsed.host,
+                    rank=parsed.rank,
+                    stamp=parsed.stamp,
+                )
+            )
+            continue
+        hidden = _megatron_hidden_loss(lines, lowest)
+        if not series and hidden is None:
             continue
         grads: list[tuple[int, float, str]] = []
         for i in range(len(lines) - 1, lowest - 1, -1):
@@ -326,7 +361,6 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
         while run < len(series) and not math.isfinite(series[-1 - run][1]):
             run += 1
         hit, detail, conf = None, None, cat.loss.confidence
-        hidden = _megatron_hidden_loss(lines, lowest)
         if run:
             hit = series[-run]
             detail = f"loss {hit[1]} at the end of the log"
@@ -379,6 +413,44 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
     return events
 
 
+def _metrics_verdict(lines: list[str], lowest: int) -> tuple[int, str] | None:
+    """(index, detail) where the metrics records at the end of the log (metrics.record: any
+    trainer's format) say the run diverged: the loss scale collapsed, or the last record holds
+    non-finite model numbers or NaN iterations; else None."""
+    scales: list[tuple[int, float]] = []
+    last: tuple[int, dict[str, float]] | None = None
+    read = 0
+    for i in range(len(lines) - 1, lowest - 1, -1):
+        rec = metrics.record(lines[i])
+        if not rec:
+            continue
+        read += 1
+        if "loss_scale" in rec and len(scales) < LOSS_SCALE_STREAK:
+            scales.append((i, rec["loss_scale"]))
+        if last is None and len(rec) >= 2:
+            last = (i, rec)
+        if read >= METRICS_RECORDS or (last is not None and len(scales) >= LOSS_SCALE_STREAK):
+            break
+    if scales:
+        i, scale = scales[0]
+        if scale <= 0:
+            return i, f"loss scale fell to {scale:g}: every step overflows"
+        if (
+            len(scales) >= LOSS_SCALE_STREAK
+            and scale < MIN_LOSS_SCALE
+            and all(a <= b for (_, a), (_, b) in itertools.pairwise(scales))
+        ):
+            return i, f"loss scale fell to {scale:g}: every step overflows"
+    if last is not None:
+        i, rec = last
+        bad = metrics.nonfinite_model_values(rec)
+        if any(metrics.is_loss_key(k) for k in bad) or len(bad) >= NONFINITE_RECORD_MIN:
+            return i, "non-finite " + ", ".join(bad[:4]) + " in the last metrics of the log"
+        if rec.get(metrics.NAN_ITERS_KEY, 0) > 0:
+            return i, f"{rec[metrics.NAN_ITERS_KEY]:g} NaN iteration(s) in the last log interval"
+    return None
+
+
 def _loss_scale_collapse(lines: list[str], lowest: int) -> tuple[int, float] | None:
     """(index, scale) of the last loss-scale reduction of the log if it went below
     MIN_LOSS_SCALE and the last LOSS_SCALE_RUN reductions all overflowed in a row."""
@@ -422,13 +494,19 @@ def _megatron_all_skipped(lines: list[str], lowest: int) -> tuple[int, float] | 
 
 
 def _megatron_hidden_loss(lines: list[str], lowest: int) -> int | None:
-    """Index of the last Megatron iteration line if it has no lm loss and an earlier one had."""
+    """Index of the last Megatron iteration line if it skipped no iteration and prints no loss
+    at all (Megatron prints each loss whose average is above 0, and a training loss is: a NaN
+    is what fails), or no lm loss where an earlier one had."""
     last = None
     for i in range(len(lines) - 1, lowest - 1, -1):
         if all(f in lines[i] for f in MEGATRON_LINE):
             if last is None:
                 if MEGATRON_LOSS in lines[i]:
                     return None
+                rec = metrics.record(lines[i])
+                # A skipped iteration adds no loss (the scaler calibrating at start-up).
+                if rec.get(metrics.SKIPPED_KEY) == 0 and not any(map(metrics.is_loss_key, rec)):
+                    return i
                 last = i
             elif MEGATRON_LOSS in lines[i]:
                 return last

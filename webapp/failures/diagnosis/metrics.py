@@ -1,0 +1,121 @@
+"""The training metrics a log prints, read as (key, value) records whatever the trainer's format.
+
+Trainers print one record per logging step in a handful of shapes, and all of them are a list
+of keys, each followed by a number:
+
+- Hugging Face Trainer's logged dict: `{'loss': 0.0, 'grad_norm': nan, 'epoch': 0.01}`;
+- fairseq's progress lines: `| epoch 028 | loss 3.976 | gnorm 0.635 | loss_scale 0.000 |` and
+  `loss=9.44, nll_loss=8.44, gnorm=156.036, loss_scale=0`;
+- Megatron's iteration lines: `iteration 9/ 10 | lm loss: 3.2E+00 | loss scale: 1.0 |
+  grad norm: 0.9 | number of skipped iterations: 0 | number of nan iterations: 0 |`;
+- PyTorch Lightning's progress bar (`loss=0.123, v_num=1`), mmdetection's and detectron2's
+  `loss: 0.53, loss_cls: 0.21`, YOLACT's `|| B: 5.495 | C: 3.668 ||`, a wandb run summary
+  (`wandb:  train/loss nan`).
+
+`record(line)` returns the pairs of one line under a normalised key (lower case, spaces and
+dashes as `_`, a `train/` style prefix dropped), so that the decision (decide.py) asks for the
+loss, the grad norm, the loss scale or the skip counters by one name whichever trainer printed
+them. The scaler's own lines (apex's "reducing loss scale to", DeepSpeed's "Attempted loss
+scale: x, reducing to y", fairseq's "setting loss scale to: x") are read as a loss-scale value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_NUMBER = r"[-+]?(?:nan|inf(?:inity)?|\d+\.?\d*(?:e[-+]?\d+)?|\.\d+(?:e[-+]?\d+)?)"
+# A field: a key of words (spaces allowed inside, as Megatron's "lm loss"), quoted or not, then
+# `:`, `=` or spaces, then a number that ends the field. Fields are what the separators of the
+# formats above cut a line into.
+_FIELD = re.compile(
+    r"['\"]?([A-Za-z][A-Za-z0-9_/.\-]*(?: [A-Za-z][A-Za-z0-9_/.\-]*){0,4})['\"]?"
+    r"\s{0,16}[:=]?\s{0,16}['\"]?(" + _NUMBER + r")['\"]?\s*$",
+    re.I,
+)
+_SEPARATORS = re.compile(r"\|\|?|,\s|[{}]|\s-\s|\t")
+# The scaler's own lines: the scale it falls back to.
+_SCALER = re.compile(
+    r"(?:reducing|setting) loss scale to:? (" + _NUMBER + r")|Attempted loss scale: \S+, "
+    r"reducing to (" + _NUMBER + r")",
+    re.I,
+)
+# Keys by what they measure (after normalisation).
+LOSS_SCALE_KEYS = frozenset({"loss_scale", "scale", "loss_scaler", "scaler"})
+GRAD_NORM_KEYS = frozenset({"grad_norm", "gnorm", "gradient_norm", "total_norm", "grad_norm_avg"})
+SKIPPED_KEY = "number_of_skipped_iterations"
+NAN_ITERS_KEY = "number_of_nan_iterations"
+# Keys whose value says nothing about the model's numbers (a non-finite one is not a divergence).
+_BOOKKEEPING = frozenset(
+    {
+        "epoch",
+        "step",
+        "iteration",
+        "lr",
+        "learning_rate",
+        "wps",
+        "ups",
+        "wpb",
+        "bsz",
+        "num_updates",
+        "wall",
+        "train_wall",
+        "eta",
+        "timer",
+        "v_num",
+        "clip",
+        "oom",
+        "it/s",
+        "time",
+        "data_time",
+        "memory",
+    }
+)
+# Only lines that carry one of these are worth splitting (the decision asks nothing else).
+INTERESTING = ("loss", "norm", "scale", "nan", "inf")
+
+
+def normalised(key: str) -> str:
+    """`lm loss` -> lm_loss, `train/loss` -> loss, `Grad-Norm` -> grad_norm."""
+    key = key.strip().lower().replace("-", "_").replace(" ", "_")
+    return key.rsplit("/", 1)[-1] if "/" in key and not key.endswith("/s") else key
+
+
+def record(line: str) -> dict[str, float]:
+    """The metrics one line prints, by normalised key (the first value of a key wins)."""
+    low = line.lower()
+    if not any(word in low for word in INTERESTING):
+        return {}
+    out: dict[str, float] = {}
+    m = _SCALER.search(line) if "scale" in low else None
+    if m:
+        out["loss_scale"] = float(m.group(1) or m.group(2))
+    for field in _SEPARATORS.split(line):
+        fm = _FIELD.search(field.strip()) if field else None
+        if fm is None:
+            continue
+        key = normalised(fm.group(1))
+        # "setting loss scale to: x" read above; "iteration 9/ 10" is a counter, not a metric.
+        if key.endswith("_to") or key in out:
+            continue
+        try:
+            out[key] = float(fm.group(2))
+        except ValueError:
+            continue
+    return out
+
+
+def is_loss_key(key: str) -> bool:
+    """A loss the trainer prints (loss, lm_loss, nll_loss, loss_cls...), never the scaler's."""
+    return key not in LOSS_SCALE_KEYS and (
+        key == "loss" or key.endswith("_loss") or key.startswith("loss_")
+    )
+
+
+def nonfinite_model_values(rec: dict[str, float]) -> list[str]:
+    """Keys of a record whose value is NaN or inf and says something of the model's numbers."""
+    return [
+        k
+        for k, v in rec.items()
+        if not math.isfinite(v) and k not in _BOOKKEEPING and k not in LOSS_SCALE_KEYS
+    ]
