@@ -36,11 +36,11 @@ APEX = (
     "[  2]    3310 || B: 4.122 | C: 2.901 | M: 6.551 | T: 13.574 || ETA: 3 days, 1:01:55\n"
     "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 0.000244140625\n"
 )
-# DeepSpeed's overflow lines down to a scale of 0.5.
+# DeepSpeed's scaler at its min_loss_scale (1), overflowing at every step.
 DEEPSPEED = "".join(
     f"[2024-02-01 08:00:{s:02d},100] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] "
-    f"OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {a:g}, reducing to {a / 2:g}\n"
-    for s, a in enumerate((4.0, 2.0, 1.0))
+    f"OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {a:g}, reducing to {max(a / 2, 1):g}\n"
+    for s, a in enumerate((4.0, 2.0, 1.0, 1.0, 1.0, 1.0))
 )
 # Hugging Face Trainer's logged dict: a zero loss, the grad norm and the logits NaN.
 HF_DICT = (
@@ -100,6 +100,10 @@ HEALTHY = [
     "| epoch 002 | loss 5.1 | nll_loss 4.2 | gnorm 0.9 | loss_scale 16 | wall 800\n",
     "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0\n"
     "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 16384.0\n",
+    # Below 1 but still learning (the loss falling), above the floor.
+    "| WARNING: overflow detected, setting loss scale to: 0.0078125\n"
+    "| WARNING: overflow detected, setting loss scale to: 0.00390625\n"
+    "| epoch 001:    500 / 1374 loss=12.636, ppl=6365.15, gnorm=2.302, loss_scale=0.004\n",
     "{'loss': 1.2, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.3}\n"
     "{'loss': 1.1, 'grad_norm': 0.8, 'learning_rate': 1e-05, 'epoch': 0.4}\n",
     MEGATRON_NAN_ITERS.replace("nan iterations:   3", "nan iterations:   0"),

@@ -115,12 +115,16 @@ _MEGATRON_SKIPS = re.compile(
     re.I,
 )
 # The metrics records (metrics.py) read back from the end of the log at most, and the loss-scale
-# values of a collapse: a scale below MIN_LOSS_SCALE printed twice without rising (the scaler
-# halving it on overflow after overflow, apex's "reducing loss scale to 7.6e-06", fairseq's
-# "setting loss scale to: 0.000244"), or printed as 0 (fairseq's "loss_scale 0.000": a scale
-# rounded away, facebookresearch/fairseq's progress lines print three decimals).
+# values of a collapse: a scale at or below LOSS_SCALE_FLOOR printed twice without rising (the
+# scaler halving it on overflow after overflow, apex's "reducing loss scale to 7.6e-06",
+# fairseq's "setting loss scale to: 0.000244"), or printed as 0 (fairseq's "loss_scale 0.000":
+# a scale rounded away, its progress lines print three decimals). 2**-10 is 26 halvings below
+# apex's and fairseq's initial 2**16 and a few above fairseq's own floor, --min-loss-scale 1e-4
+# (https://fairseq.readthedocs.io/en/latest/command_line_tools.html); a run still learning at
+# 0.004 was seen (facebookresearch/fairseq#515), so the floor sits below that.
 METRICS_RECORDS = 200
 LOSS_SCALE_STREAK = 2
+LOSS_SCALE_FLOOR = 2.0**-10
 # A last record with this many non-finite model numbers (grad norm, rewards, logits: a Hugging
 # Face trainer's {'loss': 0.0, 'grad_norm': nan, 'logits/chosen': nan}) is a divergence: one
 # non-finite grad norm alone is an fp16 overflow the scaler skips (GRAD_NORM_NAN_RUN).
@@ -437,7 +441,7 @@ def _metrics_verdict(lines: list[str], lowest: int) -> tuple[int, str] | None:
             return i, f"loss scale fell to {scale:g}: every step overflows"
         if (
             len(scales) >= LOSS_SCALE_STREAK
-            and scale < MIN_LOSS_SCALE
+            and scale <= LOSS_SCALE_FLOOR
             and all(a <= b for (_, a), (_, b) in itertools.pairwise(scales))
         ):
             return i, f"loss scale fell to {scale:g}: every step overflows"
@@ -467,7 +471,9 @@ def _loss_scale_collapse(lines: list[str], lowest: int) -> tuple[int, float] | N
             break
         if len(found) >= LOSS_SCALE_RUN:
             break
-    if len(found) < LOSS_SCALE_RUN or found[0][1] >= MIN_LOSS_SCALE:
+    # At the floor counts: DeepSpeed's scaler stops at its min_loss_scale and reports "Attempted
+    # loss scale: 1, reducing to 1" at every overflow from then on (deepspeedai/DeepSpeed#1593).
+    if len(found) < LOSS_SCALE_RUN or found[0][1] > MIN_LOSS_SCALE:
         return None
     return found[0]
 
