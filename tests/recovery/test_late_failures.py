@@ -39,7 +39,7 @@ def test_a_replayed_gpu_failure_is_told_and_a_live_one_acted_on(worker_factory, 
     (told,) = late.actions.all()
     assert (told.kind, told.audience) == ("notify", "operators")
     assert "detected 40 min after it happened" in late.reason
-    assert "would have run drain gpu-node-01, requeue 800, reboot gpu-node-01" in late.reason
+    assert "would have run drain gpu-node-01, requeue job 800, reboot gpu-node-01" in late.reason
     # Its page says why nothing was done.
     page = operator_client.get(f"/recovery/actions/{told.pk}/").content.decode()
     assert "detected 40 min after it happened (replayed or reported late" in page

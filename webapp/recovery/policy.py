@@ -206,7 +206,10 @@ def late_apply(facts: Facts, decision: Decision) -> Decision:
     acting = [s for s in decision.steps if s.kind != "notify"]
     if not acting:
         return decision
-    would = ", ".join(f"{s.kind.replace('_', ' ')} {s.host or s.job}".strip() for s in acting)
+    would = ", ".join(
+        f"{s.kind.replace('_', ' ')} {s.host or (f'job {s.job}' if s.job else '')}".strip()
+        for s in acting
+    )
     why = (
         f"detected {_minutes(facts.detected_late_s)} after it happened (replayed or reported "
         f"late; Vigil acts only on failures detected within {_minutes(facts.act_within_s)}): "
