@@ -100,8 +100,8 @@ log = logging.getLogger("vigil.collector")
 
 # How long an ended job may still be requeued: slurmctld keeps a finished job's record for
 # MinJobAge (300 s by default, slurm.conf(5)); a site whose recovery requeues failed jobs keeps
-# them longer (our assumption: two hours, more than the demo's hour of history, whose failures
-# Vigil diagnoses and acts on when the demo starts).
+# them longer (our assumption: two hours, well past the ten minutes within which Vigil acts on a
+# failure, VIGIL_RECOVERY_ACT_WITHIN_S).
 ENDED_KEPT_S = 7200.0
 # The first incident's cause (JobSimulator's first_fault_at): an NVLink error (Xid 74), the most
 # frequent infrastructure failure in Acme's table (Hu et al., NSDI '24, Table 3: 54 of them;
