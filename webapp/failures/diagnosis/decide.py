@@ -586,6 +586,13 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
     if not events:
         return _unknown(scan, notes)
     best = _pick(events)
+    worker = _killed_worker(best, events)
+    if worker is not None:
+        # The OOM killer chose a DataLoader worker: the worker's own report is the failure
+        # the job saw (docs/failure-taxonomy.md: a DataLoader worker killed by a signal stays
+        # dataloader_killed), and the memory it held is the DataLoader's to tune.
+        notes.append(f"the OOM killer's process {worker[1]} is a DataLoader worker")
+        best = worker[0]
     if best.cause == "aux_connection" and _names_store(best, scan):
         # Root cause over the client that reported it: a retryable HTTP or connection error
         # on an object store's endpoint, on its line or the lines next to it, is the store's.
@@ -607,6 +614,25 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
         best.cause, best.detail, best.action = "object_storage", "object storage unavailable", None
         notes.append("the exception was raised inside an object-storage client")
     return _diagnosis(best, events, scan, notes, nodes)
+
+
+_WORKER_PIDS = re.compile(r"DataLoader worker \(pid(?:\(s\)|s)? ([0-9, ]+)\)")
+_OOM_PID = re.compile(r"Kill(?:ed)? process ([0-9]+)")
+
+
+def _killed_worker(best: Event, events: list[Event]) -> tuple[Event, str] | None:
+    """(the DataLoader's event, the pid) when `best` is an OOM kill of a process a DataLoader
+    reported as its killed worker, else None."""
+    if best.cause != "host_oom":
+        return None
+    m = _OOM_PID.search(best.text)
+    if m is None:
+        return None
+    for e in events:
+        wm = _WORKER_PIDS.search(e.text) if e.cause == "dataloader_killed" else None
+        if wm and m.group(1) in re.split(r"[, ]+", wm.group(1)):
+            return e, m.group(1)
+    return None
 
 
 def _names_store(e: Event, scan: Scan) -> bool:

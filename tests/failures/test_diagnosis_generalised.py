@@ -1,0 +1,49 @@
+"""Families the held-out batches missed, read by what they are rather than by a phrase seen once:
+a DataLoader worker the OOM killer chose, NCCL watchdog timeouts in the other forms torch prints,
+a launcher's kill cut before its exit code, MPI launchers' prefixes as blame, object-store
+reads that fail under a data pipeline, a library's own dataset loader. Plain functions over
+text: no database or broker.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from webapp.failures.diagnosis import diagnose_text
+
+WORKER_OOM = (
+    "Traceback (most recent call last):\n"
+    '  File "/opt/conda/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1133,'
+    " in _try_get_data\n"
+    "    data = self._data_queue.get(timeout=timeout)\n"
+    "RuntimeError: DataLoader worker (pid 4121) is killed by signal: Killed.\n"
+    "Memory cgroup out of memory: Killed process 4121 (python) total-vm:9119556kB, "
+    "anon-rss:6038204kB, file-rss:80652kB, shmem-rss:16kB, UID:0 pgtables:13432kB "
+    "oom_score_adj:0\n"
+)
+MAIN_OOM = WORKER_OOM.replace("Killed process 4121", "Killed process 4000")
+
+WATCHDOG_CUT = (
+    " 1%|▏         | 24/1752 [01:08<1:22:56,  2.88s/it][rank2]:[E1203 10:02:11.406 "
+    "ProcessGroupNCCL.cpp:632] [Rank 2] Watchdog caught collective operati\n"
+)
+DIST_BACKEND_TIMEOUT = (
+    "[rank3]: torch.distributed.DistBackendError: NCCL communicator was aborted on rank 3. "
+    "Original reason for failure was: [Rank 3] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+    "600058 milliseconds before timing out.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("want", "log"),
+    [
+        ("dataloader_killed", WORKER_OOM),
+        ("host_oom", MAIN_OOM),
+        ("nccl_timeout", WATCHDOG_CUT),
+        ("nccl_timeout", DIST_BACKEND_TIMEOUT),
+    ],
+)
+def test_family_read_as_its_cause(want: str, log: str) -> None:
+    got = diagnose_text(log)
+    assert got.cause == want, (got.cause, got.rule_id, got.detail)
