@@ -22,6 +22,10 @@ WORKER_OOM = (
     "oom_score_adj:0\n"
 )
 MAIN_OOM = WORKER_OOM.replace("Killed process 4121", "Killed process 4000")
+# The node-wide OOM killer choosing the worker: the node ran out of memory.
+NODE_OOM = WORKER_OOM.replace(
+    "Memory cgroup out of memory:", "May 07 03:09:12 node-04 kernel: Out of memory:"
+)
 
 WATCHDOG_CUT = (
     " 1%|▏         | 24/1752 [01:08<1:22:56,  2.88s/it][rank2]:[E1203 10:02:11.406 "
@@ -40,6 +44,7 @@ DIST_BACKEND_TIMEOUT = (
     [
         ("dataloader_killed", WORKER_OOM),
         ("host_oom", MAIN_OOM),
+        ("host_oom", NODE_OOM),
         ("nccl_timeout", WATCHDOG_CUT),
         ("nccl_timeout", DIST_BACKEND_TIMEOUT),
     ],

@@ -588,10 +588,12 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
     best = _pick(events)
     worker = _killed_worker(best, events)
     if worker is not None:
-        # The OOM killer chose a DataLoader worker: the worker's own report is the failure
-        # the job saw (docs/failure-taxonomy.md: a DataLoader worker killed by a signal stays
-        # dataloader_killed), and the memory it held is the DataLoader's to tune.
-        notes.append(f"the OOM killer's process {worker[1]} is a DataLoader worker")
+        # A memory cgroup's OOM killer chose a DataLoader worker: the job's own memory limit,
+        # spent by its workers, and the worker's report is the failure the job saw
+        # (docs/failure-taxonomy.md: a DataLoader worker killed by a signal stays
+        # dataloader_killed). The node-wide OOM killer choosing one stays host_oom: the node
+        # ran out, which recovery weighs.
+        notes.append(f"the memory cgroup's OOM kill of {worker[1]} is a DataLoader worker's")
         best = worker[0]
     if best.cause == "aux_connection" and _names_store(best, scan):
         # Root cause over the client that reported it: a retryable HTTP or connection error
@@ -617,12 +619,12 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
 
 
 _WORKER_PIDS = re.compile(r"DataLoader worker \(pid(?:\(s\)|s)? ([0-9, ]+)\)")
-_OOM_PID = re.compile(r"Kill(?:ed)? process ([0-9]+)")
+_OOM_PID = re.compile(r"Memory cgroup out of memory: Kill(?:ed)? process ([0-9]+)")
 
 
 def _killed_worker(best: Event, events: list[Event]) -> tuple[Event, str] | None:
-    """(the DataLoader's event, the pid) when `best` is an OOM kill of a process a DataLoader
-    reported as its killed worker, else None."""
+    """(the DataLoader's event, the pid) when `best` is a memory cgroup's OOM kill of a process
+    a DataLoader reported as its killed worker, else None."""
     if best.cause != "host_oom":
         return None
     m = _OOM_PID.search(best.text)
