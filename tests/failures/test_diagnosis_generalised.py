@@ -38,6 +38,31 @@ DIST_BACKEND_TIMEOUT = (
     "600058 milliseconds before timing out.\n"
 )
 
+HYDRA_KILLED = (
+    "===================================================================================\n"
+    "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+    "=   PID 5121 RUNNING AT gpu-03\n"
+    "=   EXIT CODE: 9\n"
+    "=   CLEANING UP REMAINING PROCESSES\n"
+    "=   YOU CAN IGNORE THE BELOW CLEANUP MESSAGES\n"
+    "===================================================================================\n"
+)
+# The DeepSpeed launcher's handler, the log cut before the return code it prints last.
+DEEPSPEED_CUT = (
+    "[2024-03-01 10:00:01,100] [INFO] [utils.py:830:see_memory_usage] CPU Virtual Memory:  "
+    "used = 120.43 GB, percent = 95.6%\n"
+    "[2024-03-01 10:00:40,201] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 80\n"
+    "[2024-03-01 10:00:40,220] [ERROR] [launch.py:324:sigkill_handler] ['/usr/bin/python3', "
+    "'-u', 'train.py', '--local_rank=0', '--deepspeed', 'ds.json'\n"
+)
+# The same handler after a rank's own exception: the exception decides.
+DEEPSPEED_AFTER_ERROR = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/u/train.py", line 12, in <module>\n'
+    "    cfg = json.load(open(args.config))['model']\n"
+    "KeyError: 'model'\n" + DEEPSPEED_CUT
+)
+
 
 @pytest.mark.parametrize(
     ("want", "log"),
@@ -47,6 +72,9 @@ DIST_BACKEND_TIMEOUT = (
         ("host_oom", NODE_OOM),
         ("nccl_timeout", WATCHDOG_CUT),
         ("nccl_timeout", DIST_BACKEND_TIMEOUT),
+        ("host_oom", HYDRA_KILLED),
+        ("host_oom", DEEPSPEED_CUT),
+        ("user_exception", DEEPSPEED_AFTER_ERROR),
     ],
 )
 def test_family_read_as_its_cause(want: str, log: str) -> None:

@@ -103,6 +103,14 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
         r"exited on signal (\d+)",
         # MPICH's Hydra: "<host>: rank 1 died from signal 15" (intel/pti-gpu#69)
         r"rank \d+ died from signal (\d+)",
+        # Hydra's box for a process that ended badly: "=   EXIT CODE: 9" under "BAD TERMINATION
+        # OF ONE OF YOUR APPLICATION PROCESSES" (a signal's number, or 128 + it), with "YOUR
+        # APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)" after it, or in
+        # newer releases "=   KILLED BY SIGNAL: 9 (Killed)"
+        # (https://github.com/pmodels/mpich/blob/main/src/pm/hydra/mpiexec/mpiexec.c)
+        r"^=\s+EXIT CODE: (\d+)$",
+        r"EXIT STRING: [A-Za-z ]+ \(signal (\d+)\)",
+        r"^=\s+KILLED BY SIGNAL: (\d+)",
         r"^signal (\d+) \([A-Za-z ]+\)\.?$",
         # srun: "srun: error: node-05: task 40: Bus error", "... task 3: Killed"
         r"tasks? [\d,-]+: (Killed|Segmentation fault|Bus error|Aborted)",
