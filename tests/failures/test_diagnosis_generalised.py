@@ -63,6 +63,26 @@ DEEPSPEED_AFTER_ERROR = (
     "KeyError: 'model'\n" + DEEPSPEED_CUT
 )
 
+# A library's own dataset loader refusing the data (its frames under a datasets package).
+LIBRARY_DATASET = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/u/main.py", line 8, in <module>\n'
+    "    ds = CaptionDataset('./data/train.jsonl')\n"
+    '  File "/opt/conda/lib/python3.10/site-packages/vlkit/datasets/caption.py", line 51, in'
+    " __init__\n"
+    "    raise ValueError(f'{path}: every record needs an image and a caption')\n"
+    "ValueError: ./data/train.jsonl: every record needs an image and a caption\n"
+)
+# A shard streamed from a store through webdataset's pipe, the command wrapped by the thread.
+SHARD_FROM_STORE = (
+    "Exception: (\"(('aws s3 cp s3://corpus-bucket/shards/train-000117.tar -',), {'shell':\n"
+    " True, 'bufsize': 8192}): exit 1 (read) {'rank': 3, 'worker_id': 1}\", "
+    "<webdataset.gopen.Pipe object at 0x7fce1cc86e80>)\n"
+)
+SHARD_FROM_DISK = SHARD_FROM_STORE.replace(
+    "aws s3 cp s3://corpus-bucket/shards/train-000117.tar -", "cat /scratch/shards/train-000117.tar"
+)
+
 
 @pytest.mark.parametrize(
     ("want", "log"),
@@ -75,6 +95,9 @@ DEEPSPEED_AFTER_ERROR = (
         ("host_oom", HYDRA_KILLED),
         ("host_oom", DEEPSPEED_CUT),
         ("user_exception", DEEPSPEED_AFTER_ERROR),
+        ("dataset_loading", LIBRARY_DATASET),
+        ("object_storage", SHARD_FROM_STORE),
+        ("dataset_loading", SHARD_FROM_DISK),
     ],
 )
 def test_family_read_as_its_cause(want: str, log: str) -> None:

@@ -595,7 +595,11 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
         # ran out, which recovery weighs.
         notes.append(f"the memory cgroup's OOM kill of {worker[1]} is a DataLoader worker's")
         best = worker[0]
-    if best.cause == "aux_connection" and _names_store(best, scan):
+    if best.rule.id == "data-pipe-read-failed" and _names_store(best, scan):
+        # Root cause over the reader that reported it: the shard came from an object store.
+        best.cause, best.detail, best.action = "object_storage", "object storage read failed", None
+        notes.append("the failed read names an object store's URL")
+    elif best.cause == "aux_connection" and _names_store(best, scan):
         # Root cause over the client that reported it: a retryable HTTP or connection error
         # on an object store's endpoint, on its line or the lines next to it, is the store's.
         best.cause, best.detail, best.action = "object_storage", "object storage unavailable", None

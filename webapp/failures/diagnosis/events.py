@@ -187,6 +187,14 @@ _STORE_CLIENT_FRAME = re.compile(
     r"azure[/\\]storage)[/\\]"
 )
 
+# A library's own dataset loader: a module under a `datasets` / `dataset` package of an
+# installed library (xturing/datasets/instruction_dataset.py, mmdet/datasets/coco.py), never
+# torch's DataLoader machinery (torch/utils/data), which re-raises its workers' exceptions.
+_DATASET_LOADER_FRAME = re.compile(
+    r"(?:site|dist)-packages[/\\](?!torch[/\\])[A-Za-z0-9_]+[/\\](?:[A-Za-z0-9_]+[/\\])*"
+    r"datasets?[/\\][A-Za-z0-9_]+\.py"
+)
+
 
 def _frame_is_library(path: str) -> bool | None:
     """True: framework frame; False: user frame; None: stdlib or frozen (look further out)."""
@@ -279,6 +287,10 @@ def event_of(
             # Root cause over the frame that raised it: the object-store client raising on
             # its endpoint's answer is the store's, whatever the exception's name.
             cause = "object_storage"
+        elif frame and _DATASET_LOADER_FRAME.search(frame):
+            # Root cause over the frame that raised it: a library's dataset loader refusing
+            # the data it was given (a key, a schema, a format) is the data's.
+            cause = "dataset_loading"
         elif library is None:
             cause = taxonomy.EXCEPTION_DEFAULT_CAUSE.get(
                 taxonomy.EXCEPTION_ALIAS.get(name, name), "framework_exception"
