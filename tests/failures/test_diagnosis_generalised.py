@@ -103,3 +103,27 @@ SHARD_FROM_DISK = SHARD_FROM_STORE.replace(
 def test_family_read_as_its_cause(want: str, log: str) -> None:
     got = diagnose_text(log)
     assert got.cause == want, (got.cause, got.rule_id, got.detail)
+
+
+# Open MPI's --tag-output prefix ("[job,rank]<stderr>:") before its crash handler's "[host:pid]".
+OPEN_MPI_CRASH = (
+    "[1,6]<stderr>:[gpu-node-17:20311] *** Process received signal ***\n"
+    "[1,6]<stderr>:[gpu-node-17:20311] Signal: Segmentation fault (11)\n"
+    "[1,6]<stderr>:[gpu-node-17:20311] Signal code: Address not mapped (1)\n"
+    "[1,6]<stderr>:[gpu-node-17:20311] [ 0] /lib/x86_64-linux-gnu/libpthread.so.0(+0x10330)"
+    "[0x7f92a72fb330]\n"
+)
+EXEC_DENIED = (
+    "running script\n"
+    "slurmstepd: error: execve(): start-train.sh: Permission denied\n"
+    "srun: error: gpu-node-02: task 0: Exited with exit code 13\n"
+)
+
+
+def test_open_mpi_tagged_crash_blames_the_host_and_rank_it_names() -> None:
+    got = diagnose_text(OPEN_MPI_CRASH)
+    assert (got.cause, got.blamed_node, got.blamed_rank) == ("native_crash", "gpu-node-17", 6)
+
+
+def test_a_task_program_slurm_may_not_execute_is_the_jobs() -> None:
+    assert diagnose_text(EXEC_DENIED).cause == "user_exception"

@@ -141,7 +141,9 @@ ENOENT_COMMAND = Table(
             patterns=(
                 "^[^ ]+: ((line |行 )?[0-9]+: )?[^ ]+: No such file or directory$",
                 "^env: .?[^ ]+.?: No such file or directory$",
-                "execve\\(\\): [^ ]+: No such file or directory",
+                # slurmstepd's or srun's execve of the task's program, with any of the three
+                "execve\\(\\): [^ ]+: (No such file or directory|Permission denied|"
+                "Exec format error)",
                 # EACCES: a script without its execute bit; ENOEXEC: a binary of another
                 # architecture (docker's "exec /usr/bin/python: exec format error")
                 "^[^ ]+: ((line |行 )?[0-9]+: )?[^ ]+: Permission denied$",
@@ -155,6 +157,7 @@ ENOENT_COMMAND = Table(
         "bash: scripts/pretrain.sh: No such file or directory",
         "env: 'python3.11': No such file or directory",
         "srun: error: execve(): train.py: No such file or directory",
+        "slurmstepd: error: execve(): run-agent.sh: Permission denied",
         "/var/spool/slurmd/job42/slurm_script: line 7: ./run_pretrain.sh: Permission denied",
         "exec /opt/conda/bin/python: exec format error",
     ),

@@ -55,10 +55,13 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
     ("uptime", r"\[\s*\d+\.\d+\]\s*", r"\[", False),
     # torchrun's "[rank3]:" and, with --tee, "[default3]:".
     ("rank", r"\[(?:[Rr]ank ?|default)(\d+)\]:?\s*", r"\[", False),
-    # Horovod's runner: "[2]<stderr>:", after a date with --timestamp-output.
+    # Horovod's runner: "[2]<stderr>:", after a date with --timestamp-output; Open MPI's
+    # mpirun --tag-output (Horovod's mpirun launch): "[1,4]<stderr>:", job then rank
+    # (https://docs.open-mpi.org/en/main/man-openmpi/man1/mpirun.1.html, --tag-output).
     (
         "horovod",
-        r"(?:[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})?\[(\d+)\]<std(?:out|err)>:",
+        r"(?:[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})?\[(?:\d+,)?(\d+)\]"
+        r"<std(?:out|err)>:",
         r"[\[A-Z]",
         False,
     ),
