@@ -62,8 +62,8 @@ SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").r
 # 1 cause 32/38, blame 5/9; batch 2 cause 16/18, blame 0/2; batch 3 cause 32/45, blame 1/1;
 # batch 5 cause 28/41, blame 2/2; batch 6 cause 26/41, blame 5/6; batch 7 cause 36/48, blame
 # 1/2).
-REAL_CAUSE_MIN = 147
-REAL_CATEGORY_MIN = 147
+REAL_CAUSE_MIN = 148
+REAL_CATEGORY_MIN = 148
 REAL_BLAME_MIN = 7
 HELDOUT_CAUSE_MIN = 56
 HELDOUT_BLAME_MIN = 11
