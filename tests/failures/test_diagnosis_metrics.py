@@ -80,7 +80,26 @@ FLOATING_POINT = (
 )
 ANOMALY = "RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output.\n"
 
+# Hugging Face's trainer zeroing a NaN loss, one record.
+HF_ZERO_LOSS = "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 1.9e-05, 'epoch': 0.12}\n"
+# DeepSpeed's engine progress: every step between the last two records skipped.
+DEEPSPEED_STEPS = "".join(
+    f"[2023-01-01 10:00:0{i},100] [INFO] [logging.py:60:log_dist] [Rank 0] step={100 + 10 * i}, "
+    f"skipped={90 + 10 * i}, lr=[0.0001], mom=[(0.9, 0.999)]\n"
+    for i in range(3)
+)
+# The trainers' and frameworks' own words for a non-finite loss.
+GUARDS = [
+    "Loss is nan, stopping training\n",
+    "ValueError: The loss returned in `training_step` is nan.\n",
+    "tensorflow.python.framework.errors_impl.InvalidArgumentError: loss : Tensor had NaN values\n",
+    "WARNING:root:NaN or Inf found in input tensor.\n",
+]
+
 DIVERGED = [
+    HF_ZERO_LOSS,
+    DEEPSPEED_STEPS,
+    *GUARDS,
     FAIRSEQ_EPOCH,
     FAIRSEQ_INNER,
     APEX,
@@ -108,6 +127,8 @@ HEALTHY = [
     "{'loss': 1.1, 'grad_norm': 0.8, 'learning_rate': 1e-05, 'epoch': 0.4}\n",
     MEGATRON_NAN_ITERS.replace("nan iterations:   3", "nan iterations:   0"),
     "Epoch 3:  46%|████▌     | 460/1000 [00:31<00:36, 14.7it/s, loss=0.401, v_num=1]\n",
+    # DeepSpeed's scaler calibrating at start-up: the skipped count stops growing.
+    DEEPSPEED_STEPS.replace("skipped=100", "skipped=90").replace("skipped=110", "skipped=90"),
 ]
 
 

@@ -277,7 +277,8 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
         r"grad[_ ]norm['\"]?: ?['\"]?([-+]?(?:nan|inf|\d*\.?\d+(?:e[-+]?\d+)?))", re.I
     )
     for file_index, name, last_line, tail in tails:
-        if b"loss" not in tail.lower():
+        low = tail.lower()
+        if b"loss" not in low and b"skipped=" not in low:
             continue
         lines = tail.decode("utf-8", "replace").split("\n")
         if lines and lines[-1] == "":
@@ -450,8 +451,37 @@ def _metrics_verdict(lines: list[str], lowest: int) -> tuple[int, str] | None:
         bad = metrics.nonfinite_model_values(rec)
         if any(metrics.is_loss_key(k) for k in bad) or len(bad) >= NONFINITE_RECORD_MIN:
             return i, "non-finite " + ", ".join(bad[:4]) + " in the last metrics of the log"
+        if rec.get("loss") == 0 and any(k in metrics.GRAD_NORM_KEYS for k in bad):
+            # A trainer that zeroes a NaN loss (Hugging Face's logged {'loss': 0.0,
+            # 'grad_norm': nan}): a loss of exactly 0 beside a non-finite grad norm.
+            return i, "loss 0.0 with a non-finite grad norm in the last metrics of the log"
         if rec.get(metrics.NAN_ITERS_KEY, 0) > 0:
             return i, f"{rec[metrics.NAN_ITERS_KEY]:g} NaN iteration(s) in the last log interval"
+    steps = _every_step_skipped(lines, lowest)
+    if steps is not None:
+        return steps
+    return None
+
+
+def _every_step_skipped(lines: list[str], lowest: int) -> tuple[int, str] | None:
+    """DeepSpeed's "step=N, skipped=M" progress records: (index, detail) if between the last
+    two every step was skipped (the scaler overflowing at every step; DeepSpeed's engine counts
+    them, deepspeed/runtime/engine.py), else None. At start-up a few steps are skipped while
+    the scale calibrates, then the count stops growing."""
+    found: list[tuple[int, float, float]] = []
+    for i in range(len(lines) - 1, lowest - 1, -1):
+        if "skipped=" not in lines[i]:
+            continue
+        rec = metrics.record(lines[i])
+        if "step" in rec and "skipped" in rec:
+            found.append((i, rec["step"], rec["skipped"]))
+            if len(found) == 2:
+                break
+    if len(found) < 2:
+        return None
+    (i, step, skipped), (_, step0, skipped0) = found
+    if step > step0 and skipped - skipped0 == step - step0:
+        return i, f"every step skipped from step {step0:g} to {step:g}: every step overflows"
     return None
 
 

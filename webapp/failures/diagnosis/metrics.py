@@ -72,7 +72,7 @@ _BOOKKEEPING = frozenset(
     }
 )
 # Only lines that carry one of these are worth splitting (the decision asks nothing else).
-INTERESTING = ("loss", "norm", "scale", "nan", "inf")
+INTERESTING = ("loss", "norm", "scale", "nan", "inf", "skipped")
 
 
 def normalised(key: str) -> str:
