@@ -83,6 +83,27 @@ SHARD_FROM_DISK = SHARD_FROM_STORE.replace(
     "aws s3 cp s3://corpus-bucket/shards/train-000117.tar -", "cat /scratch/shards/train-000117.tar"
 )
 
+# A trainer library's data package (llamafactory/data/), not a datasets one.
+LIBRARY_DATA = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/u/train.py", line 20, in <module>\n'
+    "    run_exp()\n"
+    '  File "/opt/conda/lib/python3.10/site-packages/llamafactory/data/loader.py", line 251, in'
+    " get_dataset\n"
+    "    raise ValueError('Cannot find valid samples, check `data/README.md` for the format.')\n"
+    "ValueError: Cannot find valid samples, check `data/README.md` for the format.\n"
+)
+# s3fs raising its store's answer as an OSError with an errno.
+S3FS_ERRNO = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/u/train.py", line 88, in <module>\n'
+    "    fs.put(local, 's3://ckpt-bucket/run7/step-4000.pt')\n"
+    '  File "/opt/conda/lib/python3.10/site-packages/s3fs/core.py", line 140, in _error_wrapper\n'
+    "    raise err\n"
+    "OSError: [Errno 5] An error occurred (SlowDown) when calling the PutObject operation: "
+    "Please reduce your request rate.\n"
+)
+
 
 @pytest.mark.parametrize(
     ("want", "log"),
@@ -98,6 +119,8 @@ SHARD_FROM_DISK = SHARD_FROM_STORE.replace(
         ("dataset_loading", LIBRARY_DATASET),
         ("object_storage", SHARD_FROM_STORE),
         ("dataset_loading", SHARD_FROM_DISK),
+        ("dataset_loading", LIBRARY_DATA),
+        ("object_storage", S3FS_ERRNO),
     ],
 )
 def test_family_read_as_its_cause(want: str, log: str) -> None:

@@ -642,6 +642,15 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
         # client's frames (a chained traceback through botocore) is the storage endpoint's.
         best.cause, best.detail, best.action = "object_storage", "object storage unavailable", None
         notes.append("the connection error was raised inside an object-storage client")
+    elif best.rule.id == "fs-errno" and any(
+        f == best.file_index and 0 <= best.line_no - line <= STORAGE_FRAME_LINES
+        for f, line in scan.storage_frames
+    ):
+        # Root cause over the errno that reported it: an object-store client (s3fs, gcsfs)
+        # raises its store's error as an OSError with an errno ("[Errno 5] An error occurred
+        # (SlowDown) when calling the PutObject operation"): the store's, not a disk's.
+        best.cause, best.detail, best.action = "object_storage", "object storage unavailable", None
+        notes.append("the errno was raised inside an object-storage client")
     elif best.rule.cause == "by_exception" and any(
         f == best.file_index and 0 < line - best.line_no <= JAVA_FRAME_LINES
         for f, line in scan.storage_frames

@@ -187,12 +187,13 @@ _STORE_CLIENT_FRAME = re.compile(
     r"azure[/\\]storage)[/\\]"
 )
 
-# A library's own dataset loader: a module under a `datasets` / `dataset` package of an
-# installed library (xturing/datasets/instruction_dataset.py, mmdet/datasets/coco.py), never
-# torch's DataLoader machinery (torch/utils/data), which re-raises its workers' exceptions.
+# A library's own dataset loader: a module under a `datasets` / `dataset` / `data` package of
+# an installed library (xturing/datasets/instruction_dataset.py, mmdet/datasets/coco.py,
+# llamafactory/data/loader.py), never a framework's data machinery (torch/utils/data, tf.data),
+# which re-raises its workers' exceptions or fails for reasons of its own.
 _DATASET_LOADER_FRAME = re.compile(
-    r"(?:site|dist)-packages[/\\](?!torch[/\\])[A-Za-z0-9_]+[/\\](?:[A-Za-z0-9_]+[/\\])*"
-    r"datasets?[/\\][A-Za-z0-9_]+\.py"
+    r"(?:site|dist)-packages[/\\](?!(?:torch|tensorflow|keras|jax)[/\\])[A-Za-z0-9_]+[/\\]"
+    r"(?:[A-Za-z0-9_]+[/\\])*(?:datasets?|data)[/\\][A-Za-z0-9_]+\.py"
 )
 
 
