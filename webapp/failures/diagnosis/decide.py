@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import webapp.failures.diagnosis.metrics as metrics
 from webapp.failures import taxonomy
-from webapp.failures.diagnosis import metrics
 from webapp.failures.diagnosis.catalogue import Catalogue
 from webapp.failures.diagnosis.events import EVIDENCE_TEXT_CHARS, Event, Evidence
 from webapp.failures.diagnosis.lines import Stamp, folded, kernel_hint, parse_line
