@@ -38,6 +38,9 @@ def _fill(head: str, unit: str, tail: str, size: int) -> str:
 def crafted_units() -> list[str]:
     """Runs that make a backtracking matcher quadratic (each followed by " error", an anchor)."""
     units = ["a1", "1%|", "1%||", "[rank", "Rank ", "peer a", "x:1", "1" * 7 + "."]
+    # The metrics records read at the end of the log (diagnosis/metrics.py): keys of long
+    # words, values of long digit runs, fields that never end in a value.
+    units += ["lossa", "loss 1", "loss: a", "loss=1, ", "'loss': 1e", "skipped=1 a"]
     # A traceback flattened into one line is read as many (lines.unflattened): as many
     # escaped line breaks as the line holds (distinct exception lines: flat_traceback below).
     units.append("Traceback (most recent call last):\\n\\n")

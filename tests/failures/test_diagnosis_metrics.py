@@ -151,3 +151,9 @@ def test_one_parser_reads_every_format_by_the_same_names() -> None:
     assert record(APEX.splitlines()[1]) == {"loss_scale": 0.00048828125}
     assert record(HF_DICT.splitlines()[0])["grad_norm"] == 3.2
     assert record("wandb:  train/loss 0.25") == {"loss": 0.25}
+
+
+def test_lines_and_fields_past_their_bounds_are_not_read() -> None:
+    # What a metrics record costs is bounded whatever a job prints (a long word is read once).
+    assert record("loss " + "a" * 5000 + " 1.0") == {}
+    assert record("grad_norm " + "x" * 300 + " nan | loss: 2.5") == {"loss": 2.5}

@@ -25,14 +25,16 @@ import math
 import re
 
 _NUMBER = r"[-+]?(?:nan|inf(?:inity)?|\d+\.?\d*(?:e[-+]?\d+)?|\.\d+(?:e[-+]?\d+)?)"
-# A field: a key of words (spaces allowed inside, as Megatron's "lm loss"), quoted or not, then
-# `:`, `=` or spaces, then a number that ends the field. Fields are what the separators of the
-# formats above cut a line into.
-_FIELD = re.compile(
-    r"['\"]?([A-Za-z][A-Za-z0-9_/.\-]*(?: [A-Za-z][A-Za-z0-9_/.\-]*){0,4})['\"]?"
-    r"\s{0,16}[:=]?\s{0,16}['\"]?(" + _NUMBER + r")['\"]?\s*$",
-    re.I,
-)
+# A field ends in its value: after `:`, `=`, a quote or a space, a number that ends the field.
+# The key is read from the words before it (below), not by a pattern: a pattern that searched
+# for a key of words would retry at every letter of a long word (quadratic in its length).
+_VALUE_END = re.compile(r"[:=\s'\"](" + _NUMBER + r")['\"]?\s*$", re.I)
+_KEY_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_/.\-]*")
+KEY_WORDS = 5  # "number of skipped iterations" has 4
+# Metrics lines are short (a Megatron iteration line is about 400 characters, an mmdetection
+# one with every head's loss about 1,500); longer ones are not read, nor longer fields.
+MAX_LINE_CHARS = 4096
+MAX_FIELD_CHARS = 256
 _SEPARATORS = re.compile(r"\|\|?|,\s|[{}]|\s-\s|\t")
 # The scaler's own lines: the scale it falls back to.
 _SCALER = re.compile(
@@ -81,25 +83,42 @@ def normalised(key: str) -> str:
     return key.rsplit("/", 1)[-1] if "/" in key and not key.endswith("/s") else key
 
 
+def _key(head: str) -> str | None:
+    """The key a field's words end with ("lm loss:" -> "lm loss"), None if it has none."""
+    words: list[str] = []
+    for token in reversed(head.rstrip(" \t:='\"").split()):
+        token = token.strip("'\"")
+        if not _KEY_WORD.fullmatch(token) or (words and token.endswith(".")):
+            break
+        words.append(token)
+        if len(words) == KEY_WORDS:
+            break
+    return " ".join(reversed(words)) or None
+
+
 def record(line: str) -> dict[str, float]:
     """The metrics one line prints, by normalised key (the first value of a key wins)."""
     low = line.lower()
-    if not any(word in low for word in INTERESTING):
+    if len(line) > MAX_LINE_CHARS or not any(word in low for word in INTERESTING):
         return {}
     out: dict[str, float] = {}
     m = _SCALER.search(line) if "scale" in low else None
     if m:
         out["loss_scale"] = float(m.group(1) or m.group(2))
     for field in _SEPARATORS.split(line):
-        fm = _FIELD.search(field.strip()) if field else None
-        if fm is None:
+        field = field.strip()
+        if not field or len(field) > MAX_FIELD_CHARS:
             continue
-        key = normalised(fm.group(1))
+        vm = _VALUE_END.search(" " + field)
+        raw = _key(" " + field[: vm.start(1) - 1]) if vm else None
+        if raw is None:
+            continue
+        key = normalised(raw)
         # "setting loss scale to: x" read above; "iteration 9/ 10" is a counter, not a metric.
         if key.endswith("_to") or key in out:
             continue
         try:
-            out[key] = float(fm.group(2))
+            out[key] = float(vm.group(1))
         except ValueError:
             continue
     return out
