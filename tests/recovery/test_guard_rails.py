@@ -30,7 +30,11 @@ def _xid(fleet, xid: int, node_no: int = 2) -> FailureEvent:
     fleet.run_job(f"7{node_no}{xid}", at - 3600, None, nodes=(node,))
     node_events_ingest(fleet.node_batch(node, gpu_events=[xid_event(at, xid, index=3,
                                                                     node_no=node_no)]))  # fmt: skip
-    failure = FailureEvent.objects.filter(kind="gpu_error").order_by("-occurred_at").first()
+    failure = (
+        FailureEvent.objects.filter(kind="gpu_error", gpu_error__xid=xid)
+        .order_by("-occurred_at", "-pk")
+        .first()
+    )
     failure_diagnose(failure.pk)
     return failure
 
@@ -101,7 +105,7 @@ def test_nodes_page_counts_the_nodes_out_by_reason_and_for_how_long(fleet, owner
     response = owner_client.get("/recovery/nodes/")
     groups = {g.reason: g for g in response.context["out_by_reason"]}
     assert {k: (g.count, g.by_vigil) for k, g in groups.items()} == {
-        "Vigil: drained for a failure": (2, True),
+        "Vigil: drained for a failure": (2, False),  # no plan resumes them: a person does
         "by a person: ops: fan replacement": (2, False),
         "down: Not responding": (1, False),
     }
@@ -151,3 +155,25 @@ def test_a_contact_support_xid_drains_and_pages_operators_and_is_never_resumed(f
     # The nodes page: out, escalated, for a person to return.
     groups = {g.reason: g.by_vigil for g in nodes_out_by_reason(cluster.pk)}
     assert groups == {"Vigil: escalated to operators": False}
+
+
+def test_a_vigil_drain_with_no_reset_planned_waits_for_a_person_on_the_nodes_page(fleet):
+    # Xid 95 (RESET_GPU): Vigil resets the GPU, checks and resumes the node itself. Xid 74
+    # (NVLink, cordon and restart the job): the node stays drained until a person looks.
+    policy("auto")
+    rebooted = _xid(fleet, 95, node_no=2)
+    cordoned = _xid(fleet, 74, node_no=1)
+    assert rebooted.recovery_plan.actions.filter(kind="resume").exists()
+    assert not cordoned.recovery_plan.actions.filter(kind="resume").exists()
+    cluster = Cluster.objects.get(name="testcluster")
+    node_states_apply(cluster.pk, [
+        NodeStateIn(node="gpu-node-02", state="drained", since=time.time(),
+                    reason=f"vigil: gpu_ecc failure {rebooted.pk}"),
+        NodeStateIn(node="gpu-node-01", state="drained", since=time.time(),
+                    reason=f"vigil: gpu_nvlink failure {cordoned.pk}"),
+    ])  # fmt: skip
+    groups = {g.reason: (g.count, g.by_vigil) for g in nodes_out_by_reason(cluster.pk)}
+    assert groups == {
+        "Vigil: drained, its reset or reboot planned": (1, True),
+        "Vigil: drained for a failure": (1, False),
+    }

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
-from django.db.models import Count, Min, Q, QuerySet
+from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
 from django.db.models import Window as SqlWindow
 from django.db.models.functions import RowNumber
 
@@ -33,7 +33,7 @@ from webapp.failures.selectors import LIVE_DETECTION_MAX, reported_late_s
 from webapp.fleet.models import Node
 from webapp.jobs.choices import JobEventKind
 from webapp.jobs.models import JobEvent
-from webapp.recovery.choices import ActionKind, ActionStatus, ExecutorKind, Mode
+from webapp.recovery.choices import FINAL_STATES, ActionKind, ActionStatus, ExecutorKind, Mode
 from webapp.recovery.models import RecoveryAction, RecoveryPlan
 from webapp.recovery.policy import ESCALATED_MARK
 
@@ -325,8 +325,9 @@ class OutGroup:
     reason: str
     count: int
     longest_s: float | None
-    # Drained by Vigil (it resumes a node it reset once the health check passes); a person's
-    # drain and a node down wait for a person.
+    # Vigil returns these nodes itself: its plan holds a resume still to run (after a reset or
+    # reboot and a passed health check). Any other drain, Vigil's included, and a node down
+    # wait for a person.
     by_vigil: bool
 
 
@@ -341,9 +342,19 @@ def nodes_out_by_reason(
     qs = Node.objects.filter(state__in=OUT_OF_SERVICE)
     if cluster_id:
         qs = qs.filter(cluster_id=cluster_id)
+    resume_due = RecoveryAction.objects.filter(
+        node_id=OuterRef("pk"), kind=ActionKind.RESUME
+    ).exclude(status__in=FINAL_STATES)
+    rows = (
+        qs.annotate(resuming=Exists(resume_due))
+        .values("state", "state_reason", "resuming")
+        .annotate(n=Count("id"), first=Min("state_since"))
+    )
     groups: dict[str, list] = {}
-    for row in qs.values("state", "state_reason").annotate(n=Count("id"), first=Min("state_since")):
+    for row in rows:
         label = _out_reason(row["state"], row["state_reason"] or "")
+        if label == VIGIL_DRAINED and row["resuming"]:
+            label = VIGIL_RESUMING
         g = groups.setdefault(label, [0, None])
         g[0] += row["n"]
         if row["first"] is not None and (g[1] is None or row["first"] < g[1]):
@@ -353,7 +364,7 @@ def nodes_out_by_reason(
             label,
             n,
             (now - first).total_seconds() if first else None,
-            label.startswith("Vigil") and label != ESCALATED,
+            label == VIGIL_RESUMING,
         )
         for label, (n, first) in groups.items()
     ]
@@ -362,6 +373,9 @@ def nodes_out_by_reason(
 
 # Drained by Vigil for an escalation: a person returns the node.
 ESCALATED = f"Vigil: {ESCALATED_MARK}"
+# Drained by Vigil for a failure: a person returns the node unless the plan resumes it.
+VIGIL_DRAINED = "Vigil: drained for a failure"
+VIGIL_RESUMING = "Vigil: drained, its reset or reboot planned"
 
 
 # The numbers in a person's reason (tickets, cases, slots, dates, versions): "RMA DC-4169" and
@@ -383,7 +397,7 @@ def _out_reason(state: str, reason: str) -> str:
             return ESCALATED
         if "GPU reset failed" in text:
             return "Vigil: GPU reset failed"
-        return "Vigil: drained for a failure"
+        return VIGIL_DRAINED
     return f"by a person: {text[:60]}" if text else "by a person (no reason given)"
 
 
