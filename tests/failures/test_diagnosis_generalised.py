@@ -150,3 +150,25 @@ def test_open_mpi_tagged_crash_blames_the_host_and_rank_it_names() -> None:
 
 def test_a_task_program_slurm_may_not_execute_is_the_jobs() -> None:
     assert diagnose_text(EXEC_DENIED).cause == "user_exception"
+
+
+WATCHDOG_THEN_ABORT = (
+    "[rank0]:[E0507 03:22:40.991 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=8, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+    "Timeout(ms)=600000) ran for 600082 milliseconds before timing out.\n"
+    "[rank0]:[E0507 03:22:40.992 ProcessGroupNCCL.cpp:1395] [PG 0 Rank 0] NCCL communicator was "
+    "aborted on rank 0.\n"
+)
+REMOTE_THEN_ABORT = (
+    "[rank1]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+    "NCCLUtils.hpp:317, remote process exited or there was a network error, NCCL version 2.20.5\n"
+    "[rank1]:[E0507 03:22:41.001 ProcessGroupNCCL.cpp:1395] [PG 0 Rank 1] NCCL communicator was "
+    "aborted on rank 1.\n"
+)
+
+
+def test_the_communicator_abort_follows_what_caused_it() -> None:
+    # ProcessGroupNCCL aborts its communicator after a watchdog timeout and after an
+    # asynchronous NCCL error: the abort line is the consequence, the line before it the cause.
+    assert diagnose_text(WATCHDOG_THEN_ABORT).cause == "nccl_timeout"
+    assert diagnose_text(REMOTE_THEN_ABORT).cause == "nccl_remote"
