@@ -96,7 +96,20 @@ GUARDS = [
     "WARNING:root:NaN or Inf found in input tensor.\n",
 ]
 
+# DeepSpeed's scaler at its floor, unable to reduce further, twice at the end of an excerpt.
+DEEPSPEED_STUCK = (
+    "[2023-06-07 22:31:20,118] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! "
+    "Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1\n"
+    " 14%|█▍        | 385/2724 [14:13:31<85:33:12, 131.70s/it]\n"
+    "[2023-06-07 22:33:31,907] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! "
+    "Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1\n"
+    " 14%|█▍        | 386/2724 [14:15:43<85:31:02, 131.70s/it]\n"
+    "[2023-06-07 22:35:43,551] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! "
+    "Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1\n"
+)
+
 DIVERGED = [
+    DEEPSPEED_STUCK,
     HF_ZERO_LOSS,
     DEEPSPEED_STEPS,
     *GUARDS,

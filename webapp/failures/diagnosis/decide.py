@@ -299,7 +299,7 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
                 if finite and len(series) >= LOSS_SPIKE_STEPS + LOSS_BASELINE_STEPS:
                     break
         series.reverse()
-        collapse = _loss_scale_collapse(lines, lowest)
+        collapse = _loss_scale_collapse(lines, lowest) or _loss_scale_stuck(lines, lowest)
         skipped = _megatron_all_skipped(lines, lowest) if collapse is None else None
         if skipped is not None:
             collapse = skipped
@@ -506,6 +506,32 @@ def _loss_scale_collapse(lines: list[str], lowest: int) -> tuple[int, float] | N
     if len(found) < LOSS_SCALE_RUN or found[0][1] > MIN_LOSS_SCALE:
         return None
     return found[0]
+
+
+_SCALE_ATTEMPT = re.compile(r"Attempted loss scale: ([0-9.e+-]+), reducing to ([0-9.e+-]+)")
+
+
+def _loss_scale_stuck(lines: list[str], lowest: int) -> tuple[int, float] | None:
+    """(index, scale) if DeepSpeed's last LOSS_SCALE_STREAK overflow reports could not reduce
+    the scale ("Attempted loss scale: 1, reducing to 1": at its min_loss_scale and still
+    overflowing, deepspeed/runtime/fp16/loss_scaler.py), else None."""
+    found: list[tuple[int, float]] = []
+    for i in range(len(lines) - 1, lowest - 1, -1):
+        if "Attempted loss scale" not in lines[i]:
+            continue
+        m = _SCALE_ATTEMPT.search(lines[i])
+        if m is None:
+            continue
+        try:
+            attempted, reduced = float(m.group(1)), float(m.group(2))
+        except ValueError:
+            return None
+        if attempted != reduced:
+            return None
+        found.append((i, reduced))
+        if len(found) == LOSS_SCALE_STREAK:
+            return found[0]
+    return None
 
 
 def _megatron_all_skipped(lines: list[str], lowest: int) -> tuple[int, float] | None:
