@@ -139,6 +139,12 @@ HEALTHY = [
     "{'loss': 1.2, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.3}\n"
     "{'loss': 1.1, 'grad_norm': 0.8, 'learning_rate': 1e-05, 'epoch': 0.4}\n",
     MEGATRON_NAN_ITERS.replace("nan iterations:   3", "nan iterations:   0"),
+    # A best-so-far that starts at inf, before a script's own exception.
+    "| epoch 001 | loss 7.1 | gnorm 1.2 | best_loss inf | loss_scale 128 |\n"
+    "Traceback (most recent call last):\n"
+    '  File "/home/u/train.py", line 9, in <module>\n'
+    "    evaluate(model, cfg['valid'])\n"
+    "KeyError: 'valid'\n",
     "Epoch 3:  46%|████▌     | 460/1000 [00:31<00:36, 14.7it/s, loss=0.401, v_num=1]\n",
     # DeepSpeed's scaler calibrating at start-up: the skipped count stops growing.
     DEEPSPEED_STEPS.replace("skipped=100", "skipped=90").replace("skipped=110", "skipped=90"),

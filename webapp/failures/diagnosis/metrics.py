@@ -131,10 +131,18 @@ def is_loss_key(key: str) -> bool:
     )
 
 
+# A best-so-far or a bound starts at inf before the first evaluation ("best_loss inf",
+# "best_val_loss: inf"): not the model's numbers either.
+_RUNNING_BEST = ("best", "min_", "max_", "lowest", "prev")
+
+
 def nonfinite_model_values(rec: dict[str, float]) -> list[str]:
     """Keys of a record whose value is NaN or inf and says something of the model's numbers."""
     return [
         k
         for k, v in rec.items()
-        if not math.isfinite(v) and k not in _BOOKKEEPING and k not in LOSS_SCALE_KEYS
+        if not math.isfinite(v)
+        and k not in _BOOKKEEPING
+        and k not in LOSS_SCALE_KEYS
+        and not k.startswith(_RUNNING_BEST)
     ]
