@@ -4,7 +4,7 @@ tests/data/real_logs/ holds verbatim excerpts of public issue threads (README.md
 where each comes from); labels.json gives each its cause, category, action and, where the
 source establishes it, the blamed node. tests/data/real_logs_heldout/ is a second set, in the
 same format, labelled before the diagnoser ever ran on it: its README records the first-contact
-figure; real_logs_heldout3 to 7 are later batches labelled the same way. The figures are
+figure; real_logs_heldout3 to 8 are later batches labelled the same way. The figures are
 printed per cause, for the development, held-out and synthetic corpora separately. Plain
 functions over files: no database, broker or Django models.
 """
@@ -54,6 +54,12 @@ HELDOUT7 = DATA / "real_logs_heldout7"
 HELDOUT7_LABELS: dict[str, dict] = json.loads(
     (HELDOUT7 / "labels.json").read_text(encoding="utf-8")
 )
+# An eighth, gathered after the rule work on the seventh over the same families, labelled the
+# same way (README there: first contact, per family, and why first contact misses).
+HELDOUT8 = DATA / "real_logs_heldout8"
+HELDOUT8_LABELS: dict[str, dict] = json.loads(
+    (HELDOUT8 / "labels.json").read_text(encoding="utf-8")
+)
 SYNTHETIC = DATA / "failure_logs"
 SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").read_text())
 
@@ -61,7 +67,7 @@ SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").r
 # log any corpus already gets right (the READMEs keep the first-contact figures: held-out batch
 # 1 cause 32/38, blame 5/9; batch 2 cause 16/18, blame 0/2; batch 3 cause 32/45, blame 1/1;
 # batch 5 cause 28/41, blame 2/2; batch 6 cause 26/41, blame 5/6; batch 7 cause 36/48, blame
-# 1/2).
+# 1/2; batch 8 cause 31/46, blame 4/7).
 REAL_CAUSE_MIN = 148
 REAL_CATEGORY_MIN = 148
 REAL_BLAME_MIN = 7
@@ -77,6 +83,8 @@ HELDOUT6_CAUSE_MIN = 37
 HELDOUT6_BLAME_MIN = 5
 HELDOUT7_CAUSE_MIN = 48
 HELDOUT7_BLAME_MIN = 2
+HELDOUT8_CAUSE_MIN = 31
+HELDOUT8_BLAME_MIN = 4
 # 33: gpu_ecc_4_rowremap lost its blamed node as a label (Xid 63 is ignorable, NVIDIA's catalog).
 SYNTHETIC_BLAME_MIN = 33
 # Issue 15 "Blame": at least 15 real cases whose source establishes the blamed node.
@@ -238,6 +246,29 @@ def test_seventh_heldout_batch_is_new_and_well_formed():
         assert (HELDOUT7 / name).read_text(encoding="utf-8").strip() not in earlier_texts, name
 
 
+def test_eighth_heldout_batch_is_new_and_well_formed():
+    assert len(HELDOUT8_LABELS) >= 40
+    _well_formed(HELDOUT8, HELDOUT8_LABELS)
+    earlier_labels = (
+        REAL_LABELS,
+        HELDOUT_LABELS,
+        HELDOUT3_LABELS,
+        HELDOUT4_LABELS,
+        HELDOUT5_LABELS,
+        HELDOUT6_LABELS,
+        HELDOUT7_LABELS,
+    )
+    earlier = {label["source"] for labels in earlier_labels for label in labels.values()}
+    assert not earlier & {label["source"] for label in HELDOUT8_LABELS.values()}
+    earlier_texts = {
+        path.read_text(encoding="utf-8").strip()
+        for folder in (REAL, HELDOUT, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, SYNTHETIC)
+        for path in folder.glob("*.log")
+    }
+    for name in HELDOUT8_LABELS:
+        assert (HELDOUT8 / name).read_text(encoding="utf-8").strip() not in earlier_texts, name
+
+
 def test_accuracy_on_real_and_synthetic_logs(capsys):
     real = _score(REAL, REAL_LABELS)
     heldout = _score(HELDOUT, HELDOUT_LABELS)
@@ -246,6 +277,7 @@ def test_accuracy_on_real_and_synthetic_logs(capsys):
     heldout5 = _score(HELDOUT5, HELDOUT5_LABELS)
     heldout6 = _score(HELDOUT6, HELDOUT6_LABELS)
     heldout7 = _score(HELDOUT7, HELDOUT7_LABELS)
+    heldout8 = _score(HELDOUT8, HELDOUT8_LABELS)
     synthetic = _score(SYNTHETIC, SYNTHETIC_LABELS)
     with capsys.disabled():
         _print("real logs (tests/data/real_logs, development)", real)
@@ -255,6 +287,7 @@ def test_accuracy_on_real_and_synthetic_logs(capsys):
         _print("real logs held out, fifth batch (tests/data/real_logs_heldout5)", heldout5)
         _print("real logs held out, sixth batch (tests/data/real_logs_heldout6)", heldout6)
         _print("real logs held out, seventh batch (tests/data/real_logs_heldout7)", heldout7)
+        _print("real logs held out, eighth batch (tests/data/real_logs_heldout8)", heldout8)
         _print("synthetic logs (tests/data/failure_logs)", synthetic)
     assert real["cause"] >= REAL_CAUSE_MIN, real["misses"]
     assert real["category"] >= REAL_CATEGORY_MIN, real["misses"]
@@ -274,6 +307,8 @@ def test_accuracy_on_real_and_synthetic_logs(capsys):
     assert heldout6["blame"][0] >= HELDOUT6_BLAME_MIN, heldout6["misses"]
     assert heldout7["cause"] >= HELDOUT7_CAUSE_MIN, heldout7["misses"]
     assert heldout7["blame"][0] >= HELDOUT7_BLAME_MIN, heldout7["misses"]
+    assert heldout8["cause"] >= HELDOUT8_CAUSE_MIN, heldout8["misses"]
+    assert heldout8["blame"][0] >= HELDOUT8_BLAME_MIN, heldout8["misses"]
 
 
 LOSS_CURVES = DATA / "loss_curves"
