@@ -172,3 +172,71 @@ def test_the_communicator_abort_follows_what_caused_it() -> None:
     # asynchronous NCCL error: the abort line is the consequence, the line before it the cause.
     assert diagnose_text(WATCHDOG_THEN_ABORT).cause == "nccl_timeout"
     assert diagnose_text(REMOTE_THEN_ABORT).cause == "nccl_remote"
+
+
+# Ray's memory monitor, in the words of its docs (docs.ray.io, ray-oom-prevention): the task's
+# error names the node it ran on, and the raylet's summary names the node it killed on.
+RAY_TASK_OOM = (
+    "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+    "Memory on the node (IP: 10.0.62.231, ID: e5d953ef03e55e26f13973ea1b5a0fd0ecc729cd820b5efe5"
+    "e7e7e21) where the task (task ID: 43534ce9375fa8e4cd0d0ec285d9974a6a95897401000000, "
+    "name=allocate_memory, pid=11362, memory used=1.25GB) was running was 3.77GB / 3.77GB "
+    "(1.00082), which exceeds the memory usage threshold of 0.95.\n"
+)
+RAY_MEMORY_LINE_ONLY = RAY_TASK_OOM.split("\n", 1)[1]
+RAYLET_SUMMARY = (
+    "(raylet) [2023-04-09 07:23:59,445 E 395 395] (raylet) node_manager.cc:3097: 10 Workers "
+    "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other "
+    "reasons at node (ID: 2c82620270df6b9dd7ae2791ef51ee4b5a9d5df9f795986c10dd219c, IP: "
+    "172.31.183.172) over the last time period.\n"
+)
+# The same summary where nothing was killed for memory: the workers crashed otherwise.
+RAYLET_NO_OOM = RAYLET_SUMMARY.replace("10 Workers", "0 Workers").replace(
+    "0 Workers crashed", "3 Workers crashed"
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "node"),
+    [
+        (RAY_TASK_OOM, "10.0.62.231"),
+        (RAY_MEMORY_LINE_ONLY, "10.0.62.231"),
+        (RAYLET_SUMMARY, "172.31.183.172"),
+    ],
+)
+def test_rays_memory_monitor_blames_the_node_it_names(log: str, node: str) -> None:
+    got = diagnose_text(log)
+    assert (got.cause, got.blamed_node) == ("host_oom", node)
+
+
+def test_a_raylet_summary_without_memory_kills_is_not_host_oom() -> None:
+    assert diagnose_text(RAYLET_NO_OOM).cause != "host_oom"
+
+
+# The DeepSpeed launcher's handler with the return code it prints last: the code is the
+# evidence, the guess for a log cut before it is not needed.
+DEEPSPEED_SEGV = DEEPSPEED_CUT.rstrip("\n") + "] exits with return code = -11\n"
+# torchrun's failure block for a rank that died of SIGBUS under srun: the training process
+# itself received the signal (the exit table: SIGBUS / SIGSEGV in the training process
+# is native_crash); srun's own "Bus error" for a task stays the table's filesystem reading.
+ELASTIC_SIGBUS = (
+    "Root Cause (first observed failure):\n"
+    "[0]:\n"
+    "  time      : 2024-05-02_11:20:31\n"
+    "  host      : gpu-node-09\n"
+    "  rank      : 0 (local_rank: 0)\n"
+    "  exitcode  : -7 (pid: 31337)\n"
+    "  error_file: <N/A>\n"
+    "  traceback : Signal 7 (SIGBUS) received by PID 31337\n"
+    "============================================================\n"
+)
+
+
+def test_a_launchers_return_code_outranks_the_guess_for_a_cut_log() -> None:
+    assert diagnose_text(DEEPSPEED_SEGV).cause == "native_crash"
+    assert diagnose_text(DEEPSPEED_CUT).cause == "host_oom"
+
+
+def test_a_rank_torchrun_reports_dead_of_sigbus_crashed_natively() -> None:
+    got = diagnose_text(ELASTIC_SIGBUS)
+    assert (got.cause, got.blamed_node) == ("native_crash", "gpu-node-09")

@@ -641,6 +641,11 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
 
     if not events:
         return _unknown(scan, notes)
+    if any(e.rule.cause == "by_exit" and e.rule.kind != "cause" for e in events):
+        # The guess for a launcher's kill with no rank's word (rules.yaml
+        # launcher-killed-silent-rank) is for a log cut before the launcher's verdict: where
+        # the verdict is there, its signal is the evidence, and a guess is never kept over it.
+        events = [e for e in events if e.rule.id != SILENT_RANK_RULE] or events
     best = _pick(events)
     worker = _killed_worker(best, events)
     if worker is not None:
@@ -687,6 +692,7 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
     return _diagnosis(best, events, scan, notes, nodes)
 
 
+SILENT_RANK_RULE = "launcher-killed-silent-rank"
 _WORKER_PIDS = re.compile(r"DataLoader worker \(pid(?:\(s\)|s)? ([0-9, ]+)\)")
 _OOM_PID = re.compile(r"Memory cgroup out of memory: Kill(?:ed)? process ([0-9]+)")
 

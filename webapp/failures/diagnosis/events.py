@@ -151,7 +151,10 @@ _SLURM_NODE = _Find(
     re.compile(
         r"Node failure on ([\w.-]+)|srun: error: ([\w.-]+): task|Nodes? ([\w.-]+) not responding|"
         r"^error: ([\w.-]+): task|, node: ([\w.-]+)|on node ([\w.-]+) exited|"
-        r"\*\*\* (?:JOB|STEP) [\w.+]+ ON ([\w.-]+) CANCELLED",
+        r"\*\*\* (?:JOB|STEP) [\w.+]+ ON ([\w.-]+) CANCELLED|"
+        # Ray's memory monitor: "Memory on the node (IP: 10.0.62.231, ID: ...)" and the
+        # raylet's "at node (ID: ..., IP: 10.0.62.231)" name the node it killed on.
+        r"Memory on the node \(IP: ([\d.]+)|node \(ID: \w+, IP: ([\d.]+)\)",
         re.I,
     ),
     ("node", "error: ", "cancelled"),
@@ -255,7 +258,8 @@ def event_of(
             meaning = exits.exit_meaning(exits.verdict_signal(msg))
             if meaning is None:
                 return None
-            cause, confidence = meaning.verdict_cause, meaning.verdict_confidence
+            cause = exits.verdict_cause(msg, meaning)
+            confidence = meaning.verdict_confidence
         detail = meaning.label
     elif cause == "by_state":  # the scheduler's record of the job's end: the state table
         state = exits.scheduler_state(msg)

@@ -44,6 +44,7 @@ class ExitMeaning:
 # The signals a training job dies of. SIGBUS as a verdict: docs/failure-signatures.md s7
 # ("srun: error: <node>: task <n>: Bus error" -> dataloader_killed with DataLoader lines, else
 # filesystem: a file mapped from a failed mount); printed by the process itself it is a crash.
+# A launcher's verdict on its own rank's SIGBUS is the training process's crash (verdict_cause).
 # SIGABRT and SIGSEGV as verdicts stay weak: the NCCL watchdog aborts the ranks it times out
 # (docs/failure-signatures.md s2), so a launcher's -6 often follows a timeout the log names.
 # SIGTERM is what launchers send the surviving ranks after one failed (torchrun's "Sending
@@ -166,6 +167,25 @@ def verdict_signal(message: str) -> int | None:
         if m:
             return _signal_of(m.group(1))
     return None
+
+
+# A launcher's report of its own child, the training process, dying of a signal: torchrun's
+# failure record ("exitcode  : -7", "Signal 7 (SIGBUS) received by PID") and the DeepSpeed
+# launcher's return code. SIGBUS in the training process is a native crash (the issue's table:
+# "SIGBUS / SIGSEGV in the training process is native_crash"; torch's own SIGBUS from a full
+# /dev/shm is a DataLoader worker's, which the DataLoader reports in its own words); only a
+# scheduler's or shell's report of a task, which may be any program, keeps the filesystem reading.
+_RANK_VERDICT = re.compile(
+    r"exitcode *: *-\d+|Signal \d+ \(SIG[A-Z]+\) received|exits with return code = -\d+"
+)
+
+
+def verdict_cause(message: str, meaning: ExitMeaning) -> str:
+    """The cause a parent's report of a signal points at: the table's, except SIGBUS reported
+    for a launcher's own rank, which crashed natively."""
+    if meaning.signal == 7 and _RANK_VERDICT.search(message):
+        return "native_crash"
+    return meaning.verdict_cause
 
 
 def crash_signal(message: str) -> int | None:

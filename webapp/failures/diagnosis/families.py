@@ -375,11 +375,28 @@ MEMORY_KILLERS = Table(
             ),
             anchors=("outofmemoryerror", "running low on memory", "due to memory", "earlyoom"),
         ),
+        # The same kill's other lines: the task error's "Memory on the node (IP: ..., ID: ...)
+        # where the task ... was running", and the raylet's summary "N Workers (tasks / actors)
+        # killed due to memory pressure (OOM)" with N above 0 (a summary of crashes only says
+        # nothing of memory); where a terminal wraps the summary before its "node (ID: ...,
+        # IP: ...) over the last time period", that line's own end is read as it (the count
+        # then unseen: the raylet prints the summary after kills, mostly for memory).
+        Member(
+            patterns=(
+                "^Memory on the node \\(IP: [0-9.]+, ID: [0-9a-f]+\\) where the task",
+                "[1-9][0-9]* Workers \\(tasks / actors\\) killed due to memory pressure \\(OOM\\)",
+                "^node \\(ID: [0-9a-f]+, IP: [0-9.]+\\) over the last time period",
+            ),
+            anchors=("memory on the node", "killed due to memory pressure", "last time period"),
+        ),
     ),
     examples=(
         "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on "
         "memory. Memory on the node (IP: 10.0.0.4, ID: 7f) where the task was running was "
         "61.2GB / 64.0GB (0.956)",
+        "(raylet) node_manager.cc:3097: 10 Workers (tasks / actors) killed due to memory "
+        "pressure (OOM), 0 Workers crashed due to other reasons at node (ID: 2c8262, IP: "
+        "172.31.183.172) over the last time period.",
         "Jan 03 10:12:44 gpu-4 systemd-oomd[812]: Killed /user.slice/user-1000.slice/"
         "session-3.scope due to memory pressure for /user.slice being 82.10% > 50.00%",
         'earlyoom: sending SIGTERM to process 4242 uid 1000 "python": badness 900',
