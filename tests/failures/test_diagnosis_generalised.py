@@ -240,3 +240,21 @@ def test_a_launchers_return_code_outranks_the_guess_for_a_cut_log() -> None:
 def test_a_rank_torchrun_reports_dead_of_sigbus_crashed_natively() -> None:
     got = diagnose_text(ELASTIC_SIGBUS)
     assert (got.cause, got.blamed_node) == ("native_crash", "gpu-node-09")
+
+
+# srun --label's task prefix over NCCL's start-up line, which names the host printing it
+# ("host:pid:tid [dev] NCCL INFO Setting affinity for GPU 0 ..."): the task that crashed later
+# ran there.
+SRUN_TASK_SEGFAULT = (
+    "3: gpu-node-21:48812:48830 [3] NCCL INFO Setting affinity for GPU 3 to ffff0000\n"
+    "3: Fatal Python error: Segmentation fault\n"
+    "3: \n"
+    "3: Thread 0x00001484 (most recent call first):\n"
+    '3:   File "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py",'
+    " line 3938 in barrier\n"
+)
+
+
+def test_a_crashed_tasks_host_is_the_one_nccls_start_up_line_named() -> None:
+    got = diagnose_text(SRUN_TASK_SEGFAULT)
+    assert (got.cause, got.blamed_node) == ("native_crash", "gpu-node-21")

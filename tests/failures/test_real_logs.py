@@ -84,7 +84,7 @@ HELDOUT6_BLAME_MIN = 5
 HELDOUT7_CAUSE_MIN = 48
 HELDOUT7_BLAME_MIN = 2
 HELDOUT8_CAUSE_MIN = 35
-HELDOUT8_BLAME_MIN = 6
+HELDOUT8_BLAME_MIN = 7
 # 33: gpu_ecc_4_rowremap lost its blamed node as a label (Xid 63 is ignorable, NVIDIA's catalog).
 SYNTHETIC_BLAME_MIN = 33
 # Issue 15 "Blame": at least 15 real cases whose source establishes the blamed node.
