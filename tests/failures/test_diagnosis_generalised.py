@@ -258,3 +258,25 @@ SRUN_TASK_SEGFAULT = (
 def test_a_crashed_tasks_host_is_the_one_nccls_start_up_line_named() -> None:
     got = diagnose_text(SRUN_TASK_SEGFAULT)
     assert (got.cause, got.blamed_node) == ("native_crash", "gpu-node-21")
+
+
+# An uncaught C++ exception aborts the process (std::terminate's "terminate called after
+# throwing an instance of X", then its what()): the message is the cause, the abort its
+# consequence. c10::Error carrying CUDA's out-of-memory error is the GPU's memory.
+TERMINATE_CUDA_OOM = (
+    "terminate called after throwing an instance of 'c10::Error'\n"
+    "  what():  CUDA error: out of memory\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+    "stacktrace below might be incorrect.\n"
+    "Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:44 "
+    "(most recent call first):\n"
+)
+TERMINATE_OTHER = (
+    "terminate called after throwing an instance of 'c10::Error'\n"
+    "  what():  owning_ptr == NullType::singleton() || owning_ptr->refcount_.load() == 0\n"
+)
+
+
+def test_an_uncaught_cpp_exception_is_read_by_its_message() -> None:
+    assert diagnose_text(TERMINATE_CUDA_OOM).cause == "gpu_oom"
+    assert diagnose_text(TERMINATE_OTHER).cause == "native_crash"

@@ -647,6 +647,13 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
         # the verdict is there, its signal is the evidence, and a guess is never kept over it.
         events = [e for e in events if e.rule.id != SILENT_RANK_RULE] or events
     best = _pick(events)
+    what = _terminate_message(best, events)
+    if what is not None:
+        # std::terminate's "terminate called after throwing an instance of X" is the abort an
+        # uncaught C++ exception causes; its what() line is that exception's message, the
+        # cause (c10::Error's "CUDA error: out of memory" is the GPU's memory, not a crash).
+        notes.append("the abort follows an uncaught C++ exception, read by its what()")
+        best = what
     worker = _killed_worker(best, events)
     if worker is not None:
         # A memory cgroup's OOM killer chose a DataLoader worker: the job's own memory limit,
@@ -693,6 +700,32 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
 
 
 SILENT_RANK_RULE = "launcher-killed-silent-rank"
+# The lines between std::terminate's line and its what() (a launcher's rank prefix keeps them
+# together; the what() is the next line).
+TERMINATE_WHAT_LINES = 2
+
+
+def _terminate_message(best: Event, events: list[Event]) -> Event | None:
+    """The cause event on the what() line of the uncaught C++ exception `best` reports, if any
+    (libstdc++'s verbose terminate handler: "terminate called after throwing an instance of
+    'X'" then "  what():  <message>", https://gcc.gnu.org/onlinedocs/libstdc++/manual/
+    termination.html)."""
+    if best.cause != "native_crash" or "terminate called after throwing" not in best.text:
+        return None
+    return next(
+        (
+            e
+            for e in events
+            if e.file_index == best.file_index
+            and 0 < e.line_no - best.line_no <= TERMINATE_WHAT_LINES
+            and e.kind == "cause"
+            and e.cause != "native_crash"
+            and "what():" in e.text
+        ),
+        None,
+    )
+
+
 _WORKER_PIDS = re.compile(r"DataLoader worker \(pid(?:\(s\)|s)? ([0-9, ]+)\)")
 _OOM_PID = re.compile(r"Memory cgroup out of memory: Kill(?:ed)? process ([0-9]+)")
 
