@@ -280,3 +280,49 @@ TERMINATE_OTHER = (
 def test_an_uncaught_cpp_exception_is_read_by_its_message() -> None:
     assert diagnose_text(TERMINATE_CUDA_OOM).cause == "gpu_oom"
     assert diagnose_text(TERMINATE_OTHER).cause == "native_crash"
+
+
+# Script errors a library raises for the user: transformers' HfArgumentParser refusing arguments
+# the launcher passed (hf_argparser.py: "Some specified arguments are not used by the
+# HfArgumentParser"), and omegaconf's errors for a key the job's config lacks.
+HF_ARGS_UNUSED = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/u/sft.py", line 40, in <module>\n'
+    "    args, = parser.parse_args_into_dataclasses()\n"
+    '  File "/opt/conda/lib/python3.10/site-packages/transformers/hf_argparser.py", line 347, in'
+    " parse_args_into_dataclasses\n"
+    '    raise ValueError(f"Some specified arguments are not used by the HfArgumentParser: '
+    '{remaining_args}")\n'
+    "ValueError: Some specified arguments are not used by the HfArgumentParser: "
+    "['--local_rank=1']\n"
+)
+OMEGACONF_MISSING = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/u/train.py", line 22, in <module>\n'
+    "    steps = cfg.optim.steps\n"
+    '  File "/opt/conda/lib/python3.10/site-packages/omegaconf/dictconfig.py", line 359, in'
+    " __getattr__\n"
+    "    self._format_and_raise(key=key, value=None, cause=e)\n"
+    "omegaconf.errors.ConfigAttributeError: Key 'steps' is not in struct\n"
+)
+# An object-store transfer failing in a data library's own words, the store's URL named.
+STORE_DOWNLOAD_FAILED = (
+    "Traceback (most recent call last):\n"
+    '  File "/opt/conda/lib/python3.10/site-packages/streaming/base/stream.py", line 459, in'
+    " get_shards\n"
+    "    filename = self._download_file(basename)\n"
+    "RuntimeError: Failed to download gs://corpus/mds/train/index.json -> "
+    "/tmp/tmpx/train/index.json. Got errors:\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("want", "log"),
+    [
+        ("user_exception", HF_ARGS_UNUSED),
+        ("user_exception", OMEGACONF_MISSING),
+        ("object_storage", STORE_DOWNLOAD_FAILED),
+    ],
+)
+def test_a_librarys_exception_is_read_by_whose_fault_it_names(want: str, log: str) -> None:
+    assert diagnose_text(log).cause == want

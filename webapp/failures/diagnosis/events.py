@@ -284,6 +284,14 @@ def event_of(
             # Root cause over the frame that raised it: torch.load's reader failing (a
             # truncated or corrupt checkpoint, whatever its message) is a model loading error.
             cause = "model_loading"
+        elif msg.startswith(CONFIG_ERROR_MODULES):
+            # Root cause over the frame that raised it: the config library's own errors (a
+            # key the job's config lacks, a value of the wrong type) are the job's config.
+            cause = "user_exception"
+        elif _STORE_TRANSFER_FAILED.search(msg):
+            # Root cause over the frame that raised it: a transfer from or to an object
+            # store's URL failing, in whichever library's words, is the store's.
+            cause = "object_storage"
         elif taxonomy.EXCEPTION_ALIAS.get(name, name) in ENVIRONMENT_EXCEPTIONS:
             # Root cause over the frame that raised it: a module or name the job's environment
             # lacks is the job's, whichever library's import statement found it missing.
@@ -368,6 +376,15 @@ ENVIRONMENT_EXCEPTIONS = frozenset({"ImportError", "FileNotFoundError", "Permiss
 # The modules of Hugging Face datasets, whose exceptions name them ("datasets.table.CastError:
 # Couldn't cast", ibrahimethemhamamci/CT-CLIP#9; "datasets.builder.DatasetGenerationError").
 DATASET_LIBRARY_MODULES = ("datasets.",)
+# omegaconf's exceptions (https://omegaconf.readthedocs.io/en/latest/usage.html: ConfigKeyError,
+# ConfigAttributeError, MissingMandatoryValue, ValidationError ...) and Hydra's, printed with
+# their module, are about the config the job gave.
+CONFIG_ERROR_MODULES = ("omegaconf.errors.", "hydra.errors.")
+# "Failed to download s3://bucket/key -> /tmp/..." (mosaicml streaming's download), "failed to
+# upload ... to gs://...": a transfer naming an object store's URL that failed.
+_STORE_TRANSFER_FAILED = re.compile(
+    r"\b[Ff]ailed to (?:download|upload)\b[^\n]{0,200}?\b(?:s3|s3a|gs|gcs|az|abfss?|oci)://"
+)
 # Exceptions torch.load's reader raises on a file it cannot read (a zip archive with no central
 # directory, an unpickling error, a short read): open-mmlab/mmagic#876, junyanz/pytorch-CycleGAN-
 # and-pix2pix#1703, zhufq00/mcnc#3. A missing file (FileNotFoundError) is the job's path.
