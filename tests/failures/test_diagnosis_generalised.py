@@ -326,3 +326,27 @@ STORE_DOWNLOAD_FAILED = (
 )
 def test_a_librarys_exception_is_read_by_whose_fault_it_names(want: str, log: str) -> None:
     assert diagnose_text(log).cause == want
+
+
+# Megatron's iteration record printed over several lines, each ending with its field separator
+# " |": one record, read as one (no lm loss and a NaN grad norm, nothing skipped).
+MEGATRON_WRAPPED = (
+    " iteration        4/      50 | consumed samples:        16384 | elapsed time per iteration"
+    " (ms): 20391.1 | learning rate: 1.200000E-04 | global batch size:  4096 | lm loss: "
+    "1.043511E+01 | loss scale: 1.0 | grad norm: 7.311 | number of skipped iterations:   0 | "
+    "number of nan iterations:   0 |\n"
+    "iteration 5/50 | elapsed time per iteration: 21392.5 ms |\n"
+    "learning rate: 1.350000E-04 | global batch size: 4096 |\n"
+    "loss scale: 1.0 | grad norm: nan |\n"
+    "number of skipped iterations: 0 | number of nan iterations: 0\n"
+)
+# The same record healthy: the loss printed, the grad norm finite.
+MEGATRON_WRAPPED_HEALTHY = MEGATRON_WRAPPED.replace(
+    "loss scale: 1.0 | grad norm: nan |\n",
+    "lm loss: 1.021E+01 | loss scale: 1.0 | grad norm: 6.9 |\n",
+)
+
+
+def test_a_metrics_record_wrapped_after_its_separators_is_one_record() -> None:
+    assert diagnose_text(MEGATRON_WRAPPED).cause == "loss_nan"
+    assert diagnose_text(MEGATRON_WRAPPED_HEALTHY).cause != "loss_nan"

@@ -283,6 +283,7 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
         lines = tail.decode("utf-8", "replace").split("\n")
         if lines and lines[-1] == "":
             lines.pop()
+        lines = _join_wrapped_records(lines)
         first = last_line - len(lines) + 1
         # The first tail line may be cut, unless the tail is the whole file.
         lowest = 0 if first == 1 else 1
@@ -416,6 +417,36 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
                 )
             )
     return events
+
+
+def _join_wrapped_records(lines: list[str]) -> list[str]:
+    """The lines with each metrics record printed over several lines joined on its first line
+    (the others left empty, so that line numbers stay): a line ending with the fields'
+    separator "|" goes on in the next line, unless that line starts a record of its own (the
+    first word of the record it would continue: Megatron's "iteration")."""
+    out = lines
+    i = 0
+    while i < len(lines) - 1:
+        if not lines[i].rstrip().endswith("|"):
+            i += 1
+            continue
+        head = lines[i].split(None, 1)[0] if lines[i].strip() else ""
+        j = i
+        while (
+            j + 1 < len(lines)
+            and lines[j].rstrip().endswith("|")
+            and lines[j + 1].strip()
+            and lines[j + 1].split(None, 1)[0] != head
+            and metrics.record(lines[j + 1])
+        ):
+            j += 1
+        if j > i:
+            out = out if out is not lines else list(lines)
+            out[i] = " ".join(line.strip() for line in lines[i : j + 1])
+            for k in range(i + 1, j + 1):
+                out[k] = ""
+        i = j + 1
+    return out
 
 
 def _metrics_verdict(lines: list[str], lowest: int) -> tuple[int, str] | None:
