@@ -172,9 +172,10 @@ def verdict_signal(message: str) -> int | None:
 # A launcher's report of its own child, the training process, dying of a signal: torchrun's
 # failure record ("exitcode  : -7", "Signal 7 (SIGBUS) received by PID") and the DeepSpeed
 # launcher's return code. SIGBUS in the training process is a native crash
-# (docs/failure-taxonomy.md native_crash: "SIGSEGV / SIGABRT / SIGBUS / SIGILL exit"; torch's own SIGBUS from a full
-# /dev/shm is a DataLoader worker's, which the DataLoader reports in its own words); only a
-# scheduler's or shell's report of a task, which may be any program, keeps the filesystem reading.
+# (docs/failure-taxonomy.md native_crash: "SIGSEGV / SIGABRT / SIGBUS / SIGILL exit"); torch's
+# own SIGBUS from a full /dev/shm is a DataLoader worker's, which the DataLoader reports in its
+# own words. Only a scheduler's or shell's report of a task, which may be any program, keeps
+# the filesystem reading.
 _RANK_VERDICT = re.compile(
     r"exitcode *: *-\d+|Signal \d+ \(SIG[A-Z]+\) received|exits with return code = -\d+"
 )
