@@ -232,9 +232,15 @@ ELASTIC_SIGBUS = (
 )
 
 
+# The handler's verdict with a plain exit status: the rank exited by itself (an error the
+# excerpt does not hold), not killed; no signal, so nothing to guess from.
+DEEPSPEED_STATUS_1 = DEEPSPEED_CUT.rstrip("\n") + "] exits with return code = 1\n"
+
+
 def test_a_launchers_return_code_outranks_the_guess_for_a_cut_log() -> None:
     assert diagnose_text(DEEPSPEED_SEGV).cause == "native_crash"
     assert diagnose_text(DEEPSPEED_CUT).cause == "host_oom"
+    assert diagnose_text(DEEPSPEED_STATUS_1).cause != "host_oom"
 
 
 def test_a_rank_torchrun_reports_dead_of_sigbus_crashed_natively() -> None:

@@ -672,11 +672,16 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
 
     if not events:
         return _unknown(scan, notes)
-    if any(e.rule.cause == "by_exit" and e.rule.kind != "cause" for e in events):
+    if scan.launcher_exit_status or any(
+        e.rule.cause == "by_exit" and e.rule.kind != "cause" for e in events
+    ):
         # The guess for a launcher's kill with no rank's word (rules.yaml
         # launcher-killed-silent-rank) is for a log cut before the launcher's verdict: where
-        # the verdict is there, its signal is the evidence, and a guess is never kept over it.
-        events = [e for e in events if e.rule.id != SILENT_RANK_RULE] or events
+        # the verdict is there, its signal is the evidence (the exit table reads it), and a
+        # plain exit status is a rank that exited by itself; a guess is never kept over it.
+        events = [e for e in events if e.rule.id != SILENT_RANK_RULE]
+        if not events:
+            return _unknown(scan, notes)
     best = _pick(events)
     what = _terminate_message(best, events)
     if what is not None:

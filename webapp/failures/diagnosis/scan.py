@@ -133,6 +133,8 @@ class Scan:
         self.ip_host: dict[str, str] = {}
         # Hosts a pasted shell prompt inspects the GPUs of (rules.yaml shell-prompt-host).
         self.inspected_hosts: set[str] = set()
+        # The DeepSpeed launcher printed a rank's exit status (launcher-rank-exit-status).
+        self.launcher_exit_status = False
         # (file index, line) of traceback frames in an object-storage client
         # (rules.yaml storage-client-frame): a connection error next to them is the store's.
         self.storage_frames: list[tuple[int, int]] = []
@@ -305,6 +307,8 @@ class Scan:
                     self.record = None
             if "task" in text and "srun" in text:
                 self._srun_tasks(text)
+            if rule is not None and rule.id == LAUNCHER_EXIT_STATUS_RULE:
+                self.launcher_exit_status = True
             if rule is not None and rule.kind == "ignore" and rule.id in _HOST_MAP_RULES:
                 self._host_map(rule.id, line, file_index)
             if "\\n" in text and FLAT_TRACEBACK in text:
@@ -525,6 +529,7 @@ def _spans(rx: Any, buf: bytes, end: int) -> Iterator[tuple[int, int]]:
 
 # Where an object store is named: a client's traceback frame, an endpoint or URL (decide.py).
 _STORAGE_RULES = frozenset({"storage-client-frame", "storage-endpoint-mention"})
+LAUNCHER_EXIT_STATUS_RULE = "launcher-rank-exit-status"
 _HOST_MAP_RULES = frozenset(
     {
         "scheduler-exec-host",
