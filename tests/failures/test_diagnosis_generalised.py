@@ -356,3 +356,21 @@ MEGATRON_WRAPPED_HEALTHY = MEGATRON_WRAPPED.replace(
 def test_a_metrics_record_wrapped_after_its_separators_is_one_record() -> None:
     assert diagnose_text(MEGATRON_WRAPPED).cause == "loss_nan"
     assert diagnose_text(MEGATRON_WRAPPED_HEALTHY).cause != "loss_nan"
+
+
+# A library's dataset loader run from its source checkout (PyPA's src layout, installed
+# editable: https://packaging.python.org/en/latest/discussions/src-layout-vs-flat-layout/),
+# not from site-packages: still the library's loader refusing the data.
+SRC_LAYOUT_LOADER = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/u/LLaMA-Factory/src/llamafactory/train/tuner.py", line 50, in run_exp\n'
+    "    run_sft(model_args, data_args, training_args, finetuning_args, generating_args)\n"
+    '  File "/home/u/LLaMA-Factory/src/llamafactory/data/loader.py", line 82, in'
+    " _load_single_dataset\n"
+    '    raise ValueError(f"File {local_path} not found.")\n'
+    "ValueError: File data/alpaca_zh_demo.json not found.\n"
+)
+
+
+def test_a_librarys_loader_from_its_source_checkout_is_dataset_loading() -> None:
+    assert diagnose_text(SRC_LAYOUT_LOADER).cause == "dataset_loading"

@@ -192,10 +192,13 @@ _STORE_CLIENT_FRAME = re.compile(
 
 # A library's own dataset loader: a module under a `datasets` / `dataset` / `data` package of
 # an installed library (xturing/datasets/instruction_dataset.py, mmdet/datasets/coco.py,
-# llamafactory/data/loader.py), never a framework's data machinery (torch/utils/data, tf.data),
-# which re-raises its workers' exceptions or fails for reasons of its own.
+# llamafactory/data/loader.py), or of one run from its source checkout's src/ (PyPA's src
+# layout: https://packaging.python.org/en/latest/discussions/src-layout-vs-flat-layout/),
+# never a framework's data machinery (torch/utils/data, tf.data), which re-raises its
+# workers' exceptions or fails for reasons of its own.
 _DATASET_LOADER_FRAME = re.compile(
-    r"(?:site|dist)-packages[/\\](?!(?:torch|tensorflow|keras|jax)[/\\])[A-Za-z0-9_]+[/\\]"
+    r"(?:(?:site|dist)-packages|[/\\]src)[/\\](?!(?:torch|tensorflow|keras|jax)[/\\])"
+    r"[A-Za-z0-9_]+[/\\]"
     r"(?:[A-Za-z0-9_]+[/\\])*(?:datasets?|data)[/\\][A-Za-z0-9_]+\.py"
 )
 
