@@ -151,13 +151,17 @@ _SLURM_NODE = _Find(
     re.compile(
         r"Node failure on ([\w.-]+)|srun: error: ([\w.-]+): task|Nodes? ([\w.-]+) not responding|"
         r"^error: ([\w.-]+): task|, node: ([\w.-]+)|on node ([\w.-]+) exited|"
-        r"\*\*\* (?:JOB|STEP) [\w.+]+ ON ([\w.-]+) CANCELLED|"
-        # Ray's memory monitor: "Memory on the node (IP: 10.0.62.231, ID: ...)" and the
-        # raylet's "at node (ID: ..., IP: 10.0.62.231)" name the node it killed on.
-        r"Memory on the node \(IP: ([\d.]+)|node \(ID: \w+, IP: ([\d.]+)\)",
+        r"\*\*\* (?:JOB|STEP) [\w.+]+ ON ([\w.-]+) CANCELLED",
         re.I,
     ),
     ("node", "error: ", "cancelled"),
+)
+# Ray's memory monitor: "Memory on the node (IP: 10.0.62.231, ID: ...)" and the raylet's "at
+# node (ID: ..., IP: 10.0.62.231)" name the node it killed on (Ray prints them in this case;
+# a pattern of its own keeps them off the case-insensitive search above).
+_RAY_NODE = _Find(
+    re.compile(r"Memory on the node \(IP: ([\d.]+)|node \(ID: \w+, IP: ([\d.]+)\)"),
+    ("memory on the node (ip: ", "node (id: "),
 )
 _GPU_INDEX = _Find(
     re.compile(r"\(GPU (\d+);|GPU (\d+) has a total capacity|Device: (\d+)|cuda:(\d+)", re.I),
@@ -322,7 +326,7 @@ def event_of(
         gm = _GPU_INDEX.search(msg, low)
         gpu = bm.group(1) if bm else next((g for g in gm.groups() if g), None) if gm else None
     host = line.host
-    sm = _SLURM_NODE.search(msg, low)
+    sm = _SLURM_NODE.search(msg, low) or _RAY_NODE.search(msg, low)
     if sm:
         host = next(g for g in sm.groups() if g)
     peer = None
