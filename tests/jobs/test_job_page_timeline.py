@@ -157,3 +157,34 @@ def test_every_gpu_idle_says_all(held):
             2: "This job held all its 2 GPUs at 0% utilization for their whole allocation.",
         }[held]
     )
+
+
+def test_verdict_of_a_requeued_job_names_the_run_its_gpus_idled_in():
+    # Run 1 on n1's 4 GPUs at 80%; requeued, run 2 on GPUs 2-3 of n1 and 0-1 of n2, all at
+    # 0% so far: the headline is about run 2, not about the job's whole life.
+    t1, t2 = datetime(2026, 1, 1, 7, 43, tzinfo=UTC), datetime(2026, 1, 1, 8, 46, tzinfo=UTC)
+    run1 = [AllocationRow(i, 1, "n1", i, i, t1, t2) for i in range(4)]
+    run2 = [
+        AllocationRow(4 + k, node, host, 10 + k, gpu, t2, None)
+        for k, (node, host, gpu) in enumerate(
+            [(1, "n1", 2), (1, "n1", 3), (2, "n2", 0), (2, "n2", 1)]
+        )
+    ]
+    means = {a.id: {"gpu_util": 80.0 if a in run1 else 0.0} for a in run1 + run2}
+    verdict = job_verdict(
+        means, run1 + run2, power_limit_w=None, memory_total_bytes=None, busy_util_pct=10
+    )
+    assert verdict.level == "idle"
+    assert verdict.headline == (
+        "In its run 2 (since 08:46 UTC), all its 4 GPUs have sat at 0% utilization so far."
+    )
+    assert "Mean GPU utilization 40% over 4 GPUs, 2 runs." in verdict.lines
+
+    # Idle GPUs in an ended run are named with that run's span.
+    means = {a.id: {"gpu_util": 0.0 if a.id == 3 else 80.0} for a in run1 + run2}
+    verdict = job_verdict(
+        means, run1 + run2, power_limit_w=None, memory_total_bytes=None, busy_util_pct=10
+    )
+    assert verdict.headline == (
+        "In its run 1 (07:43-08:46 UTC), 1 of its 4 GPUs sat at 0% utilization: n1 GPU 3."
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from webapp.core.charts import SERIES_AXES
 from webapp.jobs.choices import JobEventKind
@@ -379,6 +379,48 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _held_words(k: int, held: int) -> str:
+    """ "3 GPUs", "its 1 GPU", "all its 4 GPUs": k idle GPUs of the `held` ones."""
+    gpus = f"{k:,} GPU{'s' if k != 1 else ''}"
+    return gpus if k < held else (f"its {gpus}" if k == 1 else f"all its {gpus}")
+
+
+def _idle_in_runs(
+    per: dict[int, dict[str, float | None]],
+    allocations: list[AllocationRow],
+    labels: dict[int, str],
+) -> list[str]:
+    """One sentence per run of a requeued job in which GPUs sat at 0%: each run is judged on
+    its own allocation rows (a GPU idle in run 2 may have worked in run 1), and named with its
+    span, so the headline never reads as the job's whole life."""
+    starts = sorted({a.start for a in allocations})
+    out = []
+    for number, start in enumerate(starts, 1):
+        rows = [a for a in allocations if a.start == start and a.id in per]
+        held = sorted({labels[a.id] for a in rows})
+        idle = sorted({labels[a.id] for a in rows if (per[a.id]["gpu_util"] or 0.0) < IDLE_GPU_PCT})
+        if not idle:
+            continue
+        ends = [a.end for a in rows]
+        running = any(e is None for e in ends)
+        begin = start.astimezone(UTC)
+        span = (
+            f"since {begin:%H:%M} UTC"
+            if running
+            else f"{begin:%H:%M}-{max(e for e in ends if e is not None).astimezone(UTC):%H:%M} UTC"
+        )
+        k = len(idle)
+        verb = "have sat" if running and k > 1 else ("has sat" if running else "sat")
+        out.append(
+            f"In its run {number} ({span}), "
+            + (_held_words(k, len(held)) if k == len(held) else f"{k:,} of its {len(held):,} GPUs")
+            + f" {verb} at 0% utilization{' so far' if running else ''}"
+            + (f": {', '.join(idle)}" if k < len(held) and k <= _NODES_NAMED else "")
+            + "."
+        )
+    return out
+
+
 def job_verdict(
     means: dict[int, dict[str, float | None]],
     allocations: list[AllocationRow],
@@ -436,10 +478,12 @@ def job_verdict(
         lines.append(
             f"{len(under):,} of {held_any:,} GPUs averaged under {busy_util_pct:g}% utilization."
         )
+    if idle and size.runs > 1:
+        headline = " ".join(_idle_in_runs(per, allocations, labels))
+        return Verdict("idle", headline, lines, idle)
     if idle:
         k = len(idle)
-        gpus = f"{k:,} GPU{'s' if k != 1 else ''}"
-        held = gpus if k < held_any else (f"its {gpus}" if k == 1 else f"all its {gpus}")
+        held = _held_words(k, held_any)
         headline = (
             f"This job held {held} at 0% utilization for "
             f"{'its' if k == 1 else 'their'} whole allocation"
