@@ -270,6 +270,29 @@ def loss_diverged(values: list[float]) -> float | None:
     return None
 
 
+def _nonfinite_event(
+    cat: Catalogue, file_index: int, name: str, line_no: int, line: str, detail: str
+) -> Event:
+    """A loss_nan event the numbers decided beyond doubt (a collapsed scaler, a non-finite
+    record): the loss rule's, at the confidence of a non-finite loss."""
+    parsed = parse_line(line)
+    return Event(
+        file_index=file_index,
+        file=name,
+        line_no=line_no,
+        text=line.strip()[:EVIDENCE_TEXT_CHARS],
+        rule=cat.loss,
+        cause="loss_nan",
+        tier=cat.loss.tier,
+        kind="cause",
+        confidence=max(cat.loss.confidence, NONFINITE_LOSS_CONFIDENCE),
+        detail=detail,
+        host=parsed.host,
+        rank=parsed.rank,
+        stamp=parsed.stamp,
+    )
+
+
 def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> list[Event]:
     """loss_nan from the loss curve at the end of each file: NaN/inf last, or a spike."""
     events = []
@@ -308,50 +331,19 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
             # Every step overflowing: the scaler halved the loss scale below its floor, or
             # skips every step at its floor.
             i, scale = collapse
-            parsed = parse_line(lines[i])
             events.append(
-                Event(
-                    file_index=file_index,
-                    file=name,
-                    line_no=first + i,
-                    text=lines[i].strip()[:EVIDENCE_TEXT_CHARS],
-                    rule=cat.loss,
-                    cause="loss_nan",
-                    tier=cat.loss.tier,
-                    kind="cause",
-                    confidence=max(cat.loss.confidence, NONFINITE_LOSS_CONFIDENCE),
-                    detail=(
-                        f"every iteration skipped at loss scale {scale:g}: every step overflows"
-                        if skipped is not None
-                        else f"loss scale fell to {scale:g}: every step overflows"
-                    ),
-                    host=parsed.host,
-                    rank=parsed.rank,
-                    stamp=parsed.stamp,
+                _nonfinite_event(
+                    cat, file_index, name, first + i, lines[i],
+                    f"every iteration skipped at loss scale {scale:g}: every step overflows"
+                    if skipped is not None
+                    else f"loss scale fell to {scale:g}: every step overflows",
                 )
-            )
+            )  # fmt: skip
             continue
         verdict = _metrics_verdict(lines, lowest)
         if verdict is not None:
             i, detail = verdict
-            parsed = parse_line(lines[i])
-            events.append(
-                Event(
-                    file_index=file_index,
-                    file=name,
-                    line_no=first + i,
-                    text=lines[i].strip()[:EVIDENCE_TEXT_CHARS],
-                    rule=cat.loss,
-                    cause="loss_nan",
-                    tier=cat.loss.tier,
-                    kind="cause",
-                    confidence=max(cat.loss.confidence, NONFINITE_LOSS_CONFIDENCE),
-                    detail=detail,
-                    host=parsed.host,
-                    rank=parsed.rank,
-                    stamp=parsed.stamp,
-                )
-            )
+            events.append(_nonfinite_event(cat, file_index, name, first + i, lines[i], detail))
             continue
         hidden = _megatron_hidden_loss(lines, lowest)
         if not series and hidden is None:
