@@ -522,3 +522,50 @@ def test_a_first_incident_that_is_not_a_number_of_seconds_is_refused(monkeypatch
         monkeypatch.setenv(FIRST_FAULT_ENV, bad)
         with pytest.raises(BackendError, match=f"{FIRST_FAULT_ENV}='{bad}': must be a number"):
             SimulatedBackend(["seren"], 2, 8, seed=3)
+
+
+def test_a_run_requeued_after_the_first_incident_loads_its_checkpoint_then_trains_again(tmp_path):
+    """The demo's story read from the telemetry: the first incident's Xid, the culprit node
+    drained and the run requeued; its new run's GPUs sit idle while it loads its checkpoint
+    and then work again, as its first run did, on every GPU of the new allocation."""
+    inbox = tmp_path / "inbox"
+    backend = SimulatedBackend(["sable"], 16, 8, seed=1, scheduler_inbox=inbox)
+    backend.jobs.event_source()  # the demo's node-event watcher takes the Xid
+    c = backend.jobs.clusters["sable"]
+    ts = T0
+    backend.read(ts)
+    run = c.fault_now(ts + 600, "gpu_nvlink")
+    assert run is not None
+    bad = c.nodes[run.held[run.culprit][0]]
+    scheduler_commands_send(
+        inbox,
+        "sable",
+        [
+            ["scontrol", "update", f"NodeName={bad}", "State=DRAIN", "Reason=vigil: xid"],
+            ["scontrol", "requeue", "--", run.job_id],
+        ],
+        ts=ts + 610,
+    )
+
+    def util_of_run(readings) -> list[float]:
+        held = {(c.nodes[n], g) for n, g in run.held}
+        return [
+            row[GPU_POS["gpu_util"]]
+            for r in readings
+            for row in r.gpu_rows
+            if (r.node, row[0]) in held
+        ]
+
+    for k in range(1, 62):
+        backend.read(ts + 10.0 * k)
+    assert run.attempt == 1 and run.began_ts is not None  # running again
+    assert bad not in {c.nodes[n] for n, _g in run.held}
+    began = run.began_ts
+    loading = util_of_run(backend.read(began + 60))
+    assert len(loading) == 64 and max(loading) == 0  # loading its checkpoint
+    # Within six minutes of its start every GPU of the new run works, and goes on working
+    # (no checkpoint is due in its first 30 minutes).
+    for k in range(1, 1 + 12 * 6):
+        backend.read(began + 60 + 5.0 * k)
+    working = [util_of_run(backend.read(began + 360 + 60.0 * k)) for k in range(20)]
+    assert all(len(u) == 64 and min(u) > 0 for u in working)
