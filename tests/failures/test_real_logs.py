@@ -15,6 +15,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 import yaml
 
 from webapp.failures import taxonomy
@@ -184,89 +185,36 @@ def test_fourth_heldout_batch_is_new_and_well_formed():
     assert not earlier & {label["source"] for label in HELDOUT4_LABELS.values()}
 
 
-def test_fifth_heldout_batch_is_new_and_well_formed():
-    assert len(HELDOUT5_LABELS) >= 40
-    _well_formed(HELDOUT5, HELDOUT5_LABELS)
-    earlier = {
-        label["source"]
-        for labels in (REAL_LABELS, HELDOUT_LABELS, HELDOUT3_LABELS, HELDOUT4_LABELS)
-        for label in labels.values()
-    }
-    assert not earlier & {label["source"] for label in HELDOUT5_LABELS.values()}
+# The corpora in the order they were gathered: each later batch is checked against every one
+# before it (its threads and its logs' texts), the development corpus first.
+GATHERED = (
+    (REAL, REAL_LABELS),
+    (HELDOUT, HELDOUT_LABELS),
+    (HELDOUT3, HELDOUT3_LABELS),
+    (HELDOUT4, HELDOUT4_LABELS),
+    (HELDOUT5, HELDOUT5_LABELS),
+    (HELDOUT6, HELDOUT6_LABELS),
+    (HELDOUT7, HELDOUT7_LABELS),
+    (HELDOUT8, HELDOUT8_LABELS),
+)
+
+
+@pytest.mark.parametrize("batch", [4, 5, 6, 7], ids=["fifth", "sixth", "seventh", "eighth"])
+def test_a_later_heldout_batch_is_new_and_well_formed(batch: int):
+    folder, labels = GATHERED[batch]
+    assert len(labels) >= 40
+    _well_formed(folder, labels)
+    earlier = GATHERED[:batch]
+    sources = {label["source"] for _, older in earlier for label in older.values()}
+    assert not sources & {label["source"] for label in labels.values()}
     # No log's text is already another corpus' log.
-    earlier_texts = {
+    texts = {
         path.read_text(encoding="utf-8").strip()
-        for folder in (REAL, HELDOUT, HELDOUT3, HELDOUT4, SYNTHETIC)
-        for path in folder.glob("*.log")
+        for older_folder in (*(f for f, _ in earlier), SYNTHETIC)
+        for path in older_folder.glob("*.log")
     }
-    for name in HELDOUT5_LABELS:
-        assert (HELDOUT5 / name).read_text(encoding="utf-8").strip() not in earlier_texts, name
-
-
-def test_sixth_heldout_batch_is_new_and_well_formed():
-    assert len(HELDOUT6_LABELS) >= 40
-    _well_formed(HELDOUT6, HELDOUT6_LABELS)
-    earlier_labels = (
-        REAL_LABELS,
-        HELDOUT_LABELS,
-        HELDOUT3_LABELS,
-        HELDOUT4_LABELS,
-        HELDOUT5_LABELS,
-    )
-    earlier = {label["source"] for labels in earlier_labels for label in labels.values()}
-    assert not earlier & {label["source"] for label in HELDOUT6_LABELS.values()}
-    earlier_texts = {
-        path.read_text(encoding="utf-8").strip()
-        for folder in (REAL, HELDOUT, HELDOUT3, HELDOUT4, HELDOUT5, SYNTHETIC)
-        for path in folder.glob("*.log")
-    }
-    for name in HELDOUT6_LABELS:
-        assert (HELDOUT6 / name).read_text(encoding="utf-8").strip() not in earlier_texts, name
-
-
-def test_seventh_heldout_batch_is_new_and_well_formed():
-    assert len(HELDOUT7_LABELS) >= 40
-    _well_formed(HELDOUT7, HELDOUT7_LABELS)
-    earlier_labels = (
-        REAL_LABELS,
-        HELDOUT_LABELS,
-        HELDOUT3_LABELS,
-        HELDOUT4_LABELS,
-        HELDOUT5_LABELS,
-        HELDOUT6_LABELS,
-    )
-    earlier = {label["source"] for labels in earlier_labels for label in labels.values()}
-    assert not earlier & {label["source"] for label in HELDOUT7_LABELS.values()}
-    earlier_texts = {
-        path.read_text(encoding="utf-8").strip()
-        for folder in (REAL, HELDOUT, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, SYNTHETIC)
-        for path in folder.glob("*.log")
-    }
-    for name in HELDOUT7_LABELS:
-        assert (HELDOUT7 / name).read_text(encoding="utf-8").strip() not in earlier_texts, name
-
-
-def test_eighth_heldout_batch_is_new_and_well_formed():
-    assert len(HELDOUT8_LABELS) >= 40
-    _well_formed(HELDOUT8, HELDOUT8_LABELS)
-    earlier_labels = (
-        REAL_LABELS,
-        HELDOUT_LABELS,
-        HELDOUT3_LABELS,
-        HELDOUT4_LABELS,
-        HELDOUT5_LABELS,
-        HELDOUT6_LABELS,
-        HELDOUT7_LABELS,
-    )
-    earlier = {label["source"] for labels in earlier_labels for label in labels.values()}
-    assert not earlier & {label["source"] for label in HELDOUT8_LABELS.values()}
-    earlier_texts = {
-        path.read_text(encoding="utf-8").strip()
-        for folder in (REAL, HELDOUT, HELDOUT3, HELDOUT4, HELDOUT5, HELDOUT6, HELDOUT7, SYNTHETIC)
-        for path in folder.glob("*.log")
-    }
-    for name in HELDOUT8_LABELS:
-        assert (HELDOUT8 / name).read_text(encoding="utf-8").strip() not in earlier_texts, name
+    for name in labels:
+        assert (folder / name).read_text(encoding="utf-8").strip() not in texts, name
 
 
 def test_accuracy_on_real_and_synthetic_logs(capsys):
