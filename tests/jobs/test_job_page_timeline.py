@@ -116,9 +116,9 @@ def test_verdict_names_the_gpu_held_at_zero_for_its_whole_life(operator_client, 
     assert 'id="verdict-headline"' in response.content.decode()
 
 
-def _alloc(i: int) -> AllocationRow:
+def _alloc(i: int, *, running: bool = False) -> AllocationRow:
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    return AllocationRow(i, 1, "n1", i, i, now, None)
+    return AllocationRow(i, 1, "n1", i, i, now, None if running else now + timedelta(hours=1))
 
 
 def test_verdict_reads_power_against_the_limit_and_calls_low_utilization_low():
@@ -188,3 +188,15 @@ def test_verdict_of_a_requeued_job_names_the_run_its_gpus_idled_in():
     assert verdict.headline == (
         "In its run 1 (07:43-08:46 UTC), 1 of its 4 GPUs sat at 0% utilization: n1 GPU 3."
     )
+
+
+def test_verdict_of_a_running_job_says_so_far():
+    # A job still running has not had its whole allocation yet (it may be loading).
+    verdict = job_verdict(
+        {i: {"gpu_util": 0.0} for i in range(2)},
+        [_alloc(i, running=True) for i in range(2)],
+        power_limit_w=None,
+        memory_total_bytes=None,
+        busy_util_pct=10,
+    )
+    assert verdict.headline == "This job has held all its 2 GPUs at 0% utilization so far."

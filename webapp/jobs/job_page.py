@@ -484,12 +484,14 @@ def job_verdict(
     if idle:
         k = len(idle)
         held = _held_words(k, held_any)
+        # A running job's allocation is not whole yet (it may be loading its checkpoint).
+        running = any(a.end is None for a in allocations if a.id in per)
         headline = (
-            f"This job held {held} at 0% utilization for "
+            f"This job has held {held} at 0% utilization so far"
+            if running
+            else f"This job held {held} at 0% utilization for "
             f"{'its' if k == 1 else 'their'} whole allocation"
-            + (f": {', '.join(idle)}" if k < held_any and k <= _NODES_NAMED else "")
-            + "."
-        )
+        ) + ((f": {', '.join(idle)}" if k < held_any and k <= _NODES_NAMED else "") + ".")
         return Verdict("idle", headline, lines, idle)
     if util < LOW_UTIL_PCT:
         return Verdict(
