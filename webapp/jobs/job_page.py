@@ -478,9 +478,9 @@ def job_verdict(
         lines.append(
             f"{len(under):,} of {held_any:,} GPUs averaged under {busy_util_pct:g}% utilization."
         )
-    if idle and size.runs > 1:
-        headline = " ".join(_idle_in_runs(per, allocations, labels))
-        return Verdict("idle", headline, lines, idle)
+    in_runs = _idle_in_runs(per, allocations, labels) if idle and size.runs > 1 else []
+    if in_runs:
+        return Verdict("idle", " ".join(in_runs), lines, idle)
     if idle:
         k = len(idle)
         held = _held_words(k, held_any)
