@@ -20,6 +20,7 @@ from webapp.failures.node_events import node_events_ingest
 from webapp.failures.services import failure_diagnose
 from webapp.fleet import services as fleet_services
 from webapp.fleet.models import Node
+from webapp.jobs.models import Job
 from webapp.recovery.models import RecoveryAction
 
 pytestmark = pytest.mark.django_db
@@ -128,3 +129,27 @@ def test_a_large_job_idle_for_six_minutes_pages_while_one_idle_gpu_waits(fleet):
 )
 def test_idle_severity_scales_with_the_gpus_idle(gpus, severity):
     assert evaluate.idle_severity({}, "info", gpus) == severity
+
+
+def test_a_run_loading_its_checkpoint_is_not_idle_until_its_start_up_time_has_passed(fleet):
+    # A 64-GPU job requeued by recovery starts again: its GPUs idle while it loads its
+    # checkpoint. That is the run starting, not GPUs wasted: no page for every recovery.
+    hosts = [f"idle-load-{n:02d}" for n in range(8)]
+    job, token = idle_job_on(hosts[0], 64, "700")
+    tokens = {h: fleet_services.node_token_issue("idlecluster", h) for h in hosts[1:]}
+    tokens[hosts[0]] = token
+    started = timezone.now() - timedelta(minutes=2)
+    Job.objects.filter(pk=job.pk).update(start_at=started)
+    job.refresh_from_db()
+    for h in hosts:
+        idle_samples(h, tokens[h], 8, 0.0, 20)
+        idle_allocate(job, h, 8)
+    now = datetime.now(UTC)
+    evaluate.alerts_evaluate(now)
+    assert not Alert.objects.filter(rule__name="gpus-idle", job=job).exists()
+    # Still idle once its start-up time has passed: that is waste, and it pages.
+    past_start_up = started + timedelta(seconds=evaluate.IDLE_STARTUP_S + 1)
+    evaluate.alerts_evaluate(past_start_up)
+    evaluate.alerts_evaluate(past_start_up + timedelta(minutes=4))
+    alert = Alert.objects.get(rule__name="gpus-idle", job=job)
+    assert (alert.state, alert.severity) == (AlertState.FIRING, "critical")

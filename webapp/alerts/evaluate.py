@@ -283,6 +283,11 @@ IDLE_CLEAR_S = 180.0
 # The idle GPU-time that fires the alert before for_s has passed: a 112-GPU job idle for two
 # minutes has wasted what a 4-GPU job wastes in an hour. GPU-hours.
 IDLE_FIRE_GPU_HOURS = 4.0
+# A run's first minutes: its GPUs idle while it loads the model and its checkpoint (a job that
+# recovery requeued does so on every restart). Idle then is the run starting, not GPUs wasted;
+# idle past it counts from the run's start, so a run that never computes still fires. Seconds;
+# params.startup_s overrides.
+IDLE_STARTUP_S = 600.0
 # Severity by the number of GPUs idle: at least this many GPUs raise this severity (the
 # rule's own below the first): a node's worth is a warning, a pretraining job's a page.
 IDLE_SEVERITY_GPUS = {"warning": 8, "critical": 64}
@@ -314,7 +319,9 @@ def _eval_gpus_idle(rule: AlertRule, now: datetime) -> set[str]:
     }
     idle: dict[int, int] = {}
     allocations = JobAllocation.objects.filter(end__isnull=True, job__state=JobState.RUNNING)
-    for job_id, node_id, index in allocations.values_list("job_id", "node_id", "gpu_index"):
+    startup_s = float(rule.params.get("startup_s") or IDLE_STARTUP_S)
+    started = allocations.filter(start__lte=now - timedelta(seconds=startup_s))
+    for job_id, node_id, index in started.values_list("job_id", "node_id", "gpu_index"):
         value = util.get((node_id, index))
         if value is not None and value <= limit:
             idle[job_id] = idle.get(job_id, 0) + 1
