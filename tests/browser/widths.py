@@ -2,16 +2,18 @@
 
 VIEWPORT = {"width": 1440, "height": 900}
 
-# For every laid-out `table.data`: its card (the nearest scrolling ancestor, else `.card`),
-# whether the card scrolls sideways, and the header of every column with a cell right of the
-# card's visible edge (columns a stylesheet hides have no box and are not counted).
+# For every laid-out `table.data`: its card (the nearest scrolling ancestor, else `.card`, or
+# the printed report's A4 `.sheet`), whether the card scrolls sideways, and the header of every
+# column with a cell right of the card's visible edge (columns a stylesheet hides have no box
+# and are not counted).
 OVERFLOWS = """
 () => Array.from(document.querySelectorAll('table.data')).flatMap((table, n) => {
   if (!table.getClientRects().length) return [];
   let card = table.parentElement;
   while (card && card !== document.body) {
     const o = getComputedStyle(card).overflowX;
-    if (o === 'auto' || o === 'scroll' || o === 'hidden' || card.classList.contains('card')) break;
+    if (o === 'auto' || o === 'scroll' || o === 'hidden') break;
+    if (card.classList.contains('card') || card.classList.contains('sheet')) break;
     card = card.parentElement;
   }
   const box = card.getBoundingClientRect();
