@@ -153,3 +153,20 @@ def test_a_run_loading_its_checkpoint_is_not_idle_until_its_start_up_time_has_pa
     evaluate.alerts_evaluate(past_start_up + timedelta(minutes=4))
     alert = Alert.objects.get(rule__name="gpus-idle", job=job)
     assert (alert.state, alert.severity) == (AlertState.FIRING, "critical")
+
+
+def test_the_alerts_list_dates_a_replayed_failures_alert_as_its_email_does(fleet, operator_client):
+    # An Xid that happened 40 minutes before Vigil learned of it (a replay, an agent cut off):
+    # the list says when it happened and that it was reported later, as the email's "Since".
+    occurred = _now() - 40 * 60
+    node_events_ingest(
+        fleet.node_batch("gpu-node-02", gpu_events=[xid_event(occurred, 79, index=3)])
+    )
+    failure = FailureEvent.objects.get(kind="gpu_error")
+    failure_diagnose(failure.pk)
+    [alert] = evaluate.failure_alerts(failure.pk)
+    body = operator_client.get("/alerts/").content.decode()
+    row = body[body.index(f'data-alert="{alert.pk}"') :].split("</tr>")[0]
+    when = datetime.fromtimestamp(occurred, UTC)
+    assert when.strftime("%H:%M:%S") in row
+    assert "reported 40 min later" in row

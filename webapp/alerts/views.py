@@ -13,6 +13,7 @@ author or an operator expires it.
 
 from __future__ import annotations
 
+from datetime import datetime
 from urllib.parse import urlencode
 
 from django.core.paginator import Paginator
@@ -34,6 +35,7 @@ from webapp.alerts.forms import (
 from webapp.alerts.models import Alert, AlertRule, Channel, OutboxMessage, Silence, Subscription
 from webapp.core.nav import Tab, Tabs
 from webapp.core.views import UnsubscribePage
+from webapp.failures.selectors import reported_late_s
 from webapp.fleet.models import Cluster
 from webapp.teams.models import Team
 from webapp.teams.selectors import user_is_operator
@@ -82,6 +84,16 @@ def _silence_link(alert: Alert, *, operator: bool) -> str:
     return reverse("alerts:silences") + "?" + urlencode({k: v for k, v in fields.items() if v})
 
 
+def _since(alert: Alert) -> tuple[datetime | None, int | None]:
+    """When the alert's trouble began, as its email says: a failure's occurrence, with the
+    minutes it was reported after that when it was not detected live (a replay, an agent cut
+    off); else the alert's own start."""
+    if alert.failure_id is None:
+        return alert.starts_at, None
+    late_s = reported_late_s(alert.failure)
+    return alert.failure.occurred_at, round(late_s / 60) if late_s is not None else None
+
+
 def alert_list(request: HttpRequest) -> HttpResponse:
     form = AlertFilterForm(request.GET)
     page = Paginator(selectors.alerts_filter(**form.filters), ALERTS_PER_PAGE).get_page(
@@ -95,6 +107,7 @@ def alert_list(request: HttpRequest) -> HttpResponse:
             _silence_link(a, operator=operator)
             if operator or (a.team_id and a.team_id in teams)
             else None,
+            *_since(a),
         )
         for a in page
     ]
