@@ -260,9 +260,11 @@ def test_node_series_reads_the_same_numbers_after_compaction(old_samples):
 def test_the_packed_read_prunes_partitions(old_samples):
     compaction.samples_compact()
     day = datetime.fromtimestamp(_hour_start(10), UTC)
+    # One hour, [day, day + 1 h): it lies in one day's partition at any time of day (up to
+    # and including the next hour would reach the next day's when the hour is 23:00).
     scans = plan_scans(
         "SELECT gpu_id, data FROM telemetry_gpusamplepacked WHERE gpu_id = ANY('{1,2}') "
-        f"AND hour >= '{day.isoformat()}' AND hour <= '{(day + timedelta(hours=1)).isoformat()}'"
+        f"AND hour >= '{day.isoformat()}' AND hour < '{(day + timedelta(hours=1)).isoformat()}'"
     )
     relations = {rel for _, rel in scans if rel.startswith("telemetry_gpusamplepacked")}
     assert relations == {f"telemetry_gpusamplepacked_p{day:%Y%m%d}"}
