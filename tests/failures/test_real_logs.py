@@ -22,45 +22,40 @@ from webapp.failures import taxonomy
 from webapp.failures.diagnosis import diagnose_paths
 
 DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def _labels(folder: Path) -> dict[str, dict]:
+    """A real-log corpus' labels.json: log file name -> its label."""
+    return json.loads((folder / "labels.json").read_text(encoding="utf-8"))
+
+
 REAL = DATA / "real_logs"
-REAL_LABELS: dict[str, dict] = json.loads((REAL / "labels.json").read_text(encoding="utf-8"))
+REAL_LABELS = _labels(REAL)
 HELDOUT = DATA / "real_logs_heldout"
-HELDOUT_LABELS: dict[str, dict] = json.loads((HELDOUT / "labels.json").read_text(encoding="utf-8"))
+HELDOUT_LABELS = _labels(HELDOUT)
 # A third held-out batch, gathered after the second batch's fixes (README there: first contact).
 HELDOUT3 = DATA / "real_logs_heldout3"
-HELDOUT3_LABELS: dict[str, dict] = json.loads(
-    (HELDOUT3 / "labels.json").read_text(encoding="utf-8")
-)
+HELDOUT3_LABELS = _labels(HELDOUT3)
 # A fourth, gathered after the rules for scheduler memory kills and native crash handlers were
 # written, on those two families (README there: first contact).
 HELDOUT4 = DATA / "real_logs_heldout4"
-HELDOUT4_LABELS: dict[str, dict] = json.loads(
-    (HELDOUT4 / "labels.json").read_text(encoding="utf-8")
-)
+HELDOUT4_LABELS = _labels(HELDOUT4)
 # A fifth, gathered over every family of the diagnosis issue and labelled from the threads
 # before the diagnoser ran on it (README there: first contact).
 HELDOUT5 = DATA / "real_logs_heldout5"
-HELDOUT5_LABELS: dict[str, dict] = json.loads(
-    (HELDOUT5 / "labels.json").read_text(encoding="utf-8")
-)
+HELDOUT5_LABELS = _labels(HELDOUT5)
 # A sixth, gathered after the rule work on the fifth, over the same families, labelled the same
 # way (README there: first contact, per family).
 HELDOUT6 = DATA / "real_logs_heldout6"
-HELDOUT6_LABELS: dict[str, dict] = json.loads(
-    (HELDOUT6 / "labels.json").read_text(encoding="utf-8")
-)
+HELDOUT6_LABELS = _labels(HELDOUT6)
 # A seventh, gathered after the catalog work over the same families and labelled the same way
 # (README there: first contact, per family, and the figures after the rule work).
 HELDOUT7 = DATA / "real_logs_heldout7"
-HELDOUT7_LABELS: dict[str, dict] = json.loads(
-    (HELDOUT7 / "labels.json").read_text(encoding="utf-8")
-)
+HELDOUT7_LABELS = _labels(HELDOUT7)
 # An eighth, gathered after the rule work on the seventh over the same families, labelled the
 # same way (README there: first contact, per family, and why first contact misses).
 HELDOUT8 = DATA / "real_logs_heldout8"
-HELDOUT8_LABELS: dict[str, dict] = json.loads(
-    (HELDOUT8 / "labels.json").read_text(encoding="utf-8")
-)
+HELDOUT8_LABELS = _labels(HELDOUT8)
 SYNTHETIC = DATA / "failure_logs"
 SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").read_text())
 
@@ -260,16 +255,14 @@ def test_accuracy_on_real_and_synthetic_logs(capsys):
 
 
 LOSS_CURVES = DATA / "loss_curves"
-LOSS_CURVE_LABELS: dict[str, dict] = json.loads(
-    (LOSS_CURVES / "labels.json").read_text(encoding="utf-8")
-)
+LOSS_CURVE_LABELS = _labels(LOSS_CURVES)
 
 
 def test_loss_curves_false_positives_and_detection(capsys):
     """The loss-curve rule on real loss logs (README there): no false alarm at any point a
     healthy stretch could end, and every diverged log read as loss_nan at its end."""
     from webapp.failures.diagnosis import catalogue_load
-    from webapp.failures.diagnosis.decide import LOSS_SPIKE_STEPS, loss_diverged, loss_value
+    from webapp.failures.diagnosis.divergence import LOSS_SPIKE_STEPS, loss_diverged, loss_value
 
     cat = catalogue_load()
     false_alarms = chances = 0
