@@ -7,6 +7,8 @@ Pipeline (docs/failure-taxonomy.md "Ordering"), one module per step:
 - events.py: a matched line becomes an event (cause, tier, node, GPU, rank, time);
 - scan.py: each input streamed in chunks through a literal prefilter, only the lines worth
   parsing decoded; whether an input may carry kernel evidence is a property of the input;
+- divergence.py: loss_nan events from the numbers at the end of a log (loss curve, grad
+  norms, loss scaler, metrics records);
 - decide.py: window, coalescing, ordering, blame and confidence over what the scan found.
 
 Empty or binary input gets `unknown` with a reason. This module holds the entry points and
