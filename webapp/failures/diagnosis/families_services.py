@@ -1,0 +1,311 @@
+"""Service clients' catalogs: object stores' retryable codes and endpoints, HTTP's and gRPC's
+retryable statuses, the JVM's and Python's connection errors, Hugging Face's exceptions (the
+registry and the tables' conventions: families.py).
+"""
+
+from __future__ import annotations
+
+from webapp.failures.diagnosis.family_table import Member, Table
+
+# Storage clients' retryable errors: S3's error codes that mean the service, not the request
+# (https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html#ErrorCodeList: SlowDown,
+# ServiceUnavailable, InternalError, RequestTimeout) and the throttling and transient codes
+# boto3 retries (https://boto3.amazonaws.com/v1/documentation/api/latest/guide/retries.html),
+# as botocore ("An error occurred (X) when calling the Y operation"), the Java SDK ("Error
+# Code: X") and minio ("S3 operation failed; code: X") print them.
+S3_RETRYABLE = Table(
+    id="s3-retryable",
+    source="S3 error codes https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html "
+    "and boto3's retried codes https://boto3.amazonaws.com/v1/documentation/api/latest/guide/"
+    "retries.html (RequestTimeout, Throttling, ThrottlingException, RequestLimitExceeded, "
+    "BandwidthLimitExceeded, SlowDown, InternalError, ServiceUnavailable, HTTP 500/502/503/504)",
+    members=(
+        Member(
+            patterns=(
+                "\\((RequestTimeout|RequestTimeoutException|PriorRequestNotComplete|Throttling|"
+                "ThrottlingException|ThrottledException|RequestThrottledException|"
+                "TooManyRequestsException|RequestLimitExceeded|BandwidthLimitExceeded|"
+                "RequestThrottled|InternalError|ServiceUnavailable|500|502|504)\\) when calling "
+                "the [A-Za-z]+ operation",
+                # ("Error Code: SlowDown" is rules.yaml object-store-endpoint's, S3's 503)
+                "Error Code: (ServiceUnavailable|InternalError|RequestTimeout)",
+                "S3 operation failed; code: (SlowDown|ServiceUnavailable|InternalError|"
+                "RequestTimeout|XMinio[A-Za-z]+)",
+            ),
+            anchors=("when calling the ", "error code: ", "s3 operation failed"),
+        ),
+    ),
+    examples=(
+        "botocore.exceptions.ClientError: An error occurred (RequestTimeout) when calling the "
+        "UploadPart operation: Your socket connection to the server was not read from or "
+        "written to within the timeout period.",
+        "minio.error.S3Error: S3 operation failed; code: XMinioServerNotInitialized, message: "
+        "Server not initialized, please try again.",
+        "com.amazonaws.services.s3.model.AmazonS3Exception: We encountered an internal error. "
+        "(Service: Amazon S3; Status Code: 500; Error Code: InternalError; Request ID: 7B1)",
+    ),
+)
+
+
+# HTTP's retryable statuses (RFC 9110 section 15.6, https://www.rfc-editor.org/rfc/rfc9110#
+# section-15.6, and 429 of RFC 6585) as the clients name them: urllib's "HTTP Error 503",
+# requests' "503 Server Error", google-api-core's exception classes
+# (https://googleapis.dev/python/google-api-core/latest/exceptions.html: TooManyRequests,
+# InternalServerError, BadGateway, ServiceUnavailable, GatewayTimeout), azure-core's
+# HttpResponseError with the storage services' busy codes
+# (https://learn.microsoft.com/en-us/rest/api/storageservices/common-rest-api-error-codes).
+# The service is auxiliary unless it is a store: decide.py makes it object_storage where the
+# line or the lines next to it name a storage endpoint or client.
+HTTP_RETRYABLE = Table(
+    id="http-retryable",
+    source="RFC 9110 15.6 https://www.rfc-editor.org/rfc/rfc9110#section-15.6 and RFC 6585 (429), "
+    "as urllib, requests, google-api-core "
+    "(https://googleapis.dev/python/google-api-core/latest/exceptions.html) and azure-core "
+    "(https://learn.microsoft.com/en-us/rest/api/storageservices/common-rest-api-error-codes: "
+    "ServerBusy, OperationTimedOut, InternalError) print them",
+    members=(
+        Member(
+            patterns=(
+                "HTTP Error (429|50[0-4])",
+                "429 Client Error: ",
+                "50[0-4] Server Error: ",
+                "429 Too Many Requests",
+                "500 Internal Server Error",
+                "502 Bad Gateway",
+                "503 Service Unavailable",
+                "504 Gateway Time-?out",
+                "exceptions\\.(ServiceUnavailable|TooManyRequests|InternalServerError|BadGateway|"
+                "GatewayTimeout): (429|50[0-4])",
+                "(Unexpected|unexpected|bad) (response|status) code:? (429|50[0-4])",
+                "HttpResponseError: .*(ServerBusy|OperationTimedOut)",
+            ),
+            anchors=(
+                "http error ",
+                " client error: ",
+                " server error: ",
+                "too many requests",
+                "internal server error",
+                "bad gateway",
+                "service unavailable",
+                "gateway time",
+                "serviceunavailable",
+                "toomanyrequests",
+                "internalservererror",
+                "badgateway",
+                "gatewaytimeout",
+                "response code",
+                "status code",
+                "httpresponseerror",
+            ),
+        ),
+    ),
+    examples=(
+        "urllib.error.HTTPError: HTTP Error 502: Bad Gateway",
+        "requests.exceptions.HTTPError: 503 Server Error: Service Unavailable for url: "
+        "https://metrics.internal/api/v1/push",
+        "google.api_core.exceptions.TooManyRequests: 429 GET https://example.googleapis.com/v1/x",
+    ),
+)
+
+
+# Where a store is named: its endpoint hosts and URL schemes (S3 https://docs.aws.amazon.com/
+# general/latest/gr/s3.html, GCS https://cloud.google.com/storage/docs/request-endpoints, Azure
+# https://learn.microsoft.com/en-us/azure/storage/common/storage-account-overview#standard-
+# endpoints) and the filesystem schemes of fsspec and Hadoop.
+STORAGE_ENDPOINTS = Table(
+    id="storage-endpoints",
+    source="S3 endpoints https://docs.aws.amazon.com/general/latest/gr/s3.html, GCS "
+    "https://cloud.google.com/storage/docs/request-endpoints, Azure Storage "
+    "https://learn.microsoft.com/en-us/azure/storage/common/storage-account-overview#standard-"
+    "endpoints; the URL schemes s3://, s3a://, gs://, az://, abfs(s)://, wasb(s)://",
+    members=(
+        Member(
+            patterns=(
+                "[a-z0-9.-]*s3[.-]([a-z0-9-]+\\.)*amazonaws\\.com",
+                "storage\\.googleapis\\.com",
+                "googleapis\\.com/(upload/)?storage/",
+                "[a-z0-9-]+\\.(blob|dfs)\\.core\\.windows\\.net",
+                "(^|[^a-z0-9])(s3a?|gs|az|abfss?|wasbs?)://[a-z0-9]",
+            ),
+            anchors=(
+                "amazonaws.com",
+                "storage.googleapis.com",
+                "googleapis.com/upload/storage",
+                "googleapis.com/storage",
+                ".core.windows.net",
+                "s3://",
+                "s3a://",
+                "gs://",
+                "az://",
+                "abfs://",
+                "abfss://",
+                "wasb://",
+                "wasbs://",
+            ),
+        ),
+    ),
+    examples=(
+        "Uploading checkpoint to s3://ckpt-bucket/run42/iter_0004000/",
+        "Connecting to https://storage.googleapis.com/upload/storage/v1/b/my-bucket/o",
+    ),
+)
+
+
+# The Hugging Face libraries' exception classes. datasets' (https://huggingface.co/docs/
+# datasets/package_reference/main_classes, datasets/exceptions.py and utils/info_utils.py):
+# the data failed to build or did not match its card. huggingface_hub's (https://huggingface.co/
+# docs/huggingface_hub/package_reference/utilities#huggingface_hub.errors): a repository, file
+# or revision missing or gated; a dataset's when its URL is one (rules.yaml dataset-load).
+DATASETS_ERRORS = Table(
+    id="datasets-errors",
+    source="datasets' exception classes https://github.com/huggingface/datasets/blob/main/src/"
+    "datasets/exceptions.py and src/datasets/utils/info_utils.py; huggingface_hub's errors "
+    "https://huggingface.co/docs/huggingface_hub/package_reference/utilities on a dataset URL",
+    members=(
+        Member(symbol="DatasetGenerationCastError"),
+        Member(symbol="DatasetBuildError"),
+        Member(symbol="ManualDownloadError"),
+        Member(symbol="DataFilesNotFoundError"),
+        Member(symbol="EmptyDatasetError"),
+        Member(symbol="SplitsNotFoundError"),
+        Member(symbol="NonMatchingSplitsSizesError"),
+        Member(symbol="NonMatchingChecksumError"),
+        Member(symbol="ExpectedMoreSplits"),
+        Member(symbol="ExpectedMoreSplitsError"),
+        Member(symbol="UnexpectedSplitsError"),
+        Member(symbol="ExpectedMoreDownloadedFiles"),
+        Member(symbol="SchemaInferenceError"),
+        Member(
+            patterns=tuple(
+                f"{name}.*(huggingface\\.co/(api/)?datasets/|[Dd]ataset)"
+                for name in ("NotFoundError", "GatedRepoError", "HfHubHTTPError")
+            ),
+            anchors=("notfounderror", "gatedrepoerror", "hfhubhttperror"),
+        ),
+    ),
+    examples=(
+        "datasets.utils.info_utils.NonMatchingSplitsSizesError: [{'expected': "
+        "SplitInfo(name='train', num_bytes=1), 'recorded': SplitInfo(name='train', num_bytes=0)}]",
+        "huggingface_hub.errors.GatedRepoError: 403 Client Error. Cannot access gated repo for "
+        "url https://huggingface.co/datasets/org/private-set/resolve/main/train.jsonl.",
+        "ValueError: ExpectedMoreSplits: {'validation'}",
+    ),
+)
+
+
+HUB_MODEL_ERRORS = Table(
+    id="hub-model-errors",
+    source="huggingface_hub's errors https://huggingface.co/docs/huggingface_hub/package_"
+    "reference/utilities (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError, "
+    "GatedRepoError, LocalEntryNotFoundError) and transformers' wording of them when a model "
+    "is loaded ('is not a local folder and is not a valid model identifier', 'does not appear "
+    "to have a file named')",
+    members=(
+        Member(symbol="RepositoryNotFoundError"),
+        Member(symbol="RevisionNotFoundError"),
+        Member(symbol="EntryNotFoundError"),
+        Member(symbol="GatedRepoError"),
+        Member(symbol="LocalEntryNotFoundError"),
+        Member(text="is not a local folder and is not a valid model identifier"),
+        Member(
+            patterns=("does not appear to have a file named [a-z_]*(model|pytorch|config)",),
+            anchors=("does not appear to have a file named",),
+        ),
+    ),
+    examples=(
+        "OSError: meta-llama/Llama-2-7b-hf is not a local folder and is not a valid model "
+        "identifier listed on 'https://huggingface.co/models'",
+        "huggingface_hub.errors.RevisionNotFoundError: 404 Client Error. Revision Not Found "
+        "for url: https://huggingface.co/api/models/org/m/revision/v2.",
+        "OSError: /ckpt/run7 does not appear to have a file named pytorch_model.bin, "
+        "model.safetensors, tf_model.h5, model.ckpt or flax_model.msgpack.",
+    ),
+)
+
+
+# gRPC's status codes (https://grpc.io/docs/guides/status-codes/), which absl::Status, TensorFlow
+# (tf.errors: UnavailableError, DeadlineExceededError) and the Google clients share: UNAVAILABLE
+# and DEADLINE_EXCEEDED are the service's, retryable (RESOURCE_EXHAUSTED is read by cuda-oom where
+# it is an allocator's). The store's where the line or its neighbours name one (decide.py).
+GRPC_RETRYABLE = Table(
+    id="grpc-retryable",
+    source="gRPC status codes https://grpc.io/docs/guides/status-codes/ (UNAVAILABLE 14, "
+    "DEADLINE_EXCEEDED 4) as grpc's StatusCode, absl's 'UNAVAILABLE: ' and TensorFlow's "
+    "tf.errors https://www.tensorflow.org/api_docs/python/tf/errors (UnavailableError, "
+    "DeadlineExceededError, 'Unavailable: ') print them",
+    members=(
+        Member(symbol="UnavailableError"),
+        Member(symbol="DeadlineExceededError"),
+        Member(
+            patterns=(
+                "StatusCode\\.(UNAVAILABLE|DEADLINE_EXCEEDED)",
+                "(^|[^A-Za-z_])UNAVAILABLE: ",
+                "(^|[^A-Za-z_])DEADLINE_EXCEEDED: ",
+                "^Unavailable: ",
+            ),
+            anchors=("statuscode.", "unavailable: ", "deadline_exceeded: "),
+        ),
+    ),
+    examples=(
+        "grpc._channel._MultiThreadedRendezvous: <_MultiThreadedRendezvous of RPC that terminated "
+        "with: status = StatusCode.UNAVAILABLE",
+        "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed",
+        "Unavailable: Error executing an HTTP request: HTTP response code 503",
+    ),
+)
+
+
+# The JVM's network exceptions (java.net, https://docs.oracle.com/javase/8/docs/api/java/net/
+# package-summary.html) and Apache HttpClient's, under which the AWS and GCS SDKs for Java and
+# Hadoop's connectors report an endpoint that did not answer: a service's, the store's where the
+# line or its neighbours name one (decide.py).
+JVM_NETWORK_ERRORS = Table(
+    id="jvm-network-errors",
+    source="java.net exceptions https://docs.oracle.com/javase/8/docs/api/java/net/package-"
+    "summary.html (ConnectException, SocketTimeoutException, UnknownHostException, "
+    "NoRouteToHostException); Apache HttpClient's NoHttpResponseException, "
+    "ConnectTimeoutException, HttpHostConnectException https://hc.apache.org/httpcomponents-"
+    "client-4.5.x/current/httpclient/apidocs/",
+    members=(
+        Member(
+            patterns=(
+                "java\\.net\\.(ConnectException|SocketTimeoutException|UnknownHostException|"
+                "NoRouteToHostException)",
+                "NoHttpResponseException: ",
+                "ConnectTimeoutException: ",
+                "HttpHostConnectException: ",
+            ),
+            anchors=(
+                "java.net.",
+                "nohttpresponseexception",
+                "connecttimeoutexception",
+                "httphostconnectexception",
+            ),
+        ),
+    ),
+    examples=(
+        "Caused by: java.net.SocketTimeoutException: Read timed out",
+        "org.apache.http.NoHttpResponseException: metrics.internal:443 failed to respond",
+    ),
+)
+
+
+# Python's built-in ConnectionError (https://docs.python.org/3/library/exceptions.html#
+# ConnectionError), raised bare by clients such as datasets and huggingface_hub ("ConnectionError:
+# Couldn't reach ... on the Hub"): a service the job reaches; its subclasses are rules.yaml
+# aux-connection's own patterns.
+PYTHON_CONNECTION_ERRORS = Table(
+    id="python-connection-errors",
+    source="Python's ConnectionError https://docs.python.org/3/library/exceptions.html#"
+    "ConnectionError, raised bare by clients",
+    members=(
+        Member(
+            patterns=("^([A-Za-z_][A-Za-z0-9_]*\\.)*ConnectionError: ",),
+            anchors=("connectionerror: ",),
+        ),
+    ),
+    examples=(
+        "ConnectionError: Couldn't reach https://huggingface.co/datasets/c4/resolve/main/en/"
+        "c4-train.00000-of-01024.json.gz (ReadTimeout)",
+    ),
+)
