@@ -47,8 +47,8 @@ from typing import Any
 
 from collectors.backends import simphases
 from collectors.backends.base import GPU_POS, NODE_POS, BackendError, NodeReading, Source
+from collectors.backends.simfleet import JobSimulator
 from collectors.backends.siminbox import INBOX_ENV
-from collectors.backends.simjobs import JobSimulator
 from collectors.backends.simphases import paper_twin
 from collectors.schema import GPU_FIELD_NAMES, NODE_FIELD_NAMES, GpuInfo
 

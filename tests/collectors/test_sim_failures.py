@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 
 from collectors.backends import simfailures
-from collectors.backends.simjobs import ClusterJobs, JobSimulator
+from collectors.backends.simfleet import JobSimulator
+from collectors.backends.simjobs import ClusterJobs
 from collectors.backends.simulated import SimulatedBackend
 from collectors.schema import parse_job_events, parse_node_events
 from collectors.watchers.nodeevents import NodeEventWatcher
