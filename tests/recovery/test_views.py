@@ -251,7 +251,7 @@ def test_recovery_page_counts_an_automatic_recovery_as_an_intervention_avoided(
     assert r.phases["running_again"]["n"] == 1 and r.phases["act"]["n"] == 1
     assert r.recover_median_s is not None and r.recover_median_s >= 0
     body = response.content.decode()
-    assert 'id="avoided">1<' in body and "of 2 planned failures (50%)" in body
+    assert 'id="avoided">1<' in body and "of 2 failures planned live (50%)" in body
     assert "no human step" in body  # how it is counted
     assert "Approve each action" in body and "nothing runs until an operator" in body
     assert "simulated" in body
@@ -259,6 +259,38 @@ def test_recovery_page_counts_an_automatic_recovery_as_an_intervention_avoided(
     plans = response.context["plans"]
     assert plans.paginator.count == 2
     assert f'href="/failures/{recovered.pk}/"' in body
+
+
+def test_a_replayed_failure_is_not_counted_as_a_chance_to_avoid_a_manual_intervention(
+    outsider_client, recovered, fleet
+):
+    # An Xid that happened 40 minutes before Vigil heard of it (a collector's backlog replayed):
+    # its plan only notifies, so it is no failure recovery could have handled without a person.
+    at = _now() - 2400
+    fleet.run_job("302", at - 3600, None, nodes=("gpu-node-01",))
+    node_events_ingest(
+        fleet.node_batch("gpu-node-01", gpu_events=[xid_event(at, 79, index=3, node_no=1)])
+    )
+    replayed = FailureEvent.objects.get(kind="gpu_error", node__hostname="gpu-node-01")
+    failure_diagnose(replayed.pk)
+    assert {a.kind for a in replayed.recovery_plan.actions.all()} == {"notify"}
+    response = outsider_client.get("/recovery/?cluster=testcluster&days=1")
+    r = response.context["r"]
+    assert (r.failures, r.late, r.live_failures, r.auto_recovered) == (2, 1, 1, 1)
+    assert r.avoided_share == 1.0
+    body = response.content.decode()
+    assert 'id="avoided">1<' in body and "of 1 failure planned live (100%)" in body
+    assert "1 replayed failure (reported over 10 min late) not counted" in body
+    summary = {
+        (row["group"], row["name"]): row
+        for row in _rows(
+            outsider_client.get("/api/v1/recovery/summary.csv?cluster=testcluster&days=1")
+        )
+    }
+    assert summary[("failures", "planned")]["count"] == "2"
+    assert summary[("failures", "planned_live")]["count"] == "1"
+    assert summary[("failures", "replayed")]["count"] == "1"
+    assert summary[("failures", "recovered_without_a_human")]["median_s_or_share"] == "1.0"
 
 
 def test_operator_sets_the_mode_and_a_bad_mode_is_refused(operator_client, recovered):

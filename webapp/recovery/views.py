@@ -436,6 +436,8 @@ def _summary_rows(window: Window) -> list[dict]:
         ("actions", "succeeded", r.succeeded, r.success_rate, None),
         ("actions", "simulated", r.simulated, None, None),
         ("failures", "planned", r.failures, None, None),
+        ("failures", "planned_live", r.live_failures, None, None),
+        ("failures", "replayed", r.late, None, None),
         ("failures", "recovered_without_a_human", r.auto_recovered, r.avoided_share, None),
     ]
     keys = ("group", "name", "count", "median_s_or_share", "p95_s")
