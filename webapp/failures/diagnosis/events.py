@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import webapp.failures.diagnosis.exits as exits
 from webapp.failures import taxonomy
+from webapp.failures.diagnosis import families_python
 from webapp.failures.diagnosis.catalogue import Catalogue, Rule, catalogue_load, first_rule
 from webapp.failures.diagnosis.lines import Line, Stamp, folded, kernel_hint, parse_line
 
@@ -63,8 +64,47 @@ FRAMEWORK_PACKAGES = frozenset(
         "trl",
         "nemo",
         "transformer_engine",
+        # Frameworks run from a git checkout as often as installed (fairseq, metaseq, GPT-NeoX's
+        # megatron package above, torchtitan, Composer and LLM Foundry, nanotron, OpenMMLab's).
+        "fairseq",
+        "fairseq2",
+        "metaseq",
+        "torchtitan",
+        "torchtune",
+        "composer",
+        "llmfoundry",
+        "nanotron",
+        "mmengine",
+        "mmcv",
+        "detectron2",
+        "xformers",
+        "ray",
     }
 )
+# What an exception raised in a library's own frames is, by the library's role
+# (docs/failure-taxonomy.md): the dataset library reading the data, the weights reader reading
+# a model's file. The innermost frame decides, under site-packages or dist-packages.
+PACKAGE_ROLES: dict[str, str] = {"datasets": "dataset_loading", "safetensors": "model_loading"}
+# transformers' model loading: the functions of modeling_utils and configuration_utils that read
+# a model's config and weights (from_pretrained and the loaders under it).
+_MODEL_LOADING_FRAME = re.compile(
+    r"transformers[/\\](?:modeling_utils|modeling_tf_utils|configuration_utils)\.py$"
+)
+_MODEL_LOADING_FUNCTIONS = frozenset(
+    {
+        "from_pretrained",
+        "load_state_dict",
+        "_load_pretrained_model",
+        "load_sharded_checkpoint",
+        "_load_state_dict_into_model",
+        "get_config_dict",
+        "_get_config_dict",
+        "_get_resolved_checkpoint_files",
+    }
+)
+# A class of families_python that reports another failure (a Ray actor that died, torchrun's
+# ChildFailedError) names no cause: a symptom, under every rule that names one.
+CONSEQUENCE_CONFIDENCE = 0.3
 
 
 @dataclass(frozen=True)
@@ -177,7 +217,7 @@ _CANCELLED_AT = re.compile(r"CANCELLED AT (\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})"
 _DETAIL_NOISE = re.compile(
     r"^(?:error: |\[\d+\] (?:[\w./-]+:\d+ )?NCCL (?:WARN|INFO) |\[[EWI] [\w./-]+:\d+\] )+"
 )
-_FRAME = re.compile(r'File "([^"]+)", line \d+')
+_FRAME = re.compile(r'File "([^"]+)", line \d+(?:, in ([\w<>.]+))?')
 # Rich's traceback (https://rich.readthedocs.io/en/latest/traceback.html), as typer, accelerate
 # and many CLIs print it: a box headed "╭─── Traceback (most recent call last) ───╮" whose
 # frames read "│ /path/to/file.py:520 in main   │" (a long path may wrap onto the next line:
@@ -212,10 +252,32 @@ def _frame_is_library(path: str) -> bool | None:
     p = path.replace("\\", "/")
     if "site-packages/" in p or "dist-packages/" in p:
         return True
-    if p.startswith("<") or re.search(r"/lib/python\d[.\d]*/", p):
+    # A Cython module's frame ("pyarrow/error.pxi", "python/ray/_raylet.pyx") is a compiled
+    # library's, printed with the path it was built from.
+    if p.endswith((".pyx", ".pxi")):
+        return True
+    # The standard library: /usr/lib/python3.10/..., or Windows' <prefix>/Lib/runpy.py.
+    if p.startswith("<") or _STDLIB.search(p):
         return None
     parts = p.split("/")
     return any(part in FRAMEWORK_PACKAGES for part in parts[:-1])
+
+
+_STDLIB = re.compile(
+    r"/lib/python\d[.\d]*/|^(?:[A-Za-z]:)?/(?:[^/]+/)*Lib/(?:[A-Za-z_]\w*/)*[A-Za-z_]\w*\.py$"
+)
+
+
+def _frame_role(frame: str, function: str | None) -> str | None:
+    """The cause an exception raised in this innermost frame has by its package's role
+    (PACKAGE_ROLES, transformers' model loading), or None."""
+    p = frame.replace("\\", "/")
+    m = re.search(r"(?:site|dist)-packages/([A-Za-z0-9_]+)/", p)
+    if m and m.group(1) in PACKAGE_ROLES:
+        return PACKAGE_ROLES[m.group(1)]
+    if function in _MODEL_LOADING_FUNCTIONS and _MODEL_LOADING_FRAME.search(p):
+        return "model_loading"
+    return None
 
 
 def classify(
@@ -276,13 +338,27 @@ def event_of(
         detail = state.label
     elif cause == "by_exception":
         # A JVM exception's line starts with its place in the chain (rules.yaml jvm-exception).
-        name = _EXC_NAME.match(_JVM_EXCEPTION_PREFIX.sub("", msg, count=1)).group(1)
+        exc = _JVM_EXCEPTION_PREFIX.sub("", msg, count=1)
+        name = _EXC_NAME.match(exc).group(1)
         if name in EXCEPTIONS_IGNORED:
             return None
         detail = name
-        frame = _innermost_frame(line, before) if before else None
+        found = _innermost_frame_at(line, before) if before else None
+        frame, function = found if found else (None, None)
         library = _frame_is_library(frame) if frame else None
-        if msg.startswith(DATASET_LIBRARY_MODULES):
+        verdict = families_python.exception_cause(exc)
+        if verdict is not None and verdict.cause == families_python.CONSEQUENCE:
+            # The class reports another failure (an actor whose process died, a launcher's
+            # child that failed, a wrapper of the task's own exception): the log's other
+            # events name the cause, and where there are none it is unknown, never the
+            # framework frame that printed the report.
+            cause, kind, detail = "unknown", "symptom", verdict.name
+            confidence = min(confidence, CONSEQUENCE_CONFIDENCE)
+        elif verdict is not None:
+            # Root cause over the frame that raised it: a library's exception class is known
+            # by the library's own catalog (families_python), whatever its message says.
+            cause = verdict.cause
+        elif msg.startswith(DATASET_LIBRARY_MODULES):
             # Root cause over the frame that raised it: the dataset library's own exception
             # (a schema it cannot infer or cast, a split it cannot generate) is the data's,
             # whichever trainer frame it surfaces in.
@@ -311,6 +387,10 @@ def event_of(
             # Root cause over the frame that raised it: a library's dataset loader refusing
             # the data it was given (a key, a schema, a format) is the data's.
             cause = "dataset_loading"
+        elif frame and (role := _frame_role(frame, function)):
+            # Root cause over the frame that raised it: the package's role (the dataset
+            # library, the weights reader, transformers' from_pretrained) names the cause.
+            cause = role
         elif library is None:
             cause = taxonomy.EXCEPTION_DEFAULT_CAUSE.get(
                 taxonomy.EXCEPTION_ALIAS.get(name, name), "framework_exception"
@@ -418,6 +498,15 @@ def _in_checkpoint_read(exc: Line, before: Callable[[], list[str]]) -> bool:
 def _innermost_frame(exc: Line, before: Callable[[], list[str]]) -> str | None:
     """Walk back from an exception line to its innermost non-stdlib frame (same host/rank):
     the frame's file, or None."""
+    found = _innermost_frame_at(exc, before)
+    return found[0] if found else None
+
+
+def _innermost_frame_at(
+    exc: Line, before: Callable[[], list[str]]
+) -> tuple[str, str | None] | None:
+    """The innermost non-stdlib frame's file and function (None where the frame's line does
+    not name one), or None."""
     for text in before():
         prev = parse_line(text)
         if (prev.host, prev.rank) != (exc.host, exc.rank):
@@ -430,7 +519,7 @@ def _innermost_frame(exc: Line, before: Callable[[], list[str]]) -> str | None:
         fm = _FRAME.match(msg) or (_RICH_FRAME.match(msg) if msg.startswith("│") else None)
         if fm:
             if _frame_is_library(fm.group(1)) is not None:
-                return fm.group(1)
+                return fm.group(1), (fm.group(2) if fm.re is _FRAME else None)
         elif _EXC_NAME.fullmatch(msg.split(":", 1)[0]) and msg.split(":", 1)[0].endswith(
             ("Error", "Exception")
         ):

@@ -36,6 +36,7 @@ from webapp.failures.diagnosis.families_os import (
     ERRNO_NETWORK,
     KERNEL_STORAGE_ERRORS,
 )
+from webapp.failures.diagnosis.families_python import PYTHON_EXCEPTION_NAMES
 from webapp.failures.diagnosis.families_schedulers import (
     MEMORY_KILLERS,
     PREEMPTION_NOTICES,
@@ -82,5 +83,6 @@ TABLES: dict[str, Table] = {
         JVM_NETWORK_ERRORS,
         KERNEL_STORAGE_ERRORS,
         PYTHON_CONNECTION_ERRORS,
+        PYTHON_EXCEPTION_NAMES,
     )
 }

@@ -1,0 +1,162 @@
+"""Python exceptions read as classes and frames (families_python, events.py): a library's error
+is known by its class and module, a report of another failure names no cause, and the innermost
+frame's package decides by its role.
+
+Plain functions over text: no database, broker or Django models involved.
+"""
+
+from __future__ import annotations
+
+from webapp.failures.diagnosis import diagnose_text
+from webapp.failures.diagnosis.families_python import CATALOGS, CONSEQUENCE, exception_cause
+from webapp.failures.taxonomy import CAUSES
+
+
+def test_every_catalogued_class_maps_to_a_taxonomy_cause():
+    for cat in CATALOGS:
+        assert cat.source.startswith("https://"), cat.id
+        for name, cause in cat.classes.items():
+            assert cause == CONSEQUENCE or cause in CAUSES, (cat.id, name, cause)
+        assert cat.bare <= set(cat.classes), cat.id
+
+
+def test_lightning_misconfiguration_is_the_jobs_setup_whatever_frame_raised_it():
+    # Zasder3/train-CLIP#36: raised in pytorch_lightning/core/hooks.py, read framework before.
+    d = diagnose_text(
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 20, in main\n'
+        "    trainer.fit(model, dm)\n"
+        '  File "/usr/local/lib/python3.7/dist-packages/pytorch_lightning/core/hooks.py", '
+        "line 485, in train_dataloader\n"
+        '    raise MisconfigurationException("`train_dataloader` must be implemented")\n'
+        "pytorch_lightning.utilities.exceptions.MisconfigurationException: `train_dataloader` "
+        "must be implemented to be used with the Lightning Trainer\n"
+    )
+    assert (d.cause, d.detail) == ("user_exception", "MisconfigurationException")
+
+
+def test_hub_offline_mode_is_a_model_that_cannot_be_loaded():
+    # huggingface/optimum-neuron#535: a class named neither *Error nor *Exception (unknown before).
+    d = diagnose_text(
+        '  File "/usr/local/lib/python3.10/dist-packages/huggingface_hub/utils/_http.py", line '
+        "78, in send\n"
+        "    raise OfflineModeIsEnabled(\n"
+        "huggingface_hub.utils._http.OfflineModeIsEnabled: Cannot reach "
+        "https://huggingface.co/meta-llama/Llama-2-7b-chat-hf/\n"
+    )
+    assert d.cause == "model_loading"
+
+
+def test_ray_actor_death_alone_abstains_rather_than_blaming_a_frame():
+    # hkust-nlp/simpleRL-reason#98: Ray lists three possible causes; the log shows none of them.
+    d = diagnose_text(
+        '  File "/tmp/ray/session_1/runtime_resources/working_dir_files/_ray_pkg_61/verl/'
+        'single_controller/ray/base.py", line 42, in func\n'
+        "    output = ray.get(output)\n"
+        "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"
+        "        class_name: create_colocated_worker_cls.<locals>.WorkerDict\n"
+    )
+    assert d.cause == "unknown"
+
+
+def test_ray_actor_death_gives_way_to_the_cause_beside_it():
+    d = diagnose_text(
+        "(WorkerDict pid=7710) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        "2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.02 GiB is free.\n"
+        '  File "/usr/local/lib/python3.10/dist-packages/ray/_private/worker.py", line 919, in '
+        "get_objects\n"
+        "    raise value.as_instanceof_cause()\n"
+        "ray.exceptions.RayTaskError(ActorDiedError): ray::main_task() (pid=1042684, "
+        "ip=147.8.181.248)\n"
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+    )
+    assert d.cause == "gpu_oom"
+
+
+def test_ray_task_error_is_read_by_the_class_it_wraps():
+    assert exception_cause("ray.exceptions.RayTaskError(OutOfMemoryError): ray::f()").cause == (
+        "host_oom"
+    )
+    # The task's own exception: its traceback's last line, after the wrapper's, decides.
+    d = diagnose_text(
+        '  File "/home/u/.venv/lib/python3.11/site-packages/ray/_private/worker.py", line 2772, '
+        "in get\n"
+        "    raise value.as_instanceof_cause()\n"
+        "ray.exceptions.RayTaskError(KeyError): ray::train_fn() (pid=4100, ip=10.0.0.7)\n"
+        '  File "/home/u/project/train.py", line 88, in train_fn\n'
+        "    batch = sample['input_ids']\n"
+        "KeyError: 'input_ids'\n"
+    )
+    assert (d.cause, d.detail) == ("user_exception", "KeyError")
+
+
+def test_a_generic_class_name_is_read_only_under_its_librarys_module():
+    assert exception_cause("requests.exceptions.ConnectionError: HTTPSConnectionPool").cause == (
+        "aux_connection"
+    )
+    assert exception_cause("ConnectionError: peer closed") is None
+    assert exception_cause("myproject.errors.ValidationError: bad") is None
+    assert exception_cause("omegaconf.errors.ValidationError: bad").cause == "user_exception"
+
+
+def test_torch_store_errors_are_the_rendezvous_store_not_the_framework():
+    d = diagnose_text(
+        '  File "/usr/local/lib/python3.10/dist-packages/torch/distributed/rendezvous.py", line '
+        "174, in _create_c10d_store\n"
+        "    return TCPStore(\n"
+        "torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 1/3 "
+        "clients joined.\n"
+    )
+    assert d.cause == "aux_connection"
+
+
+def test_pyarrow_cython_frames_are_the_library_not_the_users_script():
+    # A ValueError in Arrow's compiled frames ("pyarrow/error.pxi") read user_exception before.
+    d = diagnose_text(
+        "Traceback (most recent call last):\n"
+        '  File "pyarrow/_parquet.pyx", line 1587, in pyarrow._parquet.ParquetReader.open\n'
+        '  File "pyarrow/error.pxi", line 91, in pyarrow.lib.check_status\n'
+        "pyarrow.lib.ArrowNotImplementedError: Unsupported encoding in column 'text'\n"
+    )
+    assert d.cause == "dataset_loading"
+
+
+def test_windows_standard_library_frames_are_looked_through():
+    d = diagnose_text(
+        "Traceback (most recent call last):\n"
+        '  File "C:\\Users\\u\\miniconda3\\Lib\\site-packages\\deepspeed\\runtime\\engine.py", '
+        "line 300, in __init__\n"
+        '  File "C:\\Users\\u\\miniconda3\\Lib\\json\\decoder.py", line 355, in raw_decode\n'
+        "AttributeError: 'NoneType' object has no attribute 'shape'\n"
+    )
+    assert d.cause == "framework_exception"
+
+
+def test_a_weights_reader_frame_is_model_loading():
+    d = diagnose_text(
+        "Traceback (most recent call last):\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/transformers/modeling_utils.py", line '
+        "3912, in from_pretrained\n"
+        "    raise ValueError(\n"
+        "ValueError: You are trying to load a checkpoint saved in a format the model cannot read\n"
+    )
+    assert d.cause == "model_loading"
+    d = diagnose_text(
+        "Traceback (most recent call last):\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/datasets/load.py", line 1429, in '
+        "dataset_module_factory\n"
+        '    raise ValueError(f"Couldn\'t cast the data files of {path}")\n'
+        "ValueError: Couldn't cast the data files of /data/sft\n"
+    )
+    assert d.cause == "dataset_loading"
+
+
+def test_a_checked_out_framework_raising_is_the_framework():
+    # fairseq run from its git checkout: its frames are the framework's, not the user's script.
+    d = diagnose_text(
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/fairseq/fairseq_cli/train.py", line 557, in cli_main\n'
+        '  File "/home/u/fairseq/fairseq/trainer.py", line 1001, in train_step\n'
+        "AssertionError: Fatal error: gradients are inconsistent between workers\n"
+    )
+    assert d.cause == "framework_exception"

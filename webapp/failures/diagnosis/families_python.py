@@ -1,0 +1,528 @@
+"""Python libraries' exception classes, read by class and module whatever their message says
+(the registry and the tables' conventions: families.py).
+
+A library's error is known by its class: `safetensors_rust.SafetensorError` is a model file
+that cannot be read whether its message says "HeaderTooLarge" or "InvalidHeaderDeserialization",
+`lightning_fabric.utilities.exceptions.MisconfigurationException` is the job's setup whatever
+hook it names. Each catalog below is one library's exceptions module, enumerated from its
+source (the URL beside it), with the taxonomy cause (docs/failure-taxonomy.md) of each class,
+or CONSEQUENCE where the class reports that something else failed (a Ray actor whose process
+died, a torchrun child that failed): such a class names no cause of its own, and the diagnosis
+reads the log's other events for it (abstaining, unknown, where there are none), never the
+framework frame that printed it. A wrapper that names the class it wraps in its own name
+(Ray's `RayTaskError(ValueError)`) is read by the wrapped class.
+
+events.py looks the exception of every python-exception line up here (`exception_cause`) before
+the frames decide; the PYTHON_EXCEPTION_NAMES table lets rules.yaml's python-exception rule read
+the classes whose names end in neither Error nor Exception.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from webapp.failures.diagnosis.family_table import Member, Table
+
+# The class reports another failure (a process or node that died, a wrapper's child): no cause
+# of its own.
+CONSEQUENCE = "consequence"
+
+
+@dataclass(frozen=True)
+class ExceptionCatalog:
+    id: str
+    source: str  # the library's exceptions module: a public URL
+    # The modules its classes are printed under ("botocore.exceptions."); a class name that
+    # other libraries share (ConnectionError, ReadTimeout, HTTPError) is read only under them.
+    modules: tuple[str, ...]
+    classes: dict[str, str]  # class name -> taxonomy cause or CONSEQUENCE
+    # Class names distinctive enough to read with no module (printed bare by a trainer's
+    # logger, or under a private module path that moves between releases).
+    bare: frozenset[str] = frozenset()
+
+
+def _causes(cause: str, *names: str) -> dict[str, str]:
+    return dict.fromkeys(names, cause)
+
+
+CATALOGS: tuple[ExceptionCatalog, ...] = (
+    ExceptionCatalog(
+        id="huggingface-hub",
+        source="https://github.com/huggingface/huggingface_hub/blob/main/src/huggingface_hub/"
+        "errors.py (printed under huggingface_hub.errors, huggingface_hub.utils._errors and "
+        "huggingface_hub.utils._http in older releases): a repository, revision or file the "
+        "job asks for that is missing, gated, disabled or not cached while offline",
+        modules=("huggingface_hub.",),
+        classes={
+            **_causes(
+                "model_loading",
+                "RepositoryNotFoundError",
+                "RevisionNotFoundError",
+                "EntryNotFoundError",
+                "RemoteEntryNotFoundError",
+                "LocalEntryNotFoundError",
+                "GatedRepoError",
+                "DisabledRepoError",
+                "OfflineModeIsEnabled",
+            ),
+            # A repo id or token the job gave that is malformed or missing.
+            **_causes("user_exception", "HFValidationError", "LocalTokenNotFoundError"),
+        },
+        bare=frozenset(
+            {
+                "RepositoryNotFoundError",
+                "RevisionNotFoundError",
+                "RemoteEntryNotFoundError",
+                "LocalEntryNotFoundError",
+                "GatedRepoError",
+                "DisabledRepoError",
+                "OfflineModeIsEnabled",
+                "HFValidationError",
+                "LocalTokenNotFoundError",
+            }
+        ),
+    ),
+    ExceptionCatalog(
+        id="datasets",
+        source="https://github.com/huggingface/datasets/blob/main/src/datasets/exceptions.py, "
+        "src/datasets/utils/info_utils.py, src/datasets/table.py (CastError), "
+        "src/datasets/builder.py (DatasetBuildError, ManualDownloadError)",
+        modules=("datasets.",),
+        classes=_causes(
+            "dataset_loading",
+            "DatasetsError",
+            "DatasetNotFoundError",
+            "DatasetBuildError",
+            "ManualDownloadError",
+            "FileNotFoundDatasetsError",
+            "DataFilesNotFoundError",
+            "EmptyDatasetError",
+            "DatasetGenerationError",
+            "DatasetGenerationCastError",
+            "SplitsNotFoundError",
+            "ChecksumVerificationError",
+            "UnexpectedDownloadedFileError",
+            "ExpectedMoreDownloadedFilesError",
+            "NonMatchingChecksumError",
+            "SplitsVerificationError",
+            "UnexpectedSplitsError",
+            "ExpectedMoreSplitsError",
+            "NonMatchingSplitsSizesError",
+            "UnexpectedDownloadedFile",
+            "ExpectedMoreDownloadedFiles",
+            "ExpectedMoreSplits",
+            "UnexpectedSplits",
+            "SchemaInferenceError",
+            "CastError",
+            "DatasetTransformationNotAllowedError",
+        ),
+        bare=frozenset(
+            {
+                "DatasetNotFoundError",
+                "DataFilesNotFoundError",
+                "DatasetGenerationError",
+                "DatasetGenerationCastError",
+                "NonMatchingSplitsSizesError",
+                "NonMatchingChecksumError",
+                "ExpectedMoreSplits",
+                "ExpectedMoreSplitsError",
+                "ExpectedMoreDownloadedFiles",
+                "SchemaInferenceError",
+            }
+        ),
+    ),
+    ExceptionCatalog(
+        id="pyarrow",
+        source="https://github.com/apache/arrow/blob/main/python/pyarrow/error.pxi (ArrowInvalid, "
+        "ArrowTypeError, ArrowIOError, ArrowKeyError, ArrowIndexError, ArrowNotImplementedError, "
+        "ArrowCapacityError, ArrowSerializationError, ArrowMemoryError): the data's bytes, "
+        "schema or size as Arrow reads them",
+        modules=("pyarrow.",),
+        classes=_causes(
+            "dataset_loading",
+            "ArrowInvalid",
+            "ArrowTypeError",
+            "ArrowIOError",
+            "ArrowKeyError",
+            "ArrowIndexError",
+            "ArrowNotImplementedError",
+            "ArrowCapacityError",
+            "ArrowSerializationError",
+        ),
+        bare=frozenset({"ArrowInvalid", "ArrowTypeError", "ArrowCapacityError"}),
+    ),
+    ExceptionCatalog(
+        id="safetensors",
+        source="https://github.com/huggingface/safetensors/blob/main/bindings/python/src/lib.rs "
+        "(SafetensorError, printed as safetensors_rust.SafetensorError; its messages carry "
+        "safetensors/src/tensor.rs' SafeTensorError variants: HeaderTooLarge, "
+        "InvalidHeaderDeserialization, MetadataIncompleteBuffer, ...): a weights file that "
+        "cannot be read (truncated, a git-lfs pointer, another format)",
+        modules=("safetensors_rust.", "safetensors."),
+        classes=_causes("model_loading", "SafetensorError"),
+        bare=frozenset({"SafetensorError"}),
+    ),
+    ExceptionCatalog(
+        id="torch",
+        source="https://github.com/pytorch/pytorch/blob/main/torch/distributed/__init__.py "
+        "(DistError, DistBackendError, DistNetworkError, DistStoreError), torch/__init__.py "
+        "(OutOfMemoryError, torch.cuda.OutOfMemoryError), torch/distributed/elastic/"
+        "multiprocessing/errors/__init__.py (ChildFailedError), torch/multiprocessing/spawn.py "
+        "(ProcessRaisedException, ProcessExitedException)",
+        modules=("torch.",),
+        classes={
+            "OutOfMemoryError": "gpu_oom",
+            # The c10d store the ranks meet at did not answer or not every rank joined it
+            # (rules.yaml c10d-store-connection's cause).
+            "DistStoreError": "aux_connection",
+            "DistNetworkError": "aux_connection",
+            # torchrun's and mp.spawn's report that a child failed: the child's own traceback
+            # and the launcher's record decide.
+            "ChildFailedError": CONSEQUENCE,
+            "ProcessRaisedException": CONSEQUENCE,
+            "ProcessExitedException": CONSEQUENCE,
+        },
+        bare=frozenset({"DistStoreError", "ChildFailedError"}),
+    ),
+    ExceptionCatalog(
+        id="ray",
+        source="https://github.com/ray-project/ray/blob/master/python/ray/exceptions.py: "
+        "RayTaskError wraps a task's exception (RayTaskError(X), read by X); an actor or "
+        "worker that died, an object lost with its node or owner, a system error, report "
+        "another failure; OutOfMemoryError is Ray's memory monitor killing a task on its node",
+        modules=("ray.exceptions.", "ray."),
+        classes={
+            **_causes(
+                CONSEQUENCE,
+                "RayTaskError",
+                "RayActorError",
+                "ActorDiedError",
+                "ActorUnavailableError",
+                "ActorUnschedulableError",
+                "WorkerCrashedError",
+                "LocalRayletDiedError",
+                "RaySystemError",
+                "NodeDiedError",
+                "ObjectLostError",
+                "ObjectFetchTimedOutError",
+                "OwnerDiedError",
+                "ObjectReconstructionFailedError",
+                "ObjectReconstructionFailedMaxAttemptsExceededError",
+                "ObjectReconstructionFailedLineageEvictedError",
+                "ReferenceCountingAssertionError",
+                "TaskUnschedulableError",
+                "GetTimeoutError",
+            ),
+            "OutOfMemoryError": "host_oom",
+            "OutOfDiskError": "filesystem",
+            "RuntimeEnvSetupError": "user_exception",
+        },
+        bare=frozenset(
+            {
+                "RayTaskError",
+                "RayActorError",
+                "ActorDiedError",
+                "WorkerCrashedError",
+                "LocalRayletDiedError",
+                "RaySystemError",
+                "OwnerDiedError",
+                "ObjectReconstructionFailedError",
+                "RuntimeEnvSetupError",
+            }
+        ),
+    ),
+    ExceptionCatalog(
+        id="lightning",
+        source="https://github.com/Lightning-AI/pytorch-lightning/blob/master/src/lightning/"
+        "fabric/utilities/exceptions.py (MisconfigurationException, re-exported by "
+        "pytorch_lightning.utilities.exceptions and lightning.pytorch.utilities.exceptions): "
+        "the Trainer refusing the job's module, hooks or arguments",
+        modules=("lightning_fabric.", "pytorch_lightning.", "lightning."),
+        classes=_causes("user_exception", "MisconfigurationException"),
+        bare=frozenset({"MisconfigurationException"}),
+    ),
+    ExceptionCatalog(
+        id="config",
+        source="https://github.com/omry/omegaconf/blob/master/omegaconf/errors.py, "
+        "https://github.com/facebookresearch/hydra/blob/main/hydra/errors.py, "
+        "https://github.com/yaml/pyyaml/blob/main/lib/yaml/error.py (MarkedYAMLError and "
+        "its scanner, parser, composer and constructor errors): the config the job gave",
+        modules=("omegaconf.", "hydra.", "yaml."),
+        classes=_causes(
+            "user_exception",
+            "OmegaConfBaseException",
+            "MissingMandatoryValue",
+            "KeyValidationError",
+            "ValidationError",
+            "UnsupportedValueType",
+            "ReadonlyConfigError",
+            "ConfigKeyError",
+            "ConfigAttributeError",
+            "ConfigTypeError",
+            "ConfigIndexError",
+            "ConfigValueError",
+            "InterpolationKeyError",
+            "InterpolationResolutionError",
+            "InterpolationToMissingValueError",
+            "InterpolationValidationError",
+            "UnsupportedInterpolationType",
+            "GrammarParseError",
+            "ConfigCycleDetectedException",
+            "MissingConfigException",
+            "ConfigCompositionException",
+            "OverrideParseException",
+            "HydraException",
+            "SearchPathException",
+            "YAMLError",
+            "MarkedYAMLError",
+            "ScannerError",
+            "ParserError",
+            "ComposerError",
+            "ConstructorError",
+            "ReaderError",
+        ),
+        bare=frozenset(
+            {
+                "MissingMandatoryValue",
+                "ConfigKeyError",
+                "ConfigAttributeError",
+                "InterpolationKeyError",
+                "InterpolationResolutionError",
+                "MissingConfigException",
+                "ConfigCompositionException",
+                "OverrideParseException",
+            }
+        ),
+    ),
+    ExceptionCatalog(
+        id="http-clients",
+        source="https://github.com/psf/requests/blob/main/src/requests/exceptions.py, "
+        "https://github.com/urllib3/urllib3/blob/main/src/urllib3/exceptions.py, "
+        "https://github.com/encode/httpx/blob/master/httpx/_exceptions.py, "
+        "https://github.com/aio-libs/aiohttp/blob/master/aiohttp/client_exceptions.py: the "
+        "connection-level errors (a service that did not answer); an object store's where "
+        "the store is named next to it or its client's frames raised it (decide.py)",
+        modules=("requests.", "urllib3.", "httpx.", "httpcore.", "aiohttp."),
+        classes=_causes(
+            "aux_connection",
+            # requests
+            "ConnectionError",
+            "ConnectTimeout",
+            "ReadTimeout",
+            "Timeout",
+            "SSLError",
+            "ProxyError",
+            "ChunkedEncodingError",
+            "RetryError",
+            # urllib3
+            "MaxRetryError",
+            "NewConnectionError",
+            "NameResolutionError",
+            "ConnectTimeoutError",
+            "ReadTimeoutError",
+            "ProtocolError",
+            "IncompleteRead",
+            # httpx / httpcore
+            "ConnectError",
+            "ReadError",
+            "WriteError",
+            "PoolTimeout",
+            "WriteTimeout",
+            "RemoteProtocolError",
+            "NetworkError",
+            "TransportError",
+            # aiohttp
+            "ClientConnectorError",
+            "ClientConnectionError",
+            "ClientOSError",
+            "ServerDisconnectedError",
+            "ServerTimeoutError",
+            "ServerConnectionError",
+            "ClientPayloadError",
+            "ConnectionTimeoutError",
+            "SocketTimeoutError",
+        ),
+        bare=frozenset(
+            {
+                "MaxRetryError",
+                "NewConnectionError",
+                "ClientConnectorError",
+                "ServerDisconnectedError",
+            }
+        ),
+    ),
+    ExceptionCatalog(
+        id="object-store-clients",
+        source="https://github.com/boto/botocore/blob/develop/botocore/exceptions.py, "
+        "https://github.com/boto/boto3/blob/develop/boto3/exceptions.py, "
+        "https://github.com/boto/s3transfer/blob/develop/s3transfer/exceptions.py, "
+        "https://github.com/minio/minio-py/blob/master/minio/error.py, "
+        "https://github.com/fsspec/gcsfs/blob/main/gcsfs/retry.py: the store's endpoint that "
+        "did not answer or failed the transfer; the credentials the job did not provide",
+        modules=("botocore.", "boto3.", "s3transfer.", "minio.", "gcsfs.", "s3fs.", "adlfs."),
+        classes={
+            **_causes(
+                "object_storage",
+                "EndpointConnectionError",
+                "ConnectionClosedError",
+                "ConnectTimeoutError",
+                "ReadTimeoutError",
+                "ResponseStreamingError",
+                "IncompleteReadError",
+                "S3UploadFailedError",
+                "RetriesExceededError",
+                "ServerError",
+                "InvalidResponseError",
+                "HttpError",
+            ),
+            # A credential or region the job's environment does not give.
+            **_causes(
+                "user_exception",
+                "NoCredentialsError",
+                "PartialCredentialsError",
+                "NoRegionError",
+                "ProfileNotFound",
+            ),
+        },
+        bare=frozenset({"EndpointConnectionError", "S3UploadFailedError", "NoCredentialsError"}),
+    ),
+    ExceptionCatalog(
+        id="google-cloud",
+        source="https://github.com/googleapis/python-api-core/blob/main/google/api_core/"
+        "exceptions.py, https://github.com/googleapis/google-auth-library-python/blob/main/"
+        "google/auth/exceptions.py: a service that did not answer (an object store's where "
+        "the store is named, decide.py); credentials the job's environment lacks",
+        modules=("google.api_core.", "google.auth.", "google.cloud."),
+        classes={
+            **_causes(
+                "aux_connection",
+                "ServiceUnavailable",
+                "InternalServerError",
+                "BadGateway",
+                "GatewayTimeout",
+                "TooManyRequests",
+                "DeadlineExceeded",
+                "RetryError",
+                "TransportError",
+            ),
+            "DefaultCredentialsError": "user_exception",
+        },
+        bare=frozenset({"DefaultCredentialsError"}),
+    ),
+    ExceptionCatalog(
+        id="azure",
+        source="https://github.com/Azure/azure-sdk-for-python/blob/main/sdk/core/azure-core/"
+        "azure/core/exceptions.py: the service request or response that failed in transport "
+        "(an object store's where the store is named, decide.py); credentials refused",
+        modules=("azure.",),
+        classes={
+            **_causes(
+                "aux_connection",
+                "ServiceRequestError",
+                "ServiceResponseError",
+                "ServiceRequestTimeoutError",
+                "ServiceResponseTimeoutError",
+                "IncompleteReadError",
+            ),
+            "ClientAuthenticationError": "user_exception",
+        },
+    ),
+)
+
+
+@dataclass(frozen=True)
+class ClassVerdict:
+    cause: str  # a taxonomy cause, or CONSEQUENCE
+    catalog: str  # the catalog's id
+    name: str  # the class the verdict is for (the wrapped one for a wrapper)
+
+
+# "RayTaskError(ValueError)": the wrapper's name carries the wrapped class (ray's
+# as_instanceof_cause names the class so).
+_WRAPPED = re.compile(r"^((?:[A-Za-z_][A-Za-z0-9_]*\.)*)RayTaskError\(([A-Za-z_][A-Za-z0-9_.]*)\)")
+_QUALIFIED = re.compile(r"^((?:[A-Za-z_][A-Za-z0-9_]*\.)*)([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def exception_cause(message: str) -> ClassVerdict | None:
+    """The catalogued verdict for the exception a traceback's last line names ("mod.Class:
+    message"), or None where no catalog holds its class under its module."""
+    wm = _WRAPPED.match(message)
+    if wm:
+        module, inner = _split(wm.group(2))
+        # Ray names the wrapped class bare (cause_cls.__name__): its own classes are read
+        # under its module.
+        verdict = _lookup(module, inner) or _lookup(module or wm.group(1), inner)
+        # A wrapped class no catalog holds (the task's own ValueError): its traceback follows
+        # the wrapper's line and its own last line decides; the wrapper reports it.
+        return verdict or ClassVerdict(CONSEQUENCE, "ray", "RayTaskError")
+    qm = _QUALIFIED.match(message)
+    if qm is None:
+        return None
+    return _lookup(qm.group(1), qm.group(2))
+
+
+def _split(qualified: str) -> tuple[str, str]:
+    module, _, name = qualified.rpartition(".")
+    return (module + "." if module else ""), name
+
+
+def _lookup(module: str, name: str) -> ClassVerdict | None:
+    for cat in CATALOGS:
+        cause = cat.classes.get(name)
+        if cause is None:
+            continue
+        if module.startswith(cat.modules) or (not module and name in cat.bare):
+            return ClassVerdict(cause, cat.id, name)
+    return None
+
+
+# The classes of the catalogs above whose names end in neither Error nor Exception, which the
+# python-exception rule's own pattern does not read: they join it through this table.
+PYTHON_EXCEPTION_NAMES = Table(
+    id="python-exception-names",
+    source="the classes of families_python.CATALOGS named otherwise than *Error / *Exception "
+    "(huggingface_hub's OfflineModeIsEnabled, datasets' ExpectedMoreSplits, pyarrow's "
+    "ArrowInvalid, requests' Timeout, ray's RayTaskError(X) wrapper)",
+    members=(
+        Member(
+            patterns=(
+                "([A-Za-z_][A-Za-z0-9_]*\\.)*(OfflineModeIsEnabled|ExpectedMoreSplits|"
+                "ExpectedMoreDownloadedFiles|UnexpectedDownloadedFile|UnexpectedSplits|"
+                "MissingMandatoryValue|ProfileNotFound|ServiceUnavailable|BadGateway|"
+                "GatewayTimeout|TooManyRequests|DeadlineExceeded|IncompleteRead)(:|$)",
+                "(requests|httpx|httpcore)(\\.[A-Za-z_]+)*\\.(Timeout|ConnectTimeout|ReadTimeout|"
+                "WriteTimeout|PoolTimeout)(:|$)",
+                "([A-Za-z_][A-Za-z0-9_]*\\.)*RayTaskError\\([A-Za-z_][A-Za-z0-9_.]*\\)(:|$)",
+            ),
+            anchors=(
+                "offlinemodeisenabled",
+                "expectedmore",
+                "unexpecteddownloadedfile",
+                "unexpectedsplits",
+                "missingmandatoryvalue",
+                "profilenotfound",
+                "serviceunavailable",
+                "badgateway",
+                "gatewaytimeout",
+                "toomanyrequests",
+                "deadlineexceeded",
+                "incompleteread",
+                "exceptions.timeout",
+                "exceptions.connecttimeout",
+                "exceptions.readtimeout",
+                "httpx.",
+                "httpcore.",
+                "raytaskerror(",
+            ),
+        ),
+    ),
+    examples=(
+        "huggingface_hub.utils._http.OfflineModeIsEnabled: Cannot reach https://huggingface.co/"
+        "meta-llama/Llama-2-7b-chat-hf/",
+        "ray.exceptions.RayTaskError(ActorDiedError): ray::main_task() (pid=1042684, "
+        "ip=147.8.181.248)",
+        "requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='huggingface.co', port=443): "
+        "Read timed out. (read timeout=10)",
+    ),
+)
