@@ -522,7 +522,7 @@ PYTHON_EXCEPTION_NAMES = Table(
         "meta-llama/Llama-2-7b-chat-hf/",
         "ray.exceptions.RayTaskError(ActorDiedError): ray::main_task() (pid=1042684, "
         "ip=147.8.181.248)",
-        "requests.exceptions.ReadTimeout: HTTPSConnectionPool(host='huggingface.co', port=443): "
-        "Read timed out. (read timeout=10)",
+        "omegaconf.errors.MissingMandatoryValue: Missing mandatory value: model.path",
+        "httpx.PoolTimeout",
     ),
 )
