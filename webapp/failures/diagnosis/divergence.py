@@ -48,6 +48,16 @@ LOSS_EXPLODE_FACTOR = 100.0
 LOSS_EXPLODE_STEPS = 2
 LOSS_JUMP_FACTOR = 1000.0
 LOSS_JUMP_BEFORE = 2
+# A log of only a few printed losses (fewer than the spike rule needs, LOSS_SPIKE_STEPS +
+# LOSS_BASELINE_MIN) whose last value is above SHORT_JUMP_FACTOR times the lowest finite one
+# before it: a jump with no value after it to show a recovery (chuckcho/video-caffe#11, a test
+# loss going 3.31 -> 87.34, Caffe's softmax loss saturating at -log(FLT_MIN)). On the healthy
+# curves of tests/data/loss_curves, any window of up to six values anywhere in them (an excerpt
+# may start mid-run) ends at most 6.44x the lowest before it (LLaVA#918's one-line spike, which
+# recovered), and in the logs of other causes in every corpus whose whole series is that short
+# at most 1.17x: 10x keeps a margin over both. A smaller jump in so few values (gpt-neox's
+# 2.28 -> 11.05 over two iterations, heldout8) is left to the trainer's own words.
+SHORT_JUMP_FACTOR = 10.0
 # Non-finite grad norms printed this many times in a row at the end of the log, with a finite
 # loss beside them (HF Trainer's {'loss': 0.0, 'grad_norm': nan}, AnswerDotAI/ModernBERT#233):
 # the run diverged. One NaN grad norm is an fp16 overflow the scaler skips (a maintainer in
@@ -137,6 +147,10 @@ def loss_exploded(values: list[float]) -> tuple[float, int, float] | None:
             base = min(values[:-steps])
             if base > 0 and min(values[-steps:]) > factor * base:
                 return base, steps, factor
+    if 2 <= len(values) < LOSS_SPIKE_STEPS + LOSS_BASELINE_MIN:
+        base = min(values[:-1])
+        if base > 0 and values[-1] > SHORT_JUMP_FACTOR * base:
+            return base, 1, SHORT_JUMP_FACTOR
     return None
 
 
@@ -414,9 +428,19 @@ def _loss_scale_collapse(lines: list[str], lowest: int) -> tuple[int, float] | N
             break
     # At the floor counts: DeepSpeed's scaler stops at its min_loss_scale and reports "Attempted
     # loss scale: 1, reducing to 1" at every overflow from then on (deepspeedai/DeepSpeed#1593).
-    if len(found) < LOSS_SCALE_RUN or found[0][1] > MIN_LOSS_SCALE:
+    if len(found) < LOSS_SCALE_RUN:
         return None
-    return found[0]
+    if found[0][1] <= MIN_LOSS_SCALE:
+        return found[0]
+    # One halving above the floor, reached by halving at every overflow in a row (each scale
+    # half the one before it: nothing in between let the scaler grow it): the next overflow
+    # stops the run at the floor (ymcui/Chinese-LLaMA-Alpaca#534, 64 -> 32 -> ... -> 2 over five
+    # steps, then DeepSpeed's "Current loss scale already at minimum").
+    if found[0][1] <= 2 * MIN_LOSS_SCALE and all(
+        b == 2 * a for (_, a), (_, b) in itertools.pairwise(found)
+    ):
+        return found[0]
+    return None
 
 
 _SCALE_ATTEMPT = re.compile(r"Attempted loss scale: ([0-9.e+-]+), reducing to ([0-9.e+-]+)")

@@ -54,6 +54,7 @@ from webapp.failures.diagnosis.families_services import (
     S3_RETRYABLE,
     STORAGE_ENDPOINTS,
 )
+from webapp.failures.diagnosis.families_training import TRAINER_NONFINITE_GUARDS
 from webapp.failures.diagnosis.family_table import Table
 
 TABLES: dict[str, Table] = {
@@ -83,6 +84,7 @@ TABLES: dict[str, Table] = {
         JVM_NETWORK_ERRORS,
         KERNEL_STORAGE_ERRORS,
         PYTHON_CONNECTION_ERRORS,
+        TRAINER_NONFINITE_GUARDS,
         PYTHON_EXCEPTION_NAMES,
     )
 }
