@@ -36,7 +36,7 @@ def test_report_email_arrives_with_its_pdf_and_links(built, smtp, client, tmp_pa
     assert f"Energy report watt {built['month']}" in msg["Subject"]
     assert f"{r.facility_kwh:.0f} kWh" in msg["Subject"]
     [pdf] = [p for p in msg.iter_attachments() if p.get_content_type() == "application/pdf"]
-    assert pdf_pages(pdf.get_content(), tmp_path) == 4
+    assert pdf_pages(pdf.get_content(), tmp_path) == 5
     text = text_of(msg)
     assert f"http://vigil.example.org/energy/report/?cluster=watt&month={built['month']}" in text
     assert "Data completeness" in text

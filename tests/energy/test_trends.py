@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -136,3 +137,15 @@ def test_energy_page_and_report_show_the_trends(two_months, operator_client):
     assert 'id="trend-table"' in html and f'data-month="{b["old"]}"' in html
     report = operator_client.get(reverse("energy:report"), q).content.decode()
     assert 'id="sheet-trends"' in report and 'id="report-trends"' in report
+    # The report's team table: each team's kWh this month, the month before and over the months.
+    table = report.split('id="report-trend-teams"', 1)[1].split("</table>", 1)[0]
+    rows = dict(re.findall(r'<tr data-team="([^"]*)">(.*?)</tr>', table, re.S))
+    assert list(rows) == t.teams
+    by_month = {m.month: m.team_kwh for m in t.months}
+    year, mon = (int(x) for x in b["month"].split("-"))
+    before = f"{year - 1}-12" if mon == 1 else f"{year}-{mon - 1:02d}"
+    for team in t.teams:
+        cells = re.findall(r'<td class="num">([^<]*)</td>', rows[team])
+        assert cells[0] == f"{by_month[b['month']][team]:,.1f}"
+        assert cells[1] == (f"{by_month[before][team]:,.1f}" if team in by_month[before] else "")
+        assert cells[3] == f"{sum(kwh.get(team, 0.0) for kwh in by_month.values()):,.1f}"

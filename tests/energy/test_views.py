@@ -142,7 +142,7 @@ def test_pdf_is_printed_by_a_worker_and_served_once_made(
     )
     response = operator_client.get(reverse("energy:report_pdf"), q)
     assert response.status_code == 200 and response["Content-Type"] == "application/pdf"
-    assert pdf_pages(response.content, tmp_path) == 4
+    assert pdf_pages(response.content, tmp_path) == 5
     info = subprocess.run(
         ["pdfinfo", "-"], input=response.content, capture_output=True, check=True
     ).stdout.decode()

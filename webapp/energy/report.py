@@ -24,7 +24,7 @@ from django.templatetags.static import static
 from webapp.core.units import ENERGY_UNITS, MASS_UNITS, unit_for
 from webapp.energy import figures
 from webapp.energy.selectors import EnergyReport, month_report_cached
-from webapp.energy.trends import Trends, energy_trends_cached
+from webapp.energy.trends import IDLE_KEY, Trends, energy_trends_cached
 from webapp.fleet.models import Cluster
 
 # Seconds Chromium may take to print (start, lay out, draw six figures), with a wide margin.
@@ -130,6 +130,71 @@ def _height(figure: dict, px: int) -> dict:
     return figure
 
 
+# Teams the team × month tables (the page's and the printed report's) list one by one, largest
+# first; the rest are one row, each of them in the trends CSV.
+TREND_TABLE_TEAMS = 20
+
+
+def trend_team_table(t: Trends) -> dict:
+    """The team × month table of the page and the report: the TREND_TABLE_TEAMS largest teams
+    (t.teams' order), the rest as one row and the idle GPUs last, each with its facility kWh in
+    every month that has data (None: none then) and its total over them when there are several;
+    how many teams the trend figures stack apart, and how many they fold."""
+    months = [m for m in t.months if m.has_data]
+
+    def row(label: str, teams: list[str]) -> tuple[str, list[float | None], float]:
+        cells = [m.team_kwh.get(teams[0]) for m in months]
+        if len(teams) > 1:
+            cells = [sum(m.team_kwh.get(x) or 0.0 for x in teams) or None for m in months]
+        return label, cells, sum(v for v in cells if v is not None)
+
+    teams = [team for team in t.teams if team != IDLE_KEY]
+    head, rest = teams[:TREND_TABLE_TEAMS], teams[TREND_TABLE_TEAMS:]
+    if len(rest) == 1:
+        head, rest = teams, []
+    rows = [row(team, [team]) for team in head]
+    if rest:
+        rows.append(row(f"({len(rest)} other teams)", rest))
+    if IDLE_KEY in t.teams:
+        rows.append(row(IDLE_KEY, [IDLE_KEY]))
+    named = len(teams)
+    folded = named - figures.TREND_TEAMS if named > figures.TREND_TEAMS + 1 else 0
+    return {
+        "months": months,
+        "rows": rows,
+        "total": len(months) > 1,
+        "shown": figures.TREND_TEAMS,
+        "listed": len(head),
+        "folded": folded,
+    }
+
+
+def report_team_months(t: Trends, month: str) -> dict:
+    """The printed report's teams: per row of the team × month table (trend_team_table), its
+    facility kWh in `month` and the month before (None: no data then), the change between them
+    (None without both), and its kWh and share over the twelve months. An A4 sheet holds these
+    six columns at any number of teams and any size of site; twelve month columns it did not."""
+    table = trend_team_table(t)
+    names = [m.month for m in table["months"]]
+    i = names.index(month) if month in names else None
+    before = _previous_month(month)
+    j = names.index(before) if before in names else None
+    grand = sum(total for _, _, total in table["rows"])
+    rows = []
+    for team, cells, total in table["rows"]:
+        now = cells[i] if i is not None else None
+        prev = cells[j] if j is not None else None
+        change = (now - prev) / prev if now is not None and prev else None
+        rows.append((team, now, prev, change, total, total / grand if grand else None))
+    return {"month": month, "previous": before, "rows": rows, "listed": table["listed"],
+            "months": len(names)}  # fmt: skip
+
+
+def _previous_month(month: str) -> str:
+    year, mon = (int(x) for x in month.split("-"))
+    return f"{year - 1}-12" if mon == 1 else f"{year}-{mon - 1:02d}"
+
+
 def report_context(cluster: Cluster, month: str) -> dict:
     """Everything the printable report shows; NoEnergyData / ValueError on a bad month."""
     r, p = month_report_cached(cluster, month)
@@ -140,6 +205,8 @@ def report_context(cluster: Cluster, month: str) -> dict:
         "r": r,
         "p": p,
         "trends": trends,
+        # Teams are rows: a column per team was wider than the sheet at a site's tens of teams.
+        "team_months": report_team_months(trends, month),
         "kpis": kpis(r, p),
         "footnote": method_footnote(r),
         "busy_util_pct": settings.VIGIL_BUSY_UTIL_PCT,

@@ -20,7 +20,7 @@ from webapp.energy import figures, report, services, tables
 from webapp.energy.forms import EnergyForm
 from webapp.energy.models import EnergyExport, EnergyReportSubscription
 from webapp.energy.selectors import NoEnergyData, month_report_cached
-from webapp.energy.trends import IDLE_KEY, Trends, energy_trends_cached
+from webapp.energy.trends import energy_trends_cached
 from webapp.fleet.models import Cluster
 
 
@@ -56,7 +56,7 @@ def energy_page(request: HttpRequest) -> HttpResponse:
                 kpis=report.kpis(r, p),
                 footnote=report.method_footnote(r),
                 figures=figures.page_figures(r, trends),
-                trend_teams=_trend_teams(trends),
+                trend_teams=report.trend_team_table(trends),
                 query=f"cluster={cluster.name}&month={month}",
                 exports=EnergyExport.objects.filter(
                     cluster=cluster, month=month, kind=EnergyExport.Kind.DAILY_CSV
@@ -65,45 +65,6 @@ def energy_page(request: HttpRequest) -> HttpResponse:
                 .defer("file_gz")[:5],
             )
     return render(request, "energy/cluster.html", context, status=400 if error else 200)
-
-
-# Teams the page's team × month table lists one by one (largest first); the rest are one row,
-# each of them in the trends CSV.
-TREND_TABLE_TEAMS = 20
-
-
-def _trend_teams(t: Trends) -> dict:
-    """The page's team × month table: the TREND_TABLE_TEAMS largest teams (t.teams' order),
-    the rest as one row and the idle GPUs last, each with its facility kWh in every month that
-    has data (None: none then) and its total over them when there are several; how many teams
-    the trend figures stack apart, and how many they fold."""
-    months = [m for m in t.months if m.has_data]
-
-    def row(label: str, teams: list[str]) -> tuple[str, list[float | None], float]:
-        cells = [m.team_kwh.get(teams[0]) for m in months]
-        if len(teams) > 1:
-            cells = [sum(m.team_kwh.get(x) or 0.0 for x in teams) or None for m in months]
-        return label, cells, sum(v for v in cells if v is not None)
-
-    teams = [team for team in t.teams if team != IDLE_KEY]
-    head, rest = teams[:TREND_TABLE_TEAMS], teams[TREND_TABLE_TEAMS:]
-    if len(rest) == 1:
-        head, rest = teams, []
-    rows = [row(team, [team]) for team in head]
-    if rest:
-        rows.append(row(f"({len(rest)} other teams)", rest))
-    if IDLE_KEY in t.teams:
-        rows.append(row(IDLE_KEY, [IDLE_KEY]))
-    named = len(teams)
-    folded = named - figures.TREND_TEAMS if named > figures.TREND_TEAMS + 1 else 0
-    return {
-        "months": months,
-        "rows": rows,
-        "total": len(months) > 1,
-        "shown": figures.TREND_TEAMS,
-        "listed": len(head),
-        "folded": folded,
-    }
 
 
 # The breakdowns' CSVs by the name in their address, with the report's attribute they list.
