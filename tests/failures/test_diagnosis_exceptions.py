@@ -160,3 +160,40 @@ def test_a_checked_out_framework_raising_is_the_framework():
         "AssertionError: Fatal error: gradients are inconsistent between workers\n"
     )
     assert d.cause == "framework_exception"
+
+
+def test_a_chained_exception_is_decided_by_its_innermost_catalogued_cause():
+    # The store client's timeout is the root; the framework's RuntimeError raised from it is
+    # the frame that reported it.
+    d = diagnose_text(
+        "Traceback (most recent call last):\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/urllib3/connectionpool.py", line 536, '
+        "in _make_request\n"
+        "urllib3.exceptions.ReadTimeoutError: HTTPSConnectionPool(host='hub.internal', "
+        "port=443): Read timed out. (read timeout=10)\n"
+        "\n"
+        "The above exception was the direct cause of the following exception:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/composer/trainer/trainer.py", line '
+        "1204, in fit\n"
+        "RuntimeError: could not fetch the run's remote config\n"
+    )
+    assert d.cause == "aux_connection"
+
+
+def test_an_uncatalogued_cause_under_a_chain_leaves_the_frames_to_decide():
+    d = diagnose_text(
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/project/prep.py", line 12, in gen\n'
+        "KeyError: 'text'\n"
+        "\n"
+        "The above exception was the direct cause of the following exception:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/datasets/builder.py", line 1997, in '
+        "_prepare_split_single\n"
+        "datasets.exceptions.DatasetGenerationError: An error occurred while generating the "
+        "dataset\n"
+    )
+    assert d.cause == "dataset_loading"

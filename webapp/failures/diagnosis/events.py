@@ -303,6 +303,7 @@ def event_of(
     msg = line.message
     cause, tier, detail, action, kind = rule.cause, rule.tier, rule.detail, None, rule.kind
     confidence, gpu = rule.confidence, None
+    python_chained = False
     if cause == "by_xid":
         xm = _XID.search(msg)
         if not xm:
@@ -347,7 +348,14 @@ def event_of(
         frame, function = found if found else (None, None)
         library = _frame_is_library(frame) if frame else None
         verdict = families_python.exception_cause(exc)
-        if verdict is not None and verdict.cause == families_python.CONSEQUENCE:
+        chain = _chain_verdicts(line, before) if before else None
+        # The innermost catalogued class of the chain this exception ends (printed first).
+        root = next((v for v in reversed(chain or []) if v is not None), None)
+        if root is not None:
+            # Root cause over the frame that reported it: an exception raised from (or while
+            # handling) a catalogued one is decided by the innermost catalogued class.
+            cause, detail = root.cause, root.name
+        elif verdict is not None and verdict.cause == families_python.CONSEQUENCE:
             # The class reports another failure (an actor whose process died, a launcher's
             # child that failed, a wrapper of the task's own exception): the log's other
             # events name the cause, and where there are none it is unknown, never the
@@ -358,6 +366,11 @@ def event_of(
             # Root cause over the frame that raised it: a library's exception class is known
             # by the library's own catalog (families_python), whatever its message says.
             cause = verdict.cause
+            # Ending a chain whose earlier exceptions no catalog knows (a loader script's
+            # KeyError under datasets' DatasetGenerationError), the catalogued class names
+            # the chain's cause over the earlier exception's frames: decide.py reads a
+            # chained event as the root of the one before it.
+            python_chained = chain is not None
         elif msg.startswith(DATASET_LIBRARY_MODULES):
             # Root cause over the frame that raised it: the dataset library's own exception
             # (a schema it cannot infer or cast, a split it cannot generate) is the data's,
@@ -398,6 +411,13 @@ def event_of(
             confidence = NAME_ONLY_CONFIDENCE
         else:
             cause = "framework_exception" if library else "user_exception"
+    elif tier == "exception" and before and _EXCEPTION_LINE.match(msg):
+        # An exception a rule names (datasets' DatasetGenerationError, a state_dict that does
+        # not load) ending a chain whose earlier exceptions no catalog knows: the rule's cause
+        # is the chain's, over the earlier exception's frames (decide.py reads a chained event
+        # as the root of the one before it).
+        chain = _chain_verdicts(line, before)
+        python_chained = chain is not None and not any(chain)
     if detail is None:
         detail = rule_label(rule)
     low = folded(msg)
@@ -442,7 +462,7 @@ def event_of(
         last_completed=int(lc.group(1)) if lc else None,
         timeout_ms=int(tm.group(1)) if tm else None,
         signature=_DETAIL_NOISE.sub("", msg.strip())[:SIGNATURE_CHARS],
-        chained=msg.startswith(JVM_CAUSED_BY),
+        chained=msg.startswith(JVM_CAUSED_BY) or python_chained,
     )
     return event
 
@@ -493,6 +513,52 @@ def _in_checkpoint_read(exc: Line, before: Callable[[], list[str]]) -> bool:
         if _CHECKPOINT_FRAME.match(prev.message):
             return True
     return False
+
+
+# How Python prints an exception's place in a chain (https://docs.python.org/3/library/
+# exceptions.html#exception-context): the earlier exception, then one of these, then the
+# traceback of the one raised from it or while handling it.
+_EXCEPTION_LINE = re.compile(
+    r"(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception): "
+)
+_CHAIN_SEPARATORS = (
+    "The above exception was the direct cause of the following exception",
+    "During handling of the above exception, another exception occurred",
+)
+_TRACEBACK_HEADER = "Traceback (most recent call last)"
+
+
+def _chain_verdicts(
+    exc: Line, before: Callable[[], list[str]]
+) -> list[families_python.ClassVerdict | None] | None:
+    """The catalog's verdicts (families_python, consequences left out as None) for the earlier
+    exceptions of the chain `exc` ends, nearest first; None where `exc` ends no chain."""
+    out: list[families_python.ClassVerdict | None] = []
+    after_header = in_earlier = False
+    for text in before():
+        prev = parse_line(text)
+        if (prev.host, prev.rank) != (exc.host, exc.rank):
+            continue
+        msg = prev.message.strip()
+        if not msg:
+            continue
+        if after_header:
+            # A traceback's header: the chain goes on only where a separator precedes it.
+            if not msg.startswith(_CHAIN_SEPARATORS):
+                break
+            after_header, in_earlier = False, True
+            continue
+        if msg.startswith(_TRACEBACK_HEADER):
+            after_header = True
+        elif in_earlier and not msg.startswith(("File ", "│", "^", "~")):
+            verdict = families_python.exception_cause(msg)
+            if verdict is not None or _EXC_NAME.fullmatch(msg.split(":", 1)[0]):
+                # The earlier exception's last line (a catalogued class, or any dotted name
+                # before a colon): its frames, further back, are looked through.
+                cons = verdict is not None and verdict.cause == families_python.CONSEQUENCE
+                out.append(None if cons else verdict)
+                in_earlier = False
+    return out if out else None
 
 
 def _innermost_frame(exc: Line, before: Callable[[], list[str]]) -> str | None:

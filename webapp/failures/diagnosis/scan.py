@@ -465,12 +465,18 @@ class Scan:
             self.per_rule[rule.id] = count + 1
             return
         before = None
-        if rule.cause == "by_exception" and self.frame_lookups < MAX_FRAME_LOOKUPS:
+        # An exception-tier cause looks back too: at its traceback's frames, or at the
+        # chain it ends (events.py).
+        looks_back = rule.cause == "by_exception" or (rule.tier, rule.kind) == (
+            "exception",
+            "cause",
+        )
+        if looks_back and self.frame_lookups < MAX_FRAME_LOOKUPS:
             before = lines_before
         ev = event_of(text, line, rule, before)
         if ev is None:
             return
-        if rule.cause == "by_exception":
+        if looks_back:
             self.frame_lookups += 1
         self.per_rule[rule.id] = count + 1
         if count >= MAX_EVENTS_PER_RULE:
