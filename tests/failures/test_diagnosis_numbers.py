@@ -125,3 +125,60 @@ def test_a_scale_at_two_not_reached_by_halvings_in_a_row_is_not_read_as_a_collap
     # The scale went back up between overflows (4 then 8 attempted): the scaler was not
     # overflowing at every step, so one halving above the floor alone says nothing.
     assert diagnose_text(_overflows([64, 32, 4, 8, 4])).cause != "loss_nan"
+
+
+# Records whose fields are separated by spaces only, each trainer's own format.
+COMPOSER_NAN = (
+    "[batch=120/4800]:\n"
+    "\t Train time/batch: 119\n"
+    "\t Train loss/train/total: 2.4512\n"
+    "[batch=121/4800]:\n"
+    "\t Train time/batch: 120\n"
+    "\t Train loss/train/total: nan\n"
+)
+MMENGINE_ZEROED = (
+    "2024/05/10 15:46:31 - mmengine - INFO - Epoch(train)  [2][ 50/788]  lr: 2.0000e-03  "
+    "eta: 4:14:00  time: 0.8167  data_time: 0.0169  memory: 15943  grad_norm: 3.4572  "
+    "loss: 1.5043  loss_cls: 0.8781  loss_bbox: 0.6262\n"
+    "2024/05/10 15:47:12 - mmengine - INFO - Epoch(train)  [2][100/788]  lr: 2.0000e-03  "
+    "eta: 4:12:59  time: 0.8248  data_time: 0.0158  memory: 15871  grad_norm: nan  "
+    "loss: 0.0000  loss_cls: 0.0000  loss_bbox: 0.0000\n"
+)
+HEALTHY_SPACED = {
+    "detectron2": (
+        "[08/21 15:48:06 d2.utils.events]:  eta: 2:36:14  iter: 19  total_loss: 20.71  "
+        "loss_cls: 18.63  loss_box_wh: 3.366  time: 0.0750  data_time: 0.0180  lr: 0.0004  "
+        "max_mem: 411M\n"
+        "[08/21 15:48:08 d2.utils.events]:  eta: 2:39:49  iter: 39  total_loss: 12.1  "
+        "loss_cls: 8.956  loss_box_wh: 1.814  time: 0.0758  data_time: 0.0027  lr: 0.0008  "
+        "max_mem: 411M\n"
+    ),
+    "torchtitan": (
+        "[rank0]:[titan] 2024-09-01 10:00:00,000 - root - INFO - step:  1  loss: 12.2345  "
+        "memory: 30.50GiB(38.61%)  tps: 1,234  mfu: 30.12%\n"
+        "[rank0]:[titan] 2024-09-01 10:00:10,000 - root - INFO - step: 10  loss:  9.8765  "
+        "memory: 30.50GiB(38.61%)  tps: 5,678  mfu: 41.02%\n"
+    ),
+    "mmengine_inf_grad_once": (
+        "2024/05/10 15:47:54 - mmengine - INFO - Epoch(train)  [2][150/788]  lr: 2.0000e-03  "
+        "grad_norm: inf  loss: 1.4921  loss_cls: 0.8610  loss_bbox: 0.6311\n"
+    ),
+}
+
+
+def test_composers_nan_loss_record_over_several_lines_is_a_divergence():
+    # composer's ConsoleLogger names the loss loss/train/total: its last value NaN.
+    got = diagnose_text(COMPOSER_NAN)
+    assert got.cause == "loss_nan", got.detail
+
+
+def test_a_space_separated_record_with_a_zeroed_loss_and_a_nan_grad_norm_is_a_divergence():
+    # mmengine's log line: a loss of exactly 0 beside a NaN grad norm is a NaN loss zeroed.
+    got = diagnose_text(MMENGINE_ZEROED)
+    assert got.cause == "loss_nan", got.detail
+
+
+@pytest.mark.parametrize("name", sorted(HEALTHY_SPACED))
+def test_healthy_space_separated_records_stay_quiet(name):
+    # One inf grad norm among finite losses is an fp16 overflow the scaler skips.
+    assert diagnose_text(HEALTHY_SPACED[name]).cause != "loss_nan", name

@@ -132,8 +132,16 @@ def loss_value(cat: Catalogue, line: str) -> float | None:
     vm = _LOSS_VALUE.search(m.group(0)) if m else None
     if vm:
         return float(vm.group(0))
-    sm = _SUFFIXED_LOSS.search(line) if "loss_" in line.lower() else None
-    return float(sm.group(1)) if sm else None
+    low = line.lower()
+    sm = _SUFFIXED_LOSS.search(line) if "loss_" in low else None
+    if sm:
+        return float(sm.group(1))
+    if "loss/" in low:
+        # A loss under a path key (composer's "loss/train/total: 2.45"), read as a record.
+        for key, value in metrics.record(line).items():
+            if metrics.is_loss_key(key):
+                return value
+    return None
 
 
 def loss_exploded(values: list[float]) -> tuple[float, int, float] | None:
@@ -313,6 +321,9 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
     return events
 
 
+_COMPOSER_HEAD = re.compile(r"\[(?:epoch|batch|sample|token)=[0-9/]+\](?:\[[a-z]+=[0-9/]+\])*:\s*$")
+
+
 def _join_wrapped_records(lines: list[str]) -> list[str]:
     """The lines with each metrics record printed over several lines joined on its first line
     (the others left empty, so that line numbers stay): a line ending with the fields'
@@ -321,6 +332,19 @@ def _join_wrapped_records(lines: list[str]) -> list[str]:
     out = lines
     i = 0
     while i < len(lines) - 1:
+        if _COMPOSER_HEAD.match(lines[i]):
+            # composer's ConsoleLogger: "[epoch=1][batch=16/16]:" then one "\t Train name: v"
+            # line per metric (composer/loggers/console_logger.py); joined as "|" fields.
+            j = i
+            while j + 1 < len(lines) and lines[j + 1][:1] in ("\t", " ") and lines[j + 1].strip():
+                j += 1
+            if j > i:
+                out = out if out is not lines else list(lines)
+                out[i] = " | ".join(line.strip() for line in lines[i : j + 1])
+                for k in range(i + 1, j + 1):
+                    out[k] = ""
+            i = j + 1
+            continue
         if not lines[i].rstrip().endswith("|"):
             i += 1
             continue

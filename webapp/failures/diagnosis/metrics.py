@@ -77,10 +77,19 @@ _BOOKKEEPING = frozenset(
 INTERESTING = ("loss", "norm", "scale", "nan", "inf", "skipped")
 
 
+# The last part of a `/` key that names how a metric was reduced, not what it is: composer's
+# `loss/train/total` is the loss (its ConsoleLogger, composer/loggers/console_logger.py).
+_REDUCTIONS = frozenset({"total", "mean", "avg", "sum"})
+
+
 def normalised(key: str) -> str:
-    """`lm loss` -> lm_loss, `train/loss` -> loss, `Grad-Norm` -> grad_norm."""
+    """`lm loss` -> lm_loss, `train/loss` -> loss, `Grad-Norm` -> grad_norm,
+    `loss/train/total` -> loss."""
     key = key.strip().lower().replace("-", "_").replace(" ", "_")
-    return key.rsplit("/", 1)[-1] if "/" in key and not key.endswith("/s") else key
+    if "/" not in key or key.endswith("/s"):
+        return key
+    parts = key.split("/")
+    return parts[0] if parts[-1] in _REDUCTIONS and parts[0] else parts[-1]
 
 
 def _key(head: str) -> str | None:
@@ -121,7 +130,55 @@ def record(line: str) -> dict[str, float]:
             out[key] = float(vm.group(1))
         except ValueError:
             continue
+    _spaced_pairs(line, out)
     return out
+
+
+# A one-word key and its value among fields separated by spaces only, which the separators
+# above do not cut: detectron2's `iter: 19  total_loss: 20.71  loss_cls: 18.63`
+# (detectron2/utils/events.py, CommonMetricPrinter), mmengine's `lr: 2.0e-03  grad_norm: 3.4
+# loss: 1.5` (mmengine/runner/log_processor.py), torchtitan's `step:  1  loss: 12.23  memory:`
+# (torchtitan/train.py), PaddleDetection's `learning_rate: 0.0001 loss: 3.12 eta: 1:00:00`
+# (ppdet/utils/logger.py), TensorFlow Estimator's `loss = 0.693, step = 100` and a progress
+# bar's last postfix `loss=2.345]`. A token ending in `:` followed by a number, `=` inside a
+# token, or ` = ` between two tokens; read by one pass over the tokens (linear in the line).
+_KEY_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_/.\-]*")
+_NUMBER_TOKEN = re.compile(_NUMBER, re.I)
+
+
+def _spaced_pairs(line: str, out: dict[str, float]) -> None:
+    """Add to `out` the one-word `key: value`, `key=value` and `key = value` pairs of a line
+    whose keys are not in it yet."""
+    tokens = line.split()
+    for i, token in enumerate(tokens):
+        if token.endswith(":") and i + 1 < len(tokens):
+            # After a plain word, the key has several words ("lm loss:", "nan iterations:"),
+            # read by the fields above; a word that is the previous key's value ("loss: nan
+            # loss_cls:") is not one.
+            before = tokens[i - 1] if i else ""
+            value_before = i > 1 and tokens[i - 2].endswith(":")
+            if _KEY_TOKEN.fullmatch(before) and not (
+                value_before and _NUMBER_TOKEN.fullmatch(before)
+            ):
+                continue
+            raw, value = token[:-1], tokens[i + 1]
+        elif "=" in token and not token.endswith("="):
+            raw, _, value = token.partition("=")
+        elif token == "=" and 0 < i < len(tokens) - 1:
+            raw, value = tokens[i - 1], tokens[i + 1]
+        else:
+            continue
+        # A logger's prefix glued to the key ("INFO:tensorflow:loss") is not part of it.
+        raw = raw.rsplit(":", 1)[-1].lstrip("[({'\"").rstrip("'\"")
+        value = value.strip("[](){}'\",;")
+        if not _KEY_TOKEN.fullmatch(raw) or not _NUMBER_TOKEN.fullmatch(value):
+            continue
+        key = normalised(raw)
+        if key not in out and not key.endswith("_to"):
+            try:
+                out[key] = float(value)
+            except ValueError:
+                continue
 
 
 def is_loss_key(key: str) -> bool:
