@@ -81,6 +81,19 @@ _SIGNAL_WORDS: dict[str, int] = {
 }
 # Shell status 128 + n: only the ones that can only be a signal (a program may exit 1..127).
 _SHELL_STATUS = {128 + n: n for n in SIGNALS}
+# Windows has no signals: a process that crashes ends with its exception's NTSTATUS as its exit
+# status, which Python prints unsigned (3221225477) or signed (-1073741819). Each is read as the
+# signal a POSIX system raises for the same fault (NTSTATUS values,
+# https://learn.microsoft.com/en-us/openspecs/windows_protocols/ms-erref/596a1078-e883-4972-9bbc-49e60bebca55):
+# 0xC0000005 STATUS_ACCESS_VIOLATION and 0xC00000FD STATUS_STACK_OVERFLOW as SIGSEGV,
+# 0xC000001D STATUS_ILLEGAL_INSTRUCTION as SIGILL, 0xC0000409 STATUS_STACK_BUFFER_OVERRUN (the
+# fail-fast exit of the MSVC runtime's abort(), https://learn.microsoft.com/en-us/cpp/c-runtime-library/reference/abort)
+# as SIGABRT.
+_NTSTATUS = {
+    status: sig
+    for code, sig in ((0xC0000005, 11), (0xC00000FD, 11), (0xC000001D, 4), (0xC0000409, 6))
+    for status in (code, code - (1 << 32))
+}
 
 # Each launcher's wording of "rank/task/process X ended by signal or status Y", the number or
 # name in group 1 (a negative return code is a signal: -9 is SIGKILL).
@@ -93,6 +106,9 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
         r"Signal (\d+) \(SIG[A-Z]+\) received",
         # the DeepSpeed launcher: "[...] exits with return code = -9"
         r"exits with return code = (-\d+)",
+        # a Windows crash status (_NTSTATUS), before the negative codes below read it as a signal
+        r"(?:exit status|exit code|return ?code)[ :=]*(3221225477|3221225501|3221225725|3221226505|"
+        r"-1073741819|-1073741795|-1073741571|-1073740791)(?:\D|$)",
         # torch.multiprocessing.spawn: "process 1 terminated with signal SIGKILL"; fish's job
         # report "fish: Job 1, 'vim' terminated by signal SIGSEGV (Address boundary error)"
         # (square/maximum-awesome#49)
@@ -154,6 +170,8 @@ def _signal_of(token: str) -> int | None:
     token = token.strip().lower()
     if token.lstrip("-").isdigit():
         value = int(token)
+        if value in _NTSTATUS:
+            return _NTSTATUS[value]
         if value < 0:
             return -value
         return _SHELL_STATUS.get(value, value if token.isdigit() and value < 32 else None)

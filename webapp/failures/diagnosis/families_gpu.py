@@ -100,6 +100,15 @@ CUDA_OOM = Table(
             ),
             anchors=("cuda error: out of memory", "out of memory", "oom when allocating"),
         ),
+        # A C++ exception's what() from a CUDA allocator that ends in cudaGetErrorString's "out of
+        # memory" for cudaErrorMemoryAllocation: MXNet's "cudaMalloc failed: out of memory"
+        # (TuSimple/mx-maskrcnn#98), mallocMC's "SimpleCudaMalloc_impl.hpp(42): error: out of
+        # memory" (ComputationalRadiationPhysics/picongpu#3064); a what() wrapped onto a second
+        # line is read joined to it (scan.py).
+        Member(patterns=("what\\(\\): .*cuda.*out of memory",), anchors=("out of memory",)),
+        # Caffe's CUDA_CHECK, a glog CHECK on the cudaError_t: "Check failed: error == cudaSuccess
+        # (2 vs. 0)  out of memory" (2 is cudaErrorMemoryAllocation).
+        Member(patterns=("== cudaSuccess \\(2 vs\\. 0\\)",), anchors=("cudasuccess (2 vs. 0)",)),
     ),
     examples=(
         "RuntimeError: CUDA error: out of memory",
@@ -111,6 +120,10 @@ CUDA_OOM = Table(
         "tensor with shape[4096,50257] and type float on /job:localhost/replica:0/task:0/"
         "device:GPU:0 by allocator GPU_0_bfc",
         "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB",
+        "  what():  [10:44:35] src/storage/./pooled_storage_manager.h:107: cudaMalloc failed: out of "
+        "memory",
+        "F0101 00:00:00.000000  1234 syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0)  "
+        "out of memory",
     ),
 )
 

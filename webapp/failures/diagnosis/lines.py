@@ -72,6 +72,20 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
         False,
     ),
     ("c10_short", r"\[[EWIF] [\w./-]+:\d+\]\s*", r"\[", False),
+    # glog's own prefix, unbracketed, "F0522 14:58:03.803087 32152 Vector.h:139] " (severity,
+    # month and day, time, thread id, file:line; https://github.com/google/glog#log-line-prefix-format),
+    # which Caffe, Paddle and MXNet's dmlc print their CHECK failures under.
+    (
+        "glog",
+        r"[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.\d+ +\d+ [\w./-]+:\d+\] ?",
+        "[IWEF]",
+        False,
+    ),
+    # After a timestamp: absl's (TensorFlow's) "F tensorflow/core/framework/tensor_shape.cc:44] "
+    # and Ray's C++ logger "E 3848117 3848117] logging.cc:501: " (level, pid, tid, then the
+    # source line; https://github.com/ray-project/ray/blob/master/src/ray/util/logging.cc).
+    ("level_src", r"[IWEF] [\w./-]+\.\w+:\d+\] ", "[IWEF]", False),
+    ("ray_cpp", r"[DIWEC] \d+ \d+\] [\w./-]+:\d+: ", "[DIWEC]", False),
     # A native crash handler's "[host:pid]" (Open MPI's opal stacktrace: "[gpu-a:12345] Signal:
     # Segmentation fault (11)") and UCX's "[host:pid:thread:tid]" or "[host:pid :0:tid]"
     # (deepspeedai/DeepSpeed#2638): the host the process crashed on.
@@ -232,7 +246,7 @@ def parse_line(text: str) -> Line:
         elif kind == "uptime":
             program = program or "kernel"
             rest = rest[end:]
-        elif kind == "c10":
+        elif kind == "c10" or kind == "glog":
             mo, d, hh, mi, ss = (int(x) for x in m.group(g, g + 1, g + 2, g + 3, g + 4))
             stamp = stamp or ("naive", 0, mo, d, hh, mi, ss, 0.0)
             rest = rest[end:]

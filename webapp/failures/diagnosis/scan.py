@@ -172,6 +172,9 @@ class Scan:
         self.bytes_left = MAX_PARSED_BYTES
         self.unparsed_from: int | None = None
         self.lines_unparsed = 0
+        # The last line a C++ exception's what() began that no rule matched: (file index, line,
+        # text), read again joined to the next line (_wrapped_what).
+        self.what: tuple[int, int, str] | None = None
 
     # Reading -------------------------------------------------------------------------------
 
@@ -320,6 +323,13 @@ class Scan:
                 line_no += _newlines(piece, counted, start)
                 counted = start
                 self._storage(rule.id, file_index, line_no)
+            if rule is None and (self.what is not None or line.message.startswith(WHAT)):
+                line_no += _newlines(piece, counted, start)
+                counted = start
+                wrapped = self._wrapped_what(text, line, file_index, line_no)
+                if wrapped is not None:
+                    self._line(*wrapped, file_index, name, list)
+                continue
             if rule is None or rule.kind == "ignore":
                 continue
             # Lines are numbered only where an event may be made, and counted in one pass.
@@ -328,6 +338,26 @@ class Scan:
             before = functools.partial(_lines_before, piece, start, context)
             self._line(text, line, rule, line_no, file_index, name, before)
         return False, line_no - first_line + _newlines(piece, counted, end)
+
+    def _wrapped_what(
+        self, text: str, line: Line, file_index: int, line_no: int
+    ) -> tuple[str, Line, Rule, int] | None:
+        """A what() line no rule matched and the line after it, read as one message: a
+        terminal or a paste wraps a long what() ("cudaMalloc fail" / "ed: out of memory",
+        TuSimple/mx-maskrcnn#98), and the reason is on the second line. (text, line, rule,
+        line number) of the joined message where a rule matches it, else None."""
+        pending, self.what = self.what, None
+        if line.message.startswith(WHAT):
+            self.what = (file_index, line_no, text)
+            return None
+        if pending is None or pending[:2] != (file_index, line_no - 1):
+            return None
+        joined_text = f"{pending[2].rstrip()} {line.message}"
+        joined = parse_line(joined_text)
+        rule = first_rule(self.cat, joined.message)
+        if rule is None or rule.kind == "ignore":
+            return None
+        return joined_text, joined, rule, pending[1]
 
     def _flattened(self, text: str, outer: Line, line_no: int, file_index: int, name: str) -> None:
         """Read a traceback printed as one escaped line (lines.unflattened) line by line: its
@@ -536,6 +566,9 @@ def _spans(rx: Any, buf: bytes, end: int) -> Iterator[tuple[int, int]]:
 # Where an object store is named: a client's traceback frame, an endpoint or URL (decide.py).
 _STORAGE_RULES = frozenset({"storage-client-frame", "storage-endpoint-mention"})
 LAUNCHER_EXIT_STATUS_RULE = "launcher-rank-exit-status"
+# libstdc++'s verbose terminate handler prints an uncaught exception's message after this
+# (https://gcc.gnu.org/onlinedocs/libstdc++/manual/termination.html).
+WHAT = "what():"
 _HOST_MAP_RULES = frozenset(
     {
         "scheduler-exec-host",

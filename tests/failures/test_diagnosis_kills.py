@@ -1,0 +1,181 @@
+"""Kills, native crash reports and precedence: what a launcher, a scheduler, a shell or the dying
+process itself prints about a rank's end, read as the cause it names, a cause before its
+consequence whichever order the lines come in, and guesses that abstain. Plain functions over
+text: no database or broker.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from webapp.failures.diagnosis import diagnose_text
+
+# glog's fatal CHECK under its own prefix (PaddlePaddle/Paddle#10830).
+GLOG_CHECK = (
+    "I0522 14:58:01.883574 32152 MultiGradientMachine.cpp:99] numLogicalDevices=1 numThreads=8\n"
+    "F0522 14:58:03.803087 32152 Vector.h:139] Check failed: start + size <= "
+    "static_cast<size_t>(getSize()) (482 vs. 474) \n"
+    "*** Check failure stack trace: ***\n"
+    "    @     0x7f374629b2ed  google::LogMessage::Fail()\n"
+)
+# Caffe's CUDA_CHECK: the CHECK names cudaErrorMemoryAllocation (2).
+CAFFE_CUDA_OOM = (
+    "F0101 00:00:00.000000  1234 syncedmem.cpp:56] Check failed: error == cudaSuccess "
+    "(2 vs. 0)  out of memory\n"
+    "*** Check failure stack trace: ***\n"
+)
+# abseil's failure signal handler under Ray's actor prefix and Ray's C++ logger prefix
+# (flashserve/flash-linear-attention-npu#272).
+RAY_ABSL_SEGV = (
+    "(MegatronTrainRayActor pid=3848117) [2026-08-05 07:11:08,188 E 3848117 3848117] "
+    "logging.cc:501: *** SIGSEGV received at time=1785913868 on cpu 169 *** "
+    "[repeated 7x across cluster]\n"
+)
+# std::terminate whose what() wraps onto the next line (TuSimple/mx-maskrcnn#98).
+TERMINATE_WRAPPED_OOM = (
+    "terminate called after throwing an instance of 'dmlc::Error'\n"
+    "  what():  [10:44:35] src/engine/./threaded_engine.h:359: [10:44:35] "
+    "src/storage/./pooled_storage_manager.h:107: cudaMalloc fail\n"
+    "ed: out of memory\n"
+)
+TERMINATE_OTHER = (
+    "terminate called after throwing an instance of 'dmlc::Error'\n"
+    "  what():  [10:44:35] src/operator/tensor/matrix_op-inl.h:217: Check shape mismatch\n"
+)
+# accelerate re-raising a Windows trainer's crash status 0xC0000005 (bmaltais/kohya_ss#2556).
+ACCELERATE_ACCESS_VIOLATION = (
+    "Traceback (most recent call last):\n"
+    '  File "C:\\kohya\\venv\\lib\\site-packages\\accelerate\\commands\\launch.py", line 637, '
+    "in simple_launcher\n"
+    "    raise subprocess.CalledProcessError(returncode=process.returncode, cmd=cmd)\n"
+    "subprocess.CalledProcessError: Command '['C:\\\\kohya\\\\venv\\\\Scripts\\\\python.exe', "
+    "'sdxl_train_network.py']' returned non-zero exit status 3221225477.\n"
+)
+# Ray's report that an actor's worker died, with the causes it cannot tell apart
+# (hkust-nlp/simpleRL-reason#98).
+RAY_ACTOR_DIED = (
+    "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR "
+    "Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file. "
+    "There are some potential root causes. (1) The process is killed by SIGKILL by OOM killer "
+    "due to high memory usage. (2) ray stop --force is called. (3) The worker is crashed "
+    "unexpectedly due to SIGSEGV or other unexpected errors.\n"
+    "Traceback (most recent call last):\n"
+    '  File "/tmp/ray/session_1/runtime_resources/working_dir_files/_ray_pkg_1/verl/single_'
+    'controller/ray/base.py", line 42, in func\n'
+    "    output = ray.get(output)\n"
+    "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"
+)
+# faulthandler's stack without its "Fatal Python error" header (state-spaces/mamba#725).
+FAULTHANDLER_STACK = (
+    "Current thread 0x00007d28af644000 (most recent call first):\n"
+    '  File "/env/lib/python3.10/site-packages/torch/autograd/function.py", line 575 in apply\n'
+)
+
+OOM_KILL = (
+    "[Mon Mar  4 10:00:01 2024] Out of memory: Killed process 4242 (python) "
+    "total-vm:123456kB, anon-rss:120000kB\n"
+)
+TORCHRUN_KILLED = (
+    "E0304 10:00:05.000000 1 torch/distributed/elastic/multiprocessing/api.py:882] failed "
+    "(exitcode: -9) local_rank: 0 (pid: 4242) of binary: /usr/bin/python\n"
+)
+UCX_SEGV = (
+    "[gpu-7:4242:0:4250] Caught signal 11 (Segmentation fault: address not mapped to object "
+    "at address 0x8)\n"
+)
+TORCHRUN_ABORTED = "  exitcode  : -6 (pid: 4242)\n"
+TIME_LIMIT = (
+    "slurmstepd: error: *** JOB 1234 ON gpu-7 CANCELLED AT 2024-03-04T10:00:00 DUE TO TIME "
+    "LIMIT ***\n"
+)
+SRUN_KILLED = "srun: error: gpu-7: task 0: Killed\n"
+DS_KILLING = (
+    "[2023-04-07 13:09:33,201] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 80\n"
+)
+DS_SEGV = (
+    "[2023-04-07 13:09:33,301] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', "
+    "'-u', 'train.py', '--local_rank=0'] exits with return code = -11\n"
+)
+USER_ERROR = (
+    "Traceback (most recent call last):\n"
+    '  File "train.py", line 3, in <module>\n'
+    '    x = int("a")\n'
+    "ValueError: invalid literal for int() with base 10: 'a'\n"
+)
+WATCHDOG = (
+    "[rank0]:[E304 10:00:00.000000 1 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, "
+    "NumelOut=1, Timeout(ms)=600000) ran for 600058 milliseconds before timing out.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "cause"),
+    [
+        (GLOG_CHECK, "native_crash"),
+        (CAFFE_CUDA_OOM, "gpu_oom"),
+        (RAY_ABSL_SEGV, "native_crash"),
+        (TERMINATE_WRAPPED_OOM, "gpu_oom"),
+        (TERMINATE_OTHER, "native_crash"),
+        (ACCELERATE_ACCESS_VIOLATION, "native_crash"),
+        ("Process finished with exit code -1073741819 (0xC0000005)\n", "native_crash"),
+        (FAULTHANDLER_STACK, "native_crash"),
+    ],
+    ids=[
+        "glog-check",
+        "caffe-cuda-check-oom",
+        "absl-segv-under-ray",
+        "terminate-wrapped-what-oom",
+        "terminate-any-type",
+        "windows-access-violation",
+        "windows-signed-status",
+        "faulthandler-headerless",
+    ],
+)
+def test_native_crash_reports_are_read_by_what_they_report(log: str, cause: str) -> None:
+    assert diagnose_text(log).cause == cause
+
+
+def test_ray_reporting_a_dead_actor_names_no_cause_of_its_own() -> None:
+    # Ray lists the OOM killer, ray stop and a segfault as possibilities: a guess from it (or
+    # the user's frame above it) would be acted on; unknown is the honest answer.
+    diagnosis = diagnose_text(RAY_ACTOR_DIED)
+    assert (diagnosis.cause, diagnosis.confidence) == ("unknown", 0.0)
+
+
+def test_a_plain_exit_status_is_no_signal() -> None:
+    assert diagnose_text("Process finished with exit code 1\n").cause == "unknown"
+
+
+# Each pair in both orders: the cause wins over its consequence wherever it is printed.
+PAIRS = [
+    ("oom-kill-over-launcher-sigkill", OOM_KILL, TORCHRUN_KILLED, "host_oom"),
+    ("crash-report-over-launcher-sigabrt", UCX_SEGV, TORCHRUN_ABORTED, "native_crash"),
+    ("time-limit-over-srun-killed", TIME_LIMIT, SRUN_KILLED, "timeout"),
+    ("exception-over-silent-kill-guess", USER_ERROR, DS_KILLING, "user_exception"),
+    ("verdict-over-silent-kill-guess", DS_SEGV, DS_KILLING, "native_crash"),
+    ("watchdog-over-faulthandler-stack", WATCHDOG, FAULTHANDLER_STACK, "nccl_timeout"),
+    ("oom-kill-over-ray-actor-died", OOM_KILL, RAY_ACTOR_DIED, "host_oom"),
+    (
+        "cuda-check-over-its-stack",
+        CAFFE_CUDA_OOM,
+        "*** Check failure stack trace: ***\n",
+        "gpu_oom",
+    ),
+]
+
+
+@pytest.mark.parametrize("order", ["cause-first", "consequence-first"])
+@pytest.mark.parametrize(
+    ("cause_lines", "consequence", "cause"), [p[1:] for p in PAIRS], ids=[p[0] for p in PAIRS]
+)
+def test_the_cause_outranks_its_consequence_in_either_order(
+    cause_lines: str, consequence: str, cause: str, order: str
+) -> None:
+    log = cause_lines + consequence if order == "cause-first" else consequence + cause_lines
+    assert diagnose_text(log).cause == cause
+
+
+def test_a_crash_report_blames_the_host_it_names_over_the_launchers_verdict() -> None:
+    for log in (UCX_SEGV + TORCHRUN_ABORTED, TORCHRUN_ABORTED + UCX_SEGV):
+        assert diagnose_text(log).blamed_node == "gpu-7"
