@@ -197,3 +197,30 @@ def test_an_uncatalogued_cause_under_a_chain_leaves_the_frames_to_decide():
         "dataset\n"
     )
     assert d.cause == "dataset_loading"
+
+
+def test_a_debuggers_exception_header_is_read_as_the_exception():
+    # ChenhongyiYang/QueryDet-PyTorch#46: VS Code's "Exception has occurred: X", the message on
+    # the next line and the frames after it (unknown before).
+    d = diagnose_text(
+        "Exception has occurred: ScannerError\n"
+        "mapping values are not allowed here\n"
+        '  in "/home/u/QueryDet/models/config.py", line 5, column 29\n'
+        '  File "/home/u/QueryDet/train_tools/coco_train.py", line 135, in setup\n'
+        "    cfg.merge_from_file(args.config_file)\n"
+    )
+    assert (d.cause, d.detail) == ("user_exception", "ScannerError")
+
+
+def test_a_debuggers_header_of_an_uncatalogued_class_leaves_the_traceback_to_decide():
+    # open-mmlab's mcnc thread shape: the header names RuntimeError alone; the traceback's own
+    # last line says torch.load could not read the checkpoint.
+    d = diagnose_text(
+        "Exception has occurred: RuntimeError\n"
+        "PytorchStreamReader failed reading zip archive: failed finding central directory\n"
+        '  File "/home/u/code/main_align.py", line 343, in <module>\n'
+        "    checkpoint = torch.load(args.checkpoint)\n"
+        "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central "
+        "directory\n"
+    )
+    assert d.cause == "model_loading"

@@ -225,9 +225,13 @@ _FRAME = re.compile(r'File "([^"]+)", line \d+(?:, in ([\w<>.]+))?')
 _RICH_FRAME = re.compile(r"^│ ((?:[A-Za-z]:)?[/\\~][^\s│:]*)(?::\d+)?(?: in(?: \S+)?)?\s*│?\s*$")
 _RICH_HEADER = "╭"
 # How the JVM prints an exception's place in its chain (Throwable.printStackTrace): the uncaught
-# one "Exception in thread "main" x.Y: ...", each cause after it "Caused by: x.Z: ...".
+# one "Exception in thread "main" x.Y: ...", each cause after it "Caused by: x.Z: ..."; and a
+# debugger's header of a Python exception (VS Code's "Exception has occurred: x.Y").
 JVM_CAUSED_BY = "Caused by: "
-_JVM_EXCEPTION_PREFIX = re.compile(r'^(?:Caused by: |Exception in thread "[^"]*" )')
+_DEBUGGER_HEADER = "Exception has occurred: "
+_JVM_EXCEPTION_PREFIX = re.compile(
+    r'^(?:Caused by: |Exception in thread "[^"]*" |Exception has occurred: )'
+)
 # The packages of object-store clients (rules.yaml storage-client-frame names the same ones).
 _STORE_CLIENT_FRAME = re.compile(
     r"[/\\](?:botocore|boto3|s3transfer|s3fs|minio|gcsfs|adlfs|google[/\\]cloud[/\\]storage|"
@@ -348,6 +352,10 @@ def event_of(
         frame, function = found if found else (None, None)
         library = _frame_is_library(frame) if frame else None
         verdict = families_python.exception_cause(exc)
+        if verdict is None and msg.startswith(_DEBUGGER_HEADER):
+            # A debugger's header names the class alone, its message and frames after it: a
+            # class no catalog holds is read from the traceback's own last line, if any.
+            return None
         chain = _chain_verdicts(line, before) if before else None
         # The innermost catalogued class of the chain this exception ends (printed first).
         root = next((v for v in reversed(chain or []) if v is not None), None)

@@ -292,6 +292,8 @@ CATALOGS: tuple[ExceptionCatalog, ...] = (
                 "MissingConfigException",
                 "ConfigCompositionException",
                 "OverrideParseException",
+                "ScannerError",
+                "MarkedYAMLError",
             }
         ),
     ),
@@ -494,6 +496,9 @@ PYTHON_EXCEPTION_NAMES = Table(
                 "(requests|httpx|httpcore)(\\.[A-Za-z_]+)*\\.(Timeout|ConnectTimeout|ReadTimeout|"
                 "WriteTimeout|PoolTimeout)(:|$)",
                 "([A-Za-z_][A-Za-z0-9_]*\\.)*RayTaskError\\([A-Za-z_][A-Za-z0-9_.]*\\)(:|$)",
+                # A debugger's header (VS Code's "Exception has occurred: ScannerError"), the
+                # message on the next line.
+                "Exception has occurred: ([A-Za-z_][A-Za-z0-9_]*\\.)*[A-Za-z_][A-Za-z0-9_]*$",
             ),
             anchors=(
                 "offlinemodeisenabled",
@@ -514,6 +519,7 @@ PYTHON_EXCEPTION_NAMES = Table(
                 "httpx.",
                 "httpcore.",
                 "raytaskerror(",
+                "exception has occurred: ",
             ),
         ),
     ),
@@ -524,5 +530,6 @@ PYTHON_EXCEPTION_NAMES = Table(
         "ip=147.8.181.248)",
         "omegaconf.errors.MissingMandatoryValue: Missing mandatory value: model.path",
         "httpx.PoolTimeout",
+        "Exception has occurred: ScannerError",
     ),
 )
