@@ -63,9 +63,9 @@ def test_every_guard_of_the_table_alone_is_read_as_loss_nan(example):
     assert diagnose_text(example + "\n").cause == "loss_nan", example
 
 
-def test_a_short_log_whose_loss_jumps_tenfold_diverged():
-    # chuckcho/video-caffe#11: two test losses, 3.31 then 87.34 (Caffe's softmax loss
-    # saturating), and the log ends: no value after to show a recovery.
+def test_caffes_saturated_softmax_loss_is_a_divergence_however_short_the_log():
+    # chuckcho/video-caffe#11: two test losses, 3.31 then 87.3366, Caffe's clamp -log(FLT_MIN):
+    # every sample's true class at probability 0. The factor (26x) alone proves nothing.
     log = (
         "Iteration 18000, Testing net (#0)\n"
         "Test net output #2: loss = 3.30735 (* 1 = 3.30735 loss)\n"
@@ -85,6 +85,44 @@ def test_a_short_log_ending_on_a_one_line_spike_is_not_a_divergence():
         for v in (0.6623, 0.8022, 4.2653)
     )
     assert diagnose_text(log).cause != "loss_nan"
+
+
+def test_a_hundredfold_jump_in_a_short_log_diverged():
+    log = "".join(
+        f"{{'loss': {v}, 'learning_rate': 0.0001, 'epoch': 0.1}}\n" for v in (0.91, 212.7)
+    )
+    got = diagnose_text(log)
+    assert got.cause == "loss_nan", got.detail
+
+
+def test_a_short_log_ending_on_a_fortyfold_spike_that_healthy_runs_show_is_not_a_divergence():
+    # open-mmlab/mmdetection#11708 (tests/data/loss_curves): 1.50 -> 63.13 in one interval at
+    # the start of an epoch, and the run normalised afterwards.
+    log = (
+        "Epoch(train)  [2][ 50/788]  lr: 2.0000e-03  grad_norm: 3.4572  loss: 1.5043\n"
+        "Epoch(train)  [2][100/788]  lr: 2.0000e-03  grad_norm: 31101415.5974  loss: 63.1261\n"
+    )
+    assert diagnose_text(log).cause != "loss_nan"
+
+
+def test_nan_grad_norms_beside_a_loss_that_holds_are_the_scaler_skipping_steps():
+    # OpenDriveLab/Birds-eye-view-Perception#13: mmcv's interval-mean grad norm is nan at every
+    # interval of an fp16 epoch while the loss holds at 4.2-4.4.
+    log = "".join(
+        f"2022-12-05 17:15:45,490 - mmdet - INFO - Epoch [12][{i}/3953]\tlr: 3.604e-06, "
+        f"loss_cls: 0.2377, loss_bbox: 0.4749, loss: {v}, grad_norm: nan\n"
+        for i, v in ((1400, 4.4046), (1450, 4.1711), (1500, 4.1975))
+    )
+    assert diagnose_text(log).cause != "loss_nan"
+
+
+def test_nan_grad_norms_beside_a_zeroed_loss_still_diverged():
+    # AnswerDotAI/ModernBERT#233: Hugging Face's Trainer zeroes a NaN loss.
+    log = "".join(
+        "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 4.9e-05, 'epoch': 0.01}\n"
+        for _ in range(3)
+    )
+    assert diagnose_text(log).cause == "loss_nan"
 
 
 def test_a_small_jump_over_two_iterations_is_left_undecided():

@@ -49,19 +49,28 @@ LOSS_EXPLODE_STEPS = 2
 LOSS_JUMP_FACTOR = 1000.0
 LOSS_JUMP_BEFORE = 2
 # A log of only a few printed losses (fewer than the spike rule needs, LOSS_SPIKE_STEPS +
-# LOSS_BASELINE_MIN) whose last value is above SHORT_JUMP_FACTOR times the lowest finite one
-# before it: a jump with no value after it to show a recovery (chuckcho/video-caffe#11, a test
-# loss going 3.31 -> 87.34, Caffe's softmax loss saturating at -log(FLT_MIN)). On the healthy
-# curves of tests/data/loss_curves, any window of up to six values anywhere in them (an excerpt
-# may start mid-run) ends at most 6.44x the lowest before it (LLaVA#918's one-line spike, which
-# recovered), and in the logs of other causes in every corpus whose whole series is that short
-# at most 1.17x: 10x keeps a margin over both. A smaller jump in so few values (gpt-neox's
-# 2.28 -> 11.05 over two iterations, heldout8) is left to the trainer's own words.
-SHORT_JUMP_FACTOR = 10.0
+# LOSS_BASELINE_MIN) whose last value is above SHORT_JUMP_FACTOR times the lowest one before it,
+# with no value after it to show a recovery. Healthy runs do jump that way for one logged
+# interval: mmengine's loss 1.50 -> 63.13 (42x) at the start of an epoch, then back to normal
+# (open-mmlab/mmdetection#11708, tests/data/loss_curves), and LLaVA#918's 6.4x; 100x keeps a
+# margin over both (in the logs of other causes of every corpus whose whole series is that
+# short, 1.17x at most). A smaller jump in so few values (gpt-neox's 2.28 -> 11.05 over two
+# iterations, heldout8; chuckcho/video-caffe#11's 3.31 -> 87.34) is no proof by its factor.
+SHORT_JUMP_FACTOR = 100.0
+# Caffe's softmax loss clamps each probability at FLT_MIN, so a sample whose true class got
+# probability 0 costs -log(FLT_MIN) = 87.3365 (src/caffe/layers/softmax_loss_layer.cpp,
+# https://github.com/BVLC/caffe): a printed loss of exactly that value is every sample at the
+# clamp, a model whose outputs overflowed (chuckcho/video-caffe#11: 3.31, then 87.3366).
+CAFFE_SATURATED_LOSS = -math.log(1.1754943508222875e-38)
+CAFFE_SATURATED_TOLERANCE = 1e-3
 # Non-finite grad norms printed this many times in a row at the end of the log, with a finite
 # loss beside them (HF Trainer's {'loss': 0.0, 'grad_norm': nan}, AnswerDotAI/ModernBERT#233):
 # the run diverged. One NaN grad norm is an fp16 overflow the scaler skips (a maintainer in
-# JiaquanYe/TableMASTER-mmocr#32), so a run of them is required.
+# JiaquanYe/TableMASTER-mmocr#32), so a run of them is required. A run of them beside losses
+# that are all finite and above 0 is not one either: mmcv's logger prints the mean grad norm of
+# each interval, NaN when one step in it overflowed and was skipped, while the loss holds
+# (OpenDriveLab/Birds-eye-view-Perception#13: epoch 12, loss 4.17-4.40, grad_norm nan at every
+# interval; tests/data/loss_curves).
 GRAD_NORM_NAN_RUN = 3
 # Megatron's training_log prints a loss only `if avg > 0.0`, which a NaN fails: its last
 # iteration line without "lm loss" where earlier ones had it is a NaN loss (epfLLM/Megatron-LLM#33,
@@ -142,6 +151,22 @@ def loss_value(cat: Catalogue, line: str) -> float | None:
             if metrics.is_loss_key(key):
                 return value
     return None
+
+
+def _losses_hold(cat: Catalogue, grads: list[tuple[int, float, str]]) -> bool:
+    """Whether every line of a run of non-finite grad norms prints a loss, finite and above 0:
+    the scaler skipping an overflowing step inside each logged interval, not a divergence."""
+    for _, _, line in grads:
+        v = loss_value(cat, line)
+        if v is None or not math.isfinite(v) or v <= 0:
+            return False
+    return True
+
+
+def loss_saturated(values: list[float]) -> bool:
+    """Whether the last printed loss is Caffe's clamp, -log(FLT_MIN): every sample's true class
+    at probability 0."""
+    return bool(values) and abs(values[-1] - CAFFE_SATURATED_LOSS) < CAFFE_SATURATED_TOLERANCE
 
 
 def loss_exploded(values: list[float]) -> tuple[float, int, float] | None:
@@ -277,7 +302,11 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
             hit = (first + hidden, math.nan, lines[hidden])
             detail = "Megatron printed no lm loss at its last iteration (a NaN loss is not printed)"
             conf = max(conf, NONFINITE_LOSS_CONFIDENCE)
-        elif len(grads) >= GRAD_NORM_NAN_RUN and not any(math.isfinite(v) for _, v, _ in grads):
+        elif (
+            len(grads) >= GRAD_NORM_NAN_RUN
+            and not any(math.isfinite(v) for _, v, _ in grads)
+            and not _losses_hold(cat, grads)
+        ):
             hit = grads[-1]
             detail = f"grad norm {hit[1]} in the last {len(grads)} steps of the log"
             conf = max(conf, NONFINITE_LOSS_CONFIDENCE)
@@ -298,6 +327,12 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
                 detail = (
                     f"loss diverged: {hit[1]:g} and the {LOSS_SPIKE_STEPS - 1} values after it "
                     f"over {LOSS_SPIKE_FACTOR:g}x the {base:g} before"
+                )
+            elif loss_saturated([v for _, v, _ in finite]):
+                hit = finite[-1]
+                detail = (
+                    f"loss {hit[1]:g} is Caffe's softmax loss at its clamp, -log(FLT_MIN): "
+                    "every sample's true class at probability 0"
                 )
         if hit:
             parsed = parse_line(hit[2])
