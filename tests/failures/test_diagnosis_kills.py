@@ -179,3 +179,53 @@ def test_the_cause_outranks_its_consequence_in_either_order(
 def test_a_crash_report_blames_the_host_it_names_over_the_launchers_verdict() -> None:
     for log in (UCX_SEGV + TORCHRUN_ABORTED, TORCHRUN_ABORTED + UCX_SEGV):
         assert diagnose_text(log).blamed_node == "gpu-7"
+
+
+COMMAND_NOT_FOUND = "/var/spool/slurmd/job1/slurm_script: line 5: nvidia-smi: command not found\n"
+BASH_KILLED = "/var/spool/slurmd/job1/slurm_script: line 9:  4242 Killed    python train.py\n"
+STEP_CANCELLED = (
+    "slurmstepd: error: *** STEP 1234.0 ON gpu-7 CANCELLED AT 2024-03-04T10:00:00 ***\n"
+)
+TASK_EXIT_1 = "srun: error: gpu-7: task 0: Exited with exit code 1\n"
+
+
+@pytest.mark.parametrize("order", ["guess-first", "guess-last"])
+@pytest.mark.parametrize(
+    ("other", "cause"),
+    [(WATCHDOG, "nccl_timeout"), (BASH_KILLED, "host_oom")],
+    ids=["hang", "kill"],
+)
+def test_command_not_found_decides_only_a_log_with_nothing_else(
+    other: str, cause: str, order: str
+) -> None:
+    log = COMMAND_NOT_FOUND + other if order == "guess-first" else other + COMMAND_NOT_FOUND
+    assert diagnose_text(log).cause == cause
+    assert diagnose_text(COMMAND_NOT_FOUND).cause == "user_exception"
+
+
+@pytest.mark.parametrize(
+    ("log", "cause"),
+    [
+        # srun cancels the step after a task failed: the task's end is the failure.
+        (TASK_EXIT_1 + STEP_CANCELLED, "unknown"),
+        (SRUN_KILLED + STEP_CANCELLED, "host_oom"),
+        # A task reported Killed after the cancel died of the cancel
+        # (ascii-supply-networks/dagster-slurm#72).
+        (STEP_CANCELLED + SRUN_KILLED, "cancelled"),
+        (STEP_CANCELLED, "cancelled"),
+    ],
+    ids=["exit-1-then-cancel", "killed-then-cancel", "cancel-then-killed", "cancel-alone"],
+)
+def test_a_step_cancel_after_a_failed_task_is_its_consequence(log: str, cause: str) -> None:
+    assert diagnose_text(log).cause == cause
+
+
+def test_a_step_cancel_set_aside_still_names_the_node_of_a_memory_kill() -> None:
+    log = (
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=440575.0. Some of the step tasks "
+        "have been OOM Killed.\n"
+        "srun: error: nid001277: tasks 1-3: Out Of Memory\n"
+        "slurmstepd: error: *** STEP 440575.0 ON nid001277 CANCELLED AT 2023-12-05T07:16:01 ***\n"
+    )
+    diagnosis = diagnose_text(log)
+    assert (diagnosis.cause, diagnosis.blamed_node) == ("host_oom", "nid001277")

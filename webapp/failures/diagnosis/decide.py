@@ -203,7 +203,29 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
         events = [e for e in events if e.rule.id != SILENT_RANK_RULE]
         if not events:
             return _unknown(scan, notes)
-    best = _pick(events)
+    # Candidates for the cause: the events less the consequences of another (they stay
+    # evidence, and a node they name still blames).
+    candidates = events
+    after_task = [
+        e
+        for e in events
+        if e.rule.id == STEP_CANCELLED_RULE
+        and any(f == e.file_index and line < e.line_no for f, line in scan.srun_task_failures)
+    ]
+    if after_task:
+        # srun cancels a step's other tasks once one of them failed: a step cancel after srun's
+        # report of a failed task is that failure's consequence (the task's signal, read by the
+        # exit table, or a plain exit status that says nothing), not a cancel by a user. A task
+        # reported Killed after the cancel died of the cancel, which stays the outcome.
+        candidates = [e for e in candidates if e not in after_task]
+        notes.append("the step was cancelled after one of its tasks failed")
+    if any(e.rule.id not in ALONE_ONLY_RULES for e in candidates):
+        # A shell's "command not found" decides only when nothing else does: a job script
+        # prints it and goes on, and whatever ended the job is told by the other lines.
+        candidates = [e for e in candidates if e.rule.id not in ALONE_ONLY_RULES]
+    if not candidates:
+        return _unknown(scan, notes)
+    best = _pick(candidates)
     what = _terminate_message(best, events)
     if what is not None:
         # std::terminate's "terminate called after throwing an instance of X" is the abort an
@@ -257,6 +279,9 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
 
 
 SILENT_RANK_RULE = "launcher-killed-silent-rank"
+STEP_CANCELLED_RULE = "slurm-step-cancelled"
+# Weak-tier causes that decide only a log with nothing else in it (rules.yaml).
+ALONE_ONLY_RULES = frozenset({"shell-command-not-found", "command-not-there"})
 # The lines between std::terminate's line and its what() (a launcher's rank prefix keeps them
 # together; the what() is the next line).
 TERMINATE_WHAT_LINES = 2

@@ -135,6 +135,9 @@ class Scan:
         self.inspected_hosts: set[str] = set()
         # The DeepSpeed launcher printed a rank's exit status (launcher-rank-exit-status).
         self.launcher_exit_status = False
+        # (file index, line) of srun's reports of a task ending badly ("srun: error: <host>:
+        # task N: ..."): a step cancel printed after one is its consequence (decide.py).
+        self.srun_task_failures: list[tuple[int, int]] = []
         # (file index, line) of traceback frames in an object-storage client
         # (rules.yaml storage-client-frame): a connection error next to them is the store's.
         self.storage_frames: list[tuple[int, int]] = []
@@ -309,7 +312,9 @@ class Scan:
                 if self.record.lines_left < 0 or self.record.file_index != file_index:
                     self.record = None
             if "task" in text and "srun" in text:
-                self._srun_tasks(text)
+                line_no += _newlines(piece, counted, start)
+                counted = start
+                self._srun_tasks(text, file_index, line_no)
             if rule is not None and rule.id == LAUNCHER_EXIT_STATUS_RULE:
                 self.launcher_exit_status = True
             if rule is not None and rule.kind == "ignore" and rule.id in _HOST_MAP_RULES:
@@ -408,11 +413,14 @@ class Scan:
         if len(seen) < MAX_EVENTS_PER_RULE:
             seen.append((file_index, line_no))
 
-    def _srun_tasks(self, text: str) -> None:
-        """Learn which host ran which srun task from srun's per-task error line."""
+    def _srun_tasks(self, text: str, file_index: int, line_no: int) -> None:
+        """Learn which host ran which srun task from srun's per-task error line (and where
+        srun reported a task failed)."""
         m = _SRUN_TASKS.search(text)
         if m is None:
             return
+        if "srun: error: " in m.group(0) and len(self.srun_task_failures) < MAX_EVENTS_PER_RULE:
+            self.srun_task_failures.append((file_index, line_no))
         for lo, hi in _TASK_RANGE.findall(m.group(2)):
             for task in range(int(lo), int(hi or lo) + 1)[:MAX_TASKS_PER_LINE]:
                 self.task_host.setdefault(task, m.group(1))
