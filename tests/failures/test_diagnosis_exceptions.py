@@ -224,3 +224,32 @@ def test_a_debuggers_header_of_an_uncatalogued_class_leaves_the_traceback_to_dec
         "directory\n"
     )
     assert d.cause == "model_loading"
+
+
+def test_transformers_hub_wordings_are_model_loading_not_the_frame_that_raised_them():
+    # transformers/utils/hub.py cached_file's EnvironmentError wordings of huggingface_hub's
+    # classes, and configuration_utils' and modeling_utils' own: each read framework before.
+    for text in (
+        "OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't "
+        "find it in the cached files and it looks like bert-base-uncased is not the path to a "
+        "directory containing a file named config.json.",
+        "OSError: You are trying to access a gated repo.",
+        "OSError: v2 is not a valid git identifier (branch name, tag name or commit id) that "
+        "exists for this model name.",
+        "OSError: Can't load the configuration of 'Qwen/Qwen3-Embedding-0.6B'. If you were "
+        "trying to load it from 'https://huggingface.co/models', make sure you don't have a "
+        "local directory with the same name.",
+        "OSError: Can't load the model for 'openai/whisper-large'. If you were trying to load "
+        "it from 'https://huggingface.co/models', make sure you don't have a local directory "
+        "with the same name.",
+        "requests.exceptions.HTTPError: 401 Client Error: Unauthorized for url: "
+        "https://huggingface.co/meta-llama/Llama-2-7b-hf/resolve/main/config.json",
+        "huggingface_hub.errors.HfHubHTTPError: 403 Forbidden: Please enable access to public "
+        "gated repositories in your fine-grained token settings to view this repository.",
+    ):
+        d = diagnose_text(
+            '  File "/opt/conda/lib/python3.10/site-packages/transformers/utils/hub.py", line '
+            "398, in cached_file\n"
+            "    raise EnvironmentError(\n" + text + "\n"
+        )
+        assert d.cause == "model_loading", text

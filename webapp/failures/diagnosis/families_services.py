@@ -198,8 +198,12 @@ HUB_MODEL_ERRORS = Table(
     source="huggingface_hub's errors https://huggingface.co/docs/huggingface_hub/package_"
     "reference/utilities (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError, "
     "GatedRepoError, LocalEntryNotFoundError) and transformers' wording of them when a model "
-    "is loaded ('is not a local folder and is not a valid model identifier', 'does not appear "
-    "to have a file named')",
+    "is loaded (cached_file in https://github.com/huggingface/transformers/blob/main/src/"
+    "transformers/utils/hub.py: 'is not a local folder and is not a valid model identifier', "
+    "'does not appear to have a file named', 'You are trying to access a gated repo', 'is not "
+    "a valid git identifier', 'We couldn't connect to ... to load this file', 'Incorrect "
+    "path_or_model_id'; configuration_utils' and modeling_utils' 'Can't load the configuration "
+    "of' / 'Can't load the model for')",
     members=(
         Member(symbol="RepositoryNotFoundError"),
         Member(symbol="RevisionNotFoundError"),
@@ -210,6 +214,37 @@ HUB_MODEL_ERRORS = Table(
         Member(
             patterns=("does not appear to have a file named [a-z_]*(model|pytorch|config)",),
             anchors=("does not appear to have a file named",),
+        ),
+        # transformers' cached_file (src/transformers/utils/hub.py) words each of
+        # huggingface_hub's classes so: GatedRepoError, RevisionNotFoundError,
+        # LocalEntryNotFoundError (the endpoint may be a mirror's, HF_ENDPOINT), HFValidationError.
+        Member(text="You are trying to access a gated repo"),
+        Member(text="is not a valid git identifier (branch name, tag name or commit id)"),
+        Member(
+            patterns=("We couldn't connect to '[^']+' to load this (file|model)",),
+            anchors=("to load this file", "to load this model"),
+        ),
+        Member(text="Incorrect path_or_model_id: '"),
+        # configuration_utils' and modeling_utils' generic wordings when from_pretrained fails.
+        Member(
+            patterns=("Can't load the (configuration of|model for) '",),
+            anchors=("can't load the configuration of", "can't load the model for"),
+        ),
+        # The Hub refusing a model's file: 401, 403 or 404 on a model repository's URL (a
+        # dataset's, huggingface.co/datasets/..., is rules.yaml dataset-load's, earlier), and
+        # the gated-repository refusals of huggingface_hub's errors.py.
+        Member(
+            patterns=(
+                "(401|403|404) Client Error[^']*huggingface\\.co/(api/models/)?[A-Za-z0-9_.-]+/"
+                "[A-Za-z0-9_.-]+/resolve/",
+                "(401|403|404) Client Error[^']*huggingface\\.co/api/models/",
+            ),
+            anchors=("client error",),
+        ),
+        Member(text="public gated repositories"),
+        Member(
+            patterns=("Access to model [^ ]+ is restricted",),
+            anchors=("access to model ",),
         ),
     ),
     examples=(
