@@ -96,6 +96,7 @@ def test_energy_page_draws_figures_and_tables(
     )
     assert all(h <= 273 / 25.4 * 96 + 1 for h in heights), heights
     page.screenshot(path=screenshot_dir / "energy-report.png", full_page=True)
+    page.locator("#sheet-trend-teams").screenshot(path=screenshot_dir / "energy-report-teams.png")
     assert page_log.errors == []
     assert page_log.foreign_requests == []
 

@@ -165,6 +165,7 @@ def trend_team_table(t: Trends) -> dict:
         "total": len(months) > 1,
         "shown": figures.TREND_TEAMS,
         "listed": len(head),
+        "others": len(rest),  # teams in the one row of the others
         "folded": folded,
     }
 
@@ -187,7 +188,7 @@ def report_team_months(t: Trends, month: str) -> dict:
         change = (now - prev) / prev if now is not None and prev else None
         rows.append((team, now, prev, change, total, total / grand if grand else None))
     return {"month": month, "previous": before, "rows": rows, "listed": table["listed"],
-            "months": len(names)}  # fmt: skip
+            "others": table["others"], "span": len(t.months), "with_data": len(names)}  # fmt: skip
 
 
 def _previous_month(month: str) -> str:
