@@ -220,3 +220,41 @@ def test_a_space_separated_record_with_a_zeroed_loss_and_a_nan_grad_norm_is_a_di
 def test_healthy_space_separated_records_stay_quiet(name):
     # One inf grad norm among finite losses is an fp16 overflow the scaler skips.
     assert diagnose_text(HEALTHY_SPACED[name]).cause != "loss_nan", name
+
+
+def _fused_overflows(scales: list[float]) -> str:
+    # DeepSpeed's fp16 optimizer reports each overflow in three lines (fused_optimizer.py).
+    return "".join(
+        f"[INFO] [fused_optimizer.py:362:_update_scale] Grad overflow on iteration {i}\n"
+        f"[INFO] [fused_optimizer.py:363:_update_scale] Reducing dynamic loss scale from {a} "
+        f"to {max(a / 2, 1.0)}\n"
+        f"[INFO] [logging.py:96:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted "
+        f"loss scale: {a}, reducing to {max(a / 2, 1.0)}\n"
+        f"steps: {i} loss: 10.6554 iter time (s): 4.218 samples/sec: 7.586\n"
+        for i, a in enumerate(scales, start=3000)
+    )
+
+
+def test_deepspeeds_three_line_overflow_report_halving_at_every_step_diverged():
+    # Each overflow's two reductions count once: five halvings, 64 down to 2.
+    got = diagnose_text(_fused_overflows([64.0, 32.0, 16.0, 8.0, 4.0]))
+    assert got.cause == "loss_nan", got.detail
+    assert "loss scale fell to 2" in got.detail
+
+
+def test_deepspeeds_hysteresis_lines_do_not_end_a_run_of_overflows():
+    log = "".join(
+        "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: "
+        f"{a}, but hysteresis is 2. Reducing hysteresis to 1\n"
+        f"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {a}, reducing to "
+        f"{max(a // 2, 1)}\n"
+        for a in (16, 8, 4, 2, 1)
+    )
+    got = diagnose_text(log)
+    assert got.cause == "loss_nan", got.detail
+
+
+def test_deepspeeds_three_line_overflow_report_at_start_up_is_not_a_divergence():
+    assert diagnose_text(_fused_overflows([65536.0, 32768.0, 16384.0, 8192.0, 4096.0])).cause != (
+        "loss_nan"
+    )

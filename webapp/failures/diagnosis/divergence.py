@@ -85,14 +85,22 @@ MEGATRON_LOSS = "lm loss:"
 # https://www.deepspeed.ai/docs/config-json/#fp16-training-options, with "Current loss scale
 # already at minimum", rule loss-nan-grad-norm; fairseq prints "overflow detected, setting loss
 # scale to: 0.0001220703125" down to its 1e-4 floor, facebookresearch/fairseq#512).
-# LOSS_SCALE_RUN reductions in a row end the log.
+# LOSS_SCALE_RUN reductions in a row end the log. DeepSpeed's fp16 optimizers (fused and
+# unfused, deepspeed/runtime/fp16/fused_optimizer.py, _update_scale) print one overflow as
+# "Grad overflow on iteration: N", "Reducing dynamic loss scale from X to Y" and "Overflow
+# detected. Skipping step. Attempted loss scale: X, reducing to Y": the two reductions of one
+# overflow, a line or two apart, count once. Its scaler's hysteresis line ("Attempted loss
+# scale: X, but hysteresis is 2. Reducing hysteresis to 1") is an overflow that reduced
+# nothing: it neither counts nor ends the run.
 MIN_LOSS_SCALE = 1.0
 LOSS_SCALE_RUN = 5
 _LOSS_SCALE = re.compile(
     r"(?:reducing|setting) loss scale to:? ([0-9.]+(?:e[-+]?\d+)?)|Attempted loss scale: \S+, "
-    r"reducing to ([0-9.]+(?:e[-+]?\d+)?)",
+    r"reducing to ([0-9.]+(?:e[-+]?\d+)?)|Reducing dynamic loss scale from \S+ to "
+    r"([0-9.]+(?:e[-+]?\d+)?)",
     re.I,
 )
+_SAME_OVERFLOW_LINES = 2
 # The same in Megatron's own iteration lines (fp16): its scaler halves the scale on an
 # overflowing step down to --min-loss-scale (1.0 by default) and skips the step
 # (https://github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/optimizer/grad_scaler.py);
@@ -478,11 +486,21 @@ def _loss_scale_collapse(lines: list[str], lowest: int) -> tuple[int, float] | N
             continue
         m = _LOSS_SCALE.search(lines[i])
         if m is None:
+            if "but hysteresis is" in lines[i] or "Grad overflow on iteration" in lines[i]:
+                continue  # an overflow's report that reduces nothing (logged from _update_scale)
             break  # the run of reductions at the end of the log ended
         try:
-            found.append((i, float(m.group(1) or m.group(2))))
+            scale = float(next(g for g in m.groups() if g))
         except ValueError:
             break
+        if (
+            m.group(3)
+            and found
+            and found[-1][1] == scale
+            and found[-1][0] - i <= _SAME_OVERFLOW_LINES
+        ):
+            continue  # the same overflow's "Attempted ..., reducing to" report, just after
+        found.append((i, scale))
         if len(found) >= LOSS_SCALE_RUN:
             break
     # At the floor counts: DeepSpeed's scaler stops at its min_loss_scale and reports "Attempted

@@ -39,7 +39,7 @@ _SEPARATORS = re.compile(r"\|\|?|,\s|[{}]|\s-\s|\t")
 # The scaler's own lines: the scale it falls back to.
 _SCALER = re.compile(
     r"(?:reducing|setting) loss scale to:? (" + _NUMBER + r")|Attempted loss scale: \S+, "
-    r"reducing to (" + _NUMBER + r")",
+    r"reducing to (" + _NUMBER + r")|Reducing dynamic loss scale from \S+ to (" + _NUMBER + r")",
     re.I,
 )
 # Keys by what they measure (after normalisation).
@@ -113,7 +113,7 @@ def record(line: str) -> dict[str, float]:
     out: dict[str, float] = {}
     m = _SCALER.search(line) if "scale" in low else None
     if m:
-        out["loss_scale"] = float(m.group(1) or m.group(2))
+        out["loss_scale"] = float(next(g for g in m.groups() if g))
     for field in _SEPARATORS.split(line):
         field = field.strip()
         if not field or len(field) > MAX_FIELD_CHARS:
