@@ -253,3 +253,35 @@ def test_transformers_hub_wordings_are_model_loading_not_the_frame_that_raised_t
             "    raise EnvironmentError(\n" + text + "\n"
         )
         assert d.cause == "model_loading", text
+
+
+_DATALOADER_RERAISE = (
+    "Traceback (most recent call last):\n"
+    '  File "train.py", line 88, in <module>\n'
+    "    for batch in loader:\n"
+    '  File "/opt/conda/lib/python3.10/site-packages/torch/_utils.py", line 694, in reraise\n'
+    "    raise exception\n"
+    "KeyError: Caught KeyError in DataLoader worker process 0.\n"
+    "Original Traceback (most recent call last):\n"
+    '  File "/opt/conda/lib/python3.10/site-packages/torch/utils/data/_utils/fetch.py", line 51, '
+    "in fetch\n"
+    "    data = [self.dataset[idx] for idx in possibly_batched_index]\n"
+)
+
+
+def test_a_reraised_worker_exception_is_decided_by_the_original_traceback():
+    # torch/_utils.py ExceptionWrapper: "Caught X in DataLoader worker process N." then the
+    # worker's own traceback; its frames decide (docs/failure-taxonomy.md), not reraise's.
+    d = diagnose_text(
+        _DATALOADER_RERAISE + '  File "/home/u/project/data.py", line 40, in __getitem__\n'
+        "    label = self.labels[name]\n"
+        "KeyError: 'img_0042'\n"
+    )
+    assert (d.cause, d.detail) == ("user_exception", "KeyError")
+    d = diagnose_text(
+        _DATALOADER_RERAISE
+        + '  File "/opt/conda/lib/python3.10/site-packages/torchvision/io/image.py", line 80, '
+        "in decode_jpeg\n"
+        "RuntimeError: Invalid data passed to decode_jpeg\n"
+    )
+    assert (d.cause, d.detail) == ("framework_exception", "RuntimeError")

@@ -10,7 +10,9 @@ or CONSEQUENCE where the class reports that something else failed (a Ray actor w
 died, a torchrun child that failed): such a class names no cause of its own, and the diagnosis
 reads the log's other events for it (abstaining, unknown, where there are none), never the
 framework frame that printed it. A wrapper that names the class it wraps in its own name
-(Ray's `RayTaskError(ValueError)`) is read by the wrapped class.
+(Ray's `RayTaskError(ValueError)`) is read by the wrapped class; torch's re-raise of a worker's
+exception ("KeyError: Caught KeyError in DataLoader worker process 0.") is a report too, the
+original traceback printed after it deciding.
 
 events.py looks the exception of every python-exception line up here (`exception_cause`) before
 the frames decide; the PYTHON_EXCEPTION_NAMES table lets rules.yaml's python-exception rule read
@@ -446,9 +448,21 @@ _WRAPPED = re.compile(r"^((?:[A-Za-z_][A-Za-z0-9_]*\.)*)RayTaskError\(([A-Za-z_]
 _QUALIFIED = re.compile(r"^((?:[A-Za-z_][A-Za-z0-9_]*\.)*)([A-Za-z_][A-Za-z0-9_]*)")
 
 
+# torch's ExceptionWrapper re-raising a worker's exception in the parent
+# (https://github.com/pytorch/pytorch/blob/main/torch/_utils.py, reraise: "Caught {type} in
+# {where}." then "Original Traceback ..."): the original traceback, printed after it, decides.
+_RERAISED = re.compile(
+    r"^(?:[A-Za-z_][A-Za-z0-9_]*\.)*([A-Za-z_][A-Za-z0-9_]*): Caught [A-Za-z_][A-Za-z0-9_.]* in "
+    r"(?:DataLoader worker process \d+|replica \d+ on device \d+|pin memory thread)"
+)
+
+
 def exception_cause(message: str) -> ClassVerdict | None:
     """The catalogued verdict for the exception a traceback's last line names ("mod.Class:
     message"), or None where no catalog holds its class under its module."""
+    rm = _RERAISED.match(message)
+    if rm:
+        return ClassVerdict(CONSEQUENCE, "torch", rm.group(1))
     wm = _WRAPPED.match(message)
     if wm:
         module, inner = _split(wm.group(2))
