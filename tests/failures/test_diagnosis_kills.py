@@ -229,3 +229,68 @@ def test_a_step_cancel_set_aside_still_names_the_node_of_a_memory_kill() -> None
     )
     diagnosis = diagnose_text(log)
     assert (diagnosis.cause, diagnosis.blamed_node) == ("host_oom", "nid001277")
+
+
+@pytest.mark.parametrize(
+    ("log", "cause"),
+    [
+        ("srun: error: gpu-7: task 3: Floating point exception\n", "native_crash"),
+        ("[1]    12345 killed     python train.py\n", "host_oom"),
+        ("[1]  + 12345 abort      python train.py\n", "native_crash"),
+        (
+            "#5  <signal handler called>\n#6  0x00007f2a in ncclProxyService () from libnccl.so.2\n",
+            "native_crash",
+        ),
+        (
+            "* thread #1, queue = 'com.apple.main-thread', stop reason = EXC_BAD_ACCESS (code=1, "
+            "address=0x0)\n",
+            "native_crash",
+        ),
+        # A backtrace with no signal in it is as often a hung process a debugger attached to.
+        (
+            "#0  0x00007f2a in pthread_cond_wait () from libpthread.so.0\n"
+            "#1  0x00007f2b in ncclProxyService () from libnccl.so.2\n",
+            "unknown",
+        ),
+        # torchrun's agent told to stop from outside: whoever stopped it says why.
+        (
+            "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got "
+            "signal: 15\n",
+            "unknown",
+        ),
+        (
+            "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got "
+            "signal: 15\n" + TIME_LIMIT,
+            "timeout",
+        ),
+    ],
+    ids=[
+        "srun-fpe",
+        "zsh-job-killed",
+        "zsh-job-abort",
+        "gdb-signal-frame",
+        "lldb-bad-access",
+        "gdb-frames-no-signal",
+        "agent-sigterm-alone",
+        "agent-sigterm-time-limit",
+    ],
+)
+def test_launcher_shell_and_debugger_reports_in_each_of_their_words(log: str, cause: str) -> None:
+    assert diagnose_text(log).cause == cause
+
+
+HYDRA_BOX = (
+    "===================================================================================\n"
+    "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+    "=   PID 9665 RUNNING AT gpu-12\n"
+    "=   EXIT CODE: 9\n"
+    "=   CLEANING UP REMAINING PROCESSES\n"
+    "===================================================================================\n"
+    "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)\n"
+)
+
+
+def test_mpich_hydra_blames_the_host_its_box_names_within_the_job() -> None:
+    assert diagnose_text(HYDRA_BOX, job_nodes=["gpu-11", "gpu-12"]).blamed_node == "gpu-12"
+    # A host the job does not hold is never blamed, whatever the job printed.
+    assert diagnose_text(HYDRA_BOX, job_nodes=["gpu-11"]).blamed_node != "gpu-12"

@@ -73,6 +73,7 @@ _SIGNAL_WORDS: dict[str, int] = {
     "abort": 6,  # zsh's word
     "sigabrt": 6,
     "illegal instruction": 4,
+    "illegal hardware instruction": 4,  # zsh's word
     "sigill": 4,
     "floating point exception": 8,
     "sigfpe": 8,
@@ -129,8 +130,14 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
         r"EXIT STRING: [A-Za-z ]+ \(signal (\d+)\)",
         r"^=\s+KILLED BY SIGNAL: (\d+)",
         r"^signal (\d+) \([A-Za-z ]+\)\.?$",
-        # srun: "srun: error: node-05: task 40: Bus error", "... task 3: Killed"
-        r"tasks? [\d,-]+: (Killed|Segmentation fault|Bus error|Aborted)",
+        # srun: "srun: error: node-05: task 40: Bus error", "... task 3: Killed" (strsignal's
+        # words for each signal of the table)
+        r"tasks? [\d,-]+: (Killed|Segmentation fault|Bus error|Aborted|Illegal instruction|"
+        r"Floating point exception)",
+        # zsh's job table: "[1]    12345 killed     python train.py", "[1]  + 12345 abort ..."
+        # (zsh's own signal names, https://zsh.sourceforge.io/Doc/Release/Jobs-_0026-Signals.html)
+        r"^\[\d+\] +[+-]? *\d+ (killed|segmentation fault|bus error|abort|"
+        r"illegal hardware instruction|floating point exception) ",
         # bash's job report: "line 41: 51234 Killed   python train.py"
         r"line \d+: +\d+ (Killed|Segmentation fault|Bus error|Aborted)",
         # zsh's report of a job ended by a signal: "zsh: killed     python3 x.py"

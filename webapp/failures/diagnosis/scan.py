@@ -178,6 +178,9 @@ class Scan:
         # The last line a C++ exception's what() began that no rule matched: (file index, line,
         # text), read again joined to the next line (_wrapped_what).
         self.what: tuple[int, int, str] | None = None
+        # MPICH Hydra's box names the host of the process it reports ("=   PID 92248 RUNNING
+        # AT gpu-7"), a line before its "=   EXIT CODE: 9": (file index, line, host).
+        self.hydra_host: tuple[int, int, str] | None = None
 
     # Reading -------------------------------------------------------------------------------
 
@@ -328,6 +331,13 @@ class Scan:
                 line_no += _newlines(piece, counted, start)
                 counted = start
                 self._storage(rule.id, file_index, line_no)
+            if rule is None and line.message.startswith("=") and "RUNNING AT" in line.message:
+                m = _HYDRA_HOST.match(line.message)
+                if m:
+                    line_no += _newlines(piece, counted, start)
+                    counted = start
+                    self.hydra_host = (file_index, line_no, m.group(1))
+                continue
             if rule is None and (self.what is not None or line.message.startswith(WHAT)):
                 line_no += _newlines(piece, counted, start)
                 counted = start
@@ -520,6 +530,10 @@ class Scan:
         if count >= MAX_EVENTS_PER_RULE:
             return
         ev.file_index, ev.file, ev.line_no = file_index, name, line_no
+        if ev.host is None and self.hydra_host is not None and ev.text.startswith("="):
+            f, at, host = self.hydra_host
+            if f == file_index and 0 < line_no - at <= HYDRA_BOX_LINES:
+                ev.host = host
         if outer is not None:
             ev.host = ev.host or outer.host
             ev.rank = outer.rank if ev.rank is None else ev.rank
@@ -574,6 +588,10 @@ def _spans(rx: Any, buf: bytes, end: int) -> Iterator[tuple[int, int]]:
 # Where an object store is named: a client's traceback frame, an endpoint or URL (decide.py).
 _STORAGE_RULES = frozenset({"storage-client-frame", "storage-endpoint-mention"})
 LAUNCHER_EXIT_STATUS_RULE = "launcher-rank-exit-status"
+# Hydra's box (https://github.com/pmodels/mpich/blob/main/src/pm/hydra/mpiexec/mpiexec.c):
+# "=   PID 92248 RUNNING AT gpu-7", then "=   EXIT CODE: 9" a line or two below it.
+_HYDRA_HOST = re.compile(r"=\s+PID \d+ RUNNING AT ([A-Za-z0-9][\w.-]*)\s*$")
+HYDRA_BOX_LINES = 3
 # libstdc++'s verbose terminate handler prints an uncaught exception's message after this
 # (https://gcc.gnu.org/onlinedocs/libstdc++/manual/termination.html).
 WHAT = "what():"
