@@ -285,3 +285,29 @@ def test_a_reraised_worker_exception_is_decided_by_the_original_traceback():
         "RuntimeError: Invalid data passed to decode_jpeg\n"
     )
     assert (d.cause, d.detail) == ("framework_exception", "RuntimeError")
+
+
+def test_gcs_resumable_media_and_fsspec_timeouts_are_the_stores():
+    frame = (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/torch/serialization.py", line 850, in '
+        "save\n"
+    )
+    d = diagnose_text(
+        frame + "google.resumable_media.common.InvalidResponse: ('Request failed with status "
+        "code', 503, 'Expected one of', <HTTPStatus.OK: 200>)\n"
+    )
+    assert d.cause == "object_storage"
+    # A refusal (403) is not the store being down: no catalogued cause.
+    assert (
+        exception_cause(
+            "google.resumable_media.common.InvalidResponse: ('Request failed with status code', "
+            "403, 'Expected one of', <HTTPStatus.OK: 200>)"
+        )
+        is None
+    )
+    d = diagnose_text(
+        frame.replace("torch/serialization.py", "gcsfs/core.py")
+        + "fsspec.exceptions.FSTimeoutError\n"
+    )
+    assert d.cause == "object_storage"

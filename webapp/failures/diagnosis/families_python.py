@@ -392,6 +392,23 @@ CATALOGS: tuple[ExceptionCatalog, ...] = (
         bare=frozenset({"EndpointConnectionError", "S3UploadFailedError", "NoCredentialsError"}),
     ),
     ExceptionCatalog(
+        id="fsspec",
+        source="https://github.com/fsspec/filesystem_spec/blob/master/fsspec/exceptions.py: an "
+        "async filesystem operation (an object store's or HTTP's) that timed out; the store's "
+        "where its client's frames raised it or its URL is named (decide.py)",
+        modules=("fsspec.",),
+        classes={"FSTimeoutError": "aux_connection"},
+    ),
+    ExceptionCatalog(
+        id="google-resumable-media",
+        source="https://github.com/googleapis/google-resumable-media-python/blob/main/google/"
+        "resumable_media/common.py: GCS's upload and download library; InvalidResponse with a "
+        "retryable status (429, 500-504) is the store's, with another (403, 404) no cause of "
+        "its own (exception_cause reads the status); DataCorruption, a checksum mismatch",
+        modules=("google.resumable_media.",),
+        classes={"InvalidResponse": "object_storage", "DataCorruption": "object_storage"},
+    ),
+    ExceptionCatalog(
         id="google-cloud",
         source="https://github.com/googleapis/python-api-core/blob/main/google/api_core/"
         "exceptions.py, https://github.com/googleapis/google-auth-library-python/blob/main/"
@@ -475,7 +492,20 @@ def exception_cause(message: str) -> ClassVerdict | None:
     qm = _QUALIFIED.match(message)
     if qm is None:
         return None
-    return _lookup(qm.group(1), qm.group(2))
+    verdict = _lookup(qm.group(1), qm.group(2))
+    if verdict is not None and (verdict.catalog, verdict.name) in _STATUS_DECIDES:
+        # The class carries an HTTP status: only a retryable one is the service's.
+        sm = _STATUS.search(message, qm.end())
+        if sm is None or sm.group(1) not in _RETRYABLE_STATUSES:
+            return None
+    return verdict
+
+
+# Catalogs whose class is the service's only with a retryable status in its message (RFC 9110
+# section 15.6, https://www.rfc-editor.org/rfc/rfc9110#section-15.6, and 429 of RFC 6585).
+_STATUS_DECIDES = frozenset({("google-resumable-media", "InvalidResponse")})
+_STATUS = re.compile(r"[(, ]([1-5][0-9]{2})[,) ]")
+_RETRYABLE_STATUSES = frozenset({"429", "500", "502", "503", "504"})
 
 
 def _split(qualified: str) -> tuple[str, str]:
@@ -506,7 +536,8 @@ PYTHON_EXCEPTION_NAMES = Table(
                 "([A-Za-z_][A-Za-z0-9_]*\\.)*(OfflineModeIsEnabled|ExpectedMoreSplits|"
                 "ExpectedMoreDownloadedFiles|UnexpectedDownloadedFile|UnexpectedSplits|"
                 "MissingMandatoryValue|ProfileNotFound|ServiceUnavailable|BadGateway|"
-                "GatewayTimeout|TooManyRequests|DeadlineExceeded|IncompleteRead)(:|$)",
+                "GatewayTimeout|TooManyRequests|DeadlineExceeded|IncompleteRead|InvalidResponse|"
+                "DataCorruption)(:|$)",
                 "(requests|httpx|httpcore)(\\.[A-Za-z_]+)*\\.(Timeout|ConnectTimeout|ReadTimeout|"
                 "WriteTimeout|PoolTimeout)(:|$)",
                 "([A-Za-z_][A-Za-z0-9_]*\\.)*RayTaskError\\([A-Za-z_][A-Za-z0-9_.]*\\)(:|$)",
@@ -527,6 +558,8 @@ PYTHON_EXCEPTION_NAMES = Table(
                 "toomanyrequests",
                 "deadlineexceeded",
                 "incompleteread",
+                "invalidresponse",
+                "datacorruption",
                 "exceptions.timeout",
                 "exceptions.connecttimeout",
                 "exceptions.readtimeout",
