@@ -9,6 +9,7 @@ import re
 import time
 
 import pytest
+from django.utils import timezone
 
 from tests.failures.conftest import xid_event
 from tests.recovery.conftest import policy
@@ -17,6 +18,7 @@ from webapp.failures.node_events import node_events_ingest
 from webapp.failures.services import failure_diagnose
 from webapp.fleet.models import Node
 from webapp.recovery.execution import action_execute
+from webapp.recovery.models import RecoveryAction
 
 pytestmark = pytest.mark.django_db
 
@@ -65,3 +67,26 @@ def test_a_node_no_job_holds_is_drained(fleet):
     policy("auto")
     _drain_after_xid(fleet, "gpu-node-01", 1)
     assert Node.objects.get(hostname="gpu-node-01").state == "drained"
+
+
+def test_a_gpu_fault_right_after_vigil_resumed_the_node_drains_it_again(fleet):
+    # Vigil drained gpu-node-01 and returned it to service; the scheduler's watcher has not
+    # reported it since (its last word: drained, before the resume). A new GPU fault there
+    # must drain it again, not be taken for a node still out.
+    policy("auto")
+    first = _drain_after_xid(fleet, "gpu-node-01", 1)
+    node = Node.objects.get(hostname="gpu-node-01")
+    drain = first.recovery_plan.actions.get(kind="drain")
+    assert node.state == "drained" and drain.status == "succeeded"
+    RecoveryAction.objects.create(
+        plan=first.recovery_plan, cluster=first.cluster, seq=99, kind="resume",
+        status="succeeded", mode="auto", executor="simulated", node=node, host=node.hostname,
+        started_at=timezone.now(), ended_at=timezone.now(),
+    )  # fmt: skip
+    now = float(int(time.time()))
+    node_events_ingest(
+        fleet.node_batch("gpu-node-01", gpu_events=[xid_event(now, 48, index=5, node_no=1)])
+    )
+    second = FailureEvent.objects.filter(node__hostname="gpu-node-01").exclude(pk=first.pk).get()
+    failure_diagnose(second.pk)
+    assert second.recovery_plan.actions.filter(kind="drain", host="gpu-node-01").exists()

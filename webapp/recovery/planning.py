@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from webapp.failures.choices import FailureKind
@@ -107,13 +107,25 @@ def _jobs_on_node(node_id: int, at: datetime) -> list[Job]:
 
 
 def _hosts_drained(cluster_id: int, now: datetime) -> frozenset[str]:
-    by_scheduler = Node.objects.filter(cluster_id=cluster_id, state__in=DRAIN_STATES)
+    # A resume Vigil ran after the drain, or after the scheduler's last report of the node,
+    # returned it to service: the watcher may not have reported it since, and a new fault
+    # there must drain it again.
+    resumed = RecoveryAction.objects.filter(
+        cluster_id=cluster_id, kind=ActionKind.RESUME, status=ActionStatus.SUCCEEDED
+    )
+    by_scheduler = Node.objects.filter(cluster_id=cluster_id, state__in=DRAIN_STATES).exclude(
+        Exists(resumed.filter(host=OuterRef("hostname"), ended_at__gt=OuterRef("state_since")))
+    )
     # A drain Vigil made counts until the scheduler has reported the node since (it may have
     # been returned to service meanwhile).
     unreported = Q(node__state_since__isnull=True) | Q(node__state_since__lt=F("ended_at"))
-    by_vigil = RecoveryAction.objects.filter(cluster_id=cluster_id, kind=ActionKind.DRAIN).filter(
-        Q(status__in=[ActionStatus.AWAITING_APPROVAL, ActionStatus.READY, ActionStatus.RUNNING])
-        | (Q(status=ActionStatus.SUCCEEDED, ended_at__gte=now - DRAIN_REPORT_LAG) & unreported)
+    by_vigil = (
+        RecoveryAction.objects.filter(cluster_id=cluster_id, kind=ActionKind.DRAIN)
+        .filter(
+            Q(status__in=[ActionStatus.AWAITING_APPROVAL, ActionStatus.READY, ActionStatus.RUNNING])
+            | (Q(status=ActionStatus.SUCCEEDED, ended_at__gte=now - DRAIN_REPORT_LAG) & unreported)
+        )
+        .exclude(Exists(resumed.filter(host=OuterRef("host"), ended_at__gt=OuterRef("ended_at"))))
     )
     return frozenset(by_scheduler.values_list("hostname", flat=True)) | frozenset(
         by_vigil.values_list("host", flat=True)
