@@ -311,3 +311,33 @@ def test_gcs_resumable_media_and_fsspec_timeouts_are_the_stores():
         + "fsspec.exceptions.FSTimeoutError\n"
     )
     assert d.cause == "object_storage"
+
+
+_LAUNCHER_CHILD_FAILED = (
+    '  File "/opt/conda/lib/python3.10/site-packages/accelerate/commands/launch.py", line 637, '
+    "in simple_launcher\n"
+    "    raise subprocess.CalledProcessError(returncode=process.returncode, cmd=cmd)\n"
+    "subprocess.CalledProcessError: Command '['/opt/conda/bin/python', 'train.py']' returned "
+    "non-zero exit status 1.\n"
+)
+
+
+def test_a_launchers_called_process_error_reports_its_child_and_names_no_cause():
+    # accelerate's, torch.distributed.launch's and DeepSpeed's launchers raise it when the
+    # training process exits non-zero: the child's own error is the cause.
+    assert diagnose_text(_LAUNCHER_CHILD_FAILED).cause == "unknown"
+    d = diagnose_text(
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 12, in <module>\n'
+        "    import wandb\n"
+        "ModuleNotFoundError: No module named 'wandb'\n" + _LAUNCHER_CHILD_FAILED
+    )
+    assert (d.cause, d.detail) == ("user_exception", "ModuleNotFoundError")
+    # The script's own subprocess call failing stays the script's.
+    d = diagnose_text(
+        '  File "/home/u/prepare.py", line 30, in main\n'
+        "    subprocess.run(cmd, check=True)\n"
+        "subprocess.CalledProcessError: Command '['git', 'rev-parse', 'HEAD']' returned "
+        "non-zero exit status 128.\n"
+    )
+    assert d.cause == "user_exception"

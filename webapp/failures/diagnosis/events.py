@@ -238,6 +238,13 @@ _STORE_CLIENT_FRAME = re.compile(
     r"azure[/\\]storage)[/\\]"
 )
 
+# The launchers that start the training processes and raise CalledProcessError when one exits
+# non-zero: accelerate/commands/launch.py, torch/distributed/launch.py, deepspeed/launcher/
+# (runner.py, launch.py), colossalai/cli/launcher.
+_LAUNCHER_FRAME = re.compile(
+    r"/(?:accelerate/commands/launch|torch/distributed/launch|deepspeed/launcher/\w+|"
+    r"colossalai/cli/launcher/\w+)\.py$"
+)
 # A library's own dataset loader: a module under a `datasets` / `dataset` / `data` package of
 # an installed library (xturing/datasets/instruction_dataset.py, mmdet/datasets/coco.py,
 # llamafactory/data/loader.py), or of one run from its source checkout's src/ (PyPA's src
@@ -352,6 +359,16 @@ def event_of(
         frame, function = found if found else (None, None)
         library = _frame_is_library(frame) if frame else None
         verdict = families_python.exception_cause(exc)
+        if (
+            verdict is None
+            and name == "CalledProcessError"
+            and frame
+            and _LAUNCHER_FRAME.search(frame.replace("\\", "/"))
+        ):
+            # A launcher's report that the training process it started exited non-zero
+            # (accelerate's simple_launcher, torch.distributed.launch, DeepSpeed's runner):
+            # the child's own error is the cause.
+            verdict = families_python.ClassVerdict(families_python.CONSEQUENCE, "launchers", name)
         if verdict is None and msg.startswith(_DEBUGGER_HEADER):
             # A debugger's header names the class alone, its message and frames after it: a
             # class no catalog holds is read from the traceback's own last line, if any.
