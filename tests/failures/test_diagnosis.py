@@ -347,7 +347,8 @@ def test_a_line_is_cut_at_max_line_bytes():
             "native_crash",
         ),
         ("  exitcode  : -6 (pid: 3304209)", "native_crash"),
-        ("srun: error: node-05: task 40: Bus error", "filesystem"),
+        # srun's task is the training process: its SIGBUS is its crash (exits.py SIGNALS).
+        ("srun: error: node-05: task 40: Bus error", "native_crash"),
         # The process's own report of the signal it caught is a native crash, SIGBUS included.
         (
             "[09677202c889:5283 :0:5704] Caught signal 7 (Bus error: nonexistent physical address)",

@@ -218,7 +218,7 @@ def test_a_raylet_summary_without_memory_kills_is_not_host_oom() -> None:
 DEEPSPEED_SEGV = DEEPSPEED_CUT.rstrip("\n") + "] exits with return code = -11\n"
 # torchrun's failure block for a rank that died of SIGBUS under srun: the training process
 # itself received the signal (docs/failure-taxonomy.md native_crash: a SIGBUS exit of the
-# training process); srun's own "Bus error" for a task stays the table's filesystem reading.
+# training process), as srun's own "Bus error" for a task is.
 ELASTIC_SIGBUS = (
     "Root Cause (first observed failure):\n"
     "[0]:\n"

@@ -294,3 +294,13 @@ def test_mpich_hydra_blames_the_host_its_box_names_within_the_job() -> None:
     assert diagnose_text(HYDRA_BOX, job_nodes=["gpu-11", "gpu-12"]).blamed_node == "gpu-12"
     # A host the job does not hold is never blamed, whatever the job printed.
     assert diagnose_text(HYDRA_BOX, job_nodes=["gpu-11"]).blamed_node != "gpu-12"
+
+
+SRUN_BUS_ERROR = "srun: error: node-05: task 40: Bus error\n"
+EIO = "OSError: [Errno 5] Input/output error: '/mnt/lustre/shards/shard-00042.bin'\n"
+
+
+def test_a_bus_error_of_a_task_is_its_crash_unless_the_filesystem_says_so() -> None:
+    assert diagnose_text(SRUN_BUS_ERROR).cause == "native_crash"
+    for log in (SRUN_BUS_ERROR + EIO, EIO + SRUN_BUS_ERROR):
+        assert diagnose_text(log).cause == "filesystem"

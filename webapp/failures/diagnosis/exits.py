@@ -41,10 +41,13 @@ class ExitMeaning:
     label: str  # the diagnosis detail
 
 
-# The signals a training job dies of. SIGBUS as a verdict: docs/failure-signatures.md s7
-# ("srun: error: <node>: task <n>: Bus error" -> dataloader_killed with DataLoader lines, else
-# filesystem: a file mapped from a failed mount); printed by the process itself it is a crash.
-# A launcher's verdict on its own rank's SIGBUS is the training process's crash (verdict_cause).
+# The signals a training job dies of. SIGBUS, whoever reports it, is the training process's
+# crash (docs/failure-taxonomy.md native_crash: "SIGSEGV / SIGABRT / SIGBUS / SIGILL exit"): every
+# SIGBUS verdict in the labelled corpora of tests/data was one (launchers', srun's, shells');
+# docs/failure-signatures.md s7 reads srun's "task <n>: Bus error" as a file mapped from a failed
+# mount, but a failed mount prints its own errors (kernel storage lines, errnos: the filesystem
+# rules, a higher tier), and a guess of the filesystem would escalate a user's crash as
+# infrastructure. A DataLoader worker's SIGBUS (a full /dev/shm) is the DataLoader's own report.
 # SIGABRT and SIGSEGV as verdicts stay weak: the NCCL watchdog aborts the ranks it times out
 # (docs/failure-signatures.md s2), so a launcher's -6 often follows a timeout the log names.
 # SIGTERM is what launchers send the surviving ranks after one failed (torchrun's "Sending
@@ -57,7 +60,7 @@ SIGNALS: dict[int, ExitMeaning] = {
         ExitMeaning(6, "SIGABRT", "native_crash", 0.35, "native_crash", "process aborted"),
         ExitMeaning(4, "SIGILL", "native_crash", 0.35, "native_crash", "illegal instruction"),
         ExitMeaning(8, "SIGFPE", "native_crash", 0.35, "native_crash", "floating-point exception"),
-        ExitMeaning(7, "SIGBUS", "filesystem", 0.4, "native_crash", "bus error (SIGBUS)"),
+        ExitMeaning(7, "SIGBUS", "native_crash", 0.4, "native_crash", "bus error (SIGBUS)"),
     )
 }
 # The names launchers and shells print for a signal (strsignal(3) and Open MPI's wording).
@@ -194,23 +197,8 @@ def verdict_signal(message: str) -> int | None:
     return None
 
 
-# A launcher's report of its own child, the training process, dying of a signal: torchrun's
-# failure record ("exitcode  : -7", "Signal 7 (SIGBUS) received by PID") and the DeepSpeed
-# launcher's return code. SIGBUS in the training process is a native crash
-# (docs/failure-taxonomy.md native_crash: "SIGSEGV / SIGABRT / SIGBUS / SIGILL exit"); torch's
-# own SIGBUS from a full /dev/shm is a DataLoader worker's, which the DataLoader reports in its
-# own words. Only a scheduler's or shell's report of a task, which may be any program, keeps
-# the filesystem reading.
-_RANK_VERDICT = re.compile(
-    r"exitcode *: *-\d+|Signal \d+ \(SIG[A-Z]+\) received|exits with return code = -\d+"
-)
-
-
 def verdict_cause(message: str, meaning: ExitMeaning) -> str:
-    """The cause a parent's report of a signal points at: the table's, except SIGBUS reported
-    for a launcher's own rank, which crashed natively."""
-    if meaning.signal == 7 and _RANK_VERDICT.search(message):
-        return "native_crash"
+    """The cause a parent's report of a signal points at (the table's, whoever reports it)."""
     return meaning.verdict_cause
 
 
