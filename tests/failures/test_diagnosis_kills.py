@@ -304,3 +304,22 @@ def test_a_bus_error_of_a_task_is_its_crash_unless_the_filesystem_says_so() -> N
     assert diagnose_text(SRUN_BUS_ERROR).cause == "native_crash"
     for log in (SRUN_BUS_ERROR + EIO, EIO + SRUN_BUS_ERROR):
         assert diagnose_text(log).cause == "filesystem"
+
+
+TERMINATE_NCCL = (
+    "terminate called after throwing an instance of 'std::runtime_error'\n"
+    "  what():  NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:514, unhandled "
+    "system error, NCCL version 2.4.8\n"
+)
+PYTHON_CUDA_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 79.15 GiB of which 1.2 GiB is free.\n"
+)
+
+
+def test_an_abort_is_read_by_its_what_even_where_that_is_a_consequence() -> None:
+    # The what() names NCCL's error: the abort is that error, not a native bug of its own.
+    assert diagnose_text(TERMINATE_NCCL).cause == "nccl_remote"
+    # A CUDA OOM beside it is the cause of both, printed before or after (ranks interleave).
+    for log in (PYTHON_CUDA_OOM + TERMINATE_NCCL, TERMINATE_NCCL + PYTHON_CUDA_OOM):
+        assert diagnose_text(log).cause == "gpu_oom"

@@ -231,8 +231,14 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
         # std::terminate's "terminate called after throwing an instance of X" is the abort an
         # uncaught C++ exception causes; its what() line is that exception's message, the
         # cause (c10::Error's "CUDA error: out of memory" is the GPU's memory, not a crash).
+        # Where the message is itself a consequence (an NCCL error, a symptom), the abort is
+        # read as that message and the cause is chosen again without it: a CUDA OOM raised
+        # before it is the cause, else the message.
         notes.append("the abort follows an uncaught C++ exception, read by its what()")
-        best = what
+        terminate = best
+        best = (
+            what if what.kind == "cause" else _pick([e for e in candidates if e is not terminate])
+        )
     worker = _killed_worker(best, events)
     if worker is not None:
         # A memory cgroup's OOM killer chose a DataLoader worker: the job's own memory limit,
@@ -300,7 +306,6 @@ def _terminate_message(best: Event, events: list[Event]) -> Event | None:
             for e in events
             if e.file_index == best.file_index
             and 0 < e.line_no - best.line_no <= TERMINATE_WHAT_LINES
-            and e.kind == "cause"
             and e.cause != "native_crash"
             and "what():" in e.text
         ),
