@@ -527,9 +527,13 @@ def _lookup(module: str, name: str) -> ClassVerdict | None:
 # python-exception rule's own pattern does not read: they join it through this table.
 PYTHON_EXCEPTION_NAMES = Table(
     id="python-exception-names",
-    source="the classes of families_python.CATALOGS named otherwise than *Error / *Exception "
-    "(huggingface_hub's OfflineModeIsEnabled, datasets' ExpectedMoreSplits, pyarrow's "
-    "ArrowInvalid, requests' Timeout, ray's RayTaskError(X) wrapper)",
+    source="the classes of families_python.CATALOGS named otherwise than *Error / *Exception: "
+    "huggingface_hub's OfflineModeIsEnabled (https://github.com/huggingface/huggingface_hub/"
+    "blob/main/src/huggingface_hub/errors.py), datasets' ExpectedMoreSplits, requests' and "
+    "httpx's Timeout classes, google-resumable-media's InvalidResponse, ray's RayTaskError(X) "
+    "wrapper (https://github.com/ray-project/ray/blob/master/python/ray/exceptions.py); and VS "
+    "Code's 'Exception has occurred: X' header (https://code.visualstudio.com/docs/python/"
+    "debugging)",
     members=(
         Member(
             patterns=(
