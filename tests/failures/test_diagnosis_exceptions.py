@@ -341,3 +341,13 @@ def test_a_launchers_called_process_error_reports_its_child_and_names_no_cause()
         "non-zero exit status 128.\n"
     )
     assert d.cause == "user_exception"
+
+
+def test_a_model_folder_without_its_weights_is_model_loading_with_no_frame_to_read():
+    for text in (
+        "OSError: Error no file named pytorch_model.bin, model.safetensors, tf_model.h5, "
+        "model.ckpt.index or flax_model.msgpack found in directory /ckpt/run7.",
+        "OSError: Could not locate model-00002-of-00004.safetensors inside "
+        "meta-llama/Llama-2-7b-hf.",
+    ):
+        assert diagnose_text(text + "\n").cause == "model_loading", text

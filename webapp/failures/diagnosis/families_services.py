@@ -225,6 +225,16 @@ HUB_MODEL_ERRORS = Table(
             anchors=("to load this file", "to load this model"),
         ),
         Member(text="Incorrect path_or_model_id: '"),
+        # A local folder without the weights or the file a sharded index names
+        # (modeling_utils' "Error no file named ... found in directory", cached_file's
+        # "Could not locate ... inside ...").
+        Member(
+            patterns=(
+                "Error no file named [A-Za-z0-9_.]+.* found in directory",
+                "Could not locate [^ ]+ inside ",
+            ),
+            anchors=("error no file named", "could not locate "),
+        ),
         # configuration_utils' and modeling_utils' generic wordings when from_pretrained fails.
         Member(
             patterns=("Can't load the (configuration of|model for) '",),
