@@ -323,3 +323,24 @@ def test_an_abort_is_read_by_its_what_even_where_that_is_a_consequence() -> None
     # A CUDA OOM beside it is the cause of both, printed before or after (ranks interleave).
     for log in (PYTHON_CUDA_OOM + TERMINATE_NCCL, TERMINATE_NCCL + PYTHON_CUDA_OOM):
         assert diagnose_text(log).cause == "gpu_oom"
+
+
+def test_rays_old_memory_monitor_is_the_hosts_memory_not_the_gpus() -> None:
+    log = (
+        "ray.memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node "
+        "eric-ThinkPad is used (11.8 / 12.3 GB). The top 5 memory consumers are:\n"
+    )
+    assert diagnose_text(log).cause == "host_oom"
+
+
+WORKER_BUS_ERROR = (
+    "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient "
+    "shared memory (shm).\n"
+)
+FATAL_BUS_ERROR = "Fatal Python error: Bus error\n\n"
+
+
+def test_a_dataloader_workers_crash_report_is_the_workers_not_a_native_crash() -> None:
+    # rwth-i6/returnn#1648: the worker's handler, then faulthandler in the same worker.
+    assert diagnose_text(WORKER_BUS_ERROR + FATAL_BUS_ERROR).cause == "dataloader_killed"
+    assert diagnose_text(FATAL_BUS_ERROR).cause == "native_crash"

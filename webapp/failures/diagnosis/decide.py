@@ -239,6 +239,15 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
         best = (
             what if what.kind == "cause" else _pick([e for e in candidates if e is not terminate])
         )
+    crashed = _crashed_worker(best, events)
+    if crashed is not None:
+        # The DataLoader's own report of its worker's crash ("ERROR: Unexpected bus error
+        # encountered in worker"), printed by the worker's signal handler just before the
+        # signal's default action runs faulthandler's "Fatal Python error: Bus error": one
+        # crash, the worker's (docs/failure-taxonomy.md: a DataLoader worker killed by a signal
+        # stays dataloader_killed).
+        notes.append("the native crash report is a DataLoader worker's")
+        best = crashed
     worker = _killed_worker(best, events)
     if worker is not None:
         # A memory cgroup's OOM killer chose a DataLoader worker: the job's own memory limit,
@@ -308,6 +317,27 @@ def _terminate_message(best: Event, events: list[Event]) -> Event | None:
             and 0 < e.line_no - best.line_no <= TERMINATE_WHAT_LINES
             and e.cause != "native_crash"
             and "what():" in e.text
+        ),
+        None,
+    )
+
+
+# The lines between a DataLoader worker's own crash report and the crash report that follows
+# it from the same process (its signal handler prints one, then faulthandler the other).
+WORKER_CRASH_LINES = 3
+
+
+def _crashed_worker(best: Event, events: list[Event]) -> Event | None:
+    """The DataLoader's report of a worker crash next to the native crash report `best`."""
+    if best.cause != "native_crash":
+        return None
+    return next(
+        (
+            e
+            for e in events
+            if e.cause == "dataloader_killed"
+            and e.file_index == best.file_index
+            and abs(best.line_no - e.line_no) <= WORKER_CRASH_LINES
         ),
         None,
     )

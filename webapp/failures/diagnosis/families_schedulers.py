@@ -28,6 +28,17 @@ MEMORY_KILLERS = Table(
             ),
             anchors=("outofmemoryerror", "running low on memory", "due to memory", "earlyoom"),
         ),
+        # Ray's memory monitor before 2.0 raised RayOutOfMemoryError in the task: "More than 95%
+        # of the memory on node eric-ThinkPad is used (11.8 / 12.3 GB)" (ray-project/ray#3323,
+        # python/ray/memory_monitor.py); its class name holds "OutOfMemoryError", which the
+        # CUDA rule would read as the GPU's.
+        Member(
+            patterns=(
+                "RayOutOfMemoryError",
+                "More than [0-9]+% of the memory on node [^ ]+ is used",
+            ),
+            anchors=("rayoutofmemoryerror", "of the memory on node"),
+        ),
         # The same kill's other lines: the task error's "Memory on the node (IP: ..., ID: ...)
         # where the task ... was running", and the raylet's summary "N Workers (tasks / actors)
         # killed due to memory pressure (OOM)" with N above 0 (a summary of crashes only says
@@ -53,6 +64,8 @@ MEMORY_KILLERS = Table(
         "Jan 03 10:12:44 gpu-4 systemd-oomd[812]: Killed /user.slice/user-1000.slice/"
         "session-3.scope due to memory pressure for /user.slice being 82.10% > 50.00%",
         'earlyoom: sending SIGTERM to process 4242 uid 1000 "python": badness 900',
+        "ray.memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node "
+        "eric-ThinkPad is used (11.8 / 12.3 GB). The top 5 memory consumers are:",
     ),
 )
 
