@@ -351,3 +351,13 @@ def test_a_model_folder_without_its_weights_is_model_loading_with_no_frame_to_re
         "meta-llama/Llama-2-7b-hf.",
     ):
         assert diagnose_text(text + "\n").cause == "model_loading", text
+
+
+def test_a_role_package_run_from_its_source_checkout_keeps_its_role():
+    # datasets installed editable from its checkout (PyPA's src layout), as from site-packages.
+    d = diagnose_text(
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/datasets/src/datasets/builder.py", line 1997, in _prepare_split_single\n'
+        "ValueError: Couldn't cast the data files of /data/sft\n"
+    )
+    assert d.cause == "dataset_loading"

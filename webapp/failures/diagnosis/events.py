@@ -83,7 +83,7 @@ FRAMEWORK_PACKAGES = frozenset(
 )
 # What an exception raised in a library's own frames is, by the library's role
 # (docs/failure-taxonomy.md): the dataset library reading the data, the weights reader reading
-# a model's file. The innermost frame decides, under site-packages or dist-packages.
+# a model's file. The innermost frame decides, installed or run from its source checkout.
 PACKAGE_ROLES: dict[str, str] = {"datasets": "dataset_loading", "safetensors": "model_loading"}
 # transformers' model loading: the functions of modeling_utils and configuration_utils that read
 # a model's config and weights (from_pretrained and the loaders under it).
@@ -279,11 +279,16 @@ _STDLIB = re.compile(
 )
 
 
+# The package a frame is in: under site-packages or dist-packages, or under a source checkout's
+# src/ (PyPA's src layout, installed editable).
+_ROLE_PACKAGE = re.compile(r"(?:(?:site|dist)-packages|/src)/([A-Za-z0-9_]+)/")
+
+
 def _frame_role(frame: str, function: str | None) -> str | None:
     """The cause an exception raised in this innermost frame has by its package's role
     (PACKAGE_ROLES, transformers' model loading), or None."""
     p = frame.replace("\\", "/")
-    m = re.search(r"(?:site|dist)-packages/([A-Za-z0-9_]+)/", p)
+    m = _ROLE_PACKAGE.search(p)
     if m and m.group(1) in PACKAGE_ROLES:
         return PACKAGE_ROLES[m.group(1)]
     if function in _MODEL_LOADING_FUNCTIONS and _MODEL_LOADING_FRAME.search(p):
