@@ -361,3 +361,14 @@ def test_a_role_package_run_from_its_source_checkout_keeps_its_role():
         "ValueError: Couldn't cast the data files of /data/sft\n"
     )
     assert d.cause == "dataset_loading"
+
+
+def test_an_exception_under_docker_composes_service_prefix_is_read():
+    # docker compose prefixes each line with the service's container ("algo-1-cf199_1  | ",
+    # v1's project_service_index; v2 joins with "-"), as a SageMaker-style container prints.
+    for prefix in ("algo-1-cf199_1  | ", "trainer-worker-2      | "):
+        d = diagnose_text(
+            prefix + "pytorch_lightning.utilities.exceptions.MisconfigurationException: No "
+            "`train_dataloader()` method defined.\n"
+        )
+        assert d.cause == "user_exception", prefix

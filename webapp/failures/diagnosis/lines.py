@@ -108,6 +108,9 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
     # Ray's worker prefix "(RayWorkerVllm pid=7046) ", with ", ip=10.0.0.3" on other nodes
     # (vllm-project/vllm#4108, wandb/wandb#6038): the ip is the worker's node.
     ("ray", r"\([\w.-]+ pid=\d+(?:, ip=([\d.]+))?\) ?", r"\(", False),
+    # docker compose's service prefix "algo-1-cf199_1  | " (v1 project_service_index, v2 with
+    # "-"; https://docs.docker.com/reference/cli/docker/compose/logs/): the container's line.
+    ("compose", r"[A-Za-z0-9][\w.-]*[-_]\d+ +\| ", "[A-Za-z0-9]", False),
     # A host name holds a digit or a dash. "[a-z.-]*" before the first digit (not
     # "[a-z0-9.-]*", the same names) keeps the match linear: two stars over one class let re
     # try every split of a long run of letters and digits (quadratic in the line's length).
