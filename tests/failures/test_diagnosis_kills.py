@@ -344,3 +344,16 @@ def test_a_dataloader_workers_crash_report_is_the_workers_not_a_native_crash() -
     # rwth-i6/returnn#1648: the worker's handler, then faulthandler in the same worker.
     assert diagnose_text(WORKER_BUS_ERROR + FATAL_BUS_ERROR).cause == "dataloader_killed"
     assert diagnose_text(FATAL_BUS_ERROR).cause == "native_crash"
+
+
+def test_horovod_shut_down_after_another_rank_failed_names_no_cause_of_its_own() -> None:
+    log = (
+        "[1,1]<stderr>:Traceback (most recent call last):\n"
+        '[1,1]<stderr>:  File "train.py", line 10, in <module>\n'
+        "[1,1]<stderr>:    hvd.allreduce(x)\n"
+        "[1,1]<stderr>:horovod.common.exceptions.HorovodInternalError: Horovod has been shut "
+        "down. This was caused by an exception on one of the ranks or an attempt to allreduce, "
+        "allgather or broadcast a tensor after one of the ranks finished execution.\n"
+    )
+    assert diagnose_text(log).cause == "unknown"
+    assert diagnose_text(log + BASH_KILLED).cause == "host_oom"

@@ -223,6 +223,11 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
         # A shell's "command not found" decides only when nothing else does: a job script
         # prints it and goes on, and whatever ended the job is told by the other lines.
         candidates = [e for e in candidates if e.rule.id not in ALONE_ONLY_RULES]
+    if any(e.cause != "unknown" for e in candidates):
+        # A report that names no cause of its own (an exception class that reports another
+        # failure, events.py) abstains: never chosen over an event that names one, however
+        # weak (a launcher's or shell's verdict on the process that died).
+        candidates = [e for e in candidates if e.cause != "unknown"]
     if not candidates:
         return _unknown(scan, notes)
     best = _pick(candidates)

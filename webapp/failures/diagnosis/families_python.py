@@ -235,6 +235,22 @@ CATALOGS: tuple[ExceptionCatalog, ...] = (
         ),
     ),
     ExceptionCatalog(
+        id="tensorflow",
+        source="https://github.com/tensorflow/tensorflow/blob/master/tensorflow/python/framework/"
+        "errors_impl.py (tf.errors, https://www.tensorflow.org/api_docs/python/tf/errors): "
+        "NotFoundError and PermissionDeniedError are a path the job names that is not there or "
+        "not its own (FileNotFoundError's and PermissionError's counterparts, events.py "
+        "ENVIRONMENT_EXCEPTIONS), UnauthenticatedError credentials it lacks; UnavailableError "
+        "and DeadlineExceededError are the grpc-retryable table's",
+        modules=("tensorflow.", "tf.errors."),
+        classes=_causes(
+            "user_exception",
+            "NotFoundError",
+            "PermissionDeniedError",
+            "UnauthenticatedError",
+        ),
+    ),
+    ExceptionCatalog(
         id="lightning",
         source="https://github.com/Lightning-AI/pytorch-lightning/blob/master/src/lightning/"
         "fabric/utilities/exceptions.py (MisconfigurationException, re-exported by "
@@ -448,6 +464,17 @@ CATALOGS: tuple[ExceptionCatalog, ...] = (
             ),
             "ClientAuthenticationError": "user_exception",
         },
+    ),
+    ExceptionCatalog(
+        id="horovod",
+        source="https://github.com/horovod/horovod/blob/master/horovod/common/exceptions.py: "
+        "HorovodInternalError is raised in every rank's collective once Horovod shut down "
+        "after a rank failed ('you should see the exception in the log before the first "
+        "shutdown message'); HostsUpdatedInterrupt is elastic Horovod resetting for new hosts",
+        modules=("horovod.",),
+        classes=_causes(
+            CONSEQUENCE, "HorovodInternalError", "HostsUpdatedInterrupt", "HostsUpdatedException"
+        ),
     ),
 )
 
