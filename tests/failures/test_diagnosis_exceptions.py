@@ -372,3 +372,20 @@ def test_an_exception_under_docker_composes_service_prefix_is_read():
             "`train_dataloader()` method defined.\n"
         )
         assert d.cause == "user_exception", prefix
+
+
+def test_tensorflows_path_errors_are_the_jobs_path_not_the_framework():
+    # tf.errors' NotFoundError and PermissionDeniedError are ENOENT and EACCES on a path the
+    # job names (FileNotFoundError and PermissionError's counterparts): read framework before.
+    frame = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.10/dist-packages/tensorflow/python/eager/execute.py", '
+        "line 53, in quick_execute\n"
+    )
+    for text in (
+        "tensorflow.python.framework.errors_impl.NotFoundError: /data/train-00000.tfrecord; No "
+        "such file or directory",
+        "tensorflow.python.framework.errors_impl.PermissionDeniedError: /ckpt/model.ckpt-100; "
+        "Permission denied",
+    ):
+        assert diagnose_text(frame + text + "\n").cause == "user_exception", text
