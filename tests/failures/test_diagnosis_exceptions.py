@@ -389,3 +389,14 @@ def test_tensorflows_path_errors_are_the_jobs_path_not_the_framework():
         "Permission denied",
     ):
         assert diagnose_text(frame + text + "\n").cause == "user_exception", text
+
+
+def test_a_local_model_path_taken_for_a_repo_id_is_model_loading():
+    # microsoft/LMOps#71's shape: the folder is not there, so the Hub validates it as a repo id
+    # (read user_exception before: the catalog had HFValidationError as the job's argument).
+    d = diagnose_text(
+        "huggingface_hub.utils._validators.HFValidationError: Repo id must be in the form "
+        "'repo_name' or 'namespace/repo_name': '/ckpt/opt-1.3B'. Use `repo_type` argument if "
+        "needed.\n"
+    )
+    assert d.cause == "model_loading"

@@ -67,9 +67,13 @@ CATALOGS: tuple[ExceptionCatalog, ...] = (
                 "GatedRepoError",
                 "DisabledRepoError",
                 "OfflineModeIsEnabled",
+                # "Repo id must be in the form 'repo_name' or 'namespace/repo_name':
+                # '/path/to/model'": a local model folder that is not there, taken for a repo
+                # id (transformers words it "Incorrect path_or_model_id", hub-model-errors).
+                "HFValidationError",
             ),
-            # A repo id or token the job gave that is malformed or missing.
-            **_causes("user_exception", "HFValidationError", "LocalTokenNotFoundError"),
+            # A token the job's environment does not give.
+            "LocalTokenNotFoundError": "user_exception",
         },
         bare=frozenset(
             {
