@@ -357,3 +357,16 @@ def test_horovod_shut_down_after_another_rank_failed_names_no_cause_of_its_own()
     )
     assert diagnose_text(log).cause == "unknown"
     assert diagnose_text(log + BASH_KILLED).cause == "host_oom"
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        'Thread 1 "python" received signal SIGILL, Illegal instruction.\n',
+        "Bus error\n",
+        "Illegal instruction\n",
+        "Floating point exception\n",
+    ],
+)
+def test_a_debuggers_or_shells_bare_word_for_a_fatal_signal_is_a_native_crash(log: str) -> None:
+    assert diagnose_text(log).cause == "native_crash"
