@@ -545,12 +545,13 @@ def _in_checkpoint_read(exc: Line, before: Callable[[], list[str]]) -> bool:
     return False
 
 
-# How Python prints an exception's place in a chain (https://docs.python.org/3/library/
-# exceptions.html#exception-context): the earlier exception, then one of these, then the
-# traceback of the one raised from it or while handling it.
+# An exception's last line, as a rule of the exception tier may read one ("x.YError: ...").
 _EXCEPTION_LINE = re.compile(
     r"(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception): "
 )
+# How Python prints an exception's place in a chain (https://docs.python.org/3/library/
+# exceptions.html#exception-context): the earlier exception, then one of these, then the
+# traceback of the one raised from it or while handling it.
 _CHAIN_SEPARATORS = (
     "The above exception was the direct cause of the following exception",
     "During handling of the above exception, another exception occurred",
@@ -591,18 +592,11 @@ def _chain_verdicts(
     return out if out else None
 
 
-def _innermost_frame(exc: Line, before: Callable[[], list[str]]) -> str | None:
-    """Walk back from an exception line to its innermost non-stdlib frame (same host/rank):
-    the frame's file, or None."""
-    found = _innermost_frame_at(exc, before)
-    return found[0] if found else None
-
-
 def _innermost_frame_at(
     exc: Line, before: Callable[[], list[str]]
 ) -> tuple[str, str | None] | None:
-    """The innermost non-stdlib frame's file and function (None where the frame's line does
-    not name one), or None."""
+    """Walk back from an exception line to its innermost non-stdlib frame (same host/rank):
+    the frame's file and function (None where the frame's line does not name one), or None."""
     for text in before():
         prev = parse_line(text)
         if (prev.host, prev.rank) != (exc.host, exc.rank):
