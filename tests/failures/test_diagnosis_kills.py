@@ -370,3 +370,18 @@ def test_horovod_shut_down_after_another_rank_failed_names_no_cause_of_its_own()
 )
 def test_a_debuggers_or_shells_bare_word_for_a_fatal_signal_is_a_native_crash(log: str) -> None:
     assert diagnose_text(log).cause == "native_crash"
+
+
+AGENT_SIGTERM = (
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15\n"
+)
+RANK_SIGKILL = "  exitcode  : -9 (pid: 4243)\n"
+
+
+def test_a_rank_killed_after_the_job_was_stopped_from_outside_is_no_oom_guess() -> None:
+    assert diagnose_text(RANK_SIGKILL).cause == "host_oom"
+    for log in (AGENT_SIGTERM + RANK_SIGKILL, RANK_SIGKILL + AGENT_SIGTERM):
+        assert diagnose_text(log).cause == "unknown"
+    assert diagnose_text("srun: forcing job termination\n" + SRUN_KILLED).cause == "unknown"
+    # The OOM killer's own line still says what killed it.
+    assert diagnose_text(AGENT_SIGTERM + RANK_SIGKILL + OOM_KILL).cause == "host_oom"

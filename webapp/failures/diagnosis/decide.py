@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from webapp.failures import taxonomy
+from webapp.failures.diagnosis import exits
 from webapp.failures.diagnosis.divergence import _loss_events
 from webapp.failures.diagnosis.events import EVIDENCE_TEXT_CHARS, Event, Evidence
 from webapp.failures.diagnosis.lines import Stamp, folded, kernel_hint, parse_line
@@ -219,6 +220,15 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
         # reported Killed after the cancel died of the cancel, which stays the outcome.
         candidates = [e for e in candidates if e not in after_task]
         notes.append("the step was cancelled after one of its tasks failed")
+    if scan.external_stop:
+        # The launcher (torchrun's agent) or srun was told to stop by a signal from outside the
+        # job, a scheduler's or a person's: ranks SIGKILLed after it died of that stop, not of
+        # the OOM killer the exit table's guess names; the stop's own reason, where printed,
+        # decides.
+        stopped = [e for e in candidates if e.rule.id == SILENT_RANK_RULE or _sigkill_verdict(e)]
+        if stopped:
+            candidates = [e for e in candidates if e not in stopped]
+            notes.append("the job was stopped from outside: a rank killed after it is not an OOM")
     if any(e.rule.id not in ALONE_ONLY_RULES for e in candidates):
         # A shell's "command not found" decides only when nothing else does: a job script
         # prints it and goes on, and whatever ended the job is told by the other lines.
@@ -299,6 +309,14 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
 
 
 SILENT_RANK_RULE = "launcher-killed-silent-rank"
+_SIGKILL_DETAIL = exits.SIGNALS[9].label
+
+
+def _sigkill_verdict(e: Event) -> bool:
+    """Whether an event is a parent's verdict of SIGKILL on a process (the exit table's)."""
+    return e.rule.cause == "by_exit" and e.tier == "weak" and e.detail == _SIGKILL_DETAIL
+
+
 STEP_CANCELLED_RULE = "slurm-step-cancelled"
 # Weak-tier causes that decide only a log with nothing else in it (rules.yaml).
 ALONE_ONLY_RULES = frozenset({"shell-command-not-found", "command-not-there"})

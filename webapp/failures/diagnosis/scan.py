@@ -135,6 +135,9 @@ class Scan:
         self.inspected_hosts: set[str] = set()
         # The DeepSpeed launcher printed a rank's exit status (launcher-rank-exit-status).
         self.launcher_exit_status = False
+        # The launcher or srun was told to stop by a signal from outside the job
+        # (_EXTERNAL_STOP_RULES): a rank killed after it died of that stop (decide.py).
+        self.external_stop = False
         # (file index, line) of srun's reports of a task ending badly ("srun: error: <host>:
         # task N: ..."): a step cancel printed after one is its consequence (decide.py).
         self.srun_task_failures: list[tuple[int, int]] = []
@@ -320,6 +323,8 @@ class Scan:
                 self._srun_tasks(text, file_index, line_no)
             if rule is not None and rule.id == LAUNCHER_EXIT_STATUS_RULE:
                 self.launcher_exit_status = True
+            elif rule is not None and rule.id in _EXTERNAL_STOP_RULES:
+                self.external_stop = True
             if rule is not None and rule.kind == "ignore" and rule.id in _HOST_MAP_RULES:
                 self._host_map(rule.id, line, file_index)
             if "\\n" in text and FLAT_TRACEBACK in text:
@@ -588,6 +593,7 @@ def _spans(rx: Any, buf: bytes, end: int) -> Iterator[tuple[int, int]]:
 # Where an object store is named: a client's traceback frame, an endpoint or URL (decide.py).
 _STORAGE_RULES = frozenset({"storage-client-frame", "storage-endpoint-mention"})
 LAUNCHER_EXIT_STATUS_RULE = "launcher-rank-exit-status"
+_EXTERNAL_STOP_RULES = frozenset({"elastic-agent-signal", "srun-forced-termination"})
 # Hydra's box (https://github.com/pmodels/mpich/blob/main/src/pm/hydra/mpiexec/mpiexec.c):
 # "=   PID 92248 RUNNING AT gpu-7", then "=   EXIT CODE: 9" a line or two below it.
 _HYDRA_HOST = re.compile(r"=\s+PID \d+ RUNNING AT ([A-Za-z0-9][\w.-]*)\s*$")
