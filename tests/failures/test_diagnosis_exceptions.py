@@ -400,3 +400,37 @@ def test_a_local_model_path_taken_for_a_repo_id_is_model_loading():
         "needed.\n"
     )
     assert d.cause == "model_loading"
+
+
+def test_jupyter_tracebacks_are_read_by_their_frames():
+    # IPython 8 ("File ~/...py:3200, in Class.func(...)") and 7 ("/path.py in func(...)")
+    # frames, and a notebook cell's own frame ("Cell In[12], line 5", "<ipython-input-...>"):
+    # the innermost decides as a plain traceback's does.
+    d = diagnose_text(
+        "OSError                                   Traceback (most recent call last)\n"
+        "Cell In[12], line 5\n"
+        "----> 5 model = AutoModel.from_pretrained(path)\n"
+        "File ~/miniconda3/envs/x/lib/python3.10/site-packages/transformers/modeling_utils.py"
+        ":3200, in PreTrainedModel.from_pretrained(cls, pretrained_model_name_or_path)\n"
+        "   3199 else:\n"
+        "-> 3200     raise EnvironmentError(msg)\n"
+        "OSError: /ckpt/run7 is not a checkpoint this version can read\n"
+    )
+    assert d.cause == "model_loading"
+    d = diagnose_text(
+        "ValueError                                Traceback (most recent call last)\n"
+        "<ipython-input-48-6a7b3e847019> in <cell line: 7>()\n"
+        "----> 7 out = model(batch)\n"
+        "/usr/local/lib/python3.10/dist-packages/torch/nn/modules/module.py in _call_impl(self, "
+        "*input, **kwargs)\n"
+        "-> 1501         return forward_call(*args, **kwargs)\n"
+        "ValueError: Expected input batch_size (32) to match target batch_size (16).\n"
+    )
+    assert d.cause == "framework_exception"
+    d = diagnose_text(
+        "KeyError                                  Traceback (most recent call last)\n"
+        "<ipython-input-5-1f2e3d4c5b6a> in <module>\n"
+        "----> 3 label = labels[name]\n"
+        "KeyError: 'img_0042'\n"
+    )
+    assert d.cause == "user_exception"

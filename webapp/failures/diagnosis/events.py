@@ -224,6 +224,14 @@ _FRAME = re.compile(r'File "([^"]+)", line \d+(?:, in ([\w<>.]+))?')
 # the part kept still says site-packages or the package), the exception after the box.
 _RICH_FRAME = re.compile(r"^│ ((?:[A-Za-z]:)?[/\\~][^\s│:]*)(?::\d+)?(?: in(?: \S+)?)?\s*│?\s*$")
 _RICH_HEADER = "╭"
+# IPython's (Jupyter's, Colab's) frames: "File ~/env/lib/python3.10/site-packages/x/y.py:3200, in
+# Class.func(args)" (IPython 8) and "/usr/lib/python3/dist-packages/x/y.py in func(args)" or
+# "<ipython-input-48-6a7b3e847019> in <cell line: 7>()" (IPython 7); a cell of the notebook
+# itself, "Cell In[12], line 5" (https://ipython.readthedocs.io/en/stable/whatsnew/version8.html).
+_IPY_FRAME = re.compile(
+    r"^(?:File )?((?:[A-Za-z]:)?[~/\\][^\s:]*\.py|<ipython-input-[\w-]+>)(?::\d+,)? in ([\w.<>]+)"
+)
+_NOTEBOOK_CELL = "Cell In["
 # How the JVM prints an exception's place in its chain (Throwable.printStackTrace): the uncaught
 # one "Exception in thread "main" x.Y: ...", each cause after it "Caused by: x.Z: ..."; and a
 # debugger's header of a Python exception (VS Code's "Exception has occurred: x.Y").
@@ -263,6 +271,8 @@ def _frame_is_library(path: str) -> bool | None:
     p = path.replace("\\", "/")
     if "site-packages/" in p or "dist-packages/" in p:
         return True
+    if p.startswith(("<ipython-input-", "<notebook cell>")):
+        return False  # a notebook cell: the user's own code
     # A Cython module's frame ("pyarrow/error.pxi", "python/ray/_raylet.pyx") is a compiled
     # library's, printed with the path it was built from.
     if p.endswith((".pyx", ".pxi")):
@@ -579,7 +589,7 @@ def _chain_verdicts(
                 break
             after_header, in_earlier = False, True
             continue
-        if msg.startswith(_TRACEBACK_HEADER):
+        if msg.startswith(_TRACEBACK_HEADER) or msg.endswith(_TRACEBACK_HEADER):
             after_header = True
         elif in_earlier and not msg.startswith(("File ", "│", "^", "~")):
             verdict = families_python.exception_cause(msg)
@@ -602,14 +612,23 @@ def _innermost_frame_at(
         if (prev.host, prev.rank) != (exc.host, exc.rank):
             continue
         msg = prev.message
-        if msg.startswith("Traceback (most recent call last)") or (
-            msg.startswith(_RICH_HEADER) and "Traceback" in msg
+        if (
+            msg.startswith(_TRACEBACK_HEADER)
+            or (msg.startswith(_RICH_HEADER) and "Traceback" in msg)
+            or msg.rstrip().endswith(_TRACEBACK_HEADER)  # IPython's "KeyError   Traceback (...)"
         ):
             return None
-        fm = _FRAME.match(msg) or (_RICH_FRAME.match(msg) if msg.startswith("│") else None)
+        if msg.startswith(_NOTEBOOK_CELL):
+            return "<notebook cell>", None  # the user's own cell (IPython 8)
+        fm = (
+            _FRAME.match(msg)
+            or (_RICH_FRAME.match(msg) if msg.startswith("│") else None)
+            or _IPY_FRAME.match(msg)
+        )
         if fm:
             if _frame_is_library(fm.group(1)) is not None:
-                return fm.group(1), (fm.group(2) if fm.re is _FRAME else None)
+                function = fm.group(2) if fm.re is not _RICH_FRAME else None
+                return fm.group(1), function.rsplit(".", 1)[-1] if function else None
         elif _EXC_NAME.fullmatch(msg.split(":", 1)[0]) and msg.split(":", 1)[0].endswith(
             ("Error", "Exception")
         ):
