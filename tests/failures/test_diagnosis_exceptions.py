@@ -434,3 +434,19 @@ def test_jupyter_tracebacks_are_read_by_their_frames():
         "KeyError: 'img_0042'\n"
     )
     assert d.cause == "user_exception"
+
+
+def test_mosaicml_streamings_download_failures_are_the_stores():
+    # streaming/base/storage/download.py: a shard from azure:// that failed every retry, and a
+    # rank that waited out another worker's download of its shard (read framework before).
+    for text in (
+        "RuntimeError: Failed to download azure://container/mds/shard.00017.mds -> "
+        "/tmp/mds/shard.00017.mds. Got errors:",
+        "TimeoutError: Waited longer than 60s for other worker to download "
+        "/tmp/mds/shard.00017.mds.",
+    ):
+        d = diagnose_text(
+            '  File "/usr/lib/python3/dist-packages/streaming/base/storage/download.py", line '
+            "412, in download_or_wait\n" + text + "\n"
+        )
+        assert d.cause == "object_storage", text

@@ -527,10 +527,14 @@ DATASET_LIBRARY_MODULES = ("datasets.",)
 # ConfigAttributeError, MissingMandatoryValue, ValidationError ...) and Hydra's, printed with
 # their module, are about the config the job gave.
 CONFIG_ERROR_MODULES = ("omegaconf.errors.", "hydra.errors.")
-# "Failed to download s3://bucket/key -> /tmp/..." (mosaicml streaming's download), "failed to
-# upload ... to gs://...": a transfer naming an object store's URL that failed.
+# "Failed to download s3://bucket/key -> /tmp/..." (mosaicml streaming's download, whose
+# schemes include azure://), "failed to upload ... to gs://...": a transfer naming an object
+# store's URL that failed; and streaming's "Waited longer than 60s for other worker to download"
+# (https://github.com/mosaicml/streaming/blob/main/streaming/base/storage/download.py
+# wait_for_download): the shard another rank fetches from the store did not arrive.
 _STORE_TRANSFER_FAILED = re.compile(
-    r"\b[Ff]ailed to (?:download|upload)\b[^\n]{0,200}?\b(?:s3|s3a|gs|gcs|az|abfss?|oci)://"
+    r"\b[Ff]ailed to (?:download|upload)\b[^\n]{0,200}?\b(?:s3|s3a|gs|gcs|az|azure|abfss?|oci)://"
+    r"|^TimeoutError: Waited longer than [0-9.]+s for other worker to download "
 )
 # Exceptions torch.load's reader raises on a file it cannot read (a zip archive with no central
 # directory, an unpickling error, a short read): open-mmlab/mmagic#876, junyanz/pytorch-CycleGAN-
