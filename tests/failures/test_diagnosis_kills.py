@@ -385,3 +385,18 @@ def test_a_rank_killed_after_the_job_was_stopped_from_outside_is_no_oom_guess() 
     assert diagnose_text("srun: forcing job termination\n" + SRUN_KILLED).cause == "unknown"
     # The OOM killer's own line still says what killed it.
     assert diagnose_text(AGENT_SIGTERM + RANK_SIGKILL + OOM_KILL).cause == "host_oom"
+
+
+def test_python_failing_to_start_is_the_jobs_environment_not_a_native_crash() -> None:
+    # guigolab/ggsashimi#49: PYTHONHOME of another Python after "module load python".
+    log = (
+        "Fatal Python error: init_fs_encoding: failed to get the Python codec of the filesystem "
+        "encoding\n"
+        "Python runtime state: core initialized\n"
+        "ModuleNotFoundError: No module named 'encodings'\n\n"
+        "Current thread 0x00002ae45d1c7740 (most recent call first):\n"
+        "<no Python frame>\n"
+        "Aborted (core dumped)\n"
+    )
+    assert diagnose_text(log).cause == "user_exception"
+    assert diagnose_text("Fatal Python error: Segmentation fault\n").cause == "native_crash"
