@@ -450,3 +450,24 @@ def test_mosaicml_streamings_download_failures_are_the_stores():
             "412, in download_or_wait\n" + text + "\n"
         )
         assert d.cause == "object_storage", text
+
+
+def test_lightnings_deadlock_report_gives_way_to_the_ranks_own_error():
+    # lightning/pytorch/strategies/ddp.py reconciliate_processes: "DeadLock detected from rank:
+    # N" followed by the rank's own traceback, whose last line decides.
+    d = diagnose_text(
+        "pytorch_lightning.utilities.exceptions.DeadlockDetectedException: DeadLock detected "
+        "from rank: 1\n"
+        " Traceback (most recent call last):\n"
+        '  File "/home/u/project/model.py", line 88, in training_step\n'
+        "    y = batch['labels']\n"
+        "KeyError: 'labels'\n"
+    )
+    assert (d.cause, d.detail) == ("user_exception", "KeyError")
+    assert (
+        diagnose_text(
+            "pytorch_lightning.utilities.exceptions.DeadlockDetectedException: DeadLock "
+            "detected from rank: 1\n"
+        ).cause
+        == "unknown"
+    )

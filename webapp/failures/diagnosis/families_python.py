@@ -259,9 +259,14 @@ CATALOGS: tuple[ExceptionCatalog, ...] = (
         source="https://github.com/Lightning-AI/pytorch-lightning/blob/master/src/lightning/"
         "fabric/utilities/exceptions.py (MisconfigurationException, re-exported by "
         "pytorch_lightning.utilities.exceptions and lightning.pytorch.utilities.exceptions): "
-        "the Trainer refusing the job's module, hooks or arguments",
+        "the Trainer refusing the job's module, hooks or arguments; src/lightning/pytorch/"
+        "utilities/exceptions.py DeadlockDetectedException, the Trainer killing the processes "
+        "after another rank's failure (a report of it)",
         modules=("lightning_fabric.", "pytorch_lightning.", "lightning."),
-        classes=_causes("user_exception", "MisconfigurationException"),
+        classes={
+            "MisconfigurationException": "user_exception",
+            "DeadlockDetectedException": CONSEQUENCE,
+        },
         bare=frozenset({"MisconfigurationException"}),
     ),
     ExceptionCatalog(
