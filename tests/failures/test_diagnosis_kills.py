@@ -400,3 +400,10 @@ def test_python_failing_to_start_is_the_jobs_environment_not_a_native_crash() ->
     )
     assert diagnose_text(log).cause == "user_exception"
     assert diagnose_text("Fatal Python error: Segmentation fault\n").cause == "native_crash"
+
+
+def test_pdsh_blames_the_remote_host_its_report_names() -> None:
+    # DeepSpeed's multi-node runner over pdsh: the remote rank's shell was SIGKILLed.
+    log = "pdsh@gpu-1: gpu-2: ssh exited with exit code 137\n"
+    diagnosis = diagnose_text(log, job_nodes=["gpu-1", "gpu-2"])
+    assert (diagnosis.cause, diagnosis.blamed_node) == ("host_oom", "gpu-2")

@@ -115,6 +115,10 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
     # "[a-z0-9.-]*", the same names) keeps the match linear: two stars over one class let re
     # try every split of a long run of letters and digits (quadratic in the line's length).
     ("host", r"([a-z][a-z.-]*[0-9][a-z0-9.-]*|[a-z][a-z0-9]*-[a-z0-9.-]+): ", "[a-z]", True),
+    # pdsh's own report of a remote command, "pdsh@gpu-1: gpu-2: ssh exited with exit code
+    # 137" (its host, then the remote host the command ran on; https://github.com/chaos/pdsh,
+    # src/pdsh/dsh.c): the remote host is the line's.
+    ("pdsh", r"pdsh@[\w.-]+: ([A-Za-z0-9][\w.-]*): ", "p", True),
     # pdsh-style launchers (DeepSpeed's multi-node runner) prefix each line with the host
     # they ran it on, often an address: "192.168.13.81: [rank19]:..." (hiyouga/LlamaFactory#8871).
     ("ip_host", r"(\d{1,3}(?:\.\d{1,3}){3}): ", "[0-9]", False),
@@ -229,7 +233,7 @@ def parse_line(text: str) -> Line:
         elif kind == "rank" or kind == "task" or kind == "horovod":
             rank = int(m.group(g)) if rank is None else rank
             rest = rest[end:].lstrip()
-        elif kind == "host" or kind == "ip_host":
+        elif kind == "host" or kind == "ip_host" or kind == "pdsh":
             host = host or m.group(g)
             rest = rest[end:].lstrip()
         elif kind == "slurm_host":
