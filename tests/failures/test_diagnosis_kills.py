@@ -407,3 +407,13 @@ def test_pdsh_blames_the_remote_host_its_report_names() -> None:
     log = "pdsh@gpu-1: gpu-2: ssh exited with exit code 137\n"
     diagnosis = diagnose_text(log, job_nodes=["gpu-1", "gpu-2"])
     assert (diagnosis.cause, diagnosis.blamed_node) == ("host_oom", "gpu-2")
+
+
+def test_a_crash_under_sagemakers_mpirun_tag_blames_the_host_in_the_tag() -> None:
+    log = "[1,mpirank:3,algo-2]<stderr>:Segmentation fault (core dumped)\n"
+    diagnosis = diagnose_text(log, job_nodes=["algo-1", "algo-2"])
+    assert (diagnosis.cause, diagnosis.blamed_node, diagnosis.blamed_rank) == (
+        "native_crash",
+        "algo-2",
+        3,
+    )

@@ -65,6 +65,9 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
         r"[\[A-Z]",
         False,
     ),
+    # SageMaker's mpirun (https://github.com/aws/sagemaker-training-toolkit, its MPI runner
+    # tags each line): "[1,mpirank:3,algo-2]<stderr>:", the rank and the host it ran on.
+    ("sagemaker_mpi", r"\[\d+,mpirank:(\d+),([A-Za-z0-9][\w.-]*)\]<std(?:out|err)>:", r"\[", False),
     (
         "c10",
         r"\[[EWIF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})\.\d+ (?:\d+ )?[\w./-]+:\d+\]\s*",
@@ -230,6 +233,10 @@ def parse_line(text: str) -> Line:
                 host = host or _host(hm.group(1))
                 program = program or hm.group(2).split("[")[0]
                 rest = rest[hm.end() :]
+        elif kind == "sagemaker_mpi":
+            rank = int(m.group(g)) if rank is None else rank
+            host = host or _host(m.group(g + 1))
+            rest = rest[end:].lstrip()
         elif kind == "rank" or kind == "task" or kind == "horovod":
             rank = int(m.group(g)) if rank is None else rank
             rest = rest[end:].lstrip()
