@@ -24,8 +24,12 @@ _MONTHS = {
 }
 _TS_ISO = (
     r"\[?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?"
-    r"(Z|[+-]\d{2}:?\d{2})?\]?[ :|]\s*"
+    r"(Z|[+-]\d{2}:?\d{2})?\]?(?:[ :|\t]\s*|(?=\[))"
 )
+# Python logging's level names (https://docs.python.org/3/library/logging.html#logging-levels)
+# and the other spellings loggers print (WARN, FATAL, TRACE, loguru's SUCCESS).
+_LEVEL = r"(?:CRITICAL|FATAL|ERROR|WARNING|WARN|INFO|DEBUG|TRACE|SUCCESS|NOTSET)"
+_NAME = r"[\w.<>-]+"
 _MONTH_NAME = "(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 # "node-12 kernel: " after a journal/syslog timestamp: host then program.
 _HOST_PROGRAM = re.compile(
@@ -126,7 +130,84 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
     # they ran it on, often an address: "192.168.13.81: [rank19]:..." (hiyouga/LlamaFactory#8871).
     ("ip_host", r"(\d{1,3}(?:\.\d{1,3}){3}): ", "[0-9]", False),
     ("task", r"(\d{1,5}): ", "[0-9]", False),
+    # Loggers' own framing, whatever wraps it, so that an exception or a traceback they print
+    # starts the message as Python printed it. Python logging's basicConfig default
+    # "%(levelname)s:%(name)s:%(message)s" ("ERROR:root:Traceback ..."; a name, no spaces).
+    ("py_basic", _LEVEL + r":" + _NAME + r":", "[A-Z]", False),
+    # After a stamp: "%(asctime)s - %(name)s - %(levelname)s - %(message)s" (the logging
+    # cookbook's) and transformers' examples "%(asctime)s - %(levelname)s - %(name)s - ".
+    ("py_dash", r"- (?:" + _NAME + r" - )?" + _LEVEL + r" - (?:" + _NAME + r" - )?", "-", False),
+    # loguru's default "{time} | {level: <8} | {name}:{function}:{line} - " and fairseq's
+    # "%(asctime)s | %(levelname)s | %(name)s | " (https://github.com/Delgan/loguru, _defaults.py;
+    # https://github.com/facebookresearch/fairseq, fairseq_cli/train.py).
+    (
+        "py_pipe",
+        r"\| " + _LEVEL + r" *\| (?:" + _NAME + r":" + _NAME + r":\d+ - |" + _NAME + r" \| )?",
+        r"\|",
+        False,
+    ),
+    # DeepSpeed's logger "[%(asctime)s] [%(levelname)s] [%(filename)s:%(lineno)d:%(funcName)s] "
+    # (deepspeed/utils/logging.py), hydra's "[%(asctime)s][%(name)s][%(levelname)s] - " and a
+    # bare "[ERROR] " after a stamp.
+    (
+        "py_bracket",
+        r"(?:\[" + _NAME + r"\])?\[" + _LEVEL + r"\](?: - | ?)",
+        r"\[",
+        False,
+    ),
+    # DeepSpeed's "[launch.py:318:sigkill_handler] ": kept in the message (rules read which
+    # launcher function spoke) unless an exception or a traceback follows it (parse_line).
+    ("py_where", r"\[[A-Za-z_][\w.-]*:\d+:" + _NAME + r"\] ?", r"\[", False),
+    # transformers' example scripts: "[%(levelname)s|%(filename)s:%(lineno)s] %(asctime)s >> ".
+    (
+        "hf_levelfile",
+        r"\[" + _LEVEL + r"\|[\w.-]+:\d+\] (?:\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:,\d+)? )?>> ",
+        r"\[",
+        False,
+    ),
+    # transformers' examples' datefmt "%m/%d/%Y %H:%M:%S" (month, day, year).
+    ("us_date", r"(\d{2})/(\d{2})/(\d{4}) (\d{2}):(\d{2}):(\d{2}) ", "[0-9]", False),
+    # A time of day alone ("12:00:01 ", "[12:00:01] ", "12:00:01.123 ").
+    ("clock", r"\[?\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\]? ", r"[\[0-9]", False),
+    # vLLM's "ERROR 01-01 12:00:00 engine.py:12] " and "INFO 01-01 12:00:00 [engine.py:12] "
+    # (vllm/logger.py: "%(levelname)s %(asctime)s %(filename)s:%(lineno)d] ").
+    (
+        "vllm",
+        _LEVEL + r" \d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)? \[?[\w./-]+:\d+\] ",
+        "[A-Z]",
+        False,
+    ),
+    # NeMo's "[NeMo E 2024-01-01 12:00:00 exp_manager:123] " (nemo/utils/formatters/base.py).
+    ("nemo", r"\[NeMo [DIWEC] \d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} [\w.-]+:\d+\] ", r"\[", False),
+    # Jupyter's server "[I 2024-01-01 12:00:00.123 ServerApp] " (older releases:
+    # "[I 12:00:00.123 NotebookApp] ").
+    (
+        "jupyter",
+        r"\[[DIWEC] (?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d+ [\w.]+\] ",
+        r"\[",
+        False,
+    ),
+    # kubectl logs --prefix "[pod/trainer-0/pytorch] " (the pod is not a node: no host kept).
+    ("kubectl", r"\[pod/[\w.-]+/[\w.-]+\] ", r"\[", False),
+    # The kubelet's CRI log file: "<RFC3339Nano stamp> stderr F " (stream, then Full/Partial).
+    ("cri", r"std(?:out|err) [FP] ", "s", False),
+    # Lightning's rank_zero prefix "[rank: 0] " (lightning/fabric/utilities/rank_zero.py).
+    ("rank_colon", r"\[rank: (\d+)\] ", r"\[", False),
+    # Ray's worker prefixes without an actor name: "(pid=123, ip=10.0.0.1) " and its daemons'
+    # "(raylet, ip=10.0.0.1) " (https://docs.ray.io/en/latest/ray-observability/user-guides/
+    # configure-logging.html): the ip is the worker's node.
+    ("ray_bare", r"\((?:pid=\d+|raylet|gcs_server)(?:, ip=([\d.]+))?\) ?", r"\(", False),
+    # A level word alone, only right after a stamp (see parse_line): "<stamp> ERROR ".
+    ("level", r"\[?" + _LEVEL + r"\]?(?::| *-)?[ \t]+", r"[\[A-Z]", False),
 )
+
+
+# What an exception or a traceback a logger prints starts with (py_where).
+_EXCEPTION_START = re.compile(
+    r"Traceback \(|(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception)\b"
+)
+# The prefixes that are a time stamp: a level word right after one is a logger's (parse_line).
+_STAMPS = frozenset({"iso", "syslog", "dmesg_t", "c10", "glog", "us_date", "clock", "uptime"})
 
 
 @functools.cache
@@ -198,12 +279,18 @@ def parse_line(text: str) -> Line:
     """Strip the usual prefixes (timestamps, host, [rankN]:, srun labels, program names)."""
     rest = _clean(text.strip())
     host = rank = program = stamp = None
-    for _ in range(10):
+    stamped = False  # the prefix just stripped was a time stamp
+    for _ in range(12):
         found = _prefix(rest)
         if found is None:
             break
         kind, m, g = found
         end = m.end()
+        if kind == "level" and not stamped:
+            break  # "ERROR " that no stamp precedes is the message's own word
+        if kind == "py_where" and not _EXCEPTION_START.match(rest, end, end + 200):
+            break
+        stamped = kind in _STAMPS
         if kind == "host_pid_tid" or kind == "mpi_host":
             host = host or m.group(g)
             rest = rest[end:]
@@ -264,12 +351,22 @@ def parse_line(text: str) -> Line:
             mo, d, hh, mi, ss = (int(x) for x in m.group(g, g + 1, g + 2, g + 3, g + 4))
             stamp = stamp or ("naive", 0, mo, d, hh, mi, ss, 0.0)
             rest = rest[end:]
+        elif kind == "us_date":
+            mo, d, y, hh, mi, ss = (int(x) for x in m.group(g, g + 1, g + 2, g + 3, g + 4, g + 5))
+            stamp = stamp or ("naive", y, mo, d, hh, mi, ss, 0.0)
+            rest = rest[end:]
+        elif kind == "rank_colon":
+            rank = int(m.group(g)) if rank is None else rank
+            rest = rest[end:]
+        elif kind == "ray_bare":
+            host = host or m.group(g)
+            rest = rest[end:]
         elif kind == "dmesg_t":
             mon, d, hh, mi, ss, y = m.group(g, g + 1, g + 2, g + 3, g + 4, g + 5)
             month = _MONTHS.get(mon.lower(), 1)
             stamp = stamp or ("naive", int(y), month, int(d), int(hh), int(mi), int(ss), 0.0)
             rest = rest[end:]
-        else:  # pri, c10_short: nothing to keep
+        else:  # pri, c10_short, the loggers' framing, clock: nothing to keep
             rest = rest[end:]
     # "rank" in the lowercased message is necessary for a match (a cheap test first: the
     # search has no literal to skip ahead with and most messages name no rank).

@@ -1,0 +1,83 @@
+"""How lines are framed: a line's message is read whatever logger, launcher or collector wraps
+it (webapp/failures/diagnosis/lines.py). Each test diagnoses a whole log, as a user would.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from webapp.failures.diagnosis import diagnose_text
+
+# A user's own bug: no phrase rule names it, only the structure does (the exception line
+# starts the message and its innermost frame is the user's script).
+USER_TRACEBACK = """Traceback (most recent call last):
+  File "/home/u/train.py", line 10, in main
+    lr = cfg["lr"]
+KeyError: 'lr'
+"""
+
+# Each framing as its source prints it, before every line of the traceback.
+FRAMINGS = {
+    # Python logging: the cookbook's "%(asctime)s - %(name)s - %(levelname)s - %(message)s"
+    "logging_dash": "2024-01-01 12:00:00,123 - __main__ - ERROR - ",
+    # transformers' example scripts: "%(asctime)s - %(levelname)s - %(name)s - ", US date
+    "hf_examples": "01/01/2024 12:00:00 - ERROR - __main__ - ",
+    # basicConfig's default "%(levelname)s:%(name)s:%(message)s"
+    "basic_config": "ERROR:root:",
+    # DeepSpeed's logger
+    "deepspeed": "[2024-01-01 12:00:00,123] [ERROR] [engine.py:12:step] ",
+    # loguru's default format
+    "loguru": "2024-01-01 12:00:00.123 | ERROR    | train:main:12 - ",
+    # fairseq's
+    "fairseq": "2024-01-01 12:00:00 | ERROR | fairseq.trainer | ",
+    # hydra's job logging
+    "hydra": "[2024-01-01 12:00:00,123][__main__][ERROR] - ",
+    # transformers' "[%(levelname)s|%(filename)s:%(lineno)s] %(asctime)s >> "
+    "hf_levelfile": "[ERROR|trainer.py:123] 2024-01-01 12:00:00,123 >> ",
+    # a stamp, then a tab-separated level
+    "tabbed": "2024-01-01 12:00:00,123\tERROR\t",
+    # a stamp and a bracketed level; a time of day and a level
+    "stamp_bracket": "2024-01-01 12:00:00.123 [ERROR] ",
+    "clock": "[12:00:00] ERROR ",
+    # vLLM's logger and NeMo's
+    "vllm": "ERROR 01-01 12:00:00 engine.py:12] ",
+    "nemo": "[NeMo E 2024-01-01 12:00:00 exp_manager:123] ",
+    # kubectl logs --prefix, with and without --timestamps; the kubelet's CRI log file
+    "kubectl": "[pod/trainer-0/pytorch] ",
+    "kubectl_ts": "[pod/trainer-0/pytorch] 2024-01-01T12:00:00.123456789Z ",
+    "cri": "2024-01-01T12:00:00.123456789Z stderr F ",
+    # Ray's worker prefix without an actor name, and its daemon's
+    "ray_pid": "(pid=123, ip=10.0.0.1) ",
+    "raylet": "(raylet, ip=10.0.0.1) ",
+    # Lightning's rank_zero prefix
+    "lightning_rank": "[rank: 0] ",
+    # a launcher over a logger: torchrun's rank, then Python logging
+    "torchrun_logging": "[rank0]: 2024-01-01 12:00:00,123 - __main__ - ERROR - ",
+}
+
+
+@pytest.mark.parametrize("framing", sorted(FRAMINGS))
+def test_user_exception_read_under_every_framing(framing: str) -> None:
+    prefix = FRAMINGS[framing]
+    log = "".join(prefix + line + "\n" for line in USER_TRACEBACK.splitlines())
+    assert diagnose_text(USER_TRACEBACK).cause == "user_exception"  # the bare log, for reference
+    assert diagnose_text(log).cause == "user_exception"
+
+
+def test_lightning_rank_prefix_names_the_rank() -> None:
+    log = "".join("[rank: 3] " + line + "\n" for line in USER_TRACEBACK.splitlines())
+    d = diagnose_text(log)
+    assert (d.cause, d.blamed_rank) == ("user_exception", 3)
+
+
+def test_deepspeed_launcher_tag_still_read_where_no_exception_follows() -> None:
+    # The launcher's function tag stays in the message: the silent-kill reading rests on it.
+    log = "[2023-04-07 13:09:33,201] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 80\n"
+    assert diagnose_text(log).cause == "host_oom"
+
+
+def test_level_word_without_a_stamp_is_the_message() -> None:
+    # "wandb: ERROR ..." and "ERROR ..." with no stamp before are a program's own words: the
+    # phrase that names W&B's connection failure is still read.
+    log = "wandb: ERROR Run initialization has timed out after 90.0 sec.\n"
+    assert diagnose_text(log).cause == "aux_connection"
