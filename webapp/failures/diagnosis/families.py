@@ -45,7 +45,9 @@ from webapp.failures.diagnosis.families_schedulers import (
     SLURM_REQUEST_ERRORS,
 )
 from webapp.failures.diagnosis.families_services import (
+    CONFIG_OVERRIDE_ERRORS,
     DATASETS_ERRORS,
+    ENGINE_GPU_MEMORY,
     GRPC_RETRYABLE,
     HTTP_RETRYABLE,
     HUB_MODEL_ERRORS,
@@ -53,6 +55,8 @@ from webapp.failures.diagnosis.families_services import (
     PYTHON_CONNECTION_ERRORS,
     S3_RETRYABLE,
     STORAGE_ENDPOINTS,
+    TORCH_LOAD_ERRORS,
+    WEBDATASET_ERRORS,
 )
 from webapp.failures.diagnosis.families_training import TRAINER_NONFINITE_GUARDS
 from webapp.failures.diagnosis.family_table import Table
@@ -86,5 +90,9 @@ TABLES: dict[str, Table] = {
         PYTHON_CONNECTION_ERRORS,
         TRAINER_NONFINITE_GUARDS,
         PYTHON_EXCEPTION_NAMES,
+        ENGINE_GPU_MEMORY,
+        TORCH_LOAD_ERRORS,
+        WEBDATASET_ERRORS,
+        CONFIG_OVERRIDE_ERRORS,
     )
 }

@@ -354,3 +354,133 @@ PYTHON_CONNECTION_ERRORS = Table(
         "c4-train.00000-of-01024.json.gz (ReadTimeout)",
     ),
 )
+
+
+# A serving or rollout engine refusing to start because the GPU memory left after the weights
+# cannot hold the KV cache it needs: the GPU's memory, whatever the exception class (a ValueError
+# in vLLM, a RuntimeError in SGLang) or the engine process's prefix.
+ENGINE_GPU_MEMORY = Table(
+    id="engine-gpu-memory",
+    source="vLLM https://github.com/vllm-project/vllm/blob/main/vllm/v1/core/kv_cache_utils.py "
+    "(check_enough_kv_cache_memory: 'No available memory for the cache blocks', '... KV cache "
+    "is needed, which is larger than the available KV cache memory'), vllm/worker/worker.py "
+    "(raise_if_cache_size_invalid: 'is larger than the maximum number of tokens that can be "
+    "stored in KV cache'; the start-up check 'Free memory on device ... on startup is less than "
+    "desired GPU memory utilization'); SGLang https://github.com/sgl-project/sglang/blob/main/"
+    "python/sglang/srt/model_executor/model_runner.py ('Not enough memory. Please try to "
+    "increase --mem-fraction-static.')",
+    members=(
+        Member(text="No available memory for the cache blocks"),
+        Member(text="KV cache is needed, which is larger than the available KV cache memory"),
+        Member(text="is larger than the maximum number of tokens that can be stored in KV cache"),
+        Member(
+            patterns=(
+                "Free memory on device .* on startup is less than desired GPU memory utilization",
+            ),
+            anchors=("on startup is less than desired gpu memory utilization",),
+        ),
+        Member(text="Not enough memory. Please try to increase --mem-fraction-static"),
+    ),
+    examples=(
+        "ValueError: No available memory for the cache blocks. Try increasing "
+        "`gpu_memory_utilization` when initializing the engine.",
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+    ),
+)
+
+
+# torch.load's own errors on a checkpoint it cannot read: the weights-only unpickler refusing a
+# class (the default since PyTorch 2.6), a file cut short, a storage of the wrong size. Whatever
+# frame printed them, the checkpoint is the cause.
+TORCH_LOAD_ERRORS = Table(
+    id="torch-load-errors",
+    source="https://github.com/pytorch/pytorch/blob/main/torch/serialization.py (_get_wo_message:"
+    " 'Weights only load failed'), torch/csrc/serialization.cpp (doRead: 'unexpected EOF, "
+    "expected N more bytes. The file might be corrupted.'), torch/csrc/generic/StorageMethods."
+    "cpp ('storage has wrong byte size'); the zip reader's 'PytorchStreamReader failed ...' is "
+    "rules.yaml model-state-dict's own pattern",
+    members=(
+        Member(text="Weights only load failed"),
+        Member(
+            patterns=("unexpected EOF, expected [0-9]+ more bytes\\. The file might be corrupted",),
+            anchors=("the file might be corrupted",),
+        ),
+        Member(
+            patterns=("storage has wrong byte size: expected [0-9]+ got [0-9]+",),
+            anchors=("storage has wrong byte size",),
+        ),
+    ),
+    examples=(
+        "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do "
+        "so you have two options, do those steps only if you trust the source of the checkpoint.",
+        "RuntimeError: unexpected EOF, expected 3351 more bytes. The file might be corrupted.",
+    ),
+)
+
+
+# webdataset's own errors on a shard it reads: a cached download that is not a tar file, a
+# sample without the fields the pipeline asks for, no sample at all. (Its pipe's exit while
+# streaming a shard from a store is rules.yaml's, beside the store's.)
+WEBDATASET_ERRORS = Table(
+    id="webdataset-errors",
+    source="https://github.com/webdataset/webdataset/blob/main/webdataset/cache.py ('%s (%s) is "
+    "not a tar archive, but a %s, contains %s'), webdataset/filters.py (getfirst/to_tuple: "
+    "\"didn't find {keys} in {list(sample.keys())}\"), webdataset/compat.py (WebDataset's "
+    "empty_check: 'No samples found in dataset; perhaps you have fewer shards than workers.')",
+    members=(
+        Member(
+            patterns=("\\) is not a tar archive, but a ",),
+            anchors=("is not a tar archive, but a ",),
+        ),
+        Member(
+            patterns=("didn't find \\[.*\\] in \\['__key__'",),
+            anchors=("didn't find [",),
+        ),
+        Member(text="No samples found in dataset; perhaps you have fewer shards than workers"),
+    ),
+    examples=(
+        "ValueError: didn't find ['y.txt'] in ['__key__', 'x.pyd']",
+        "ValueError: No samples found in dataset; perhaps you have fewer shards than workers.",
+    ),
+)
+
+
+# hydra's and omegaconf's reports of a config the job gave, as hydra prints them without a
+# traceback (HYDRA_FULL_ERROR unset): an override of a key the config does not have, a merge
+# that fails, and omegaconf's detail lines under any of its errors. hydra's own hint ("Set the
+# environment variable HYDRA_FULL_ERROR=1") follows any exception of the task, a CUDA OOM as
+# well, and is no member.
+CONFIG_OVERRIDE_ERRORS = Table(
+    id="config-override-errors",
+    source="https://github.com/facebookresearch/hydra/blob/main/hydra/_internal/"
+    "config_loader_impl.py (_apply_overrides_to_config: \"Could not override '{key}'.\", 'To "
+    "append to your config use +{override}', 'Could not append to config. An item is already "
+    "at', 'Error merging override {override}'), https://github.com/omry/omegaconf/blob/master/"
+    "omegaconf/_utils.py (format_and_raise's template: the message, then 'full_key: ', "
+    "'reference_type=' and 'object_type=' lines; omegaconf/dictconfig.py \"Key '{key}' is not in "
+    'struct")',
+    members=(
+        Member(
+            patterns=("Could not override '[^']+'\\.", "To append to your config use \\+"),
+            anchors=("could not override '", "to append to your config use +"),
+        ),
+        Member(text="Could not append to config. An item is already at"),
+        Member(
+            patterns=("Error merging override [+~]?[A-Za-z_]",),
+            anchors=("error merging override ",),
+        ),
+        Member(
+            patterns=("Key '[^']+' is not in struct",),
+            anchors=("is not in struct",),
+        ),
+        Member(
+            patterns=("^[ \t]*object_type=[A-Za-z_][A-Za-z0-9_.]*[ \t]*$",),
+            anchors=("object_type=",),
+        ),
+    ),
+    examples=(
+        "Could not override 'task.data'.",
+        "Key 'perferences' is not in struct",
+        "    object_type=dict",
+    ),
+)
