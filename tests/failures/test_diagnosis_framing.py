@@ -81,3 +81,20 @@ def test_level_word_without_a_stamp_is_the_message() -> None:
     # phrase that names W&B's connection failure is still read.
     log = "wandb: ERROR Run initialization has timed out after 90.0 sec.\n"
     assert diagnose_text(log).cause == "aux_connection"
+
+
+def test_exception_group_sub_exception_read_behind_its_margin() -> None:
+    # Python 3.11's exception groups print each sub-exception's traceback behind "| " (a
+    # TaskGroup's failed task): the user's KeyError is the cause.
+    log = """  + Exception Group Traceback (most recent call last):
+  |   File "/home/u/train.py", line 20, in <module>
+  |     asyncio.run(main())
+  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)
+  +-+---------------- 1 ----------------
+    | Traceback (most recent call last):
+    |   File "/home/u/train.py", line 10, in worker
+    |     lr = cfg["lr"]
+    | KeyError: 'lr'
+    +------------------------------------
+"""
+    assert diagnose_text(log).cause == "user_exception"

@@ -197,6 +197,10 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
     # "(raylet, ip=10.0.0.1) " (https://docs.ray.io/en/latest/ray-observability/user-guides/
     # configure-logging.html): the ip is the worker's node.
     ("ray_bare", r"\((?:pid=\d+|raylet|gcs_server)(?:, ip=([\d.]+))?\) ?", r"\(", False),
+    # An exception group's margin (https://docs.python.org/3/library/traceback.html, PEP 654):
+    # "  + Exception Group Traceback ...", then each line of it and of its sub-exceptions'
+    # tracebacks behind "| ", nested ones further in.
+    ("exc_group", r"(?:\| |\+ (?=Exception Group Traceback))", r"[|+]", False),
     # A level word alone, only right after a stamp (see parse_line): "<stamp> ERROR ".
     ("level", r"\[?" + _LEVEL + r"\]?(?::| *-)?[ \t]+", r"[\[A-Z]", False),
 )
@@ -355,6 +359,8 @@ def parse_line(text: str) -> Line:
             mo, d, y, hh, mi, ss = (int(x) for x in m.group(g, g + 1, g + 2, g + 3, g + 4, g + 5))
             stamp = stamp or ("naive", y, mo, d, hh, mi, ss, 0.0)
             rest = rest[end:]
+        elif kind == "exc_group":
+            rest = rest[end:].lstrip()
         elif kind == "rank_colon":
             rank = int(m.group(g)) if rank is None else rank
             rest = rest[end:]
