@@ -255,6 +255,17 @@ CATALOGS: tuple[ExceptionCatalog, ...] = (
         ),
     ),
     ExceptionCatalog(
+        id="triton",
+        source="https://github.com/triton-lang/triton/blob/main/python/triton/runtime/errors.py "
+        "(OutOfResources: 'out of resource: {name}, Required: {required}, Hardware limit: "
+        "{limit}', re-exported by triton.runtime.autotuner; triton.code_gen in 1.x): a kernel's "
+        "tile that does not fit the SM's shared memory or registers, the kernel's configuration "
+        "on this GPU, not the GPU's memory (no smaller batch frees it)",
+        modules=("triton.",),
+        classes={"OutOfResources": "framework_exception"},
+        bare=frozenset({"OutOfResources"}),
+    ),
+    ExceptionCatalog(
         id="lightning",
         source="https://github.com/Lightning-AI/pytorch-lightning/blob/master/src/lightning/"
         "fabric/utilities/exceptions.py (MisconfigurationException, re-exported by "
@@ -566,7 +577,9 @@ PYTHON_EXCEPTION_NAMES = Table(
     source="the classes of families_python.CATALOGS named otherwise than *Error / *Exception: "
     "huggingface_hub's OfflineModeIsEnabled (https://github.com/huggingface/huggingface_hub/"
     "blob/main/src/huggingface_hub/errors.py), datasets' ExpectedMoreSplits, requests' and "
-    "httpx's Timeout classes, google-resumable-media's InvalidResponse, ray's RayTaskError(X) "
+    "httpx's Timeout classes, google-resumable-media's InvalidResponse, triton's "
+    "OutOfResources (https://github.com/triton-lang/triton/blob/main/python/triton/runtime/"
+    "errors.py), ray's RayTaskError(X) "
     "wrapper (https://github.com/ray-project/ray/blob/master/python/ray/exceptions.py); and VS "
     "Code's 'Exception has occurred: X' header (https://code.visualstudio.com/docs/python/"
     "debugging)",
@@ -577,7 +590,7 @@ PYTHON_EXCEPTION_NAMES = Table(
                 "ExpectedMoreDownloadedFiles|UnexpectedDownloadedFile|UnexpectedSplits|"
                 "MissingMandatoryValue|ProfileNotFound|ServiceUnavailable|BadGateway|"
                 "GatewayTimeout|TooManyRequests|DeadlineExceeded|IncompleteRead|InvalidResponse|"
-                "DataCorruption)(:|$)",
+                "DataCorruption|OutOfResources)(:|$)",
                 "(requests|httpx|httpcore)(\\.[A-Za-z_]+)*\\.(Timeout|ConnectTimeout|ReadTimeout|"
                 "WriteTimeout|PoolTimeout)(:|$)",
                 "([A-Za-z_][A-Za-z0-9_]*\\.)*RayTaskError\\([A-Za-z_][A-Za-z0-9_.]*\\)(:|$)",
@@ -600,6 +613,7 @@ PYTHON_EXCEPTION_NAMES = Table(
                 "incompleteread",
                 "invalidresponse",
                 "datacorruption",
+                "outofresources",
                 "exceptions.timeout",
                 "exceptions.connecttimeout",
                 "exceptions.readtimeout",

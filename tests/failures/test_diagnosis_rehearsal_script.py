@@ -1,0 +1,117 @@
+"""Script, model, data and GPU-memory failures in each library's own words: the serving engines'
+refusal to start for want of GPU memory, triton's kernel resource error, torch.load's checkpoint
+errors, webdataset's shard errors, hydra's and omegaconf's report of a config override. Each
+form is taken from the library's source (the tables in families_services.py and
+families_python.py cite it). Plain functions over text: no database or broker.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from webapp.failures.diagnosis import diagnose_text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # vLLM v1 (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory) under its
+        # engine process's prefix.
+        "(EngineCore_DP0 pid=2231) ERROR 10-01 04:29:49 [core.py:708] ValueError: To serve at "
+        "least one request with the model's max seq len (131072), (16.00 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (4.21 GiB). Based on the "
+        "available memory, the estimated maximum model length is 34480. Try increasing "
+        "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.\n",
+        # vLLM v0 (vllm/worker/worker.py raise_if_cache_size_invalid), both of its wordings.
+        "ValueError: No available memory for the cache blocks. Try increasing "
+        "`gpu_memory_utilization` when initializing the engine.\n",
+        "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens "
+        "that can be stored in KV cache (21216). Try increasing `gpu_memory_utilization` or "
+        "decreasing `max_model_len` when initializing the engine.\n",
+        # vLLM's start-up check (vllm/worker/worker.py determine_available_memory's request).
+        "ValueError: Free memory on device (11.2/79.11 GiB) on startup is less than desired GPU "
+        "memory utilization (0.9, 71.2 GiB). Decrease GPU memory utilization or reduce GPU "
+        "memory used by other processes.\n",
+        # SGLang (python/sglang/srt/model_executor/model_runner.py init_memory_pool).
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n",
+    ],
+    ids=["vllm-v1-kv", "vllm-no-blocks", "vllm-v0-seq-len", "vllm-startup", "sglang"],
+)
+def test_a_serving_engine_refusing_for_gpu_memory_is_gpu_oom(text: str) -> None:
+    assert diagnose_text(text).cause == "gpu_oom"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '  File "/usr/lib/python3/dist-packages/triton/compiler/compiler.py", line 374, in '
+        "_init_handles\n"
+        '    raise OutOfResources(self.metadata.shared, max_shared, "shared memory")\n'
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: "
+        "131072, Hardware limit: 101376. Reducing block sizes or `num_stages` may help.\n",
+        "triton.runtime.autotuner.OutOfResources: out of resource: shared memory, Required: "
+        "663808, Hardware limit: 101376. Reducing block sizes or `num_stages` may help.\n",
+    ],
+    ids=["runtime-errors", "autotuner"],
+)
+def test_triton_out_of_resources_is_the_kernel_not_the_gpu_memory(text: str) -> None:
+    # A kernel's tile does not fit the SM's shared memory: no batch size frees it.
+    assert diagnose_text(text).cause == "framework_exception"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "_pickle.UnpicklingError: Weights only load failed. Re-running `torch.load` with "
+        "`weights_only` set to `False` will likely succeed, but it can result in arbitrary code "
+        "execution. WeightsUnpickler error: Unsupported global: GLOBAL argparse.Namespace\n",
+        "RuntimeError: unexpected EOF, expected 3351 more bytes. The file might be corrupted.\n",
+        "RuntimeError: storage has wrong byte size: expected 1 got 0\n",
+    ],
+    ids=["weights-only", "unexpected-eof", "storage-size"],
+)
+def test_torch_load_errors_are_model_loading(text: str) -> None:
+    assert diagnose_text(text).cause == "model_loading"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ValueError: ('/cache/shard-000003.tar (s3://bucket/shard-000003.tar) is not a tar "
+        "archive, but a HTML document, text, contains b\"<html>\"', 's3://bucket/shard.tar')\n",
+        "ValueError: didn't find ['jpg;png'] in ['__key__', '__url__', 'json']\n",
+        "ValueError: No samples found in dataset; perhaps you have fewer shards than workers.\n",
+    ],
+    ids=["not-a-tar", "missing-field", "no-samples"],
+)
+def test_webdataset_errors_are_dataset_loading(text: str) -> None:
+    assert diagnose_text(text).cause == "dataset_loading"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Could not override 'trainer.devices'.\n"
+        "To append to your config use +trainer.devices=8\n"
+        "Key 'devices' is not in struct\n"
+        "    full_key: trainer.devices\n"
+        "    object_type=dict\n",
+        "Error merging override +model.heads=16\n"
+        "Key 'heads' not in 'ModelConfig'\n"
+        "\tfull_key: model.heads\n"
+        "\treference_type=ModelConfig\n"
+        "\tobject_type=ModelConfig\n",
+    ],
+    ids=["override-not-in-struct", "merge-structured"],
+)
+def test_hydra_and_omegaconf_reports_are_the_jobs_config(text: str) -> None:
+    assert diagnose_text(text).cause == "user_exception"
+
+
+def test_hydra_own_hint_does_not_make_a_gpu_oom_a_config_error() -> None:
+    # hydra's run_and_report prints any exception of the task this way, a CUDA OOM included.
+    text = (
+        "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity)\n"
+        "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+    )
+    assert diagnose_text(text).cause == "gpu_oom"
