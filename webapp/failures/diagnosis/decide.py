@@ -254,6 +254,13 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
         best = (
             what if what.kind == "cause" else _pick([e for e in candidates if e is not terminate])
         )
+    own = _crashed_process_cause(best, events)
+    if own is not None:
+        # A crash report and a cause printed by the same process (host and pid): a library
+        # that failed to allocate (NCCL's "Cuda failure 2 'out of memory'") and then crashed on
+        # the pointer it did not get. The crash is that failure's consequence.
+        notes.append("the crashed process reported its own failure: the crash follows it")
+        best = own
     crashed = _crashed_worker(best, events)
     if crashed is not None:
         # The DataLoader's own report of its worker's crash ("ERROR: Unexpected bus error
@@ -340,6 +347,41 @@ def _terminate_message(best: Event, events: list[Event]) -> Event | None:
             and 0 < e.line_no - best.line_no <= TERMINATE_WHAT_LINES
             and e.cause != "native_crash"
             and "what():" in e.text
+        ),
+        None,
+    )
+
+
+# The process a line is printed by, where its prefix names one: UCX's crash report
+# "[host:pid:thread:tid]" or "[host:pid :0:tid]", Open MPI's "[host:pid]", NCCL's and the
+# NCCL plugins' "host:pid:tid [dev]".
+_PROCESS = re.compile(r"\[?([A-Za-z0-9][\w.-]*):(\d+)(?: ?:\d+:\d+\]|\]|:\d+ )")
+
+
+def _process_of(text: str) -> tuple[str, str] | None:
+    m = _PROCESS.match(text.lstrip())
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _crashed_process_cause(best: Event, events: list[Event]) -> Event | None:
+    """A cause that the process whose native crash report `best` is printed itself (same file,
+    host and pid), of a tier the crash report outranks."""
+    if best.cause != "native_crash":
+        return None
+    proc = _process_of(best.text)
+    if proc is None:
+        return None
+    return next(
+        (
+            e
+            for e in events
+            if e is not best
+            and e.kind == "cause"
+            and e.file_index == best.file_index
+            and taxonomy.TIER_RANK[e.tier] > taxonomy.TIER_RANK[best.tier]
+            and e.cause not in ("native_crash", "unknown")
+            and e.rule.cause != "by_exit"
+            and _process_of(e.text) == proc
         ),
         None,
     )

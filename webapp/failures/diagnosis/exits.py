@@ -164,10 +164,15 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
         r"\bsignal: (killed|segmentation fault|aborted|bus error)\b",
         # macOS shells' report of a job killed by a signal: "Killed: 9"
         r"^\W*Killed: (\d+)\W*$",
+        # Vertex AI's and AI Platform Training's verdict on a replica: a signal named after its
+        # number, "The replica master 0 exited with a non-zero status of 9(SIGKILL)"
+        # (https://cloud.google.com/vertex-ai/docs/training/understanding-training-service)
+        r"non-zero status of (\d+)\(SIG[A-Z]+\)",
         # exit statuses 128 + n: "Command exited with non-zero status 137", "exit code 137",
+        # the replica verdict's "exited with a non-zero status of 137.",
         # Horovod's runner "Process 2 exit with status code 137." (its gloo launcher's report)
         # Kubernetes' "Exit Code:    137" (kubectl describe pod, a colon and padding)
-        r"(?:exit(?:ed with)? (?:code|status)|non-zero status|status code):? +(13[2-9])\b",
+        r"(?:exit(?:ed with)? (?:code|status)|non-zero status(?: of)?|status code):? +(13[2-9])\b",
     )
 )
 # A process's own report of the signal it caught (UCX/ucm: "[host:pid:0:tid] Caught signal 7

@@ -44,7 +44,9 @@ IBV_WC_OTHER = Table(
     "bad response, local access, remote invalid request, remote access, remote operation, "
     "response timeout); UCX's status strings for an endpoint it lost "
     "(https://github.com/openucx/ucx/blob/master/src/ucs/type/status.c: UCS_ERR_ENDPOINT_TIMEOUT "
-    "'Endpoint timeout', UCS_ERR_UNREACHABLE 'Destination is unreachable')",
+    "'Endpoint timeout', UCS_ERR_UNREACHABLE 'Destination is unreachable'); the UD "
+    "transport's fatal on a lost endpoint (https://github.com/openucx/ucx/blob/master/src/uct/"
+    "ib/ud/base/ud_iface.c 'transport error: %s', ud_ep.c 'unhandled timeout error')",
     members=(
         Member(symbol="IBV_WC_LOC_LEN_ERR", text="local length error"),
         Member(symbol="IBV_WC_LOC_QP_OP_ERR", text="local QP operation error"),
@@ -62,6 +64,14 @@ IBV_WC_OTHER = Table(
             patterns=("UCX +(ERROR|WARN).*(Endpoint timeout|Destination is unreachable)",),
             anchors=("endpoint timeout", "destination is unreachable"),
         ),
+        # The UD transport with no error handler to hand a lost endpoint to gives up the process:
+        # ucs_fatal("transport error: %s", ucs_status_string(status)) in ud_iface.c, whatever the
+        # status, printed "Fatal: ..." or "UCX Fatal: ..." by release; and ud_ep.c's fatal
+        # "UD endpoint %p to %s: unhandled timeout error" for a peer that stopped answering.
+        Member(
+            patterns=("Fatal: transport error: ", "Fatal: UD endpoint .*: unhandled timeout error"),
+            anchors=("fatal: transport error: ", "unhandled timeout error"),
+        ),
     ),
     examples=(
         "NCCL WARN NET/IB : Got completion with error 4, opcode 1, len 0, vendor err 81 "
@@ -69,6 +79,10 @@ IBV_WC_OTHER = Table(
         "[gpu-7:4431:0:4431] ib_mlx5_log.c:143 UCX ERROR Error on QP 0x2b1: remote access error",
         "[1650000000.1] [gpu-2:100:0] ucp_ep.c:1461 UCX ERROR ep 0x7f: error 'Endpoint timeout' "
         "on rc_mlx5/mlx5_0:1 will not be handled since no error callback is installed",
+        "[compute-0-20:9358 :0:9358]    ud_iface.c:737  UCX Fatal: transport error: Endpoint "
+        "timeout",
+        "[x1000c5s2b1n0:83417:0:83417]       ud_ep.c:263  Fatal: UD endpoint 0x20c1da0 to "
+        "<no debug data>: unhandled timeout error",
     ),
 )
 
@@ -109,9 +123,14 @@ CUDA_OOM = Table(
         # Caffe's CUDA_CHECK, a glog CHECK on the cudaError_t: "Check failed: error == cudaSuccess
         # (2 vs. 0)  out of memory" (2 is cudaErrorMemoryAllocation).
         Member(patterns=("== cudaSuccess \\(2 vs\\. 0\\)",), anchors=("cudasuccess (2 vs. 0)",)),
+        # NCCL's CUDA checks print the error's string, since 2.19 after its number:
+        # WARN("Cuda failure %d '%s'", err, errStr) (https://github.com/NVIDIA/nccl/blob/master/
+        # src/include/checks.h), "Cuda failure 2 'out of memory'" for CUDA_ERROR_OUT_OF_MEMORY.
+        Member(patterns=("Cuda failure [0-9]+ 'out of memory'",), anchors=("out of memory",)),
     ),
     examples=(
         "RuntimeError: CUDA error: out of memory",
+        "nid006681:250597:251990 [0] include/alloc.h:114 NCCL WARN Cuda failure 2 'out of memory'",
         "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/"
         "generic/THCStorage.cu:58",
         "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying "

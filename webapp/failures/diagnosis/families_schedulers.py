@@ -75,21 +75,27 @@ MEMORY_KILLERS = Table(
 # (https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/), HTCondor's
 # hold reason (https://htcondor.readthedocs.io/en/latest/users-manual/managing-a-job.html),
 # Grid Engine's h_vmem limit (https://gridscheduler.sourceforge.net/htmlman/htmlman5/
-# queue_conf.html).
+# queue_conf.html); the managed training platforms' verdict on a replica: Vertex AI's and AI
+# Platform Training's "The replica <name> ran out-of-memory and exited with a non-zero status of
+# <code>" (https://cloud.google.com/vertex-ai/docs/training/understanding-training-service,
+# common errors; the code is a signal "9(SIGKILL)" or a status, exits.py).
 SCHEDULER_MEMORY_KILLS = Table(
     id="scheduler-memory-kills",
     source="Kubernetes node-pressure eviction https://kubernetes.io/docs/concepts/scheduling-"
     "eviction/node-pressure-eviction/ ('The node was low on resource: memory'); HTCondor's hold "
     "reason ('Job has gone over memory limit', 'over cgroup memory limit'); Grid Engine's "
-    "h_vmem ('exceeds job hard limit \"h_vmem\"')",
+    "h_vmem ('exceeds job hard limit \"h_vmem\"'); Vertex AI / AI Platform Training's replica "
+    "verdict https://cloud.google.com/vertex-ai/docs/training/understanding-training-service "
+    "('The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of ...')",
     members=(
         Member(
             patterns=(
                 "The node was low on resource: memory",
                 "Job has gone over (cgroup )?memory limit",
                 "exceeds job hard limit .?h_vmem",
+                "[Rr]eplica .* ran out-of-memory",
             ),
-            anchors=("low on resource: memory", "gone over", "h_vmem"),
+            anchors=("low on resource: memory", "gone over", "h_vmem", "ran out-of-memory"),
         ),
     ),
     examples=(
@@ -99,6 +105,7 @@ SCHEDULER_MEMORY_KILLS = Table(
         "megabytes.",
         'job 4242.1 exceeds job hard limit "h_vmem" of queue "gpu.q@gpu-07" (34.1G > limit:32G)'
         " - sending SIGKILL",
+        "The replica master 0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL)",
     ),
 )
 
