@@ -98,3 +98,48 @@ def test_exception_group_sub_exception_read_behind_its_margin() -> None:
     +------------------------------------
 """
     assert diagnose_text(log).cause == "user_exception"
+
+
+# A log cut at its end ------------------------------------------------------------------------
+
+CUT_HEAD = """Traceback (most recent call last):
+  File "/home/u/train.py", line 10, in main
+    loss.backward()
+"""
+
+
+@pytest.mark.parametrize(
+    ("last_line", "cause"),
+    [
+        # cut inside CUDA's words for an illegal access: only the CUDA-fault rule's messages
+        # begin so (the class alone read it as the user's own bug)
+        ("RuntimeError: CUDA error: an illegal memory acc", "cuda_fault"),
+        # the same words raised as another class, and printed without one (a C++ what())
+        ("torch.AcceleratorError: CUDA error: an illegal memory a", "cuda_fault"),
+        ("CUDA error: an illegal memory acc", "cuda_fault"),
+    ],
+)
+def test_last_line_cut_inside_one_catalogued_message(last_line: str, cause: str) -> None:
+    d = diagnose_text(CUT_HEAD + last_line)
+    assert d.cause == cause
+    assert any("last line is cut" in note for note in d.notes)
+
+
+@pytest.mark.parametrize(
+    "last_line",
+    [
+        # "CUDA error: " begins the messages of several rules (faults, ECC, launch failures)
+        "RuntimeError: CUDA error: ",
+        # too few of the message's own words after its class to tell which message it began
+        "RuntimeError: CUDA out of mem",
+    ],
+)
+def test_last_line_cut_where_several_messages_or_too_little_stays_unread(last_line: str) -> None:
+    d = diagnose_text(CUT_HEAD + last_line)
+    assert d.cause not in ("cuda_fault", "gpu_oom")
+    assert not any("last line is cut" in note for note in d.notes)
+
+
+def test_traceback_cut_before_its_exception_stays_unknown() -> None:
+    # Only the user's frames, no exception line: nothing in the log names a cause.
+    assert diagnose_text(CUT_HEAD).cause == "unknown"

@@ -30,7 +30,7 @@ from typing import Any, BinaryIO, NamedTuple
 import numpy as np
 import re2
 
-from webapp.failures.diagnosis.catalogue import Catalogue, Rule, first_rule
+from webapp.failures.diagnosis.catalogue import DEFERRED_CAUSES, Catalogue, Rule, first_rule
 from webapp.failures.diagnosis.events import Event, event_of
 from webapp.failures.diagnosis.lines import (
     FLAT_TRACEBACK,
@@ -235,6 +235,40 @@ class Scan:
             self._tail_parse(tail, line_no - 1, file_index, name, whole)
         self.lines_total += line_no - 1
         self.tails.append((file_index, name, line_no - 1, tail))
+        self._cut_last_line(tail, line_no - 1, file_index, name)
+
+    def _cut_last_line(self, tail: bytes, last_line: int, file_index: int, name: str) -> None:
+        """Read the input's last line as the one catalogued message it begins, where the log
+        was cut inside it and its own words name no cause (_cut_completion)."""
+        body = tail.rstrip(b"\r\n\t ")
+        if not body or self._binary(body):
+            return
+        at = body.rfind(b"\n") + 1
+        text = body[at:].decode("utf-8", "replace").rstrip("\r")
+        line = parse_line(text)
+        own = first_rule(self.cat, line.message)
+        if own is not None and own.cause != "by_exception":
+            return  # its own words already decide
+        rule = _cut_completion(self.cat, line.message)
+        if rule is None:
+            return
+        line_no = last_line - max(0, tail[len(body) :].count(b"\n") - 1)
+        before = len(self.events)
+        self._line(
+            text, line, rule, line_no, file_index, name, lambda: _lines_before(body, at, b"")
+        )
+        if len(self.events) > before:
+            if own is not None:
+                # The class alone read the cut line (python-exception): its completion does.
+                self.events = [
+                    e
+                    for e in self.events[:before]
+                    if (e.file_index, e.line_no, e.rule.id) != (file_index, line_no, own.id)
+                ] + self.events[before:]
+            self.notes.append(
+                f"{name}: its last line is cut; read as the only catalogued message it begins "
+                f"({rule.id})"
+            )
 
     def _tail_parse(
         self, tail: bytes, last_line: int, file_index: int, name: str, whole: bool
@@ -623,6 +657,60 @@ MAX_TASKS_PER_LINE = 4096  # a range this long is a whole job's, not worth mappi
 _IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})<\d+>")
 
 _NON_CONTROL = bytes(b for b in range(256) if not (b < 9 or 13 < b < 32 or b == 127))
+
+
+# A log cut at its end (a pasted excerpt, a job killed mid-write) may end inside a message:
+# "RuntimeError: CUDA error: an illegal memory acc". Such a last line is read as a catalogued
+# message (a rule's own example, read as that rule) only where it is a proper beginning of
+# messages of exactly one rule and holds at least CUT_MIN_CHARS characters of the message (what
+# follows its exception's class, where it has one: the class alone tells little); shorter or
+# shared beginnings stay unread (a wrong cause is worse than unknown).
+CUT_MIN_CHARS = 20
+_CLASS_HEAD = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*: ")
+
+
+def _after_class(message: str) -> str | None:
+    """What follows an exception's class at the start of a message ("X.YError: ..."), or None."""
+    m = _CLASS_HEAD.match(message)
+    return message[m.end() :] if m else None
+
+
+@functools.cache
+def _catalogued_messages(cat: Catalogue) -> tuple[tuple[str, str | None, Rule], ...]:
+    """(message, what follows its class, rule) of each cause rule's examples that read as it."""
+    out = []
+    for rule in cat.line_rules:
+        if rule.kind != "cause" or rule.cause in DEFERRED_CAUSES:
+            continue
+        for example in rule.examples:
+            msg = parse_line(example).message
+            if first_rule(cat, msg) is rule:
+                out.append((msg, _after_class(msg), rule))
+    return tuple(out)
+
+
+def _cut_completion(cat: Catalogue, message: str) -> Rule | None:
+    """The one rule whose catalogued messages `message` is a proper beginning of, or None."""
+    message = message.rstrip()
+    rest = _after_class(message)
+    words = message if rest is None else rest  # the message's own words
+    if len(words) < CUT_MIN_CHARS:
+        return None
+    rules = set()
+    for msg, msg_rest, rule in _catalogued_messages(cat):
+        # Under its class, the words follow the same class or any other (RuntimeError's
+        # wording raised as torch's own class); without a class, what follows any.
+        whole = rest is not None and len(msg) > len(message) and msg.startswith(message)
+        own = msg_rest is not None and len(msg_rest) > len(words) and msg_rest.startswith(words)
+        bare = rest is None and len(msg) > len(message) and msg.startswith(message)
+        if whole or own or bare:
+            rules.add(rule.id)
+            if len(rules) > 1:
+                return None
+    if len(rules) != 1:
+        return None
+    (rid,) = rules
+    return next(r for r in cat.line_rules if r.id == rid)
 
 
 def _parts_before(parts: list[str], i: int) -> list[str]:
