@@ -115,3 +115,110 @@ def test_hydra_own_hint_does_not_make_a_gpu_oom_a_config_error() -> None:
         "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
     )
     assert diagnose_text(text).cause == "gpu_oom"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # PaddlePaddle's allocator (paddle/phi/core/memory/allocation/).
+        "  Out of memory error on GPU 0. Cannot allocate 256.000244MB memory on GPU 0, "
+        "15.719788GB memory has been allocated and available memory is only 35.375000MB.\n",
+        # MXNet's pooled storage manager.
+        "mxnet.base.MXNetError: [10:44:35] src/storage/./pooled_storage_manager.h:157: cudaMalloc "
+        "retry failed: out of memory\n",
+        # XLA on TPU: the program does not fit the chip's HBM.
+        "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. "
+        "Ran out of memory in memory space hbm. Used 17.5G of 15.48G hbm.\n",
+    ],
+    ids=["paddle", "mxnet", "xla-tpu-hbm"],
+)
+def test_other_frameworks_words_for_accelerator_memory_are_gpu_oom(text: str) -> None:
+    assert diagnose_text(text).cause == "gpu_oom"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # click (src/click/exceptions.py), typer printing the same messages in its box.
+        "Usage: train.py [OPTIONS]\nTry 'train.py --help' for help.\n\n"
+        "Error: No such option: --lr-rate\n",
+        "Error: Missing option '--config'.\n",
+        "Error: Invalid value for '--epochs': 'ten' is not a valid integer.\n",
+        "│ Got unexpected extra argument (data/)                                     │\n",
+        # python-fire (fire/core.py).
+        "ERROR: Could not consume arg: --foo\nUsage: train.py <flags>\n",
+        # absl (absl/app.py).
+        "FATAL Flags parsing error: Unknown command line flag 'learning_rat'\n"
+        "Pass --helpshort or --helpfull to see help on flags.\n",
+        # argparse's other refusals (Lib/argparse.py), and jsonargparse's under LightningCLI.
+        "train.py: error: ambiguous option: --lr could match --lr-warmup, --lr-decay\n",
+        'main.py: error: Parser key "trainer.max_epoch":\n',
+    ],
+    ids=[
+        "click-option",
+        "click-missing",
+        "click-invalid",
+        "typer-box",
+        "fire",
+        "absl",
+        "argparse-ambiguous",
+        "jsonargparse",
+    ],
+)
+def test_command_line_parsers_refusing_the_jobs_arguments_are_user_exception(text: str) -> None:
+    assert diagnose_text(text).cause == "user_exception"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # CPython's runpy for `python -m` (Lib/runpy.py), as a launcher's child prints it.
+        "/usr/bin/python3: No module named torch.distributed.run\n",
+        "/opt/conda/bin/python: Error while finding module specification for 'train.py' "
+        "(ModuleNotFoundError: __path__ attribute not found on 'train' while trying to find "
+        "'train.py')\n",
+    ],
+    ids=["no-module", "module-spec"],
+)
+def test_the_interpreter_not_finding_the_module_to_run_is_user_exception(text: str) -> None:
+    assert diagnose_text(text).cause == "user_exception"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ValueError: Unrecognized model in /models/x. Should have a `model_type` key in its "
+        "config.json, or contain one of the following strings in its name: albert, bart\n",
+        "ValueError: The checkpoint you are trying to load has model type `qwen3` but "
+        "Transformers does not recognize this architecture.\n",
+        "ValueError: Tokenizer class LlamaTokenizer does not exist or is not currently imported.\n",
+        "ValueError: Can't find 'adapter_config.json' at '/ckpt/lora'\n",
+        "RuntimeError: PytorchStreamReader failed locating file constants.pkl: file not found\n",
+    ],
+    ids=["unrecognized", "architecture", "tokenizer-class", "peft-adapter", "stream-locating"],
+)
+def test_a_model_its_libraries_cannot_load_is_model_loading(text: str) -> None:
+    assert diagnose_text(text).cause == "model_loading"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "PIL.UnidentifiedImageError: cannot identify image file '/data/img/0001.jpg'\n",
+        "OSError: image file is truncated (12 bytes not processed)\n",
+        "decord._ffi.base.DECORDError: [10:22:11] /github/workspace/src/video/video_reader.cc:151:"
+        " ERROR cannot find video stream with wanted index: -1\n",
+        "RuntimeError: Dataset not found or corrupted. You can use download=True to download it\n",
+        # An exception raised in webdataset's own frames, whatever its class.
+        "Traceback (most recent call last):\n"
+        '  File "/w/train.py", line 40, in <module>\n'
+        "    for batch in loader:\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/webdataset/tariterators.py", line 75, '
+        "in tar_file_iterator\n"
+        "    raise exn\n"
+        "tarfile.ReadError: empty file\n",
+    ],
+    ids=["pil-unidentified", "pil-truncated", "decord", "torchvision", "webdataset-frame"],
+)
+def test_a_data_reader_refusing_the_data_is_dataset_loading(text: str) -> None:
+    assert diagnose_text(text).cause == "dataset_loading"

@@ -82,9 +82,15 @@ FRAMEWORK_PACKAGES = frozenset(
     }
 )
 # What an exception raised in a library's own frames is, by the library's role
-# (docs/failure-taxonomy.md): the dataset library reading the data, the weights reader reading
-# a model's file. The innermost frame decides, installed or run from its source checkout.
-PACKAGE_ROLES: dict[str, str] = {"datasets": "dataset_loading", "safetensors": "model_loading"}
+# (docs/failure-taxonomy.md): the dataset libraries reading the data (HF datasets, webdataset's
+# shards, decord's videos), the weights reader reading a model's file. The innermost frame
+# decides, installed or run from its source checkout.
+PACKAGE_ROLES: dict[str, str] = {
+    "datasets": "dataset_loading",
+    "webdataset": "dataset_loading",
+    "decord": "dataset_loading",
+    "safetensors": "model_loading",
+}
 # transformers' model loading: the functions of modeling_utils and configuration_utils that read
 # a model's config and weights (from_pretrained and the loaders under it).
 _MODEL_LOADING_FRAME = re.compile(

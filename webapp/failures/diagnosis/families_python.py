@@ -266,6 +266,16 @@ CATALOGS: tuple[ExceptionCatalog, ...] = (
         bare=frozenset({"OutOfResources"}),
     ),
     ExceptionCatalog(
+        id="data-readers",
+        source="https://github.com/python-pillow/Pillow/blob/main/src/PIL/Image.py "
+        "(UnidentifiedImageError, an image file Pillow cannot identify), "
+        "https://github.com/dmlc/decord/blob/master/python/decord/_ffi/base.py (DECORDError, a "
+        "video decord's reader cannot open or decode): a file of the data set",
+        modules=("PIL.", "decord."),
+        classes=_causes("dataset_loading", "UnidentifiedImageError", "DECORDError"),
+        bare=frozenset({"UnidentifiedImageError", "DECORDError"}),
+    ),
+    ExceptionCatalog(
         id="lightning",
         source="https://github.com/Lightning-AI/pytorch-lightning/blob/master/src/lightning/"
         "fabric/utilities/exceptions.py (MisconfigurationException, re-exported by "
@@ -495,6 +505,20 @@ CATALOGS: tuple[ExceptionCatalog, ...] = (
         classes=_causes(
             CONSEQUENCE, "HorovodInternalError", "HostsUpdatedInterrupt", "HostsUpdatedException"
         ),
+    ),
+    ExceptionCatalog(
+        id="sagemaker",
+        source="https://github.com/aws/sagemaker-training-toolkit/blob/master/src/"
+        "sagemaker_training/errors.py: ExecuteUserScriptError reports the user's script exiting "
+        "non-zero ('ExitCode %s', 'ErrorMessage \"%s\"': its status and last words decide); the "
+        "service's 'AlgorithmError: <that>' and the SDK's UnexpectedStatusException "
+        "(https://github.com/aws/sagemaker-python-sdk/blob/master/src/sagemaker/exceptions.py) "
+        "report the job's end",
+        modules=("sagemaker_training.", "sagemaker_containers.", "sagemaker."),
+        classes=_causes(
+            CONSEQUENCE, "ExecuteUserScriptError", "AlgorithmError", "UnexpectedStatusException"
+        ),
+        bare=frozenset({"ExecuteUserScriptError", "AlgorithmError", "UnexpectedStatusException"}),
     ),
 )
 

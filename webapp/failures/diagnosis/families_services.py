@@ -409,6 +409,12 @@ TORCH_LOAD_ERRORS = Table(
             patterns=("storage has wrong byte size: expected [0-9]+ got [0-9]+",),
             anchors=("storage has wrong byte size",),
         ),
+        # caffe2's zip reader (caffe2/serialize/inline_container.cc): every "failed ..." of it,
+        # reading, locating or finding the archive's records.
+        Member(
+            patterns=("PytorchStreamReader failed (reading|locating|finding)",),
+            anchors=("pytorchstreamreader failed",),
+        ),
     ),
     examples=(
         "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do "
@@ -482,5 +488,172 @@ CONFIG_OVERRIDE_ERRORS = Table(
         "Could not override 'task.data'.",
         "Key 'perferences' is not in struct",
         "    object_type=dict",
+    ),
+)
+
+
+# Accelerator memory in the words of the frameworks other than torch (torch's and CUDA's own are
+# families_gpu's cuda-oom): PaddlePaddle's allocator, MXNet's storage manager, XLA on a TPU.
+FRAMEWORK_GPU_OOM = Table(
+    id="framework-gpu-oom",
+    source="PaddlePaddle https://github.com/PaddlePaddle/Paddle/blob/develop/paddle/phi/core/"
+    "memory/allocation/allocator_facade.cc and retry_allocator ('Out of memory error on GPU %d. "
+    "Cannot allocate %s memory on GPU %d'), MXNet https://github.com/apache/mxnet/blob/master/"
+    "src/storage/pooled_storage_manager.h ('cudaMalloc retry failed: out of memory', "
+    "'cudaMalloc failed: out of memory'), XLA's TPU compiler ('Ran out of memory in memory space "
+    "hbm', https://cloud.google.com/tpu/docs/troubleshooting/troubleshoot-memory)",
+    members=(
+        Member(
+            patterns=("Out of memory error on GPU [0-9]+\\. Cannot allocate",),
+            anchors=("out of memory error on gpu",),
+        ),
+        Member(
+            patterns=("cudaMalloc (retry )?failed: out of memory",),
+            anchors=("cudamalloc failed: out of memory", "cudamalloc retry failed: out of memory"),
+        ),
+        # HBM is the chip's memory; vmem, the core's vector memory, is a kernel's tiling (as
+        # triton's shared memory) and no member.
+        Member(text="Ran out of memory in memory space hbm"),
+    ),
+    examples=(
+        "Out of memory error on GPU 0. Cannot allocate 1.000000GB memory on GPU 0",
+        "src/storage/./pooled_storage_manager.h:157: cudaMalloc retry failed: out of memory",
+    ),
+)
+
+
+# Command-line parsers other than argparse refusing the job's arguments, and argparse's and
+# jsonargparse's refusals beyond rules.yaml argparse-error's own patterns.
+CLI_ARGUMENT_ERRORS = Table(
+    id="cli-argument-errors",
+    source="click https://github.com/pallets/click/blob/main/src/click/exceptions.py "
+    "(NoSuchOption 'No such option: ', MissingParameter 'Missing option' / 'Missing argument', "
+    "BadParameter 'Invalid value for', 'Got unexpected extra argument(s)'; typer prints them in "
+    "its rich box), python-fire https://github.com/google/python-fire/blob/master/fire/core.py "
+    "('Could not consume arg', 'The function received no value for the required argument'), "
+    "absl https://github.com/abseil/abseil-py/blob/main/absl/app.py ('FATAL Flags parsing "
+    "error'), argparse https://github.com/python/cpython/blob/main/Lib/argparse.py (error(): "
+    "'%(prog)s: error: %(message)s', 'ambiguous option', 'one of the arguments %s is required', "
+    "'not allowed with argument'), jsonargparse's 'Parser key' (https://github.com/omni-us/"
+    "jsonargparse)",
+    members=(
+        Member(
+            patterns=(
+                "(Error: |│ )(No such option: -|Missing (option|argument|parameter) '|"
+                "Invalid value for '|Got unexpected extra arguments? \\()",
+            ),
+            anchors=(
+                "no such option: -",
+                "missing option '",
+                "missing argument '",
+                "missing parameter '",
+                "invalid value for '",
+                "got unexpected extra argument",
+            ),
+        ),
+        Member(
+            patterns=(
+                "ERROR: (Could not consume arg: |The function received no value for the "
+                "required argument: )",
+            ),
+            anchors=("could not consume arg: ", "received no value for the required argument"),
+        ),
+        Member(text="FATAL Flags parsing error: "),
+        Member(
+            patterns=(
+                "error: (ambiguous option: |one of the arguments .* is required|argument .*: not "
+                'allowed with argument |Parser key ")',
+            ),
+            anchors=(
+                "error: ambiguous option: ",
+                "error: one of the arguments ",
+                ": not allowed with argument ",
+                'error: parser key "',
+            ),
+        ),
+    ),
+    examples=(
+        "Error: No such option: --lr-rate",
+        "ERROR: Could not consume arg: --foo",
+        "FATAL Flags parsing error: Unknown command line flag 'learning_rat'",
+        "train.py: error: ambiguous option: --lr could match --lr-warmup, --lr-decay",
+    ),
+)
+
+
+# The interpreter not finding what it was told to run with `python -m` (a launcher's child: the
+# module path or the package is not there), as "can't open file" is for a script path.
+SCRIPT_START_ERRORS = Table(
+    id="script-start-errors",
+    source="CPython https://github.com/python/cpython/blob/main/Lib/runpy.py (_get_module_details"
+    " and _run_module_as_main's report: '%s: No module named %s', 'Error while finding module "
+    "specification for %r'), printed under the interpreter's argv[0]",
+    members=(
+        Member(
+            patterns=(
+                "python[0-9.]*: (No module named [A-Za-z_]|Error while finding module spec)",
+            ),
+            anchors=("no module named ", "error while finding module specification"),
+        ),
+    ),
+    examples=(
+        "/usr/bin/python3: No module named torch.distributed.run",
+        "/opt/conda/bin/python: Error while finding module specification for 'train.py'",
+    ),
+)
+
+
+# A model folder its libraries cannot read as a model: transformers not knowing its
+# architecture or its tokenizer's class (a config of a newer release, a folder without
+# config.json), peft not finding the adapter's config.
+MODEL_CONFIG_ERRORS = Table(
+    id="model-config-errors",
+    source="transformers https://github.com/huggingface/transformers/blob/main/src/transformers/"
+    "models/auto/configuration_auto.py ('Unrecognized model in %s. Should have a `model_type` key"
+    "', 'The checkpoint you are trying to load has model type `%s` but Transformers does not "
+    "recognize this architecture'), models/auto/tokenization_auto.py ('Tokenizer class %s does "
+    "not exist or is not currently imported.'), peft https://github.com/huggingface/peft/blob/"
+    "main/src/peft/config.py (\"Can't find '%s' at '%s'\", CONFIG_NAME adapter_config.json)",
+    members=(
+        Member(text="Should have a `model_type` key in its config.json"),
+        Member(text="but Transformers does not recognize this architecture"),
+        Member(
+            patterns=("Tokenizer class [A-Za-z0-9_]+ does not exist or is not currently imported",),
+            anchors=("does not exist or is not currently imported",),
+        ),
+        Member(text="Can't find 'adapter_config.json' at '"),
+    ),
+    examples=(
+        "ValueError: Unrecognized model in /models/x. Should have a `model_type` key in its "
+        "config.json, or contain one of the following strings in its name: albert",
+        "ValueError: Can't find 'adapter_config.json' at '/ckpt/lora'",
+    ),
+)
+
+
+# Readers of a data set's files refusing a file: Pillow on an image, torchvision's dataset
+# classes on their folder. (Their classes, PIL.UnidentifiedImageError and decord's DECORDError,
+# are families_python's data-readers catalog.)
+DATA_READER_ERRORS = Table(
+    id="data-reader-errors",
+    source="Pillow https://github.com/python-pillow/Pillow/blob/main/src/PIL/Image.py (open: "
+    "'cannot identify image file %r') and src/PIL/ImageFile.py ('image file is truncated (%d "
+    "bytes not processed)'), torchvision https://github.com/pytorch/vision/tree/main/"
+    "torchvision/datasets ('Dataset not found or corrupted. You can use download=True to "
+    "download it')",
+    members=(
+        Member(
+            patterns=("cannot identify image file ['<]",),
+            anchors=("cannot identify image file",),
+        ),
+        Member(
+            patterns=("image file is truncated \\([0-9]+ bytes not processed\\)",),
+            anchors=("image file is truncated",),
+        ),
+        Member(text="Dataset not found or corrupted. You can use download=True to download it"),
+    ),
+    examples=(
+        "PIL.UnidentifiedImageError: cannot identify image file '/data/img/0001.jpg'",
+        "OSError: image file is truncated (12 bytes not processed)",
     ),
 )
