@@ -101,3 +101,43 @@ def test_a_segfault_after_ncclss_cuda_oom_is_its_consequence(order: str) -> None
     # cosmos-predict1#78: the allocation fails inside NCCL, the crash follows in the same rank.
     log = NCCL_OOM + "\n" + NCCL_SEGV if order == "oom-first" else NCCL_SEGV + NCCL_OOM + "\n"
     assert diagnose_text(log).cause == "gpu_oom"
+
+
+# SageMaker's training toolkit reports the user's script ending non-zero as
+# ExecuteUserScriptError ('%s:\nExitCode %s\nErrorMessage "%s"\nCommand "%s"',
+# sagemaker_training/errors.py), the service as "AlgorithmError: <that>", the SDK as
+# UnexpectedStatusException: reports naming no cause; the exit code and the script's own last
+# words (ErrorMessage) decide.
+def _sagemaker(code: str, message: str = "", sdk: bool = False) -> str:
+    head = (
+        "UnexpectedStatusException: Error for Training job hf-2024: Failed. Reason: " if sdk else ""
+    )
+    return (
+        f"{head}AlgorithmError: ExecuteUserScriptError:\nExitCode {code}\n"
+        f'ErrorMessage "{message}"\nCommand "/opt/conda/bin/python3.10 train.py --epochs 3"\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("log", "cause"),
+    [
+        (_sagemaker("137"), "host_oom"),
+        (_sagemaker("139", sdk=True), "native_crash"),
+        (_sagemaker("-9"), "host_oom"),
+        (
+            _sagemaker(
+                "1", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+            ),
+            "gpu_oom",
+        ),
+        (_sagemaker("1"), "unknown"),
+        (_sagemaker("1", sdk=True), "unknown"),
+    ],
+)
+def test_sagemakers_report_of_a_script_names_no_cause_of_its_own(log: str, cause: str) -> None:
+    assert diagnose_text(log).cause == cause
+
+
+def test_sagemakers_exit_code_is_a_status_not_a_signal() -> None:
+    # ExitCode 6 is the script's sys.exit(6), not SIGABRT.
+    assert diagnose_text(_sagemaker("6")).cause == "unknown"

@@ -168,6 +168,9 @@ _VERDICTS: tuple[re.Pattern[str], ...] = tuple(
         # number, "The replica master 0 exited with a non-zero status of 9(SIGKILL)"
         # (https://cloud.google.com/vertex-ai/docs/training/understanding-training-service)
         r"non-zero status of (\d+)\(SIG[A-Z]+\)",
+        # SageMaker's training toolkit: "ExecuteUserScriptError:\nExitCode 137" (its status,
+        # sagemaker_training/errors.py); only 128 + n or a negative code is a signal there
+        r"^ExitCode (13[2-9]|-\d+)$",
         # exit statuses 128 + n: "Command exited with non-zero status 137", "exit code 137",
         # the replica verdict's "exited with a non-zero status of 137.",
         # Horovod's runner "Process 2 exit with status code 137." (its gloo launcher's report)
