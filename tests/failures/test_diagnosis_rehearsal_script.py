@@ -222,3 +222,22 @@ def test_a_model_its_libraries_cannot_load_is_model_loading(text: str) -> None:
 )
 def test_a_data_reader_refusing_the_data_is_dataset_loading(text: str) -> None:
     assert diagnose_text(text).cause == "dataset_loading"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # tokenizers reading a tokenizer.json written by a newer release (serde's own words).
+        "Exception: data did not match any variant of untagged enum ModelWrapper at line 250373 "
+        "column 3\n",
+        "Exception: data did not match any variant of untagged enum PyPreTokenizerTypeWrapper at "
+        "line 40 column 3\n",
+        # sentencepiece parsing a tokenizer.model that is not one (a git-lfs pointer).
+        "RuntimeError: Internal: src/sentencepiece_processor.cc(1101) "
+        "[model_proto->ParseFromArray(serialized.data(), serialized.size())]\n",
+    ],
+    ids=["tokenizers-model", "tokenizers-pretokenizer", "sentencepiece"],
+)
+def test_a_tokenizer_file_its_library_cannot_read_is_dataset_loading(text: str) -> None:
+    # The taxonomy puts tokenizer files that cannot be loaded with the data (dataset_loading).
+    assert diagnose_text(text).cause == "dataset_loading"

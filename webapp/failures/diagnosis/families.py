@@ -60,6 +60,7 @@ from webapp.failures.diagnosis.families_services import (
     S3_RETRYABLE,
     SCRIPT_START_ERRORS,
     STORAGE_ENDPOINTS,
+    TOKENIZER_FILE_ERRORS,
     TORCH_LOAD_ERRORS,
     WEBDATASET_ERRORS,
 )
@@ -104,5 +105,6 @@ TABLES: dict[str, Table] = {
         SCRIPT_START_ERRORS,
         MODEL_CONFIG_ERRORS,
         DATA_READER_ERRORS,
+        TOKENIZER_FILE_ERRORS,
     )
 }

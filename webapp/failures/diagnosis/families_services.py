@@ -657,3 +657,34 @@ DATA_READER_ERRORS = Table(
         "OSError: image file is truncated (12 bytes not processed)",
     ),
 )
+
+
+# A tokenizer's file its library cannot read (the taxonomy's "tokenizer files that cannot be
+# loaded", with the data): tokenizers' tokenizer.json from a newer release, which serde refuses
+# by the enum it could not match, and a sentencepiece model that is not one (a git-lfs pointer,
+# a truncated download).
+TOKENIZER_FILE_ERRORS = Table(
+    id="tokenizer-file-errors",
+    source="https://github.com/huggingface/tokenizers/blob/main/tokenizers/src/tokenizer/"
+    "serialization.rs and models/mod.rs (the #[serde(untagged)] ModelWrapper, "
+    "PreTokenizerWrapper, NormalizerWrapper, DecoderWrapper, PostProcessorWrapper; "
+    "bindings/python's Py*TypeWrapper), serde's 'data did not match any variant of untagged enum"
+    " {name}'; https://github.com/google/sentencepiece/blob/master/src/sentencepiece_processor.cc"
+    " (Load: CHECK_OR_RETURN(model_proto->ParseFromArray(...)))",
+    members=(
+        Member(
+            patterns=("data did not match any variant of untagged enum [A-Za-z]*Wrapper",),
+            anchors=("did not match any variant of untagged enum",),
+        ),
+        Member(
+            patterns=("sentencepiece_processor\\.cc\\([0-9]+\\) \\[model_proto->ParseFromArray",),
+            anchors=("model_proto->parsefromarray",),
+        ),
+    ),
+    examples=(
+        "Exception: data did not match any variant of untagged enum ModelWrapper at line 250373 "
+        "column 3",
+        "RuntimeError: Internal: src/sentencepiece_processor.cc(1101) "
+        "[model_proto->ParseFromArray(serialized.data(), serialized.size())]",
+    ),
+)
