@@ -49,6 +49,9 @@ FRAMINGS = {
     # Ray's worker prefix without an actor name, and its daemon's
     "ray_pid": "(pid=123, ip=10.0.0.1) ",
     "raylet": "(raylet, ip=10.0.0.1) ",
+    # Ray's Python logger, and its C++ logger as a daemon prints it
+    "ray_python": "2024-01-01 12:00:00,123\tERROR worker.py:1829 -- ",
+    "ray_daemon": "[2024-01-01 12:00:00,123 E 9751 9751] (raylet) node_manager.cc:3084: ",
     # Lightning's rank_zero prefix
     "lightning_rank": "[rank: 0] ",
     # a launcher over a logger: torchrun's rank, then Python logging

@@ -92,7 +92,8 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
     # and Ray's C++ logger "E 3848117 3848117] logging.cc:501: " (level, pid, tid, then the
     # source line; https://github.com/ray-project/ray/blob/master/src/ray/util/logging.cc).
     ("level_src", r"[IWEF] [\w./-]+\.\w+:\d+\] ", "[IWEF]", False),
-    ("ray_cpp", r"[DIWEC] \d+ \d+\] [\w./-]+:\d+: ", "[DIWEC]", False),
+    # A Ray daemon's lines name it after the ids: "E 9751 9751] (raylet) node_manager.cc:3084: ".
+    ("ray_cpp", r"[DIWEC] \d+ \d+\] (?:\([\w.-]+\) )?[\w./-]+:\d+: ", "[DIWEC]", False),
     # A native crash handler's "[host:pid]" (Open MPI's opal stacktrace: "[gpu-a:12345] Signal:
     # Segmentation fault (11)") and UCX's "[host:pid:thread:tid]" or "[host:pid :0:tid]"
     # (deepspeedai/DeepSpeed#2638): the host the process crashed on.
@@ -201,6 +202,9 @@ _PREFIXES: tuple[tuple[str, str, str, bool], ...] = (
     # "  + Exception Group Traceback ...", then each line of it and of its sub-exceptions'
     # tracebacks behind "| ", nested ones further in.
     ("exc_group", r"(?:\| |\+ (?=Exception Group Traceback))", r"[|+]", False),
+    # Ray's Python logger "%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s -- %(message)s"
+    # (ray/_private/ray_constants.py LOGGER_FORMAT): the source after the level.
+    ("ray_py", r"[\w.-]+\.py:\d+ -- ", "[A-Za-z0-9_]", False),
     # A level word alone, only right after a stamp (see parse_line): "<stamp> ERROR ".
     ("level", r"\[?" + _LEVEL + r"\]?(?::| *-)?[ \t]+", r"[\[A-Z]", False),
 )
