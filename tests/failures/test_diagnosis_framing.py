@@ -146,3 +146,17 @@ def test_last_line_cut_where_several_messages_or_too_little_stays_unread(last_li
 def test_traceback_cut_before_its_exception_stays_unknown() -> None:
     # Only the user's frames, no exception line: nothing in the log names a cause.
     assert diagnose_text(CUT_HEAD).cause == "unknown"
+
+
+def test_fairseq_oom_recovery_under_its_logger_is_gpu_oom() -> None:
+    # fairseq's trainer words a caught CUDA OOM its own way, under its pipe-framed logger; the
+    # run then dies in spawn's join with a bare Exception.
+    log = (
+        "2020-11-05 19:30:05 | WARNING | fairseq.trainer | attempting to recover from OOM in "
+        "forward/backward pass\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 8, in main\n'
+        "    cli_main()\n"
+        "Exception: \n"
+    )
+    assert diagnose_text(log).cause == "gpu_oom"

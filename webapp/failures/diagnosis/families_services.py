@@ -501,7 +501,10 @@ FRAMEWORK_GPU_OOM = Table(
     "Cannot allocate %s memory on GPU %d'), MXNet https://github.com/apache/mxnet/blob/master/"
     "src/storage/pooled_storage_manager.h ('cudaMalloc retry failed: out of memory', "
     "'cudaMalloc failed: out of memory'), XLA's TPU compiler ('Ran out of memory in memory space "
-    "hbm', https://cloud.google.com/tpu/docs/troubleshooting/troubleshoot-memory)",
+    "hbm', https://cloud.google.com/tpu/docs/troubleshooting/troubleshoot-memory), fairseq "
+    "https://github.com/facebookresearch/fairseq/blob/main/fairseq/trainer.py ('attempting to "
+    "recover from OOM in forward/backward pass', 'OOM during optimization, irrecoverable', "
+    "_log_oom's 'OOM: Ran out of memory with exception')",
     members=(
         Member(
             patterns=("Out of memory error on GPU [0-9]+\\. Cannot allocate",),
@@ -514,6 +517,22 @@ FRAMEWORK_GPU_OOM = Table(
         # HBM is the chip's memory; vmem, the core's vector memory, is a kernel's tiling (as
         # triton's shared memory) and no member.
         Member(text="Ran out of memory in memory space hbm"),
+        # fairseq's trainer on a CUDA "out of memory" it caught: recovering (dropping the batch)
+        # or giving up; fairseq2's recovery line.
+        Member(
+            patterns=(
+                "(attempting|Attempting) to recover from OOM (in forward/backward pass|on R[0-9])",
+                "OOM during optimization, irrecoverable",
+                "OOM: Ran out of memory with exception",
+                "ran out of memory in validation step, retrying batch",
+            ),
+            anchors=(
+                "to recover from oom",
+                "oom during optimization",
+                "oom: ran out of memory",
+                "ran out of memory in validation step",
+            ),
+        ),
     ),
     examples=(
         "Out of memory error on GPU 0. Cannot allocate 1.000000GB memory on GPU 0",
