@@ -141,3 +141,47 @@ def test_sagemakers_report_of_a_script_names_no_cause_of_its_own(log: str, cause
 def test_sagemakers_exit_code_is_a_status_not_a_signal() -> None:
     # ExitCode 6 is the script's sys.exit(6), not SIGABRT.
     assert diagnose_text(_sagemaker("6")).cause == "unknown"
+
+
+# The kubelet's own words for a pod it ends (https://github.com/kubernetes/kubernetes, pkg/kubelet/
+# eviction: a pod or container over its ephemeral-storage limit or an emptyDir over its
+# sizeLimit, the node's disk as the job filled it; pkg/kubelet/nodeshutdown: the node going down
+# under it, a spot or maintenance shutdown).
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        (
+            "Message:  Pod ephemeral local storage usage exceeds the total limit of containers "
+            "512Mi.",
+            "filesystem",
+        ),
+        (
+            "Warning  Evicted  pod/trainer-0  Container trainer exceeded its local ephemeral "
+            'storage limit "10Gi".',
+            "filesystem",
+        ),
+        ('Usage of EmptyDir volume "scratch" exceeds the limit "8Gi".', "filesystem"),
+        ("Message:  Pod was terminated in response to imminent node shutdown.", "preempted"),
+    ],
+)
+def test_the_kubelets_reason_for_ending_a_pod(line: str, cause: str) -> None:
+    assert diagnose_text(line + "\n").cause == cause
+
+
+# aws-ofi-nccl, NCCL's network plugin over libfabric (EFA): a completion the provider failed,
+# NCCL_OFI_WARN("Request %p completed with error. RC: %d. Error: %d (%s). ...") in
+# src/nccl_ofi_rdma.c and nccl_ofi_sendrecv.c: the fabric's completion error, as NET/IB's.
+OFI_ERROR = (
+    "ip-10-1-2-3:1234:5678 [0] nccl_net_ofi_rdma.c:1512 NCCL WARN NET/OFI Request 0x7f1c "
+    "completed with error. RC: 21. Error: 4 (Unreachable remote). Completed length: 0, "
+    "Request: {op: SEND}"
+)
+
+
+def test_the_ofi_plugins_completion_error_is_the_fabric() -> None:
+    assert diagnose_text(OFI_ERROR + "\n").cause == "ib_link"
+
+
+def test_the_ofi_plugins_completion_error_abstains_beside_a_cause() -> None:
+    log = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n" + OFI_ERROR
+    assert diagnose_text(log + "\n").cause == "gpu_oom"

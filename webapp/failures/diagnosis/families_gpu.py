@@ -46,7 +46,9 @@ IBV_WC_OTHER = Table(
     "(https://github.com/openucx/ucx/blob/master/src/ucs/type/status.c: UCS_ERR_ENDPOINT_TIMEOUT "
     "'Endpoint timeout', UCS_ERR_UNREACHABLE 'Destination is unreachable'); the UD "
     "transport's fatal on a lost endpoint (https://github.com/openucx/ucx/blob/master/src/uct/"
-    "ib/ud/base/ud_iface.c 'transport error: %s', ud_ep.c 'unhandled timeout error')",
+    "ib/ud/base/ud_iface.c 'transport error: %s', ud_ep.c 'unhandled timeout error'); "
+    "aws-ofi-nccl's failed completion https://github.com/aws/aws-ofi-nccl ('Request %p completed "
+    "with error. RC: %d. Error: %d (%s)')",
     members=(
         Member(symbol="IBV_WC_LOC_LEN_ERR", text="local length error"),
         Member(symbol="IBV_WC_LOC_QP_OP_ERR", text="local QP operation error"),
@@ -72,6 +74,13 @@ IBV_WC_OTHER = Table(
             patterns=("Fatal: transport error: ", "Fatal: UD endpoint .*: unhandled timeout error"),
             anchors=("fatal: transport error: ", "unhandled timeout error"),
         ),
+        # aws-ofi-nccl, NCCL's plugin over libfabric (EFA): a completion the provider failed,
+        # NCCL_OFI_WARN("Request %p completed with error. RC: %d. Error: %d (%s). ...")
+        # (https://github.com/aws/aws-ofi-nccl, src/nccl_ofi_rdma.c, nccl_ofi_sendrecv.c)
+        Member(
+            patterns=("NET/OFI .*[Rr]equest .*completed with error\\. RC: ",),
+            anchors=("completed with error. rc: ",),
+        ),
     ),
     examples=(
         "NCCL WARN NET/IB : Got completion with error 4, opcode 1, len 0, vendor err 81 "
@@ -83,6 +92,8 @@ IBV_WC_OTHER = Table(
         "timeout",
         "[x1000c5s2b1n0:83417:0:83417]       ud_ep.c:263  Fatal: UD endpoint 0x20c1da0 to "
         "<no debug data>: unhandled timeout error",
+        "ip-10-1-2-3:1234:5678 [0] nccl_net_ofi_rdma.c:1512 NCCL WARN NET/OFI Request 0x7f1c "
+        "completed with error. RC: 21. Error: 4 (Unreachable remote). Completed length: 0",
     ),
 )
 

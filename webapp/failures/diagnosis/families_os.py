@@ -47,9 +47,23 @@ ERRNO_FILESYSTEM = Table(
         *_errno("EREMOTEIO", 121, "Remote I/O error"),
         # Kubernetes evicting a pod whose node's disk filled (node-pressure eviction,
         # https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/)
+        # and its evictions of a pod over its own ephemeral-storage limits (eviction_manager.go:
+        # "Pod ephemeral local storage usage exceeds the total limit of containers %s",
+        # "Container %s exceeded its local ephemeral storage limit %q", "Usage of EmptyDir
+        # volume %q exceeds the limit %q"): the job filled the disk it was given.
         Member(
-            patterns=("low on resource: ephemeral-storage",),
-            anchors=("low on resource: ephemeral-storage",),
+            patterns=(
+                "low on resource: ephemeral-storage",
+                "ephemeral local storage usage exceeds the total limit",
+                "exceeded its local ephemeral storage limit",
+                "Usage of EmptyDir volume .* exceeds the limit",
+            ),
+            anchors=(
+                "low on resource: ephemeral-storage",
+                "ephemeral local storage usage exceeds",
+                "local ephemeral storage limit",
+                "usage of emptydir volume",
+            ),
         ),
         Member(
             symbol="",
@@ -70,6 +84,7 @@ ERRNO_FILESYSTEM = Table(
         "OSError: [Errno 27] File too large",
         "Message: Pod The node was low on resource: ephemeral-storage. Container trainer was "
         "using 212Gi, which exceeds its request of 0.",
+        "Message:  Pod ephemeral local storage usage exceeds the total limit of containers 512Mi.",
     ),
 )
 

@@ -141,12 +141,18 @@ SCHEDULER_TIME_LIMITS = Table(
 
 # Cloud providers' notices that a preemptible (spot) instance is being taken back: GCE
 # (https://cloud.google.com/compute/docs/instances/preemptible), AWS's spot interruption notice
-# (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html).
+# (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html);
+# the kubelet's graceful node shutdown ending the pods of a node going down (a spot reclaim or
+# maintenance): "Pod was terminated in response to imminent node shutdown." (pkg/kubelet/
+# nodeshutdown/nodeshutdown_manager_linux.go, https://kubernetes.io/docs/concepts/architecture/
+# nodes/#graceful-node-shutdown).
 PREEMPTION_NOTICES = Table(
     id="preemption-notices",
     source="GCE preemption https://cloud.google.com/compute/docs/instances/preemptible "
     "('Instance was preempted'); EC2 spot interruption notices "
-    "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html",
+    "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html; "
+    "the kubelet's graceful node shutdown https://kubernetes.io/docs/concepts/architecture/nodes/"
+    "#graceful-node-shutdown ('Pod was terminated in response to imminent node shutdown.')",
     members=(
         Member(
             patterns=(
@@ -157,11 +163,13 @@ PREEMPTION_NOTICES = Table(
             ),
             anchors=("preempted", "instance interruption"),
         ),
+        Member(text="terminated in response to imminent node shutdown"),
     ),
     examples=(
         "compute.instances.preempted: Instance was preempted.",
         "EC2 Spot Instance Interruption Warning received for i-0abc123",
         "RuntimeError: The TPU VM was preempted; restart the job from its last checkpoint",
+        "Message:  Pod was terminated in response to imminent node shutdown.",
     ),
 )
 
