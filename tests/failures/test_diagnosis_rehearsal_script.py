@@ -241,3 +241,21 @@ def test_a_data_reader_refusing_the_data_is_dataset_loading(text: str) -> None:
 def test_a_tokenizer_file_its_library_cannot_read_is_dataset_loading(text: str) -> None:
     # The taxonomy puts tokenizer files that cannot be loaded with the data (dataset_loading).
     assert diagnose_text(text).cause == "dataset_loading"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # The driver's string for CUDA_ERROR_OUT_OF_MEMORY under its wrappers' prefixes: torch's
+        # driver-API check (c10/cuda/driver_api), triton's launcher (driver.c).
+        "RuntimeError: CUDA driver error: out of memory\n",
+        "RuntimeError: Triton Error [CUDA]: out of memory\n",
+        # XLA's device allocator (xla/stream_executor: 'Failed to allocate request for %s (%uB)
+        # on device ordinal %d').
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for "
+        "4.00GiB (4294967296B) on device ordinal 0\n",
+    ],
+    ids=["torch-driver", "triton-driver", "xla-device-allocator"],
+)
+def test_the_drivers_out_of_memory_under_any_wrapper_is_gpu_oom(text: str) -> None:
+    assert diagnose_text(text).cause == "gpu_oom"

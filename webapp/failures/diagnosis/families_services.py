@@ -501,7 +501,12 @@ FRAMEWORK_GPU_OOM = Table(
     "Cannot allocate %s memory on GPU %d'), MXNet https://github.com/apache/mxnet/blob/master/"
     "src/storage/pooled_storage_manager.h ('cudaMalloc retry failed: out of memory', "
     "'cudaMalloc failed: out of memory'), XLA's TPU compiler ('Ran out of memory in memory space "
-    "hbm', https://cloud.google.com/tpu/docs/troubleshooting/troubleshoot-memory), fairseq "
+    "hbm', https://cloud.google.com/tpu/docs/troubleshooting/troubleshoot-memory; its device "
+    "allocator's 'Failed to allocate request for %s (%uB) on device ordinal %d', https://github.com/"
+    "openxla/xla/tree/main/xla/stream_executor), torch's C10_CUDA_DRIVER_CHECK ('CUDA driver "
+    "error: %s', https://github.com/pytorch/pytorch/blob/main/c10/cuda/driver_api.h), triton's "
+    "launcher ('Triton Error [CUDA]: %s', https://github.com/triton-lang/triton/blob/main/third_"
+    "party/nvidia/backend/driver.c), fairseq "
     "https://github.com/facebookresearch/fairseq/blob/main/fairseq/trainer.py ('attempting to "
     "recover from OOM in forward/backward pass', 'OOM during optimization, irrecoverable', "
     "_log_oom's 'OOM: Ran out of memory with exception')",
@@ -517,6 +522,21 @@ FRAMEWORK_GPU_OOM = Table(
         # HBM is the chip's memory; vmem, the core's vector memory, is a kernel's tiling (as
         # triton's shared memory) and no member.
         Member(text="Ran out of memory in memory space hbm"),
+        # The driver's string for CUDA_ERROR_OUT_OF_MEMORY under wrappers other than the CUDA
+        # runtime's own (cuda-oom): torch's driver-API check, triton's launcher; XLA's device
+        # allocator's request it could not serve.
+        Member(
+            patterns=(
+                "CUDA driver error: out of memory",
+                "Triton Error \\[CUDA\\]: out of memory",
+                "Failed to allocate request for [0-9.]+[KMGT]?i?B \\([0-9]+B\\) on device ordinal",
+            ),
+            anchors=(
+                "cuda driver error: out of memory",
+                "triton error [cuda]: out of memory",
+                "failed to allocate request for",
+            ),
+        ),
         # fairseq's trainer on a CUDA "out of memory" it caught: recovering (dropping the batch)
         # or giving up; fairseq2's recovery line.
         Member(
