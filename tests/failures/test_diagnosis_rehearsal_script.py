@@ -259,3 +259,13 @@ def test_a_tokenizer_file_its_library_cannot_read_is_dataset_loading(text: str) 
 )
 def test_the_drivers_out_of_memory_under_any_wrapper_is_gpu_oom(text: str) -> None:
     assert diagnose_text(text).cause == "gpu_oom"
+
+
+@pytest.mark.parametrize("argv0", ["python3", "python3.10", "/usr/bin/python3", "pypy3"])
+def test_the_interpreters_name_is_not_a_host(argv0: str) -> None:
+    # CPython prints its own argv[0] before "can't open file": no host's prefix to blame.
+    d = diagnose_text(
+        f"{argv0}: can't open file 'launch.py': [Errno 2] No such file or directory\n"
+    )
+    assert d.cause == "user_exception"
+    assert d.blamed_node is None
