@@ -185,3 +185,46 @@ def test_the_ofi_plugins_completion_error_is_the_fabric() -> None:
 def test_the_ofi_plugins_completion_error_abstains_beside_a_cause() -> None:
     log = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n" + OFI_ERROR
     assert diagnose_text(log + "\n").cause == "gpu_oom"
+
+
+# Object-store command-line clients in their own words: gsutil's exception classes
+# (gslib/cloud_api.py: ServiceException printed "Name: <status> <reason>", the
+# RetryableServiceException family retryable by definition) and Alibaba OSS's oss2
+# (oss2/exceptions.py: RequestError, status -2, the request never answered; a 5xx status).
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        ("ServiceException: 503 None", "object_storage"),
+        (
+            "ServiceException: 429 The rate of change requests to the object is too high.",
+            "object_storage",
+        ),
+        ("ResumableUploadException: 503 Server Error", "object_storage"),
+        ("RetryableServiceException: Connection reset by peer", "object_storage"),
+        (
+            "oss2.exceptions.RequestError: {'status': -2, 'x-oss-request-id': '', 'details': "
+            "\"RequestError: ('Connection aborted.', RemoteDisconnected('Remote end closed "
+            "connection without response'))\"}",
+            "object_storage",
+        ),
+        (
+            "oss2.exceptions.ServerError: {'status': 503, 'x-oss-request-id': '6F1A', 'details': "
+            "{'Code': 'ServiceUnavailable'}}",
+            "object_storage",
+        ),
+        # The job's own bucket, name or credentials are not the store being down.
+        (
+            "AccessDeniedException: 403 Caller does not have storage.objects.create access",
+            "unknown",
+        ),
+        ("ServiceException: 404 Not Found", "unknown"),
+        (
+            "oss2.exceptions.NoSuchKey: {'status': 404, 'x-oss-request-id': '6F1A', 'details': "
+            "{'Code': 'NoSuchKey'}}",
+            "unknown",
+        ),
+    ],
+)
+def test_object_store_clients_own_errors(line: str, cause: str) -> None:
+    got = diagnose_text(line + "\n").cause
+    assert got == cause or (cause == "unknown" and got != "object_storage")

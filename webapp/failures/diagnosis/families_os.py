@@ -205,3 +205,48 @@ KERNEL_STORAGE_ERRORS = Table(
         " scratch-OST0004; in progress operations using this service will fail.",
     ),
 )
+
+
+# Object stores' command-line clients in their own exception classes: gsutil's
+# (https://github.com/GoogleCloudPlatform/gsutil/blob/master/gslib/cloud_api.py: ServiceException
+# prints "<Class>: <status> <reason>"; RetryableServiceException and its resumable-transfer
+# subclasses are the failures gsutil itself deems transient) and Alibaba OSS's oss2
+# (https://github.com/aliyun/aliyun-oss-python-sdk/blob/master/oss2/exceptions.py: RequestError,
+# status -2, a request the store never answered; any class with a 5xx or 429 status). A 403 or
+# 404 is the job's bucket, name or credentials, not the store: no member.
+OBJECT_STORE_CLIENTS = Table(
+    id="object-store-clients",
+    source="gsutil gslib/cloud_api.py https://github.com/GoogleCloudPlatform/gsutil/blob/master/"
+    "gslib/cloud_api.py (ServiceException with a retryable status, RetryableServiceException, "
+    "ResumableUploadException, ResumableDownloadException, ResumableUploadStartOverException); "
+    "oss2/exceptions.py https://github.com/aliyun/aliyun-oss-python-sdk/blob/master/oss2/"
+    "exceptions.py (RequestError, status -2; a 429 or 5xx status)",
+    members=(
+        Member(
+            patterns=(
+                "(^|[^A-Za-z])ServiceException: (429|5[0-9][0-9]) ",
+                "(RetryableServiceException|ResumableUploadException|ResumableDownloadException|"
+                "ResumableUploadStartOverException): ",
+            ),
+            anchors=(
+                "serviceexception: ",
+                "resumableuploadexception",
+                "resumabledownloadexception",
+            ),
+        ),
+        Member(
+            patterns=(
+                "oss2\\.exceptions\\.RequestError: ",
+                "oss2\\.exceptions\\.[A-Za-z]+: \\{'status': (429|5[0-9][0-9]),",
+            ),
+            anchors=("oss2.exceptions.",),
+        ),
+    ),
+    examples=(
+        "ServiceException: 503 None",
+        "ResumableUploadException: 503 Server Error",
+        "oss2.exceptions.RequestError: {'status': -2, 'x-oss-request-id': '', 'details': "
+        "\"RequestError: ('Connection aborted.', RemoteDisconnected('Remote end closed connection "
+        "without response'))\"}",
+    ),
+)
