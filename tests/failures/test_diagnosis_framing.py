@@ -160,3 +160,23 @@ def test_fairseq_oom_recovery_under_its_logger_is_gpu_oom() -> None:
         "Exception: \n"
     )
     assert diagnose_text(log).cause == "gpu_oom"
+
+
+def test_docker_json_file_records_read_as_the_lines_they_hold() -> None:
+    # A node's /var/log/containers file under Docker's json-file driver: one JSON record per
+    # printed line, the line escaped in "log" (here behind torchrun's rank tag).
+    lines = [
+        '{"log":"[rank3]: ' + line.replace("\\", "\\\\").replace('"', '\\"') + '\\n",'
+        '"stream":"stderr","time":"2024-01-01T12:00:00.123456789Z"}'
+        for line in USER_TRACEBACK.splitlines()
+    ]
+    d = diagnose_text("\n".join(lines) + "\n")
+    assert (d.cause, d.blamed_rank) == ("user_exception", 3)
+
+
+def test_json_record_holding_a_whole_traceback_still_read() -> None:
+    # A structured logger's record whose message is the whole traceback: read as one-line
+    # tracebacks are, not as one line.
+    escaped = USER_TRACEBACK.replace('"', '\\"').replace("\n", "\\n")
+    log = '{"severity": "ERROR", "message": "' + escaped + '"}\n'
+    assert diagnose_text(log).cause == "user_exception"

@@ -35,7 +35,10 @@ _MONTH_NAME = "(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 _HOST_PROGRAM = re.compile(
     r"([A-Za-z0-9][\w.-]*) (kernel|slurm\w*|srun|sbatch|systemd|nv-fabricmanager|[\w.-]+\[\d+\]): "
 )
-_NOT_HOSTS = re.compile(r"(ib|ibp|eth|en|em|bond|nvme|sd|loop|md|dm|veth|lo|mlx)\d", re.I)
+# An interface, or an interpreter printing its own argv[0] ("python3: can't open file ...").
+_NOT_HOSTS = re.compile(
+    r"(ib|ibp|eth|en|em|bond|nvme|sd|loop|md|dm|veth|lo|mlx)\d|(python|pypy)[0-9.]*$", re.I
+)
 # The prefixes parse_line strips, in the order they are tried at the start of what is left
 # (the first that matches wins): (name, pattern, the ASCII characters a match can start with,
 # whether its first group must be a host name). A host that is really an interface (ib0) or
@@ -286,6 +289,8 @@ def _prefix(rest: str) -> tuple[str, re.Match[str], int] | None:
 def parse_line(text: str) -> Line:
     """Strip the usual prefixes (timestamps, host, [rankN]:, srun labels, program names)."""
     rest = _clean(text.strip())
+    if rest.startswith("{"):
+        rest = _record_message(rest)
     host = rank = program = stamp = None
     stamped = False  # the prefix just stripped was a time stamp
     for _ in range(12):
@@ -400,6 +405,36 @@ def _clean(rest: str) -> str:
         if m is None:
             break
         rest = rest[m.end() :]
+    return rest
+
+
+# A line that is a JSON record: Docker's json-file log driver (one record per line the
+# container printed: {"log":"...\\n","stream":"stderr","time":"..."}, what a node keeps under
+# /var/log/containers; https://docs.docker.com/engine/logging/drivers/json-file/) and structured
+# loggers' "message"/"msg". Only each key's first occurrence is tried, and its string read in
+# one pass: linear in the line's length.
+_RECORD_KEYS = ('"log":', '"message":', '"msg":')
+_JSON_STRING = re.compile(
+    r' ?"([^"\\]*+(?:\\.[^"\\]*+)*+)"'
+)  # possessive: one pass, no backtracking
+
+
+def _record_message(rest: str) -> str:
+    """The printed line a JSON record holds, or `rest` itself where it holds none.
+
+    A value of several lines (a whole traceback in one record) is left to the scan's reading of
+    one-line tracebacks (unflattened)."""
+    for key in _RECORD_KEYS:
+        at = rest.find(key)
+        if at < 0:
+            continue
+        m = _JSON_STRING.match(rest, at + len(key))
+        if m is None:
+            continue
+        value = _ESCAPED.sub(lambda e: _UNESCAPE[e.group(1)], m.group(1)).rstrip("\n")
+        if "\n" in value:
+            return rest
+        return _clean(value.strip())
     return rest
 
 
