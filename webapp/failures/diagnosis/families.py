@@ -35,7 +35,7 @@ from webapp.failures.diagnosis.families_os import (
     ERRNO_FILESYSTEM,
     ERRNO_NETWORK,
     KERNEL_STORAGE_ERRORS,
-    OBJECT_STORE_CLIENTS,
+    STORE_CLIENT_STATUSES,
 )
 from webapp.failures.diagnosis.families_python import PYTHON_EXCEPTION_NAMES
 from webapp.failures.diagnosis.families_schedulers import (
@@ -83,7 +83,7 @@ TABLES: dict[str, Table] = {
         S3_RETRYABLE,
         HTTP_RETRYABLE,
         STORAGE_ENDPOINTS,
-        OBJECT_STORE_CLIENTS,
+        STORE_CLIENT_STATUSES,
         DATASETS_ERRORS,
         HUB_MODEL_ERRORS,
         ERRNO_NETWORK,

@@ -214,8 +214,8 @@ KERNEL_STORAGE_ERRORS = Table(
 # (https://github.com/aliyun/aliyun-oss-python-sdk/blob/master/oss2/exceptions.py: RequestError,
 # status -2, a request the store never answered; any class with a 5xx or 429 status). A 403 or
 # 404 is the job's bucket, name or credentials, not the store: no member.
-OBJECT_STORE_CLIENTS = Table(
-    id="object-store-clients",
+STORE_CLIENT_STATUSES = Table(
+    id="store-client-statuses",
     source="gsutil gslib/cloud_api.py https://github.com/GoogleCloudPlatform/gsutil/blob/master/"
     "gslib/cloud_api.py (ServiceException with a retryable status, RetryableServiceException, "
     "ResumableUploadException, ResumableDownloadException, ResumableUploadStartOverException); "
