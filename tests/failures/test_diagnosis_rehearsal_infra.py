@@ -162,6 +162,9 @@ def test_sagemakers_exit_code_is_a_status_not_a_signal() -> None:
         ),
         ('Usage of EmptyDir volume "scratch" exceeds the limit "8Gi".', "filesystem"),
         ("Message:  Pod was terminated in response to imminent node shutdown.", "preempted"),
+        # the eviction or refusal of a pod for its node's condition (nodeConditionMessageFmt)
+        ("Warning  Evicted  pod/trainer-0  The node had condition: [MemoryPressure].", "host_oom"),
+        ("Warning  Evicted  pod/trainer-0  The node had condition: [DiskPressure].", "filesystem"),
     ],
 )
 def test_the_kubelets_reason_for_ending_a_pod(line: str, cause: str) -> None:

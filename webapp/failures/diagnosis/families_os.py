@@ -50,19 +50,22 @@ ERRNO_FILESYSTEM = Table(
         # and its evictions of a pod over its own ephemeral-storage limits (eviction_manager.go:
         # "Pod ephemeral local storage usage exceeds the total limit of containers %s",
         # "Container %s exceeded its local ephemeral storage limit %q", "Usage of EmptyDir
-        # volume %q exceeds the limit %q"): the job filled the disk it was given.
+        # volume %q exceeds the limit %q", and "The node had condition: [DiskPressure]"): the
+        # job filled the disk it was given.
         Member(
             patterns=(
                 "low on resource: ephemeral-storage",
                 "ephemeral local storage usage exceeds the total limit",
                 "exceeded its local ephemeral storage limit",
                 "Usage of EmptyDir volume .* exceeds the limit",
+                "The node had condition: \\[[A-Za-z, ]*DiskPressure",
             ),
             anchors=(
                 "low on resource: ephemeral-storage",
                 "ephemeral local storage usage exceeds",
                 "local ephemeral storage limit",
                 "usage of emptydir volume",
+                "the node had condition: ",
             ),
         ),
         Member(

@@ -94,8 +94,17 @@ SCHEDULER_MEMORY_KILLS = Table(
                 "Job has gone over (cgroup )?memory limit",
                 "exceeds job hard limit .?h_vmem",
                 "[Rr]eplica .* ran out-of-memory",
+                # the kubelet evicting or refusing a pod for its node's condition
+                # (nodeConditionMessageFmt "The node had condition: %v. ")
+                "The node had condition: \\[[A-Za-z, ]*MemoryPressure",
             ),
-            anchors=("low on resource: memory", "gone over", "h_vmem", "ran out-of-memory"),
+            anchors=(
+                "low on resource: memory",
+                "gone over",
+                "h_vmem",
+                "ran out-of-memory",
+                "the node had condition: ",
+            ),
         ),
     ),
     examples=(
