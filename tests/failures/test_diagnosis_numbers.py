@@ -258,3 +258,86 @@ def test_deepspeeds_three_line_overflow_report_at_start_up_is_not_a_divergence()
     assert diagnose_text(_fused_overflows([65536.0, 32768.0, 16384.0, 8192.0, 4096.0])).cause != (
         "loss_nan"
     )
+
+
+# A training script's own bare table: `print(step, loss)`, `print(f"{step}\t{loss}")`, a csv
+# writer's `step,loss` rows; numbers only, the step first (docs/diagnosis-metrics.md).
+def _bare(rows: list[tuple[int, str]], sep: str = " ") -> str:
+    return "".join(f"{step}{sep}{value}\n" for step, value in rows)
+
+
+_FALLING = [(s, f"{3.2 - s / 500:.4f}") for s in range(10, 410, 10)]
+BARE_DIVERGED = {
+    "space": _bare(_FALLING + [(410, "nan"), (420, "nan"), (430, "nan")]),
+    "tab": _bare(_FALLING + [(410, "nan"), (420, "nan")], sep="\t"),
+    "csv_with_header": "step,loss\n" + _bare(_FALLING + [(410, "inf"), (420, "nan")], sep=","),
+    # The NaN persists across a checkpoint reload the script announces between two rows.
+    "across_a_reload": _bare(_FALLING + [(410, "nan")])
+    + "saving checkpoint\nrestoring from checkpoint\n"
+    + _bare([(420, "nan"), (430, "nan")]),
+    # A header naming one loss column among others: that column is read.
+    "header_names_the_loss": "epoch,loss,accuracy\n"
+    + "".join(f"{e},{2.3 - e / 10:.4f},{0.1 + e / 40:.4f}\n" for e in range(1, 15))
+    + "15,nan,0.1000\n16,nan,0.1000\n",
+    # Spike with no recovery: a falling loss, then four rows far above it.
+    "spike": _bare(_FALLING + [(410, "7.9"), (420, "8.4"), (430, "9.1"), (440, "9.6")]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BARE_DIVERGED))
+def test_a_bare_step_loss_table_that_diverged_is_a_loss_divergence(name):
+    got = diagnose_text(BARE_DIVERGED[name])
+    assert got.cause == "loss_nan", (name, got.cause, got.detail)
+    assert "table" in got.detail
+
+
+BARE_QUIET = {
+    # One NaN is not a divergence: the rule needs it to persist.
+    "one_nan": _bare(_FALLING + [(410, "nan")]),
+    "one_nan_then_finite": _bare(_FALLING + [(410, "nan"), (420, "nan"), (430, "2.41")]),
+    # Values that rise are not a loss: an accuracy, a memory or a throughput column.
+    "rising_accuracy": _bare([(s, f"{0.1 + s / 1000:.4f}") for s in range(10, 500, 10)]),
+    "rising_memory": _bare([(s, f"{1000 + s * 3.5:.1f}") for s in range(10, 500, 10)]),
+    # Three columns and no header: which one is the loss is not known.
+    "three_columns": _bare(
+        [(s, f"{s // 100} {3.2 - s / 500:.4f}") for s in range(10, 410, 10)]
+        + [(410, "4 nan"), (420, "4 nan")]
+    ),
+    # A header that names no loss column (a GAN's G and D, signed).
+    "header_without_loss": "step,G,D\n"
+    + _bare(
+        [(s, f"{(-1) ** s * 3.1:.3f},{-7.2:.3f}") for s in range(1, 30)]
+        + [(30, "nan,nan"), (31, "nan,nan")],
+        sep=",",
+    ),
+    # A step column that is not strictly increasing is not a run of logging steps.
+    "steps_not_increasing": _bare(_FALLING[:10] + [(10, "nan"), (10, "nan"), (10, "nan")]),
+    # pandas prints a Series as index and value, NaN included, with its own footer.
+    "pandas_series": _bare(
+        [(i, f"{1.5 + i / 10:.1f}") for i in range(8)] + [(8, "NaN"), (9, "NaN")]
+    )
+    + "Name: price, dtype: float64\n",
+    # A signed series (a GAN's generator loss, an ELBO) is no loss curve to spike.
+    "signed_series": _bare([(s, f"{(-1) ** s * (s % 7 + 1):.3f}") for s in range(1, 40)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BARE_QUIET))
+def test_a_bare_table_that_is_not_a_diverged_loss_stays_quiet(name):
+    got = diagnose_text(BARE_QUIET[name])
+    assert got.cause != "loss_nan", (name, got.detail)
+
+
+def test_healthy_bare_tables_never_alarm_at_any_point_they_could_have_ended():
+    # Every prefix of the healthy bare tables of tests/data/loss_curves (README there): each is
+    # one chance of a false alarm, as the loss-curve calibration counts them.
+    from pathlib import Path
+
+    curves = Path(__file__).resolve().parents[1] / "data" / "loss_curves"
+    names = sorted(p.name for p in curves.glob("healthy_bare_*"))
+    assert names
+    for name in names:
+        lines = (curves / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        for end in range(1, len(lines) + 1):
+            got = diagnose_text("".join(lines[:end]))
+            assert got.cause != "loss_nan", (name, end, got.detail)

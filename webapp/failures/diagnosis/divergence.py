@@ -132,6 +132,157 @@ NONFINITE_RECORD_MIN = 2
 _LOSS_VALUE = re.compile(r"[-+]?(nan|inf|\d*\.?\d+(?:e[-+]?\d+)?)\s*$", re.I)
 
 
+# A training script's own bare table: `print(step, loss)`, `print(f"{step}\t{loss}")`, a csv
+# writer's `step,loss` rows (with or without its header line), one row per logging step and no
+# key on it. A row is numbers only, the first an integer: the step, strictly increasing from row
+# to row. The loss column is read only where it is not in doubt: a table of two columns, or a
+# header line naming exactly one loss column (`epoch,loss,accuracy`); a header naming none
+# (`step,G,D`) or two (`step,train_loss,val_loss`) leaves the table unread. A script may print
+# other lines between two rows (a checkpoint saved or reloaded): up to BARE_TABLE_GAP of them.
+# The table must end within BARE_TABLE_AFTER lines of the log's end.
+BARE_TABLE_MIN_ROWS = 4
+BARE_TABLE_GAP = 8
+BARE_TABLE_AFTER = 50
+BARE_TABLE_MAX_COLUMNS = 8
+BARE_ROW_CHARS = 256
+# Non-finite values persisting: the last BARE_NONFINITE_RUN rows or more, after at least
+# BARE_FINITE_BEFORE finite ones (a column that is NaN from its first row is missing data, not a
+# loss that diverged; one NaN row may be a skipped step).
+BARE_NONFINITE_RUN = 2
+BARE_FINITE_BEFORE = 2
+# A cheap test on the tail before any table is looked for: a line that starts with an integer
+# followed by a separator and a number (the separator's alternatives do not overlap, so that a
+# long run of blanks is read once, not once per split).
+_BARE_ROW_HINT = re.compile(
+    rb"(?m)^[ \t]*\d+(?:[ \t]*,[ \t]*|[ \t]+)[-+]?(?:\d|\.\d|nan|inf)", re.I
+)
+_BARE_CELL = re.compile(
+    r"[-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:e[-+]?\d+)?|\.\d+(?:e[-+]?\d+)?)", re.I
+)
+_BARE_HEADER_CELL = re.compile(r"[A-Za-z_][A-Za-z0-9_ ./-]*")
+_BARE_STEP_NAMES = frozenset({"step", "steps", "iter", "iteration", "epoch", "global_step"})
+# pandas prints a Series as index and value, NaN included, then its footer ("Name: x, dtype:
+# float64", "Length: n, dtype: ...": pandas/io/formats/format.py, SeriesFormatter): data, not a
+# training script's rows.
+_PANDAS_FOOTER = ("Name:", "dtype:", "Length:", "Freq:")
+
+
+def _bare_cells(line: str) -> list[str]:
+    """A row's or a header's cells: cut at commas in a csv line, else at tabs, else at spaces."""
+    s = line.strip()
+    if "," in s:
+        return [c.strip() for c in s.split(",")]
+    if "\t" in s:
+        return [c.strip() for c in s.split("\t")]
+    return s.split()
+
+
+def _bare_row(line: str) -> list[float] | None:
+    """A bare table's row (step first, then the values), or None."""
+    s = line.strip()
+    if not s or not s[0].isdigit() or len(s) > BARE_ROW_CHARS:
+        return None
+    cells = _bare_cells(s)
+    if not 2 <= len(cells) <= BARE_TABLE_MAX_COLUMNS or not cells[0].isdigit():
+        return None
+    if not all(_BARE_CELL.fullmatch(c) for c in cells[1:]):
+        return None
+    return [float(c) for c in cells]
+
+
+def _bare_loss_column(header: str, columns: int) -> int | None:
+    """The loss column of a bare table: the only loss its header names, the second of two
+    columns without a header, else None."""
+    cells = _bare_cells(header)
+    if len(cells) == columns and cells[0] == "":
+        cells[0] = "index"  # pandas' to_csv leaves the index column unnamed
+    names = [metrics.normalised(c) for c in cells]
+    # A line of words before the rows is their header if it is cut like a csv (commas, tabs)
+    # or names a step or a loss: a line of prose just before the rows is not one.
+    is_header = ("," in header or "\t" in header.strip()) or any(
+        n in _BARE_STEP_NAMES or metrics.is_loss_key(n) for n in names
+    )
+    if is_header and len(cells) == columns and all(_BARE_HEADER_CELL.fullmatch(c) for c in cells):
+        named = [i for i, n in enumerate(names) if metrics.is_loss_key(n)]
+        return named[0] if len(named) == 1 and named[0] > 0 else None
+    return 1 if columns == 2 else None
+
+
+def _bare_table(lines: list[str], lowest: int) -> list[tuple[int, float]] | None:
+    """(index, loss) of the rows of the bare table that ends the log, in order, or None."""
+    rows: list[tuple[int, list[float]]] = []
+    gap = 0
+    for i in range(len(lines) - 1, lowest - 1, -1):
+        row = _bare_row(lines[i]) if lines[i][:1].isdigit() or lines[i][:1] in " \t" else None
+        if row is None:
+            if not rows and len(lines) - 1 - i >= BARE_TABLE_AFTER:
+                return None
+            if rows:
+                gap += 1
+                if gap > BARE_TABLE_GAP:
+                    break
+            elif lines[i].lstrip().startswith(_PANDAS_FOOTER):
+                return None
+            continue
+        if rows and (len(row) != len(rows[-1][1]) or row[0] >= rows[-1][1][0]):
+            break
+        rows.append((i, row))
+        gap = 0
+        if len(rows) >= METRICS_RECORDS:
+            break
+    if len(rows) < BARE_TABLE_MIN_ROWS:
+        return None
+    rows.reverse()
+    first = rows[0][0]
+    header = lines[first - 1] if first > lowest else ""
+    column = _bare_loss_column(header, len(rows[0][1]))
+    if column is None:
+        return None
+    return [(i, row[column]) for i, row in rows]
+
+
+def _bare_table_verdict(lines: list[str], lowest: int) -> tuple[int, str, bool] | None:
+    """(index, detail, non-finite) where the loss column of a bare table at the end of the log
+    diverged: non-finite over its last rows, or a spike with no recovery after a loss that fell
+    (a column that rises, an accuracy or a memory, is no loss); else None."""
+    table = _bare_table(lines, lowest)
+    if table is None:
+        return None
+    values = [v for _, v in table]
+    run = 0
+    while run < len(values) and not math.isfinite(values[-1 - run]):
+        run += 1
+    if run:
+        if run < BARE_NONFINITE_RUN or len(values) - run < BARE_FINITE_BEFORE:
+            return None
+        i = table[-run][0]
+        return i, f"loss {values[-run]} in the last {run} rows of a bare step/loss table", True
+    if min(values) < 0:
+        return None  # a signed series (a GAN's losses, an ELBO) is not read as a loss curve
+    before = values[:-LOSS_SPIKE_STEPS]
+    half = len(before) // 2
+    if half < 1 or _median(before[:half]) <= _median(before[half:]):
+        return None  # the values before did not fall: not read as a loss
+    exploded = loss_exploded(values)
+    base = exploded[0] if exploded is not None else loss_diverged(values)
+    if base is None:
+        return None
+    steps = exploded[1] if exploded is not None else LOSS_SPIKE_STEPS
+    i = table[-steps][0]
+    return (
+        i,
+        f"loss diverged in a bare step/loss table: {values[-steps]:g} and the {steps - 1} "
+        f"value(s) after it over {LOSS_SPIKE_FACTOR:g}x the {base:g} before",
+        False,
+    )
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 # A loss printed under a suffixed key only ("loss_net: nan", "loss_cls: 0.53"), where no plain
 # "loss" key is on the line: the first such key's value. The loss scale is the scaler's, not a
 # loss ("loss_scale: 32768").
@@ -244,15 +395,21 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
     )
     for file_index, name, last_line, tail in tails:
         low = tail.lower()
-        if b"loss" not in low and b"skipped=" not in low:
+        keyed = b"loss" in low or b"skipped=" in low
+        if not keyed and not _BARE_ROW_HINT.search(tail):
             continue
         lines = tail.decode("utf-8", "replace").split("\n")
         if lines and lines[-1] == "":
             lines.pop()
-        lines = _join_wrapped_records(lines)
         first = last_line - len(lines) + 1
         # The first tail line may be cut, unless the tail is the whole file.
         lowest = 0 if first == 1 else 1
+        if not keyed:
+            bare = _bare_table_verdict(lines, lowest)
+            if bare is not None:
+                events.append(_bare_event(cat, file_index, name, first, lines, bare))
+            continue
+        lines = _join_wrapped_records(lines)
         # The checks below read at most the last LOSS_SPIKE_STEPS + LOSS_BASELINE_STEPS values
         # and the run of non-finite ones at the end: read the lines backwards until both are
         # known (the first tail line may be cut, so it never counts).
@@ -290,6 +447,10 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
             continue
         hidden = _megatron_hidden_loss(lines, lowest)
         if not series and hidden is None:
+            # No keyed loss: a bare table's rows may still be the loss (`step,loss` csv).
+            bare = _bare_table_verdict(lines, lowest)
+            if bare is not None:
+                events.append(_bare_event(cat, file_index, name, first, lines, bare))
             continue
         grads: list[tuple[int, float, str]] = []
         for i in range(len(lines) - 1, lowest - 1, -1):
@@ -362,6 +523,22 @@ def _loss_events(cat: Catalogue, tails: list[tuple[int, str, int, bytes]]) -> li
                 )
             )
     return events
+
+
+def _bare_event(
+    cat: Catalogue,
+    file_index: int,
+    name: str,
+    first: int,
+    lines: list[str],
+    verdict: tuple[int, str, bool],
+) -> Event:
+    """The loss_nan event of a bare table's verdict: as sure as a keyed loss curve's."""
+    i, detail, nonfinite = verdict
+    event = _nonfinite_event(cat, file_index, name, first + i, lines[i], detail)
+    if not nonfinite:
+        event.confidence = cat.loss.confidence
+    return event
 
 
 _COMPOSER_HEAD = re.compile(r"\[(?:epoch|batch|sample|token)=[0-9/]+\](?:\[[a-z]+=[0-9/]+\])*:\s*$")
