@@ -341,3 +341,27 @@ def test_healthy_bare_tables_never_alarm_at_any_point_they_could_have_ended():
         for end in range(1, len(lines) + 1):
             got = diagnose_text("".join(lines[:end]))
             assert got.cause != "loss_nan", (name, end, got.detail)
+
+
+# `print(loss)` or `print(step, loss)` of a torch scalar tensor: its repr, `tensor(x, device=...,
+# grad_fn=<...>)` (torch/_tensor_str.py), read as the number it holds.
+TENSOR_DIVERGED = {
+    "tensor_only": "tensor(3.2207, device='cuda:0')\n" + "tensor(nan, device='cuda:0')\n" * 4,
+    "step_and_tensor": "".join(
+        f"{s} tensor({3.2 - s / 500:.4f}, device='cuda:0', grad_fn=<NllLossBackward0>)\n"
+        for s in range(10, 200, 10)
+    )
+    + "200 tensor(nan, device='cuda:0', grad_fn=<NllLossBackward0>)\n" * 1
+    + "210 tensor(nan, device='cuda:0', grad_fn=<NllLossBackward0>)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TENSOR_DIVERGED))
+def test_a_printed_scalar_tensor_series_that_turned_nan_is_a_loss_divergence(name):
+    got = diagnose_text(TENSOR_DIVERGED[name])
+    assert got.cause == "loss_nan", (name, got.cause, got.detail)
+
+
+def test_a_printed_scalar_tensor_series_with_one_nan_stays_quiet():
+    log = "".join(f"tensor({2.3 - i / 10:.4f}, device='cuda:0')\n" for i in range(6))
+    assert diagnose_text(log + "tensor(nan, device='cuda:0')\n").cause != "loss_nan"

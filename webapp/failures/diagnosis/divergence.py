@@ -145,17 +145,24 @@ BARE_TABLE_GAP = 8
 BARE_TABLE_AFTER = 50
 BARE_TABLE_MAX_COLUMNS = 8
 BARE_ROW_CHARS = 256
-# Non-finite values persisting: the last BARE_NONFINITE_RUN rows or more, after at least
-# BARE_FINITE_BEFORE finite ones (a column that is NaN from its first row is missing data, not a
-# loss that diverged; one NaN row may be a skipped step).
+# Non-finite values persisting: the last BARE_NONFINITE_RUN rows or more, after a finite one
+# (a column that is NaN from its first row is missing data, not a loss that diverged; one NaN
+# row may be a skipped step). lich99/ChatGLM-finetune-LoRA#32 prints one finite loss, then NaN
+# at every step.
 BARE_NONFINITE_RUN = 2
-BARE_FINITE_BEFORE = 2
+BARE_FINITE_BEFORE = 1
 # A cheap test on the tail before any table is looked for: a line that starts with an integer
 # followed by a separator and a number (the separator's alternatives do not overlap, so that a
 # long run of blanks is read once, not once per split).
 _BARE_ROW_HINT = re.compile(
-    rb"(?m)^[ \t]*\d+(?:[ \t]*,[ \t]*|[ \t]+)[-+]?(?:\d|\.\d|nan|inf)", re.I
+    rb"(?m)^[ \t]*(?:\d+(?:[ \t]*,[ \t]*|[ \t]+)(?:[-+]?(?:\d|\.\d|nan|inf)|tensor\()|tensor\()",
+    re.I,
 )
+# `print(loss)` of a torch scalar tensor prints its repr, `tensor(2.3026, device='cuda:0',
+# grad_fn=<NllLossBackward0>)` (torch/_tensor_str.py, _str_intern: the value, then the device,
+# dtype, grad_fn or requires_grad suffixes): read as the number it holds. A row of such a repr
+# alone is a series whose step is its order (`print(loss)` at each step).
+_TENSOR_SCALAR = re.compile(r"tensor\(\s*([-+]?[\w.]+)(?:,[^()]*)?\)")
 _BARE_CELL = re.compile(
     r"[-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:e[-+]?\d+)?|\.\d+(?:e[-+]?\d+)?)", re.I
 )
@@ -178,9 +185,16 @@ def _bare_cells(line: str) -> list[str]:
 
 
 def _bare_row(line: str) -> list[float] | None:
-    """A bare table's row (step first, then the values), or None."""
+    """A bare table's row (step first, then the values; a scalar tensor's repr alone is its
+    value alone), or None."""
     s = line.strip()
-    if not s or not s[0].isdigit() or len(s) > BARE_ROW_CHARS:
+    if not s or len(s) > BARE_ROW_CHARS:
+        return None
+    if "tensor(" in s:
+        s = _TENSOR_SCALAR.sub(r"\1", s)
+        if _BARE_CELL.fullmatch(s) and s != line.strip():
+            return [float(s)]
+    if not s[0].isdigit():
         return None
     cells = _bare_cells(s)
     if not 2 <= len(cells) <= BARE_TABLE_MAX_COLUMNS or not cells[0].isdigit():
@@ -204,8 +218,8 @@ def _bare_loss_column(header: str, columns: int) -> int | None:
     )
     if is_header and len(cells) == columns and all(_BARE_HEADER_CELL.fullmatch(c) for c in cells):
         named = [i for i, n in enumerate(names) if metrics.is_loss_key(n)]
-        return named[0] if len(named) == 1 and named[0] > 0 else None
-    return 1 if columns == 2 else None
+        return named[0] if len(named) == 1 and (named[0] > 0 or columns == 1) else None
+    return {1: 0, 2: 1}.get(columns)
 
 
 def _bare_table(lines: list[str], lowest: int) -> list[tuple[int, float]] | None:
@@ -213,7 +227,7 @@ def _bare_table(lines: list[str], lowest: int) -> list[tuple[int, float]] | None
     rows: list[tuple[int, list[float]]] = []
     gap = 0
     for i in range(len(lines) - 1, lowest - 1, -1):
-        row = _bare_row(lines[i]) if lines[i][:1].isdigit() or lines[i][:1] in " \t" else None
+        row = _bare_row(lines[i]) if lines[i][:1].isdigit() or lines[i][:1] in " \tt" else None
         if row is None:
             if not rows and len(lines) - 1 - i >= BARE_TABLE_AFTER:
                 return None
@@ -224,7 +238,7 @@ def _bare_table(lines: list[str], lowest: int) -> list[tuple[int, float]] | None
             elif lines[i].lstrip().startswith(_PANDAS_FOOTER):
                 return None
             continue
-        if rows and (len(row) != len(rows[-1][1]) or row[0] >= rows[-1][1][0]):
+        if rows and (len(row) != len(rows[-1][1]) or (len(row) > 1 and row[0] >= rows[-1][1][0])):
             break
         rows.append((i, row))
         gap = 0
