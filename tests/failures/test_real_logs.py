@@ -68,8 +68,8 @@ SYNTHETIC_LABELS: dict[str, dict] = yaml.safe_load((SYNTHETIC / "labels.yaml").r
 # 1 cause 32/38, blame 5/9; batch 2 cause 16/18, blame 0/2; batch 3 cause 32/45, blame 1/1;
 # batch 5 cause 28/41, blame 2/2; batch 6 cause 26/41, blame 5/6; batch 7 cause 36/48, blame
 # 1/2; batch 8 cause 31/46, blame 4/7; batch 9 cause 42/45, blame 3/3).
-REAL_CAUSE_MIN = 153
-REAL_CATEGORY_MIN = 153
+REAL_CAUSE_MIN = 273
+REAL_CATEGORY_MIN = 274
 REAL_BLAME_MIN = 9
 HELDOUT_CAUSE_MIN = 56
 HELDOUT_BLAME_MIN = 11
@@ -83,9 +83,9 @@ HELDOUT6_CAUSE_MIN = 37
 HELDOUT6_BLAME_MIN = 5
 HELDOUT7_CAUSE_MIN = 48
 HELDOUT7_BLAME_MIN = 2
-HELDOUT8_CAUSE_MIN = 41
+HELDOUT8_CAUSE_MIN = 43
 HELDOUT8_BLAME_MIN = 7
-HELDOUT9_CAUSE_MIN = 42
+HELDOUT9_CAUSE_MIN = 43
 HELDOUT9_BLAME_MIN = 3
 # 33: gpu_ecc_4_rowremap lost its blamed node as a label (Xid 63 is ignorable, NVIDIA's catalog).
 SYNTHETIC_BLAME_MIN = 33
