@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import webapp.failures.diagnosis.exits as exits
 from webapp.failures import taxonomy
-from webapp.failures.diagnosis import exits
 from webapp.failures.diagnosis.divergence import _loss_events
 from webapp.failures.diagnosis.events import EVIDENCE_TEXT_CHARS, Event, Evidence
 from webapp.failures.diagnosis.lines import Stamp, folded, kernel_hint, parse_line

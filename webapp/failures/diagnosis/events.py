@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import webapp.failures.diagnosis.exits as exits
+import webapp.failures.diagnosis.families_python as families_python
 from webapp.failures import taxonomy
-from webapp.failures.diagnosis import families_python
 from webapp.failures.diagnosis.catalogue import Catalogue, Rule, catalogue_load, first_rule
 from webapp.failures.diagnosis.lines import Line, Stamp, folded, kernel_hint, parse_line
 
