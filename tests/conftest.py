@@ -164,5 +164,9 @@ def worker_factory(transactional_db, broker, tmp_path):
         return w
 
     yield start
+    # The test has read what it needed: killed at once (a warm shutdown takes a second or two
+    # per worker); stop() then only closes the log. A test that needs a graceful stop calls
+    # stop() itself.
     for w in started:
+        w.kill()
         w.stop()

@@ -15,6 +15,8 @@ import uuid
 import pytest
 import redis
 from django.db import connection
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from collectors import outbox
 from collectors.schema import INGEST_QUEUE, INGEST_TASK, JOB_EVENTS_TASK
@@ -182,12 +184,15 @@ def test_a_node_cannot_replace_another_nodes_outbox_entry(acl_redis, tmp_path):
 
 
 def test_without_a_password_or_with_a_wrong_one_nothing_runs(acl_redis):
-    anonymous = redis.Redis(port=acl_redis.port, socket_timeout=5)
+    # No retry: redis-py retries a refused login (a ConnectionError) with backoff by default,
+    # seconds of waiting that show nothing more.
+    once = {"socket_timeout": 5, "retry": Retry(NoBackoff(), 0)}
+    anonymous = redis.Redis(port=acl_redis.port, **once)
     with pytest.raises(redis.exceptions.AuthenticationError):
         anonymous.ping()
     with pytest.raises(redis.exceptions.AuthenticationError):
-        redis.Redis(port=acl_redis.port, username="default", password="", socket_timeout=5).ping()
-    wrong = redis.Redis(port=acl_redis.port, username=COLLECTOR, password="x" * 64)
+        redis.Redis(port=acl_redis.port, username="default", password="", **once).ping()
+    wrong = redis.Redis(port=acl_redis.port, username=COLLECTOR, password="x" * 64, **once)
     with pytest.raises(redis.exceptions.AuthenticationError):
         wrong.ping()
 
