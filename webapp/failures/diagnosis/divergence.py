@@ -573,10 +573,7 @@ def _join_wrapped_records(lines: list[str]) -> list[str]:
             while j + 1 < len(lines) and lines[j + 1][:1] in ("\t", " ") and lines[j + 1].strip():
                 j += 1
             if j > i:
-                out = out if out is not lines else list(lines)
-                out[i] = " | ".join(line.strip() for line in lines[i : j + 1])
-                for k in range(i + 1, j + 1):
-                    out[k] = ""
+                out = _joined(out, lines, i, j, " | ")
             i = j + 1
             continue
         if not lines[i].rstrip().endswith("|"):
@@ -593,11 +590,18 @@ def _join_wrapped_records(lines: list[str]) -> list[str]:
         ):
             j += 1
         if j > i:
-            out = out if out is not lines else list(lines)
-            out[i] = " ".join(line.strip() for line in lines[i : j + 1])
-            for k in range(i + 1, j + 1):
-                out[k] = ""
+            out = _joined(out, lines, i, j, " ")
         i = j + 1
+    return out
+
+
+def _joined(out: list[str], lines: list[str], i: int, j: int, sep: str) -> list[str]:
+    """`out` (copied from `lines` the first time) with lines i..j joined on line i by `sep` and
+    the others emptied."""
+    out = out if out is not lines else list(lines)
+    out[i] = sep.join(line.strip() for line in lines[i : j + 1])
+    for k in range(i + 1, j + 1):
+        out[k] = ""
     return out
 
 
