@@ -23,7 +23,7 @@ from django.templatetags.static import static
 
 from webapp.core.units import ENERGY_UNITS, MASS_UNITS, unit_for
 from webapp.energy import figures
-from webapp.energy.selectors import EnergyReport, month_report_cached
+from webapp.energy.selectors import EnergyReport, month_report_cached, months_ending
 from webapp.energy.trends import IDLE_KEY, Trends, energy_trends_cached
 from webapp.fleet.models import Cluster
 
@@ -178,7 +178,7 @@ def report_team_months(t: Trends, month: str) -> dict:
     table = trend_team_table(t)
     names = [m.month for m in table["months"]]
     i = names.index(month) if month in names else None
-    before = _previous_month(month)
+    before = months_ending(month, 2)[0]
     j = names.index(before) if before in names else None
     grand = sum(total for _, _, total in table["rows"])
     rows = []
@@ -189,11 +189,6 @@ def report_team_months(t: Trends, month: str) -> dict:
         rows.append((team, now, prev, change, total, total / grand if grand else None))
     return {"month": month, "previous": before, "rows": rows, "listed": table["listed"],
             "others": table["others"], "span": len(t.months), "with_data": len(names)}  # fmt: skip
-
-
-def _previous_month(month: str) -> str:
-    year, mon = (int(x) for x in month.split("-"))
-    return f"{year - 1}-12" if mon == 1 else f"{year}-{mon - 1:02d}"
 
 
 def report_context(cluster: Cluster, month: str) -> dict:

@@ -426,14 +426,20 @@ class ClusterRecovery:
     recover_p95_s: float | None = None
     # Failure plans whose failure was replayed or reported late: out of detect and recover.
     late: int = 0
-    late_after_min: int = int(LIVE_DETECTION_MAX.total_seconds() // 60)
     failures: int = 0  # failure plans in the window
-    # ... of which planned while the failure was live: the chances to avoid a person. A
-    # replayed failure's plan comes too late to act (it only notifies), so the share of
-    # interventions avoided is over these alone.
-    live_failures: int = 0
     auto_recovered: int = 0  # ... of which recovered with no human step
     avoided_share: float | None = None  # auto_recovered / live_failures
+
+    @property
+    def live_failures(self) -> int:
+        """Failure plans made while the failure was live: the chances to avoid a person. A
+        replayed failure's plan comes too late to act (it only notifies), so the share of
+        interventions avoided is over these alone."""
+        return self.failures - self.late
+
+    @property
+    def late_after_min(self) -> int:
+        return int(LIVE_DETECTION_MAX.total_seconds() // 60)
 
 
 # One pass: the window's failure plans (the plans' (cluster, created_at) index), their actions
@@ -545,7 +551,6 @@ def cluster_recovery(window: Window) -> ClusterRecovery:
                 result.succeeded += n
     result.success_rate = result.succeeded / result.ran if result.ran else None
     result.failures, result.auto_recovered, result.late = row[0], row[1], row[2]
-    result.live_failures = result.failures - result.late
     live = result.live_failures
     result.avoided_share = result.auto_recovered / live if live else None
     values = row[3:]

@@ -55,7 +55,8 @@ LOSS_JUMP_BEFORE = 2
 # (open-mmlab/mmdetection#11708, tests/data/loss_curves), and LLaVA#918's 6.4x; 100x keeps a
 # margin over both (in the logs of other causes of every corpus whose whole series is that
 # short, 1.17x at most). A smaller jump in so few values (gpt-neox's 2.28 -> 11.05 over two
-# iterations, heldout8; chuckcho/video-caffe#11's 3.31 -> 87.34) is no proof by its factor.
+# iterations, EleutherAI/gpt-neox#947; chuckcho/video-caffe#11's 3.31 -> 87.34) is no proof
+# by its factor.
 SHORT_JUMP_FACTOR = 100.0
 # Caffe's softmax loss clamps each probability at FLT_MIN, so a sample whose true class got
 # probability 0 costs -log(FLT_MIN) = 87.3365 (src/caffe/layers/softmax_loss_layer.cpp,
