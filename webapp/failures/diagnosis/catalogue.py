@@ -52,6 +52,9 @@ class Rule:
     source: str
     examples: tuple[str, ...]
     tables: tuple[str, ...] = ()  # the catalogs of families.py whose members it matches
+    # The event decides only a log in which no other event does (rules.yaml `alone_only`): a
+    # line a job prints and goes on after (a shell's "command not found").
+    alone_only: bool = False
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a cache key, compared cheaply
@@ -120,6 +123,7 @@ def _rule(raw: dict[str, Any]) -> Rule:
         source=source,
         examples=tuple(examples),
         tables=tuple(t.id for t in tables),
+        alone_only=bool(raw.get("alone_only", False)),
     )
 
 

@@ -229,10 +229,10 @@ def decide(scan: Scan, job_nodes: Iterable[str] | None = None) -> Diagnosis:
         if stopped:
             candidates = [e for e in candidates if e not in stopped]
             notes.append("the job was stopped from outside: a rank killed after it is not an OOM")
-    if any(e.rule.id not in ALONE_ONLY_RULES for e in candidates):
+    if any(not e.rule.alone_only for e in candidates):
         # A shell's "command not found" decides only when nothing else does: a job script
         # prints it and goes on, and whatever ended the job is told by the other lines.
-        candidates = [e for e in candidates if e.rule.id not in ALONE_ONLY_RULES]
+        candidates = [e for e in candidates if not e.rule.alone_only]
     if any(e.cause != "unknown" for e in candidates):
         # A report that names no cause of its own (an exception class that reports another
         # failure, events.py) abstains: never chosen over an event that names one, however
@@ -325,8 +325,6 @@ def _sigkill_verdict(e: Event) -> bool:
 
 
 STEP_CANCELLED_RULE = "slurm-step-cancelled"
-# Weak-tier causes that decide only a log with nothing else in it (rules.yaml).
-ALONE_ONLY_RULES = frozenset({"shell-command-not-found", "command-not-there"})
 # The lines between std::terminate's line and its what() (a launcher's rank prefix keeps them
 # together; the what() is the next line).
 TERMINATE_WHAT_LINES = 2
