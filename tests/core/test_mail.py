@@ -120,3 +120,21 @@ def test_unsubscribe_links_from_emails_already_sent_still_work():
     alerts_sub.refresh_from_db()
     energy_sub.refresh_from_db()
     assert not alerts_sub.active and not energy_sub.active
+
+
+def test_a_subject_carries_names_as_written_not_html_entities():
+    # A subject is a plain-text header: a job or team name with a quote, an ampersand or an
+    # angle bracket reads as typed (it read "llm&amp;co" and "&#x27;"); the HTML part escapes.
+    class Alert:
+        severity = "critical"
+        summary = "job 'llm&co' <run 2> failed on gpu-a-01"
+
+    rendered = mail.render("alert-firing", {"a": Alert(), "alerts": [], "group": ""})
+    assert rendered.subject == "[Vigil critical] job 'llm&co' <run 2> failed on gpu-a-01"
+    for name, ctx in (
+        ("alert-approval", {"a": Alert()}),
+        ("alert-resolved", {"resolved": [Alert()], "group": "g"}),
+        ("alert-grouped", {"firing": [Alert()], "resolved": [], "group": "team 'a&b'"}),
+    ):
+        subject = mail.render(name, ctx).subject
+        assert "&amp;" not in subject and "&#x27;" not in subject, (name, subject)
